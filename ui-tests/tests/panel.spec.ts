@@ -1,0 +1,65 @@
+/**
+ * The GPU Memory panel against a real JupyterLab, a real ipykernel and Debian's Chromium.
+ * This machine has no NVIDIA GPU, so the panel must show the no-GPU state while the host part,
+ * the status-bar item and the live updates keep working.
+ */
+import { expect, galata, test } from '@jupyterlab/galata';
+import type { Page } from '@playwright/test';
+
+async function openPanel(page: Page): Promise<void> {
+  await page.evaluate(async () => {
+    await window.jupyterapp.commands.execute('gpumem:open-panel');
+  });
+  await expect(page.locator('#jp-GpuMem-panel')).toBeVisible();
+}
+
+async function currentSeq(page: Page): Promise<number> {
+  const seq = await page.locator('#jp-GpuMem-panel .jp-GpuMem-updated').getAttribute('data-seq');
+  return Number(seq);
+}
+
+test.describe('GPU Memory panel', () => {
+  test('shows the no-GPU state, host memory and the status-bar item', async ({ page }) => {
+    await page.notebook.createNew('nogpu.ipynb');
+    await openPanel(page);
+    const panel = page.locator('#jp-GpuMem-panel');
+    await expect(panel.locator('.jp-GpuMem-nogpu')).toContainText(
+      'No NVIDIA GPU visible to this kernel'
+    );
+    await expect(panel.locator('.jp-GpuMem-host')).toContainText('Host memory');
+    await expect(page.locator('.jp-GpuMem-statusItem')).toBeVisible();
+    await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
+  });
+
+  test('keeps updating while a cell is busy', async ({ page }, testInfo) => {
+    await page.notebook.createNew('busy.ipynb');
+    await openPanel(page);
+    const panel = page.locator('#jp-GpuMem-panel');
+    await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
+
+    await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(14)\nprint("slept")');
+    // Start the cell without waiting for it: the panel must move while the kernel is busy.
+    void page.notebook.runCell(0);
+    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy', { timeout: 10000 });
+
+    const seen: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      seen.push(await currentSeq(page));
+      await page.waitForTimeout(1500);
+    }
+    // Still busy at the end of the observation window, so every advance happened mid-cell.
+    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+    const advances = seen.slice(1).filter((s, i) => s > seen[i]).length;
+    expect(advances, `data-seq while busy: ${seen.join(', ')}`).toBeGreaterThanOrEqual(3);
+
+    await panel.screenshot({
+      path: testInfo.outputPath('panel-busy.png'),
+      mask: [panel.locator('.jp-GpuMem-updated'), panel.locator('.jp-GpuMem-host')]
+    });
+    await expect(page.locator('.jp-OutputArea-output').first()).toContainText('slept', {
+      timeout: 30000
+    });
+  });
+});
+
+void galata;
