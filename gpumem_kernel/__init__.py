@@ -1,0 +1,80 @@
+"""jupyterlab-gpumem, kernel side: live GPU memory of this kernel for JupyterLab, and `%gpumem` magics.
+
+`%load_ext gpumem_kernel` (or the browser's bootstrap) starts a sampler thread and the `gpumem` comm
+target. Importing this package is cheap and touches neither NVML nor CUDA.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+
+def _read_version() -> str:
+    try:
+        from ._version import __version__ as version  # written by the wheel build
+
+        return str(version)
+    except ImportError:
+        pass
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("jupyterlab-gpumem")
+    except Exception:  # not installed (running from a source checkout)
+        return "0.0.0"
+
+
+__version__ = _read_version()
+
+
+def _jupyter_labextension_paths() -> List[Dict[str, str]]:
+    return [{"src": "labextension", "dest": "jupyterlab-gpumem"}]
+
+
+def load_ipython_extension(ip: Any) -> None:
+    from . import extension
+
+    extension.load(ip, __version__)
+
+
+def unload_ipython_extension(ip: Any) -> None:
+    from . import extension
+
+    extension.unload(ip)
+
+
+def _bootstrap() -> str:
+    """Called by the browser through a silent execute's user_expressions: load the extension if needed.
+
+    Returns JSON `{"version": ..., "protocol": 1}` so the browser can check compatibility before opening
+    the comm.
+    """
+    from IPython import get_ipython
+
+    from . import extension
+    from .protocol import PROTOCOL_VERSION
+
+    ip = get_ipython()
+    if ip is not None and extension.current() is None:
+        ip.extension_manager.load_extension("gpumem_kernel")
+        if extension.current() is None:  # the manager thought it loaded (e.g. after a manual unload)
+            load_ipython_extension(ip)
+    return json.dumps({"version": __version__, "protocol": PROTOCOL_VERSION})
+
+
+def get_status() -> Dict[str, Any]:
+    """GPU and host memory now, as the wire format's `sample` object."""
+    from .status import get_status as _get_status
+
+    return _get_status()
+
+
+def print_status() -> None:
+    """Print GPU and host memory now, in the console layout."""
+    from .status import print_status as _print_status
+
+    _print_status()
+
+
+__all__ = ["__version__", "get_status", "print_status", "load_ipython_extension", "unload_ipython_extension"]

@@ -1,0 +1,70 @@
+"""Loading and unloading the IPython extension: one sampler, one comm target, the magics — never twice."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .channel import Channel
+from .probe import default_prober
+from .sampler import Sampler
+
+
+@dataclass
+class Loaded:
+    ip: Any
+    sampler: Sampler
+    channel: Channel
+    comm_target: bool  # False outside a kernel (terminal IPython): magics only
+
+
+_lock = threading.Lock()
+_loaded: Optional[Loaded] = None
+_atexit_registered = False
+
+
+def current() -> Optional[Loaded]:
+    """The loaded extension's parts, or None."""
+    return _loaded
+
+
+def load(ip: Any, version: str) -> Loaded:
+    """Start the sampler, register the `gpumem` comm target and the magics; a second call changes nothing."""
+    global _loaded, _atexit_registered
+    from .magics import GpumemMagics  # IPython is only needed once the extension is loaded
+
+    with _lock:
+        if _loaded is not None:
+            return _loaded
+        sampler = Sampler(default_prober())
+        channel = Channel(sampler, version)
+        ip.register_magics(GpumemMagics(ip))
+        comm_target = channel.register(ip)
+        sampler.start()
+        _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
+        if not _atexit_registered:
+            atexit.register(shutdown)  # stop sampling before the kernel's sockets go away
+            _atexit_registered = True
+        return _loaded
+
+
+def unload(ip: Any) -> None:
+    """Close open comms, stop the sampler, remove the magics."""
+    global _loaded
+    with _lock:
+        loaded, _loaded = _loaded, None
+    if loaded is None:
+        return
+    loaded.channel.unregister()
+    loaded.sampler.stop()
+    loaded.ip.magics_manager.magics["line"].pop("gpumem", None)
+
+
+def shutdown() -> None:
+    """At interpreter exit: stop the thread and release NVML."""
+    loaded = current()
+    if loaded is not None:
+        loaded.sampler.stop(timeout=2.0)
+    default_prober().nvml.shutdown()

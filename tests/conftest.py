@@ -1,0 +1,67 @@
+"""Shared fixtures; `gpu` tests are skipped unless a CUDA build of torch and an NVIDIA GPU are present."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+from typing import Callable, List, Optional
+
+import pytest
+
+from fake_nvml import FakeGpu, FakeNvml
+from gpumem_kernel.host import CgroupReader, HostReader
+from gpumem_kernel.nvml import Nvml
+from gpumem_kernel.probe import Prober
+
+KERNEL_PYTHON = os.environ.get("GPUMEM_TEST_KERNEL_PYTHON") or sys.executable
+
+_GPU_CHECK = """
+import sys
+import torch
+import pynvml
+pynvml.nvmlInit()
+sys.exit(0 if torch.cuda.is_available() and pynvml.nvmlDeviceGetCount() > 0 else 1)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_present() -> bool:
+    """Checked in a subprocess: asking torch here would initialise CUDA in the test runner."""
+    try:
+        return subprocess.run([KERNEL_PYTHON, "-c", _GPU_CHECK], capture_output=True, timeout=120).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not gpu_present():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU and a CUDA build of torch")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def no_cgroup(tmp_path) -> CgroupReader:
+    """A cgroup reader that finds no limit, so host numbers do not depend on the test machine."""
+    return CgroupReader(root=str(tmp_path / "nocgroup"), proc_cgroup=str(tmp_path / "nocgroup-proc"))
+
+
+@pytest.fixture
+def make_prober(no_cgroup) -> Callable[..., Prober]:
+    """Build a Prober over a fake NVML: make_prober([FakeGpu(...)], env={...})."""
+
+    def make(
+        gpus: List[FakeGpu], env: Optional[dict] = None, init_error: Optional[int] = None, pid: Optional[int] = None
+    ) -> Prober:
+        fake = FakeNvml(gpus, init_error=init_error)
+        return Prober(
+            nvml=Nvml(fake),
+            env={} if env is None else env,
+            host=HostReader(cgroup=no_cgroup),
+            pid=pid,
+        )
+
+    return make

@@ -1,0 +1,164 @@
+"""A test double for the NVIDIA driver: a module-like object with pynvml's function names.
+
+Handles are the FakeGpu / FakeMig objects themselves. Any function can be made to fail on a given
+device by putting its name in `fail` with an NVML error code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Tuple
+
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_GPU_IS_LOST = 15
+
+_STRINGS = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+}
+
+GiB = 1024**3
+
+
+class NVMLError(Exception):
+    """Like pynvml.NVMLError: the return code is in `.value`, str() is NVML's text."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _STRINGS.get(self.value, f"NVML Error with code {self.value}")
+
+
+@dataclass
+class FakeMig:
+    uuid: str
+    gpu_instance: int
+    compute_instance: int
+    total: int = 10 * GiB
+    used: int = 1 * GiB
+    name: str = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    sm_count: int = 14
+    processes: List[Tuple[int, Optional[int]]] = field(default_factory=list)
+    fail: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    uuid: str
+    total: int = 16 * GiB
+    used: int = 2 * GiB
+    cc: Tuple[int, int] = (8, 9)
+    util: Tuple[int, int] = (37, 12)
+    processes: List[Tuple[int, Optional[int]]] = field(default_factory=list)  # (pid, used bytes)
+    graphics: List[Tuple[int, Optional[int]]] = field(default_factory=list)
+    migs: List[Optional[FakeMig]] = field(default_factory=list)  # MIG slots; None = empty slot
+    fail: Dict[str, int] = field(default_factory=dict)  # function name → NVML error code
+
+
+class FakeNvml:
+    """Stands in for the `pynvml` module."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, gpus: List[FakeGpu], init_error: Optional[int] = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.init_calls = 0
+        self.calls: Dict[str, int] = {}
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def _check(self, handle: object, name: str) -> None:
+        self._count(name)
+        code = getattr(handle, "fail", {}).get(name)
+        if code is not None:
+            raise NVMLError(code)
+
+    # --- system ---
+    def nvmlInit(self) -> None:
+        self.init_calls += 1
+        if self.init_error is not None:
+            raise NVMLError(self.init_error)
+
+    def nvmlShutdown(self) -> None:
+        self._count("nvmlShutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12040
+
+    # --- devices ---
+    def nvmlDeviceGetCount(self) -> int:
+        self._count("nvmlDeviceGetCount")
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def nvmlDeviceGetName(self, handle: FakeGpu) -> str:
+        self._check(handle, "nvmlDeviceGetName")
+        return handle.name
+
+    def nvmlDeviceGetUUID(self, handle: FakeGpu) -> str:
+        self._check(handle, "nvmlDeviceGetUUID")
+        return handle.uuid
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> SimpleNamespace:
+        self._check(handle, "nvmlDeviceGetMemoryInfo")
+        return SimpleNamespace(total=handle.total, used=handle.used, free=handle.total - handle.used)
+
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> SimpleNamespace:
+        self._check(handle, "nvmlDeviceGetUtilizationRates")
+        return SimpleNamespace(gpu=handle.util[0], memory=handle.util[1])
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: FakeGpu) -> Tuple[int, int]:
+        self._check(handle, "nvmlDeviceGetCudaComputeCapability")
+        return handle.cc
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu) -> List[SimpleNamespace]:
+        self._check(handle, "nvmlDeviceGetComputeRunningProcesses")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in handle.processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeGpu) -> List[SimpleNamespace]:
+        self._check(handle, "nvmlDeviceGetGraphicsRunningProcesses")
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in getattr(handle, "graphics", [])]
+
+    # --- MIG ---
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
+        self._check(handle, "nvmlDeviceGetMaxMigDeviceCount")
+        if not handle.migs:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return len(handle.migs)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeMig:
+        mig = handle.migs[index]
+        if mig is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMig) -> int:
+        return handle.gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeMig) -> int:
+        return handle.compute_instance
+
+    def nvmlDeviceGetAttributes(self, handle: FakeMig) -> SimpleNamespace:
+        self._check(handle, "nvmlDeviceGetAttributes")
+        return SimpleNamespace(multiprocessorCount=handle.sm_count)
