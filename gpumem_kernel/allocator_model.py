@@ -1,0 +1,219 @@
+"""A model of PyTorch's CUDA caching allocator, replayed over a traced stream of storage allocations and frees.
+
+It follows c10/cuda/CUDACachingAllocator.cpp with its default settings (no `PYTORCH_CUDA_ALLOC_CONF`), one
+stream, no expandable segments:
+- every request is rounded up to a multiple of 512 B (`kMinBlockSize`);
+- requests of at most 1 MiB (`kSmallSize`) use the small pool, whose segments are 2 MiB (`kSmallBuffer`);
+  larger ones use the large pool: 1–10 MiB requests get a 20 MiB segment (`kLargeBuffer`), requests of 10 MiB
+  and more a segment rounded up to 2 MiB (`kRoundLarge`);
+- a request takes the best-fitting free block of its own pool (smallest size, then lowest address);
+- a block is split when the rest is at least 512 B (small pool) or more than 1 MiB (large pool); an unsplit
+  block is handed out whole, so `memory_allocated` counts its full size;
+- freed blocks merge with free neighbours of the same segment, and segments stay reserved (cached).
+
+No torch import: this is plain arithmetic, usable (and tested) without torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Dict, Hashable, Iterable, List, Optional, Tuple
+
+MIN_BLOCK = 512  # kMinBlockSize
+SMALL_SIZE = 1 << 20  # kSmallSize
+SMALL_BUFFER = 2 << 20  # kSmallBuffer
+LARGE_BUFFER = 20 << 20  # kLargeBuffer
+MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc
+ROUND_LARGE = 2 << 20  # kRoundLarge
+
+
+def round_size(nbytes: int) -> int:
+    """The size the allocator really hands out for a request of `nbytes` (before any oversize block)."""
+    if nbytes < MIN_BLOCK:
+        return MIN_BLOCK
+    return MIN_BLOCK * ((nbytes + MIN_BLOCK - 1) // MIN_BLOCK)
+
+
+def is_small(rounded: int) -> bool:
+    return rounded <= SMALL_SIZE
+
+
+def segment_size(rounded: int) -> int:
+    """The cudaMalloc size of a new segment opened for a (rounded) request."""
+    if rounded <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if rounded < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return ROUND_LARGE * ((rounded + ROUND_LARGE - 1) // ROUND_LARGE)
+
+
+def should_split(block_size: int, rounded: int, small: bool) -> bool:
+    remaining = block_size - rounded
+    return remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
+
+
+@dataclass(eq=False)
+class Block:
+    address: int
+    size: int
+    segment: int
+    small: bool
+    allocated: bool = False
+    prev: Optional["Block"] = None
+    next: Optional["Block"] = None
+
+    def key(self) -> Tuple[int, int]:
+        return (self.size, self.address)
+
+
+@dataclass
+class SegmentInfo:
+    """One cudaMalloc'd segment at the end of the replay (and how much of it was in use at the allocated peak)."""
+
+    address: int
+    size: int
+    pool: str  # "small" | "large"
+    allocated_at_peak: int = 0
+
+
+@dataclass
+class AllocatorResult:
+    peak_allocated: int
+    peak_reserved: int
+    final_allocated: int
+    final_reserved: int
+    segments: List[SegmentInfo] = field(default_factory=list)
+    requests: int = 0
+
+    @property
+    def fragmentation(self) -> float:
+        """Share of the reserved peak that was not allocated at the allocated peak (cached / split waste)."""
+        return 1.0 - self.peak_allocated / self.peak_reserved if self.peak_reserved else 0.0
+
+
+class CachingAllocatorModel:
+    """Feed it `malloc(handle, nbytes)` and `free(handle)` calls in program order; read the stats."""
+
+    def __init__(self) -> None:
+        self._free: Dict[bool, List[Tuple[int, int]]] = {True: [], False: []}  # sorted (size, address)
+        self._by_address: Dict[int, Block] = {}
+        self._live: Dict[Hashable, Block] = {}
+        self._segments: List[Tuple[int, int, bool]] = []  # (address, size, small)
+        self._next_address = 0
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self.requests = 0
+        self._at_peak: Dict[int, int] = {}  # segment address -> allocated bytes at the allocated peak
+
+    # --- free lists -------------------------------------------------------------------------------
+
+    def _insert_free(self, block: Block) -> None:
+        bisect.insort(self._free[block.small], block.key())
+
+    def _remove_free(self, block: Block) -> None:
+        pool = self._free[block.small]
+        index = bisect.bisect_left(pool, block.key())
+        if index < len(pool) and pool[index] == block.key():
+            pool.pop(index)
+
+    def _best_fit(self, rounded: int, small: bool) -> Optional[Block]:
+        pool = self._free[small]
+        index = bisect.bisect_left(pool, (rounded, -1))
+        if index == len(pool):
+            return None
+        _, address = pool.pop(index)
+        return self._by_address[address]
+
+    # --- segments ---------------------------------------------------------------------------------
+
+    def _new_segment(self, rounded: int, small: bool) -> Block:
+        size = segment_size(rounded)
+        address = self._next_address
+        self._next_address += size
+        self._segments.append((address, size, small))
+        self.reserved += size
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        block = Block(address=address, size=size, segment=address, small=small)
+        self._by_address[address] = block
+        return block
+
+    # --- the API ----------------------------------------------------------------------------------
+
+    def malloc(self, handle: Hashable, nbytes: int) -> Optional[Block]:
+        """Allocate for `handle`; a 0-byte request gets no block (as in CUDA: a null pointer)."""
+        if nbytes <= 0:
+            return None
+        if handle in self._live:
+            raise ValueError(f"handle {handle!r} is already allocated")
+        self.requests += 1
+        rounded = round_size(nbytes)
+        small = is_small(rounded)
+        block = self._best_fit(rounded, small) or self._new_segment(rounded, small)
+        if should_split(block.size, rounded, small):
+            rest = Block(address=block.address + rounded, size=block.size - rounded, segment=block.segment,
+                         small=small, prev=block, next=block.next)
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = rounded
+            self._by_address[rest.address] = rest
+            self._insert_free(rest)
+        block.allocated = True
+        self._live[handle] = block
+        self.allocated += block.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+            self._at_peak = self._allocated_by_segment()
+        return block
+
+    def free(self, handle: Hashable) -> None:
+        block = self._live.pop(handle, None)
+        if block is None:
+            return  # a 0-byte allocation, or a storage that lived on the host
+        self.allocated -= block.size
+        block.allocated = False
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated:
+                self._remove_free(neighbour)
+                block = self._merge(block, neighbour)
+        self._insert_free(block)
+
+    def _merge(self, block: Block, other: Block) -> Block:
+        first, second = (block, other) if block.address < other.address else (other, block)
+        first.size += second.size
+        first.next = second.next
+        if second.next is not None:
+            second.next.prev = first
+        del self._by_address[second.address]
+        return first
+
+    def _allocated_by_segment(self) -> Dict[int, int]:
+        result: Dict[int, int] = {}
+        for block in self._live.values():
+            result[block.segment] = result.get(block.segment, 0) + block.size
+        return result
+
+    def result(self) -> AllocatorResult:
+        segments = [SegmentInfo(address, size, "small" if small else "large", self._at_peak.get(address, 0))
+                    for address, size, small in self._segments]
+        return AllocatorResult(self.peak_allocated, self.peak_reserved, self.allocated, self.reserved,
+                               segments, self.requests)
+
+
+Event = Tuple[str, Hashable, int]  # ("alloc", handle, nbytes) | ("free", handle, 0)
+
+
+def replay(events: Iterable[Event]) -> AllocatorResult:
+    """Run an alloc/free stream through a fresh allocator model (empty cache, as after `empty_cache()`)."""
+    model = CachingAllocatorModel()
+    for kind, handle, nbytes in events:
+        if kind == "alloc":
+            model.malloc(handle, nbytes)
+        elif kind == "free":
+            model.free(handle)
+        else:
+            raise ValueError(f"unknown allocator event {kind!r}")
+    return model.result()
