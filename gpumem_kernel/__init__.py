@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
+# The browser calls `__import__('gpumem_kernel').frontend.<action>()`: the submodule must be an attribute
+# after a plain import. It imports nothing heavy until called.
+from . import frontend
+
 
 def _read_version() -> str:
     try:
@@ -77,4 +81,4 @@ def print_status() -> None:
     _print_status()
 
 
-__all__ = ["__version__", "get_status", "print_status", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["__version__", "frontend", "get_status", "print_status", "load_ipython_extension", "unload_ipython_extension"]

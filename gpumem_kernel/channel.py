@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from . import processes
 from .protocol import (
     ACTIONS,
     CAPABILITIES,
@@ -27,6 +28,7 @@ from .protocol import (
     check_history_seconds,
     check_interval,
     parse_open,
+    parse_process_refs,
     parse_request,
     to_json,
 )
@@ -166,6 +168,7 @@ class Channel:
                 python=platform.python_version(),
                 ipykernel=_ipykernel_version(),
                 torch=_torch_version(),
+                create_time=processes.own_create_time(),
             )
         )
 
@@ -215,6 +218,17 @@ class Channel:
             connection.send(to_json(Error(id=request_id, code="internal", message=message)), msg)
 
     def _handle(self, request: Request) -> Dict[str, Any]:
+        # children/processes/terminate are psutil calls on PIDs: safe on the subshell thread, unlike
+        # anything that touches user objects (clear, the OOM checklist), which the browser runs as a
+        # silent execute on the main thread instead (see frontend.py).
+        if request.action == "children":
+            self._no_args(request)
+            return {"children": [to_json(c) for c in processes.children(self._sampler.latest())]}
+        if request.action == "processes":
+            refs = parse_process_refs(request.args, request.id)
+            return {"processes": [to_json(s) for s in processes.states(refs, self._sampler.latest())]}
+        if request.action == "terminate":
+            return to_json(processes.terminate(parse_process_refs(request.args, request.id)))
         if request.action == "snapshot":
             return self._sampler.snapshot()
         if request.action == "history":
@@ -230,3 +244,8 @@ class Channel:
         raise ProtocolError(
             "unknown-action", f"unknown action {request.action!r}; v1 actions: {', '.join(ACTIONS)}", request.id
         )
+
+    @staticmethod
+    def _no_args(request: Request) -> None:
+        if request.args:
+            raise ProtocolError("bad-request", f"{request.action} takes no args", request.id)

@@ -580,11 +580,11 @@ def clear_gpu_memory(
     frames = traceback_frames(refs.tracebacks)
     traceback_sources, frame_count = list(refs.sources), len(frames)
     if all_cuda_vars:
-        if kinds is None:
-            notes.append("torch is not imported: no variable holds CUDA memory")
-        else:
-            to_delete += [name for name, value in user_variables(shell)
-                          if name not in to_delete and has_cuda_tensor(value, kinds)]
+        cuda_vars = [name for name, value in user_variables(shell)
+                     if name not in to_delete and has_cuda_tensor(value, kinds)] if kinds is not None else []
+        if not cuda_vars:
+            notes.append("no user variable holds CUDA memory: none to delete")
+        to_delete += cuda_vars
     cache = _find_output_cache(shell, kinds) if kinds is not None else []
 
     # Charge each dropped reference only for what no remaining user variable keeps alive.

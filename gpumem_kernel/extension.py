@@ -1,4 +1,5 @@
-"""Loading and unloading the IPython extension: one sampler, one comm target, the magics — never twice."""
+"""Loading and unloading the IPython extension: one sampler, one comm target, the OOM handler, the magics —
+never twice."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from . import oom
 from .channel import Channel
 from .probe import default_prober
 from .sampler import Sampler
@@ -31,7 +33,8 @@ def current() -> Optional[Loaded]:
 
 
 def load(ip: Any, version: str) -> Loaded:
-    """Start the sampler, register the `gpumem` comm target and the magics; a second call changes nothing."""
+    """Start the sampler, register the `gpumem` comm target, the OOM handler and the magics; a second call
+    changes nothing."""
     global _loaded, _atexit_registered
     from .magics import GpumemMagics  # IPython is only needed once the extension is loaded
 
@@ -42,6 +45,8 @@ def load(ip: Any, version: str) -> Loaded:
         channel = Channel(sampler, version)
         ip.register_magics(GpumemMagics(ip))
         comm_target = channel.register(ip)
+        # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
+        oom.install_oom_handler(ip, probe=sampler.snapshot)
         sampler.start()
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
         if not _atexit_registered:
@@ -51,7 +56,7 @@ def load(ip: Any, version: str) -> Loaded:
 
 
 def unload(ip: Any) -> None:
-    """Close open comms, stop the sampler, remove the magics."""
+    """Close open comms, stop the sampler, remove the OOM handler and the magics."""
     global _loaded
     with _lock:
         loaded, _loaded = _loaded, None
@@ -59,6 +64,7 @@ def unload(ip: Any) -> None:
         return
     loaded.channel.unregister()
     loaded.sampler.stop()
+    oom.uninstall_oom_handler(loaded.ip)
     loaded.ip.magics_manager.magics["line"].pop("gpumem", None)
 
 

@@ -1067,6 +1067,7 @@ class _HandlerState:
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None
     recommendation: Optional[Callable[[], Optional[int]]] = None
     last: Optional[Dict[str, Any]] = None  # the last OOM payload, for the panel
+    last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
 
 
 def _handle(shell: Any, state: _HandlerState, etype: type, value: BaseException, tb: Any,
@@ -1083,7 +1084,7 @@ def _handle(shell: Any, state: _HandlerState, etype: type, value: BaseException,
         recommendation = state.recommendation() if state.recommendation else None
         bundle = oom_report(value, shell, sample=sample, tb=tb, last_recommendation=recommendation)
         if bundle is not None:
-            state.last = bundle[OOM_MIME]
+            state.last, state.last_bundle = bundle[OOM_MIME], bundle
             shell.display_pub.publish(data=bundle, metadata={})
     except Exception as exc:  # never let IPython unregister the handler (it does when a handler raises)
         print(f"gpumem: could not build the OOM checklist: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
@@ -1135,3 +1136,19 @@ def last_oom(shell: Any) -> Optional[Dict[str, Any]]:
     """The payload of the last OOM the handler saw (for the panel's checklist), or None."""
     state: Optional[_HandlerState] = getattr(shell, _STATE, None)
     return state.last if state is not None else None
+
+
+def last_oom_bundle(shell: Any) -> Optional[Dict[str, Any]]:
+    """The checklist bundle of the last OOM: the one the handler showed, else one built now from
+    `sys.last_value` when that is an OOM the handler did not see (the extension was loaded after it)."""
+    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    if state is not None and state.last_bundle is not None:
+        return state.last_bundle
+    value = getattr(sys, "last_value", None)
+    if not isinstance(value, BaseException) or not is_oom(value):
+        return None
+    probe = state.probe if state is not None and state.probe is not None else take_sample
+    bundle = oom_report(value, shell, sample=probe(), tb=getattr(sys, "last_traceback", None))
+    if bundle is not None and state is not None:
+        state.last, state.last_bundle = bundle[OOM_MIME], bundle
+    return bundle

@@ -13,11 +13,12 @@ from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
 PROTOCOL_VERSION = 1
-CAPABILITIES = ("sample", "snapshot", "history", "configure")
-ACTIONS = ("snapshot", "history", "configure")
+CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate")
+ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate")
 MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0
 HISTORY_MIN, HISTORY_MAX = 10, 3600
+MAX_PIDS = 1024  # per processes/terminate request: a kernel and its workers, never a whole machine
 
 
 # --- sample parts -------------------------------------------------------------------------------
@@ -133,6 +134,9 @@ class Hello:
     python: str
     ipykernel: Optional[str]
     torch: Optional[str]
+    # Start time of this kernel process (psutil): with `pid`, what `processes`/`terminate` need after a
+    # restart. Added in 0.1 without a protocol bump: optional for the browser.
+    create_time: Optional[float] = None
 
 
 @dataclass
@@ -170,6 +174,48 @@ class Request:
     id: str
     action: str
     args: Dict[str, Any]
+
+
+# --- process actions (children, processes, terminate) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process as the browser names it: the PID plus its start time, so a reused PID is not mistaken for it."""
+
+    pid: int
+    create_time: float
+
+
+@dataclass
+class ChildProcess:
+    pid: int
+    create_time: float
+    name: Optional[str]
+    rss: Optional[int]
+    gpu_used: Optional[int]
+
+
+@dataclass
+class ProcessState:
+    pid: int
+    create_time: float  # as asked
+    alive: bool
+    same_process: bool  # alive and started at `create_time` (within 0.01 s): not a reused PID
+    name: Optional[str]
+    gpu_used: Optional[int]
+
+
+@dataclass
+class Refusal:
+    pid: int
+    reason: str
+
+
+@dataclass
+class Terminated:
+    terminated: List[int]
+    refused: List[Refusal]
 
 
 def to_json(message: Any) -> Dict[str, Any]:
@@ -246,6 +292,26 @@ def parse_request(data: Any) -> Request:
     if not isinstance(args, Mapping):
         raise ProtocolError("bad-request", "request 'args' must be an object", request_id)
     return Request(id=request_id, action=action, args=dict(args))
+
+
+def parse_process_refs(args: Mapping[str, Any], request_id: Optional[str] = None) -> List[ProcessRef]:
+    """`{"pids": [{"pid": int, "create_time": float}, ...]}` → refs (duplicates dropped); else ProtocolError."""
+    unknown = sorted(set(args) - {"pids"})
+    if unknown:
+        raise ProtocolError("bad-request", f"unexpected args: {', '.join(unknown)}", request_id)
+    items = args.get("pids")
+    if not isinstance(items, list) or len(items) > MAX_PIDS:
+        raise ProtocolError("bad-request", f"'pids' must be a list of at most {MAX_PIDS} objects", request_id)
+    refs: Dict[ProcessRef, None] = {}
+    for item in items:
+        pid = item.get("pid") if isinstance(item, Mapping) else None
+        created = item.get("create_time") if isinstance(item, Mapping) else None
+        if (not isinstance(item, Mapping) or set(item) != {"pid", "create_time"} or not isinstance(pid, int)
+                or isinstance(pid, bool) or pid <= 0 or not _is_number(created) or created < 0):
+            shape = '{"pid": positive int, "create_time": seconds}'
+            raise ProtocolError("bad-request", f"each pid must be {shape}, got {repr(item)[:80]}", request_id)
+        refs[ProcessRef(pid, float(created))] = None
+    return list(refs)
 
 
 # --- schemas ------------------------------------------------------------------------------------

@@ -93,6 +93,13 @@ class Sampler:
         with self._lock:
             return list(self._history)
 
+    def latest(self) -> SampleDict:
+        """The newest stored sample, or one taken now when none is stored yet (the sampler just started)."""
+        with self._lock:
+            if self._history:
+                return self._history[-1]
+        return self.snapshot()
+
     @property
     def listener_count(self) -> int:
         with self._lock:

@@ -16,6 +16,9 @@ from IPython.utils.capture import capture_output
 
 import gpumem_kernel
 from fake_nvml import FakeGpu, GiB
+from gpumem_kernel.clear import CLEAR_MIME
+from gpumem_kernel.magics import NO_OOM
+from gpumem_kernel.oom import OOM_MIME
 from gpumem_kernel.protocol import validate
 from gpumem_kernel.render import status_bundle
 
@@ -58,15 +61,29 @@ def test_status_json_prints_a_valid_sample(ip):
 
 
 def test_no_words_prints_the_usage(ip):
-    assert run(ip, "%gpumem").stdout.strip() == "usage: %gpumem status [--json]"
+    usage = run(ip, "%gpumem").stdout.strip()
+    assert usage.startswith("usage: %gpumem {status,clear,oom}") and "--help" in usage
+
+
+def test_help_lists_every_command_and_its_options(ip):
+    overview = run(ip, "%gpumem --help").stdout
+    assert "%gpumem status [--json]" in overview
+    assert "%gpumem clear [--vars NAME [NAME ...]] [--all-cuda-vars] [--list]" in overview
+    assert "%gpumem oom" in overview
+    clear_help = run(ip, "%gpumem clear --help")
+    assert clear_help.stderr == "" and clear_help.stdout.startswith("usage: %gpumem clear ")
+    assert all(option in clear_help.stdout for option in ("--vars", "--all-cuda-vars", "--list", "dry run"))
+    assert run(ip, "%gpumem status -h").stdout.startswith("usage: %gpumem status [--json]")
 
 
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("%gpumem bogus", "UsageError: gpumem: unknown command 'bogus'; try: status"),
+        ("%gpumem bogus", "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom"),
         ("%gpumem status --bogus", "UsageError: gpumem status: unrecognized arguments: --bogus"),
-        ("%gpumem status -h", "UsageError: gpumem status: unrecognized arguments: -h"),
+        ("%gpumem clear --bogus", "UsageError: gpumem clear: unrecognized arguments: --bogus"),
+        ("%gpumem clear --vars", "UsageError: gpumem clear: argument --vars: expected at least one argument"),
+        ("%gpumem oom now", "UsageError: gpumem oom: unrecognized arguments: now"),
         ('%gpumem status "unbalanced', "UsageError: gpumem status: No closing quotation"),
     ],
 )
@@ -122,3 +139,88 @@ def test_html_escapes_device_and_process_names(make_prober, hostile_process):
     assert bundle["text/html"].count("&lt;img src=x onerror=alert(1)&gt;") == 2
     assert f"GPU 0: {HOSTILE}" in bundle["text/plain"]
     assert "this kernel" in bundle["text/plain"] and "external" in bundle["text/plain"]
+
+
+# --- %gpumem clear and %gpumem oom -------------------------------------------------------------------------------
+
+OOM_TEXT = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
+            "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is reserved "
+            "by PyTorch but unallocated.")
+
+
+def _fail(ip, code: str = "raise ValueError('boom')") -> None:
+    run(ip, code)
+    assert sys.last_value is not None
+
+
+def test_clear_list_changes_nothing(ip):
+    run(ip, "x = [1, 2]\ny = 'kept'")
+    _fail(ip)
+    error = sys.last_value
+    captured = run(ip, "%gpumem clear --list --vars x")
+
+    text = captured.outputs[0].data["text/plain"]
+    assert text.startswith("GPU memory clear — dry run (nothing changed)")
+    assert "would drop the last error's traceback" in text and "would delete variable x" in text
+    assert sys.last_value is error and ip.user_ns["x"] == [1, 2] and ip.user_ns["y"] == "kept"
+
+
+def test_clear_vars_deletes_only_the_named_variable(ip):
+    run(ip, "x = [1, 2]\ny = 'kept'")
+    captured = run(ip, "%gpumem clear --vars x")
+
+    assert captured.stderr == ""
+    bundle = captured.outputs[0].data
+    assert set(bundle) == {CLEAR_MIME, "text/html", "text/plain"}
+    assert [h["name"] for h in bundle[CLEAR_MIME]["deleted"]] == ["x"]
+    assert "x" not in ip.user_ns and ip.user_ns["y"] == "kept"
+
+
+def test_clear_without_options_drops_the_traceback_and_keeps_variables(ip):
+    run(ip, "x = [1, 2]")
+    _fail(ip)
+    payload = run(ip, "%gpumem clear").outputs[0].data[CLEAR_MIME]
+
+    assert payload["traceback_sources"] and payload["deleted"] == []
+    assert not hasattr(sys, "last_value") and ip.user_ns["x"] == [1, 2]
+
+
+def test_clear_of_an_unknown_variable_is_one_line_and_deletes_nothing(ip):
+    run(ip, "x = 1")
+    captured = run(ip, "%gpumem clear --vars x nope")
+
+    assert captured.stderr.strip() == "UsageError: gpumem clear: no variable named 'nope' in this kernel"
+    assert captured.outputs == [] and ip.user_ns["x"] == 1
+
+
+def test_clear_all_cuda_vars_on_cpu_says_there_are_none(ip):
+    torch = pytest.importorskip("torch")
+    ip.user_ns["cpu_tensor"] = torch.ones(4)
+    text = run(ip, "%gpumem clear --all-cuda-vars").outputs[0].data["text/plain"]
+
+    assert "no user variable holds CUDA memory: none to delete" in text
+    assert "cpu_tensor" in ip.user_ns
+    del ip.user_ns["cpu_tensor"]
+
+
+def test_oom_shows_the_last_checklist_again(ip):
+    run(ip, "%gpumem clear")  # no stale error from another test
+    shell_state = getattr(ip, "_gpumem_oom_handler")
+    shell_state.last = shell_state.last_bundle = None
+    assert run(ip, "%gpumem oom").stdout.strip() == NO_OOM
+
+    first = run(ip, f"raise RuntimeError({OOM_TEXT!r})")  # the handler adds the checklist under the traceback
+    again = run(ip, "%gpumem oom")
+
+    assert [o.data[OOM_MIME] for o in again.outputs] == [first.outputs[0].data[OOM_MIME]]
+    assert set(again.outputs[0].data) == {OOM_MIME, "text/html", "text/plain"}
+    run(ip, "%gpumem clear")  # drops the traceback; the checklist stays available
+    assert run(ip, "%gpumem oom").outputs[0].data[OOM_MIME] == first.outputs[0].data[OOM_MIME]
+
+
+def test_loading_installs_the_oom_handler_and_unloading_removes_it(ip):
+    assert getattr(ip, "_gpumem_oom_handler", None) is not None and RuntimeError in ip.custom_exceptions
+    ip.extension_manager.unload_extension("gpumem_kernel")
+    assert getattr(ip, "_gpumem_oom_handler", None) is None and ip.custom_exceptions == ()
+    ip.extension_manager.load_extension("gpumem_kernel")
+    assert getattr(ip, "_gpumem_oom_handler", None) is not None
