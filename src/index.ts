@@ -1,11 +1,153 @@
-import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+/**
+ * jupyterlab-gpumem: live GPU memory of the current notebook's kernel.
+ *
+ * - `jupyterlab-gpumem:plugin` provides the model: it follows the current notebook/console, connects to its
+ *   kernel (one bridge per session) and keeps the settings and the server's sessions up to date.
+ * - `jupyterlab-gpumem:panel` adds the "GPU Memory" panel to the right sidebar and the open command.
+ * - `jupyterlab-gpumem:status` adds the status-bar item (optional: skipped without a status bar).
+ *
+ * The model token is exported so that later extensions (OOM checklist, analysis renderer) share the comm.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  type JupyterFrontEnd,
+  type JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { IConsoleTracker } from '@jupyterlab/console';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { ITranslator } from '@jupyterlab/translation';
+import { Signal } from '@lumino/signaling';
 
-const plugin: JupyterFrontEndPlugin<void> = {
+import { statusSummary } from './statussummary';
+import { CurrentSession } from './current';
+import { TRANSLATION_DOMAIN } from './i18n';
+import { gpuIcon } from './icons';
+import { GpuMemModel } from './model';
+import { GpuMemPanel } from './panel';
+import { readSettings } from './settings';
+import { GpuMemStatusItem, OPEN_PANEL_COMMAND } from './statusitem';
+import { IGpuMemModel } from './tokens';
+import { CLIENT } from './version';
+
+export { IGpuMemModel } from './tokens';
+export type { IKernelProblem } from './bridge';
+export { RequestError } from './bridge';
+export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './model';
+export * from './protocol';
+export type { IGpuMemSettings } from './settings';
+export type { IBridgeState, StateName } from './state';
+export { formatBytes, formatBytesPair, formatPercent } from './format';
+
+const modelPlugin: JupyterFrontEndPlugin<IGpuMemModel> = {
   id: 'jupyterlab-gpumem:plugin',
+  description: "Follows the current notebook's kernel and keeps its GPU memory samples.",
   autoStart: true,
-  activate: (_app: JupyterFrontEnd) => {
-    console.log('jupyterlab-gpumem activated');
+  provides: IGpuMemModel,
+  requires: [ILabShell, INotebookTracker, ISettingRegistry, ITranslator],
+  optional: [IConsoleTracker],
+  activate: async (
+    app: JupyterFrontEnd,
+    shell: ILabShell,
+    notebooks: INotebookTracker,
+    registry: ISettingRegistry,
+    translator: ITranslator,
+    consoles: IConsoleTracker | null
+  ): Promise<IGpuMemModel> => {
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const model = new GpuMemModel({ client: CLIENT, trans });
+
+    // Settings first: whether to load the shim automatically must be known before the first bridge starts.
+    try {
+      const settings = await registry.load(modelPlugin.id);
+      model.settings = readSettings(settings.composite);
+      settings.changed.connect(() => {
+        model.settings = readSettings(settings.composite);
+      });
+    } catch (reason) {
+      console.error('jupyterlab-gpumem: could not load the settings, using the defaults.', reason);
+    }
+
+    const sessions = app.serviceManager.sessions;
+    model.setSessions(sessions.running());
+    sessions.runningChanged.connect((_, models) => model.setSessions(models));
+
+    const current = new CurrentSession({ shell, notebooks, consoles });
+    model.setSessionContext(current.sessionContext);
+    current.changed.connect((_, sessionContext) => model.setSessionContext(sessionContext));
+    return model;
   }
 };
 
-export default plugin;
+const panelPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterlab-gpumem:panel',
+  description: 'The GPU Memory panel in the right sidebar.',
+  autoStart: true,
+  requires: [IGpuMemModel, ILabShell, ITranslator],
+  optional: [ILayoutRestorer, ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IGpuMemModel,
+    shell: ILabShell,
+    translator: ITranslator,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null
+  ): void => {
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const panel = new GpuMemPanel(model, trans);
+    shell.add(panel, 'right', { rank: 500 });
+    restorer?.add(panel, panelPlugin.id);
+
+    app.commands.addCommand(OPEN_PANEL_COMMAND, {
+      label: trans.__('Open the GPU Memory Panel'),
+      caption: trans.__("Show the current kernel's GPU memory in the right sidebar"),
+      icon: gpuIcon,
+      execute: () => {
+        shell.activateById(panel.id);
+      }
+    });
+    palette?.addItem({ command: OPEN_PANEL_COMMAND, category: trans.__('GPU Memory') });
+  }
+};
+
+const statusPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterlab-gpumem:status',
+  description: "The current kernel's GPU memory in the status bar.",
+  autoStart: true,
+  requires: [IGpuMemModel, ITranslator],
+  optional: [IStatusBar],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IGpuMemModel,
+    translator: ITranslator,
+    statusBar: IStatusBar | null
+  ): void => {
+    if (statusBar === null) {
+      return;
+    }
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const item = new GpuMemStatusItem(model, trans, app.commands);
+    // The status bar asks `isActive` only when told to: tell it when visibility flips, not on every sample.
+    const visibilityChanged = new Signal<IGpuMemModel, void>(model);
+    let visible = statusSummary(model, trans).visible;
+    model.changed.connect(() => {
+      const now = statusSummary(model, trans).visible;
+      if (now !== visible) {
+        visible = now;
+        visibilityChanged.emit();
+      }
+    });
+    statusBar.registerStatusItem(statusPlugin.id, {
+      item,
+      align: 'left',
+      rank: 4,
+      isActive: () => visible,
+      activeStateChanged: visibilityChanged
+    });
+  }
+};
+
+export default [modelPlugin, panelPlugin, statusPlugin];

@@ -1,0 +1,31 @@
+/**
+ * Unit tests: ts-jest in jsdom. The tested modules import @jupyterlab/* packages for types only (erased at
+ * compile time), so no ESM transform of node_modules is needed; runtime imports are @lumino packages (CommonJS)
+ * and React.
+ */
+module.exports = {
+  testEnvironment: 'jsdom',
+  roots: ['<rootDir>/src'],
+  testMatch: ['**/__tests__/**/*.spec.ts?(x)'],
+  transform: {
+    '^.+\\.tsx?$': [
+      'ts-jest',
+      {
+        tsconfig: {
+          jsx: 'react',
+          module: 'commonjs',
+          target: 'ES2019',
+          esModuleInterop: true,
+          strict: true,
+          noImplicitAny: true,
+          skipLibCheck: true,
+          resolveJsonModule: true,
+          types: ['jest', 'node']
+        }
+      }
+    ]
+  },
+  moduleFileExtensions: ['ts', 'tsx', 'js', 'json'],
+  collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/__tests__/**', '!src/**/*.d.ts'],
+  coverageReporters: ['text-summary', 'lcov']
+};

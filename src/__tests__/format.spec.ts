@@ -1,0 +1,107 @@
+import {
+  formatBytes,
+  formatBytesPair,
+  formatDuration,
+  formatPercent,
+  formatPercentValue,
+  formatTimeOfDay,
+  isSizeUnit,
+  percentOf,
+  scaleFor
+} from '../format';
+
+const GIB = 1024 ** 3;
+const MIB = 1024 ** 2;
+
+describe('formatBytes', () => {
+  it.each([
+    [12262485688, 'GiB', '11.42 GiB'],
+    [17171480576, 'GiB', '15.99 GiB'],
+    [17171480576, 'GB', '17.17 GB'],
+    [17171480576, 'MiB', '16376 MiB'],
+    [0, 'GiB', '0.00 GiB'],
+    [0, 'GB', '0.00 GB'],
+    [0, 'MiB', '0 MiB'],
+    [0, 'auto', '0 B'],
+    [512, 'auto', '512 B'],
+    [1536, 'auto', '1.50 KiB'],
+    [300 * MIB, 'auto', '300 MiB'],
+    [42.5 * MIB, 'auto', '42.5 MiB'],
+    [1.5 * GIB, 'auto', '1.50 GiB'],
+    [11.4 * GIB, 'auto', '11.4 GiB'],
+    [2 * 1024 * GIB, 'auto', '2.00 TiB']
+  ] as const)('%d in %s → %s', (bytes, unit, expected) => {
+    expect(formatBytes(bytes, unit)).toBe(expected);
+  });
+
+  it('defaults to GiB', () => {
+    expect(formatBytes(GIB)).toBe('1.00 GiB');
+  });
+
+  it('takes the number of decimals', () => {
+    expect(formatBytes(17171480576, 'GiB', 1)).toBe('16.0 GiB');
+    expect(formatBytes(300 * MIB, 'MiB', 2)).toBe('300.00 MiB');
+  });
+
+  it.each([null, undefined, NaN, Infinity])('%p (not measured) → n/a', value => {
+    expect(formatBytes(value, 'GiB')).toBe('n/a');
+    expect(formatBytes(value, 'auto')).toBe('n/a');
+  });
+});
+
+describe('formatBytesPair', () => {
+  it('shares the unit of the whole', () => {
+    expect(formatBytesPair(11.4 * GIB, 16 * GIB, 'GiB', 1)).toBe('11.4 / 16.0 GiB');
+    expect(formatBytesPair(300 * MIB, 16 * GIB, 'auto')).toBe('0.3 / 16.0 GiB');
+    expect(formatBytesPair(300 * MIB, 16 * GIB, 'MiB')).toBe('300 / 16384 MiB');
+    expect(formatBytesPair(0, 16 * GIB, 'GB', 1)).toBe('0.0 / 17.2 GB');
+  });
+
+  it('shows n/a for missing sides', () => {
+    expect(formatBytesPair(null, 16 * GIB, 'GiB', 1)).toBe('n/a / 16.0 GiB');
+    expect(formatBytesPair(GIB, null)).toBe('1.00 GiB / n/a');
+  });
+});
+
+describe('percent', () => {
+  it('formats shares', () => {
+    expect(formatPercent(1, 4)).toBe('25.0%');
+    expect(formatPercent(2, 3, 0)).toBe('67%');
+    expect(percentOf(85, 100)).toBe(85);
+  });
+
+  it('is n/a without a whole', () => {
+    expect(formatPercent(1, 0)).toBe('n/a');
+    expect(formatPercent(null, 10)).toBe('n/a');
+    expect(percentOf(1, null)).toBeNull();
+  });
+
+  it('formats measured percentages', () => {
+    expect(formatPercentValue(37)).toBe('37%');
+    expect(formatPercentValue(null)).toBe('n/a');
+  });
+});
+
+describe('time', () => {
+  it('formats local time of day', () => {
+    const when = new Date(2025, 10, 22, 9, 3, 4);
+    expect(formatTimeOfDay(when.getTime() / 1000)).toBe('09:03:04');
+    expect(formatTimeOfDay(new Date(2025, 10, 22, 23, 59, 0).getTime() / 1000 + 0.7)).toBe('23:59:00');
+  });
+
+  it('formats durations', () => {
+    expect(formatDuration(45)).toBe('45 s');
+    expect(formatDuration(600)).toBe('10 min');
+    expect(formatDuration(7200)).toBe('2 h');
+  });
+});
+
+describe('units', () => {
+  it('knows its units', () => {
+    expect(isSizeUnit('GiB')).toBe(true);
+    expect(isSizeUnit('auto')).toBe(true);
+    expect(isSizeUnit('KB')).toBe(false);
+    expect(isSizeUnit(3)).toBe(false);
+    expect(scaleFor(5, 'GB').factor).toBe(1e9);
+  });
+});

@@ -1,0 +1,154 @@
+/**
+ * Number formatting for the panel and the status bar.
+ *
+ * The kernel sends exact integer bytes; people compare GPU memory in GiB (what `torch.cuda` and most guides
+ * print), in GB (what vendors print on the box) or in MiB (what `nvidia-smi` prints). The user picks one in
+ * the settings; 'auto' picks a binary unit per value.
+ */
+
+/** Units offered in the settings. */
+export type SizeUnit = 'GiB' | 'GB' | 'MiB' | 'auto';
+
+/** All units, in the order the settings list them. */
+export const SIZE_UNITS: ReadonlyArray<SizeUnit> = ['GiB', 'GB', 'MiB', 'auto'];
+
+/** Shown where a value could not be measured (the wire format's null). */
+export const NOT_MEASURED = 'n/a';
+
+/** A unit with its size in bytes and the decimals it is usually shown with. */
+export interface IScale {
+  readonly label: string;
+  readonly factor: number;
+  readonly digits: number;
+}
+
+const KIB = 1024;
+const MIB = 1024 ** 2;
+const GIB = 1024 ** 3;
+const TIB = 1024 ** 4;
+
+const FIXED: Readonly<Record<Exclude<SizeUnit, 'auto'>, IScale>> = {
+  GiB: { label: 'GiB', factor: GIB, digits: 2 },
+  GB: { label: 'GB', factor: 1e9, digits: 2 },
+  MiB: { label: 'MiB', factor: MIB, digits: 0 }
+};
+
+/** True for one of the unit names the settings accept. */
+export function isSizeUnit(value: unknown): value is SizeUnit {
+  return typeof value === 'string' && (SIZE_UNITS as ReadonlyArray<string>).includes(value);
+}
+
+/**
+ * The scale to show `bytes` in. For 'auto' this is the largest binary unit that keeps the number ≥ 1, with
+ * about three significant digits.
+ */
+export function scaleFor(bytes: number, unit: SizeUnit = 'GiB'): IScale {
+  if (unit !== 'auto') {
+    return FIXED[unit];
+  }
+  const magnitude = Math.abs(bytes);
+  let label: string;
+  let factor: number;
+  if (magnitude >= TIB) {
+    [label, factor] = ['TiB', TIB];
+  } else if (magnitude >= GIB) {
+    [label, factor] = ['GiB', GIB];
+  } else if (magnitude >= MIB) {
+    [label, factor] = ['MiB', MIB];
+  } else if (magnitude >= KIB) {
+    [label, factor] = ['KiB', KIB];
+  } else {
+    return { label: 'B', factor: 1, digits: 0 };
+  }
+  const value = magnitude / factor;
+  return { label, factor, digits: value < 10 ? 2 : value < 100 ? 1 : 0 };
+}
+
+/** The number part of a size in a given scale, e.g. "11.42". */
+export function formatInScale(bytes: number, scale: IScale, digits: number = scale.digits): string {
+  return (bytes / scale.factor).toFixed(scale.factor === 1 ? 0 : digits);
+}
+
+/**
+ * `formatBytes(12262485688)` → "11.42 GiB"; null or undefined (not measured) → "n/a".
+ *
+ * @param digits - decimals; defaults to the unit's usual precision (2 for GiB/GB, 0 for MiB).
+ */
+export function formatBytes(
+  bytes: number | null | undefined,
+  unit: SizeUnit = 'GiB',
+  digits?: number
+): string {
+  if (bytes === null || bytes === undefined || !Number.isFinite(bytes)) {
+    return NOT_MEASURED;
+  }
+  const scale = scaleFor(bytes, unit);
+  return `${formatInScale(bytes, scale, digits ?? scale.digits)} ${scale.label}`;
+}
+
+/**
+ * "11.4 / 16.0 GiB": a part of a whole sharing one unit (the whole's, for 'auto'), as the status bar and
+ * nvidia-smi show it.
+ */
+export function formatBytesPair(
+  part: number | null | undefined,
+  whole: number | null | undefined,
+  unit: SizeUnit = 'GiB',
+  digits?: number
+): string {
+  if (whole === null || whole === undefined || !Number.isFinite(whole)) {
+    return `${formatBytes(part, unit, digits)} / ${NOT_MEASURED}`;
+  }
+  const scale = scaleFor(whole, unit);
+  const d = digits ?? scale.digits;
+  const left =
+    part === null || part === undefined || !Number.isFinite(part)
+      ? NOT_MEASURED
+      : formatInScale(part, scale, d);
+  return `${left} / ${formatInScale(whole, scale, d)} ${scale.label}`;
+}
+
+/** The share of `whole` in percent, or null when either side is unknown or whole is 0. */
+export function percentOf(part: number | null | undefined, whole: number | null | undefined): number | null {
+  if (part === null || part === undefined || whole === null || whole === undefined || whole <= 0) {
+    return null;
+  }
+  return (100 * part) / whole;
+}
+
+/** "71.3%"; "n/a" when either side is unknown or whole is 0. */
+export function formatPercent(
+  part: number | null | undefined,
+  whole: number | null | undefined,
+  digits = 1
+): string {
+  const p = percentOf(part, whole);
+  return p === null ? NOT_MEASURED : `${p.toFixed(digits)}%`;
+}
+
+/** A percentage the kernel measured (utilisation): "37%", or "n/a" for null. */
+export function formatPercentValue(value: number | null | undefined): string {
+  return value === null || value === undefined ? NOT_MEASURED : `${Math.round(value)}%`;
+}
+
+function pad2(n: number): string {
+  return n < 10 ? `0${n}` : `${n}`;
+}
+
+/** Local time of day of an epoch time in seconds: "12:03:04". */
+export function formatTimeOfDay(epochSeconds: number): string {
+  const d = new Date(epochSeconds * 1000);
+  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+}
+
+/** A short duration: "45 s", "3 min", "2 h". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 90) {
+    return `${s} s`;
+  }
+  if (s < 90 * 60) {
+    return `${Math.round(s / 60)} min`;
+  }
+  return `${Math.round(s / 3600)} h`;
+}
