@@ -36,14 +36,15 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 
 step "Python packages (JupyterLab pinned to the minimum we support, 4.4.10)"
-pip install -q "jupyterlab==4.4.10" hatchling hatch-nodejs-version "hatch-jupyter-builder>=0.9" build
+pip install -q "jupyterlab==4.4.10" hatchling editables hatch-nodejs-version "hatch-jupyter-builder>=0.9" build
 
 step "JavaScript dependencies (jlpm) and the labextension build"
 jlpm install
 jlpm build:prod
 
 step "jupyterlab-gpumem (editable) and its labextension link"
-pip install -q --no-build-isolation -e ".[test]"
+# The labextension was just built (production); the editable hook would rebuild it in development mode.
+SKIP_JUPYTER_BUILDER=1 pip install -q --no-build-isolation -e ".[test]"
 jupyter labextension develop --overwrite . >/dev/null
 
 if [ "$WITH_TESTS" = 1 ]; then

@@ -162,3 +162,20 @@ class FakeNvml:
     def nvmlDeviceGetAttributes(self, handle: FakeMig) -> SimpleNamespace:
         self._check(handle, "nvmlDeviceGetAttributes")
         return SimpleNamespace(multiprocessorCount=handle.sm_count)
+
+
+def install_in_running_kernel(gpus: List[FakeGpu]) -> None:
+    """Make the loaded extension sample this fake driver (the browser tests: this machine has no GPU).
+
+    Re-initialises the kernel's shared Prober in place, under the sampler's probe lock, so the sampler
+    thread, snapshots and the OOM handler all see the fake from their next sample on.
+    """
+    from gpumem_kernel import extension, probe
+    from gpumem_kernel.nvml import Nvml
+
+    loaded = extension.current()
+    if loaded is None:
+        raise RuntimeError("load gpumem_kernel first")
+    prober = probe.default_prober()
+    with loaded.sampler._probe_lock:
+        prober.__init__(nvml=Nvml(module=FakeNvml(gpus)))  # type: ignore[misc]

@@ -16,7 +16,8 @@ module.exports = {
       executablePath: process.env.CHROMIUM_PATH || '/usr/bin/chromium',
       args: ['--no-sandbox', '--disable-dev-shm-usage']
     },
-    trace: 'retain-on-failure'
+    trace: 'retain-on-failure',
+    video: 'off'
   },
   webServer: {
     command: 'jlpm start',

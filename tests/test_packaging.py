@@ -1,0 +1,58 @@
+"""The wheel a user pip-installs: one distribution with the kernel package and the prebuilt labextension,
+and never torch among its requirements (users bring their own CUDA build)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+DIST = Path(__file__).resolve().parents[1] / "dist"
+EXT = "jupyterlab_gpumem-{v}.data/data/share/jupyter/labextensions/jupyterlab-gpumem/"
+
+
+def _wheel() -> Path:
+    wheels = sorted(DIST.glob("jupyterlab_gpumem-*.whl"))
+    if not wheels:
+        if os.environ.get("GPUMEM_REQUIRE_WHEEL"):
+            pytest.fail("no wheel in dist/: scripts/test.sh builds one with `pip wheel --no-deps -w dist .`")
+        pytest.skip("no wheel built (scripts/test.sh builds one)")
+    return wheels[-1]
+
+
+def _names_and_metadata() -> tuple[set[str], str, str]:
+    wheel = _wheel()
+    version = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"jupyterlab_gpumem-{version}.dist-info/METADATA").decode()
+    return names, metadata, version
+
+
+def test_the_wheel_ships_the_prebuilt_labextension_as_shared_data() -> None:
+    names, _, version = _names_and_metadata()
+    ext = EXT.format(v=version)
+    assert ext + "package.json" in names
+    assert ext + "install.json" in names
+    assert any(n.startswith(ext + "static/remoteEntry.") for n in names)
+    assert ext + "schemas/jupyterlab-gpumem/plugin.json" in names
+
+
+def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
+    names, _, _ = _names_and_metadata()
+    for module in ("__init__", "probe", "sampler", "channel", "magics", "clear", "oom", "analysis"):
+        assert f"gpumem_kernel/{module}.py" in names
+    for schema in ("open", "request", "hello", "history", "sample", "reply", "error", "oom", "clear"):
+        assert f"gpumem_kernel/schemas/{schema}.schema.json" in names
+
+
+def test_torch_is_not_a_requirement() -> None:
+    _, metadata, _ = _names_and_metadata()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    runtime = [r for r in requires if "extra ==" not in r]
+    assert runtime, "the runtime requirements are missing"
+    assert not any(r.split()[1].lower().startswith("torch") for r in requires), requires
+    names = {r.split()[1].split(">")[0].split("=")[0].split("<")[0].lower() for r in runtime}
+    assert {"ipykernel", "nvidia-ml-py", "psutil", "pyyaml"} <= names
