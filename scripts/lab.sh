@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/jupyter lab examples/quickstart.ipynb "$@"
+args=()
+[ "$(id -u)" = 0 ] && args+=(--allow-root)  # containers and CI machines run as root
+exec .venv/bin/jupyter lab examples/quickstart.ipynb "${args[@]}" "$@"

@@ -12,7 +12,7 @@ const TESTS_DIR = path.resolve(__dirname, '..', '..', 'tests');
 /** Write an empty Python notebook and open it (no kernel dialog: its metadata names python3). */
 async function openNew(page: IJupyterLabPageFixture, filePath: string): Promise<void> {
   const nb = {
-    cells: [{ cell_type: 'code', source: '', metadata: {}, outputs: [], execution_count: null }],
+    cells: [{ id: 'c0', cell_type: 'code', source: '', metadata: {}, outputs: [], execution_count: null }],
     metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
     nbformat: 4,
     nbformat_minor: 5
