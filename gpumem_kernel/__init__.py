@@ -81,4 +81,25 @@ def print_status() -> None:
     _print_status()
 
 
-__all__ = ["__version__", "frontend", "get_status", "print_status", "load_ipython_extension", "unload_ipython_extension"]
+# The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
+_LAZY = {
+    "analyze": "analysis", "get_gpu_info": "analysis", "print_gpu_info": "analysis",
+    "print_memory_analysis": "analysis", "recommend_batch_size": "analysis", "monitor_gpu_memory": "analysis",
+    "MemoryMonitor": "analysis", "auto_select_batch_size": "autobatch", "run_benchmark": "benchmark",
+    "load_config": "benchmark",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpumem_kernel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["__version__", "frontend", "get_status", "print_status", "load_ipython_extension",
+           "unload_ipython_extension", *_LAZY]

@@ -1319,6 +1319,13 @@ def recommend_batch_size(model: Any, gpu_memory_gb: Optional[float] = None, safe
             "current": recs.current.status, "engine": report.engine}
 
 
+def _synchronize_used(torch: Any, device_id: int) -> None:
+    """Wait for the device's queued work, but only on a device this process has allocated on: synchronising
+    a device it never used would create a CUDA context there (~300-500 MiB of someone's GPU)."""
+    if torch.cuda.memory_reserved(device_id) > 0:
+        torch.cuda.synchronize(device_id)
+
+
 @dataclass
 class MonitorResult:
     device: str  # "cuda:N" or "host"
@@ -1360,7 +1367,7 @@ class MemoryMonitor:
         if self._cuda_at_start:
             import torch
 
-            torch.cuda.synchronize(self.device_id)
+            _synchronize_used(torch, self.device_id)
             if self.reset:
                 torch.cuda.reset_peak_memory_stats(self.device_id)
             self._start_allocated = torch.cuda.memory_allocated(self.device_id)
@@ -1372,7 +1379,7 @@ class MemoryMonitor:
         if _torch_cuda_ready():
             import torch
 
-            torch.cuda.synchronize(self.device_id)
+            _synchronize_used(torch, self.device_id)
             start = self._start_allocated if self._cuda_at_start else 0
             self.result = MonitorResult(
                 f"cuda:{self.device_id}", torch.cuda.max_memory_allocated(self.device_id) - start,

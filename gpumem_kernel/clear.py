@@ -770,8 +770,8 @@ def clear_bundle(report: ClearReport) -> Dict[str, Any]:
 
 
 def load_payload_schema(name: str) -> Dict[str, Any]:
-    """JSON Schema of an inline payload: "clear" or "oom"."""
-    if name not in ("clear", "oom"):
+    """JSON Schema of an inline payload: "clear", "oom", "analysis", "autobatch" or "benchmark"."""
+    if name not in ("clear", "oom", "analysis", "autobatch", "benchmark"):
         raise ValueError(f"no payload schema named {name!r}")
     text = resources.files("gpumem_kernel").joinpath("schemas", f"{name}.schema.json").read_text("utf-8")
     return json.loads(text)

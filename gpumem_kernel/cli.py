@@ -6,6 +6,9 @@ its exit status. Every error is one line on stderr and exit status 2 (`GPUMEM_DE
     python -m gpumem_kernel benchmark --config cfg.yaml --model mypkg.models:build \\
         --synthetic 3x64x64 --classes 10 --batch-sizes 8,16,32 --num-workers 0 2 --steps 5 --simulate 6GiB
     python -m gpumem_kernel autobatch --model mypkg.models:build --input 3x64x64 --simulate 6GiB
+    python -m gpumem_kernel info
+    python -m gpumem_kernel analyze --model mypkg.models:build --batch 32 --input 3x224x224 \\
+        --target "RTX 4080 Super" --amp bf16 --optimizer adamw
 """
 
 from __future__ import annotations
@@ -251,7 +254,117 @@ def _run_autobatch(args: argparse.Namespace) -> int:
     return 0
 
 
-register(Command("benchmark", "sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004)",
-                 _configure_benchmark, _run_benchmark))
+
+
+
+# --- info --------------------------------------------------------------------------------------------------------
+
+
+def _configure_info(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", default="text", choices=("text", "json"),
+                        help="text: seed 000's check script; json: the probe's sample")
+
+
+def info_text(sample: Dict[str, Any]) -> str:
+    """Seed 000's check_gpu_memory script: every GPU's memory, compute capability and SM count, then host
+    memory. From NVML only: CUDA is never initialised."""
+    from .render import BANNER
+    from .units import format_bytes, format_percent
+
+    gpu = sample["gpu"]
+    devices = [d for d in gpu["devices"] if d.get("cuda_index") is not None]
+    lines = [BANNER]
+    if not gpu["available"] or not devices:
+        why = gpu.get("reason") or (f"CUDA_VISIBLE_DEVICES={gpu.get('visible_devices')!r} hides every GPU"
+                                    if gpu["available"] else "unknown reason")
+        lines += [f"No NVIDIA GPU visible: {why}", BANNER]
+    else:
+        versions = [f"driver {gpu['driver_version']}" if gpu.get("driver_version") else "",
+                    f"CUDA {gpu['cuda_driver_version']}" if gpu.get("cuda_driver_version") else ""]
+        known = ", ".join(v for v in versions if v)
+        title = f"🖥️  {len(devices)} GPU{'s' if len(devices) > 1 else ''} visible"
+        title += f" ({known})" if known else ""
+        lines += [title, BANNER]
+        for d in devices:
+            total = d.get("total")
+            lines += [
+                f"GPU {d['cuda_index']}: {'MIG slice ' if d.get('mig') else ''}{d.get('name') or 'unknown'}",
+                f"  Total Memory:     {format_bytes(total)}",
+                f"  Used:             {format_bytes(d.get('used'))} ({format_percent(d.get('used'), total)})",
+                f"  Free:             {format_bytes(d.get('free'))}",
+                f"  Compute:          {d.get('compute_capability') or 'n/a'}",
+                f"  Multiprocessors:  {d.get('sm_count') or 'n/a (known once CUDA is initialised)'}",
+            ]
+        lines.append(BANNER)
+    host = sample["host"]
+    lines += [
+        "Host",
+        f"  Total Memory:     {format_bytes(host['total'])}",
+        f"  Available:        {format_bytes(host['available'])} ({format_percent(host['available'], host['total'])})",
+        f"  Container limit:  {format_bytes(host['container_limit']) if host.get('container_limit') else 'none'}",
+        f"  This process:     {format_bytes(host['rss'], 'auto')} RSS",
+        BANNER,
+    ]
+    return "\n".join(lines)
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from .probe import probe
+
+    sample = probe().to_dict()
+    print(json.dumps(sample, indent=2) if args.format == "json" else info_text(sample))
+    return 0
+
+
+# --- analyze -----------------------------------------------------------------------------------------------------
+
+
+def _configure_analyze(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
+                        help="importable factory (or class, or module instance) of the model")
+    parser.add_argument("-b", "--batch", type=int, default=32, help="the batch size to analyse (default 32)")
+    parser.add_argument("--input", metavar="SHAPE", help="one sample's shape without the batch: 3x224x224, or 512 "
+                        "tokens for a model starting with an Embedding (default: from a first Linear layer)")
+    parser.add_argument("--vocab", type=int, help="with a token shape: token ids below N")
+    parser.add_argument("--classes", type=int, help="cross-entropy over this many classes (default: mean of "
+                        "squares of the output)")
+    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
+    parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
+    parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
+    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
+    parser.add_argument("--device", help="cuda or cuda:N: measure on this GPU (default: traced)")
+    plan = parser.add_mutually_exclusive_group()
+    plan.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB')
+    plan.add_argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB")
+    parser.add_argument("--multiple", type=int, help="round the picks to a multiple (default: power of two)")
+    parser.add_argument("--effective-batch", type=int, help="target effective batch: accumulation steps per pick")
+    parser.add_argument("--world-size", type=int, default=1)
+    parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
+    parser.add_argument("--format", default="text", choices=("text", "json"),
+                        help="text: seed 000's analysis block; json: the payload")
+
+
+def _run_analyze(args: argparse.Namespace) -> int:
+    from .analysis import analyze
+
+    if args.classes is not None and args.classes < 1:
+        raise CliError(f"--classes: expected a positive integer, got {args.classes}")
+    model = load_model(args.model)
+    report = analyze(
+        model, batch_size=args.batch, input=args.input, loss=_cross_entropy(args.classes) if args.classes else None,
+        optimizer=args.optimizer, amp=None if args.amp == "off" else args.amp, grad_accum=args.accum,
+        checkpointing=args.checkpointing, device=args.device, target=args.target, memory=args.memory,
+        world_size=args.world_size, strategy=args.strategy, multiple=args.multiple,
+        effective_batch=args.effective_batch, vocab_size=args.vocab)
+    print(json.dumps(report.to_payload(), indent=2) if args.format == "json" else str(report))
+    return 0
+
+
+register(Command("info", "GPUs (memory, compute capability, SMs) and host memory, without initialising CUDA",
+                 _configure_info, _run_info))
+register(Command("analyze", "memory of one training step and the batch sizes that fit (traced or measured)",
+                 _configure_analyze, _run_analyze))
 register(Command("autobatch", "find the largest batch that trains without running out of memory",
                  _configure_autobatch, _run_autobatch))
+register(Command("benchmark", "sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004)",
+                 _configure_benchmark, _run_benchmark))

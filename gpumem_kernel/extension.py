@@ -37,6 +37,7 @@ def load(ip: Any, version: str) -> Loaded:
     changes nothing."""
     global _loaded, _atexit_registered
     from .magics import GpumemMagics  # IPython is only needed once the extension is loaded
+    from .magics_analysis import last_recommendation
 
     with _lock:
         if _loaded is not None:
@@ -46,7 +47,8 @@ def load(ip: Any, version: str) -> Loaded:
         ip.register_magics(GpumemMagics(ip))
         comm_target = channel.register(ip)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
-        oom.install_oom_handler(ip, probe=sampler.snapshot)
+        # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
+        oom.install_oom_handler(ip, probe=sampler.snapshot, recommendation=lambda: last_recommendation(ip))
         sampler.start()
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
         if not _atexit_registered:
@@ -66,6 +68,7 @@ def unload(ip: Any) -> None:
     loaded.sampler.stop()
     oom.uninstall_oom_handler(loaded.ip)
     loaded.ip.magics_manager.magics["line"].pop("gpumem", None)
+    loaded.ip.magics_manager.magics["cell"].pop("gpumem", None)
 
 
 def shutdown() -> None:

@@ -1,23 +1,28 @@
-"""`%gpumem` line magic: a thin dispatcher over the Python API; bad input is one UsageError line."""
+"""`%gpumem` line magic and `%%gpumem` cell magic: a thin dispatcher over the Python API; bad input is one
+UsageError line. The analysis commands (analyze, recommend, autobatch, benchmark) live in magics_analysis."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+import sys
+import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from . import clear as clearing
+from . import magics_analysis
 from . import oom as oom_checklist
+from .magics_analysis import parse as _parse
 from .render import status_bundle
 from .status import get_status
 
-USAGE = "usage: %gpumem {status,clear,oom} [options]   (%gpumem --help, %gpumem COMMAND --help)"
 NO_OOM = "no CUDA out-of-memory error in this kernel yet"
 _HELP_FLAGS = ("--help", "-h")
 
@@ -41,15 +46,6 @@ def _clear_arguments(line: str) -> None:
 @magic_arguments("gpumem oom")
 def _oom_arguments(line: str) -> None:
     """Show the checklist of the last CUDA out-of-memory error in this kernel again."""
-
-
-def _parse(spec: Callable[..., Any], command: str, rest: str) -> Any:
-    try:
-        return parse_argstring(spec, rest)
-    except UsageError as error:  # argparse's complaint, e.g. "unrecognized arguments: --bogus"
-        raise UsageError(f"gpumem {command}: {error}") from None
-    except ValueError as error:  # unbalanced quotes in the line
-        raise UsageError(f"gpumem {command}: {error}") from None
 
 
 def status(shell: Any, rest: str) -> None:
@@ -90,7 +86,12 @@ COMMANDS: Dict[str, Command] = {
     "status": Command(status, _status_arguments),
     "clear": Command(clear, _clear_arguments),
     "oom": Command(oom, _oom_arguments),
+    "analyze": Command(magics_analysis.analyze, magics_analysis.analyze_arguments),
+    "recommend": Command(magics_analysis.recommend, magics_analysis.recommend_arguments),
+    "autobatch": Command(magics_analysis.autobatch, magics_analysis.autobatch_arguments),
+    "benchmark": Command(magics_analysis.benchmark, magics_analysis.benchmark_arguments),
 }
+USAGE = f"usage: %gpumem {{{','.join(COMMANDS)}}} [options]   (%gpumem --help, %gpumem COMMAND --help)"
 
 
 def help_text(command: Command) -> str:
@@ -103,15 +104,145 @@ def help_text(command: Command) -> str:
 
 
 def _summary(command: Command) -> str:
-    return help_text(command).splitlines()[0][len("usage: "):]
+    """The usage line; a long one (argparse wraps it) shortened to `%gpumem NAME POSITIONALS [options]`."""
+    usage = " ".join(help_text(command).split("\n\n")[0][len("usage: "):].split())
+    if len(usage) <= 100:
+        return usage
+    parser = command.spec.parser
+    positionals = [action.metavar or action.dest for action in parser._actions if not action.option_strings]
+    return " ".join([f"%{parser.prog}", *positionals, "[options]"])
 
 
 def overview() -> str:
     """`%gpumem --help`: one usage line per command."""
     lines = ["GPU memory of this kernel. Commands:"]
     lines += [f"  {_summary(command)}" for command in COMMANDS.values()]
+    lines.append(f"  {cell_help().splitlines()[0][len('usage: '):]}   (cell magic: the cell's peak and delta)")
     lines.append("%gpumem COMMAND --help shows a command's options.")
     return "\n".join(lines)
+
+
+# --- %%gpumem: the cell's peak and delta ---------------------------------------------------------------------
+
+
+@magic_arguments("%gpumem")
+@argument("--device", metavar="N", help="CUDA device to report: N or cuda:N (default: every device CUDA uses)")
+def _cell_arguments(line: str) -> None:
+    """Run the cell and report its peak and delta of GPU memory (allocated and reserved, per device) when
+    CUDA is initialised in this kernel (before or by the cell); otherwise the host RSS delta, and says so.
+    Never initialises CUDA itself. The peak is since the cell started (the device's peak counter is reset)."""
+
+
+def cell_help() -> str:
+    """`%%gpumem --help` (help_text drops one `%` of the prog's doubled one)."""
+    return "usage: %" + help_text(Command(lambda shell, rest: None, _cell_arguments))[len("usage: "):]
+
+
+def _cuda_torch() -> Any:
+    """torch, when it is imported and CUDA is initialised in this kernel; else None (never initialises it)."""
+    from .analysis import _torch_cuda_ready
+
+    return sys.modules.get("torch") if _torch_cuda_ready() else None
+
+
+def _cell_device(text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    value = text[len("cuda:"):] if text.startswith("cuda:") else text
+    if not value.isdigit():
+        raise UsageError(f"gpumem cell: --device {text!r}: expected N or cuda:N")
+    index = int(value)
+    torch = _cuda_torch()
+    if torch is not None and index >= torch.cuda.device_count():
+        raise UsageError(f"gpumem cell: --device {index}: this kernel sees {torch.cuda.device_count()} CUDA device(s)")
+    return index
+
+
+@dataclass
+class CellReport:
+    devices: List[Any]  # analysis.MonitorResult per CUDA device, or one "host" result
+    rss_delta: int
+    seconds: float
+    error: bool  # the cell raised
+
+
+def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellReport:
+    """Run `cell` inside MemoryMonitor (one per CUDA device in use, or the host) and collect the figures."""
+    import psutil
+
+    from .analysis import MemoryMonitor, MonitorResult
+
+    torch = _cuda_torch()
+    if device is not None:
+        indices = [device]
+    elif torch is not None:
+        indices = [i for i in range(torch.cuda.device_count()) if torch.cuda.memory_reserved(i) > 0]
+        indices = indices or [torch.cuda.current_device()]
+    else:
+        indices = [0]
+    monitors = [MemoryMonitor(i, reset=True, printer=None) for i in indices]
+    process = psutil.Process()
+    rss_before, started = process.memory_info().rss, time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        for monitor in monitors:
+            stack.enter_context(monitor)
+        outcome = shell.run_cell(cell)
+    seconds, rss_delta = time.perf_counter() - started, process.memory_info().rss - rss_before
+    results = [m.result for m in monitors if m.result is not None]
+    after = _cuda_torch()
+    if after is not None and torch is None and device is None:  # the cell initialised CUDA: every device it used
+        for i in range(after.cuda.device_count()):
+            if i not in indices and after.cuda.memory_reserved(i) > 0:
+                results.append(MonitorResult(f"cuda:{i}", after.cuda.max_memory_allocated(i),
+                                             after.cuda.memory_allocated(i), after.cuda.memory_reserved(i), ""))
+        used = [r for r in results if r.reserved_bytes]
+        results = used or results[:1]
+    if any(r.device == "host" for r in results):
+        results = [r for r in results if r.device == "host"][:1]
+    return CellReport(results, rss_delta, seconds, not getattr(outcome, "success", True))
+
+
+def _signed(n: Optional[int]) -> str:
+    from .units import format_bytes
+
+    return "n/a" if n is None else ("+" if n >= 0 else "-") + format_bytes(abs(n), "auto")
+
+
+def cell_bundle(report: CellReport) -> Dict[str, str]:
+    """text/plain and text/html of a %%gpumem report."""
+    import html
+
+    from .units import format_bytes
+
+    head = f"%%gpumem: the cell ran in {report.seconds:.2f} s" + (" (it raised an error)" if report.error else "")
+    rows: List[List[str]] = []  # device, peak, delta, reserved, note
+    for r in report.devices:
+        if r.device != "host":
+            rows.append([r.device, _signed(r.peak_bytes), _signed(r.delta_bytes),
+                         format_bytes(r.reserved_bytes, "auto"),
+                         r.note or "allocated by PyTorch: peak over the cell's start, delta at its end"])
+    host_note = ("CUDA is not initialised in this kernel: host memory only" if not rows
+                 else "host RSS of this process")
+    rows.append(["host RSS", "", _signed(report.rss_delta), "", host_note])
+    text = [head]
+    for device, peak, delta, reserved, note in rows:
+        if device == "host RSS":
+            text.append(f"  {device:<8} delta {delta} ({note})")
+        else:
+            text.append(f"  {device:<8} peak {peak}, delta {delta}, reserved {reserved} ({note})")
+    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    heads = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("device", "peak", "delta", "reserved", "note"))
+    return {"text/plain": "\n".join(text),
+            "text/html": f"<div class='gpumem-cell'><p>{html.escape(head)}</p><table><thead><tr>{heads}</tr>"
+                         f"</thead><tbody>{cells}</tbody></table></div>"}
+
+
+def run_cell_magic(shell: Any, line: str, cell: str) -> None:
+    if _wants_help(line):
+        print(cell_help())
+        return
+    args = _parse(_cell_arguments, "cell", line)
+    display(cell_bundle(monitor_cell(shell, cell, _cell_device(args.device))), raw=True)
 
 
 def _wants_help(rest: str) -> bool:
@@ -123,10 +254,14 @@ def _wants_help(rest: str) -> bool:
 
 @magics_class
 class GpumemMagics(Magics):
-    @line_magic
-    def gpumem(self, line: str) -> None:
-        """GPU memory of this kernel. Commands: status [--json]; clear [--vars NAME ...] [--all-cuda-vars]
-        [--list]; oom. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one."""
+    @line_cell_magic
+    def gpumem(self, line: str, cell: Optional[str] = None) -> None:
+        """GPU memory of this kernel. Commands: status; clear; oom; analyze MODEL; recommend MODEL; autobatch
+        MODEL; benchmark MODEL. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
+        `%%gpumem [--device N]` runs the cell and reports its peak and delta."""
+        if cell is not None:
+            run_cell_magic(self.shell, line, cell)
+            return
         words = line.strip().split(None, 1)
         if not words:
             print(USAGE)

@@ -135,3 +135,75 @@ def test_subcommands_register(capsys):
         assert "hello" in cli.build_parser().format_help()
     finally:
         del cli.COMMANDS["hello"]
+
+
+# --- info and analyze -----------------------------------------------------------------------------------------
+
+
+def test_module_entry_point_info_without_a_gpu(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(cli.__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "gpumem_kernel", "info"], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "No NVIDIA GPU visible: " in done.stdout
+    for label in ("Host", "Total Memory:", "Available:", "This process:"):
+        assert label in done.stdout
+
+
+def test_info_json_is_a_valid_sample(capsys):
+    from gpumem_kernel.protocol import validate
+
+    code, out, _ = run(capsys, "info", "--format", "json")
+    assert code == 0
+    validate(json.loads(out))
+    assert not torch.cuda.is_initialized()  # NVML only
+
+
+def test_info_lists_each_gpu(make_prober):
+    from fake_nvml import FakeGpu, GiB
+
+    prober = make_prober([FakeGpu("NVIDIA GeForce RTX 4080 SUPER", "GPU-1", total=16 * GiB, used=4 * GiB),
+                          FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-2", total=80 * GiB, used=0, cc=(8, 0))])
+    text = cli.info_text(prober().to_dict())
+
+    assert "2 GPUs visible" in text and "No NVIDIA GPU" not in text
+    assert "GPU 0: NVIDIA GeForce RTX 4080 SUPER" in text and "GPU 1: NVIDIA A100-SXM4-80GB" in text
+    assert "Total Memory:     16.00 GiB" in text and "Used:             4.00 GiB (25.0%)" in text
+    assert "Compute:          8.9" in text and "Compute:          8.0" in text
+    assert "Multiprocessors:  n/a (known once CUDA is initialised)" in text and "Host" in text
+
+
+def test_analyze_command(session, capsys):
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--batch", "32", "--target",
+                         "RTX 4080 Super", "--amp", "bf16", "--optimizer", "adamw")
+    assert code == 0, err
+    assert "💾 Memory Analysis - planning for RTX 4080 Super" in out and "🎯 Batch Size Recommendations:" in out
+    assert "Mixed Precision:  Enabled (bfloat16)" in out
+    code, out, _ = run(capsys, "analyze", "--model", "tiny_models:build", "--input", "3x16x16", "--memory",
+                       "4GiB", "--classes", "10", "--format", "json")
+    payload = json.loads(out)
+    schema = json.loads(resources.files("gpumem_kernel").joinpath("schemas/analysis.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(payload)
+    assert payload["engine"] == "traced" and payload["recommendations"]["maximum"]
+    assert payload["settings"]["input"].startswith("(3, 16, 16)")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["analyze", "--model", "tiny_models:mlp", "--target", "RTX 9999"], "unknown GPU 'RTX 9999'"),
+    (["analyze", "--model", "tiny_models:mlp", "--memory", "lots"], "cannot read memory size 'lots'"),
+    (["analyze", "--model", "tiny_models:mlp", "--input", "3xq"], "bad input shape '3xq'"),
+    (["analyze", "--model", "tiny_models:mlp", "--input", "3x3"], "training step failed while tracing"),
+    (["analyze", "--model", "tiny_models:not_a_model"], "not a torch.nn.Module"),
+    (["analyze", "--model", "tiny_models:mlp", "--target", "T4", "--memory", "16GiB"], "not allowed with"),
+    (["info", "--format", "yaml"], "invalid choice: 'yaml'"),
+])
+def test_analyze_and_info_errors_are_one_line(session, capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1, err

@@ -62,7 +62,8 @@ def test_status_json_prints_a_valid_sample(ip):
 
 def test_no_words_prints_the_usage(ip):
     usage = run(ip, "%gpumem").stdout.strip()
-    assert usage.startswith("usage: %gpumem {status,clear,oom}") and "--help" in usage
+    assert usage.startswith("usage: %gpumem {status,clear,oom,analyze,recommend,autobatch,benchmark}")
+    assert "--help" in usage
 
 
 def test_help_lists_every_command_and_its_options(ip):
@@ -70,6 +71,9 @@ def test_help_lists_every_command_and_its_options(ip):
     assert "%gpumem status [--json]" in overview
     assert "%gpumem clear [--vars NAME [NAME ...]] [--all-cuda-vars] [--list]" in overview
     assert "%gpumem oom" in overview
+    for line in ("%gpumem analyze MODEL [options]", "%gpumem recommend MODEL [options]",
+                 "%gpumem autobatch MODEL [options]", "%gpumem benchmark MODEL [options]", "%%gpumem [--device N]"):
+        assert line in overview
     clear_help = run(ip, "%gpumem clear --help")
     assert clear_help.stderr == "" and clear_help.stdout.startswith("usage: %gpumem clear ")
     assert all(option in clear_help.stdout for option in ("--vars", "--all-cuda-vars", "--list", "dry run"))
@@ -79,7 +83,8 @@ def test_help_lists_every_command_and_its_options(ip):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("%gpumem bogus", "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom"),
+        ("%gpumem bogus", "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom, analyze, recommend, "
+                          "autobatch, benchmark"),
         ("%gpumem status --bogus", "UsageError: gpumem status: unrecognized arguments: --bogus"),
         ("%gpumem clear --bogus", "UsageError: gpumem clear: unrecognized arguments: --bogus"),
         ("%gpumem clear --vars", "UsageError: gpumem clear: argument --vars: expected at least one argument"),

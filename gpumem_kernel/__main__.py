@@ -1,0 +1,8 @@
+"""`python -m gpumem_kernel info|analyze|autobatch|benchmark ...` (see cli.py)."""
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
