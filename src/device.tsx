@@ -102,11 +102,20 @@ function Legend(props: IBarProps): JSX.Element {
   );
 }
 
+/** "Shut down kernel" for the other kernels of this server in the process list. */
+export interface IKernelShutdown {
+  /** True for another kernel of this server (not this one, not another server's). */
+  can(kernelId: string): boolean;
+  /** Shut it down (asks first). */
+  run(kernelId: string): void;
+}
+
 interface IProcessProps {
   readonly processes: ReadonlyArray<IGpuProcess>;
   readonly unit: SizeUnit;
   readonly trans: Trans;
   readonly labelProcess: (process: IGpuProcess) => string;
+  readonly shutDown?: IKernelShutdown | null;
 }
 
 /**
@@ -128,6 +137,11 @@ function ProcessTable(props: IProcessProps): JSX.Element {
         {processes.map(p => {
           const label = props.labelProcess(p);
           const meta = trans.__('PID %1 · %2', p.pid, p.name ?? trans.__('not visible here'));
+          const shutDown = props.shutDown ?? null;
+          const kernelId =
+            !p.this_kernel && p.kernel_id !== null && shutDown !== null && shutDown.can(p.kernel_id)
+              ? p.kernel_id
+              : null;
           return (
             <tr key={p.pid} className={p.this_kernel ? 'jp-GpuMem-thisKernel' : undefined}>
               <td>
@@ -137,6 +151,16 @@ function ProcessTable(props: IProcessProps): JSX.Element {
                 <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={meta}>
                   {meta}
                 </div>
+                {kernelId !== null && (
+                  <button
+                    type="button"
+                    className="jp-mod-styled jp-mod-warn jp-GpuMem-shutdown"
+                    title={trans.__('Shut down the kernel of %1 to free its GPU memory', label)}
+                    onClick={() => shutDown?.run(kernelId)}
+                  >
+                    {trans.__('Shut down kernel')}
+                  </button>
+                )}
               </td>
               <td className="jp-GpuMem-num">{formatBytes(p.used, unit)}</td>
             </tr>
@@ -152,6 +176,7 @@ export interface IDeviceSectionProps {
   readonly settings: IGpuMemSettings;
   readonly trans: Trans;
   readonly labelProcess: (process: IGpuProcess) => string;
+  readonly shutDown?: IKernelShutdown | null;
 }
 
 /** `<section class="jp-GpuMem-device">` for one GPU. */
@@ -223,6 +248,7 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
           unit={unit}
           trans={trans}
           labelProcess={props.labelProcess}
+          shutDown={props.shutDown}
         />
       )}
     </section>

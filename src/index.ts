@@ -5,6 +5,9 @@
  *   kernel (one bridge per session) and keeps the settings and the server's sessions up to date.
  * - `jupyterlab-gpumem:panel` adds the "GPU Memory" panel to the right sidebar and the open command.
  * - `jupyterlab-gpumem:status` adds the status-bar item (optional: skipped without a status bar).
+ * - `jupyterlab-gpumem:actions` (actionsplugin.ts): clear, restart and free, the OOM checklist and its
+ *   notification, "shut down kernel", the notebook toolbar button. The MIME renderer of the inline outputs
+ *   is the package's `mimeExtension` (mime.tsx).
  *
  * The model token is exported so that later extensions (OOM checklist, analysis renderer) share the comm.
  */
@@ -22,6 +25,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
 import { Signal } from '@lumino/signaling';
 
+import { actionsPlugin } from './actionsplugin';
 import { statusSummary } from './statussummary';
 import { CurrentSession } from './current';
 import { TRANSLATION_DOMAIN } from './i18n';
@@ -30,10 +34,11 @@ import { GpuMemModel } from './model';
 import { GpuMemPanel } from './panel';
 import { readSettings } from './settings';
 import { GpuMemStatusItem, OPEN_PANEL_COMMAND } from './statusitem';
-import { IGpuMemModel } from './tokens';
+import { IGpuMemActions, IGpuMemModel } from './tokens';
 import { CLIENT } from './version';
 
-export { IGpuMemModel } from './tokens';
+export { IGpuMemActions, IGpuMemModel } from './tokens';
+export * from './commandids';
 export type { IKernelProblem } from './bridge';
 export { RequestError } from './bridge';
 export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './model';
@@ -87,17 +92,18 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
   description: 'The GPU Memory panel in the right sidebar.',
   autoStart: true,
   requires: [IGpuMemModel, ILabShell, ITranslator],
-  optional: [ILayoutRestorer, ICommandPalette],
+  optional: [ILayoutRestorer, ICommandPalette, IGpuMemActions],
   activate: (
     app: JupyterFrontEnd,
     model: IGpuMemModel,
     shell: ILabShell,
     translator: ITranslator,
     restorer: ILayoutRestorer | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    actions: IGpuMemActions | null
   ): void => {
     const trans = translator.load(TRANSLATION_DOMAIN);
-    const panel = new GpuMemPanel(model, trans);
+    const panel = new GpuMemPanel(model, trans, actions);
     shell.add(panel, 'right', { rank: 500 });
     restorer?.add(panel, panelPlugin.id);
 
@@ -150,4 +156,4 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [modelPlugin, panelPlugin, statusPlugin];
+export default [modelPlugin, actionsPlugin, panelPlugin, statusPlugin];

@@ -29,6 +29,8 @@ import type { IGpuMemModel } from './tokens';
 
 /** What the server says about a kernel's session. */
 export interface IKernelSession {
+  /** The session id (what the sessions API shuts down). */
+  readonly id: string;
   readonly path: string;
   readonly type: string;
   readonly name: string;
@@ -134,14 +136,19 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
     const sessions = new Map<string, IKernelSession>();
     for (const model of models) {
       if (model.kernel) {
-        sessions.set(model.kernel.id, { path: model.path, type: model.type, name: model.name });
+        sessions.set(model.kernel.id, {
+          id: model.id,
+          path: model.path,
+          type: model.type,
+          name: model.name
+        });
       }
     }
     const same =
       sessions.size === this._sessions.size &&
       [...sessions].every(([id, s]) => {
         const old = this._sessions.get(id);
-        return old !== undefined && old.path === s.path && old.type === s.type;
+        return old !== undefined && old.id === s.id && old.path === s.path && old.type === s.type;
       });
     if (!same) {
       this._sessions = sessions;
@@ -159,14 +166,8 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
       previous.stateChanged.disconnect(this._onBridgeState, this);
       previous.dataChanged.disconnect(this._onBridgeData, this);
     }
-    let bridge: KernelBridge | null = null;
-    if (sessionContext !== null && !sessionContext.isDisposed) {
-      bridge = this._bridges.get(sessionContext) ?? null;
-      if (bridge === null) {
-        bridge = this._createBridge(sessionContext, this._settings);
-        this._bridges.set(sessionContext, bridge);
-        sessionContext.disposed.connect(this._onSessionDisposed, this);
-      }
+    const bridge = sessionContext === null ? null : this.bridgeFor(sessionContext);
+    if (bridge !== null) {
       bridge.stateChanged.connect(this._onBridgeState, this);
       bridge.dataChanged.connect(this._onBridgeData, this);
     }
@@ -175,6 +176,23 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
       this._stateChanged.emit(this.state);
     }
     this._changed.emit();
+  }
+
+  /**
+   * The bridge of a session, created when there is none yet (restart-and-free on a notebook that is not
+   * current still needs its kernel's samples). Null for a disposed session.
+   */
+  bridgeFor(sessionContext: ISessionContext): KernelBridge | null {
+    if (this._isDisposed || sessionContext.isDisposed) {
+      return null;
+    }
+    let bridge = this._bridges.get(sessionContext) ?? null;
+    if (bridge === null) {
+      bridge = this._createBridge(sessionContext, this._settings);
+      this._bridges.set(sessionContext, bridge);
+      sessionContext.disposed.connect(this._onSessionDisposed, this);
+    }
+    return bridge;
   }
 
   labelProcess(process: IGpuProcess): string {

@@ -1,23 +1,27 @@
 /**
- * The right-sidebar "GPU Memory" panel: a ReactWidget that re-renders the view on every model change.
+ * The right-sidebar "GPU Memory" panel: a ReactWidget that re-renders the view on every change of the model
+ * (once per sample) and of the current notebook's actions (clear, restart, OOM checklist).
  */
 import { Clipboard } from '@jupyterlab/apputils';
-import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { GpuMemView } from './view';
 import type { Trans } from './i18n';
 import { gpuIcon } from './icons';
-import type { IGpuMemModel } from './tokens';
+import type { IGpuMemActions, IGpuMemModel } from './tokens';
 
 /** The panel's DOM id (the layout restorer, the open command and the UI tests use it). */
 export const PANEL_ID = 'jp-GpuMem-panel';
 
 export class GpuMemPanel extends ReactWidget {
-  constructor(model: IGpuMemModel, trans: Trans) {
+  constructor(model: IGpuMemModel, trans: Trans, actions: IGpuMemActions | null = null) {
     super();
     this._model = model;
     this._trans = trans;
+    this._actions = actions;
+    model.changed.connect(this._onChange, this);
+    actions?.changed.connect(this._onChange, this);
     this.id = PANEL_ID;
     this.addClass('jp-GpuMem-panel');
     this.title.icon = gpuIcon;
@@ -28,18 +32,29 @@ export class GpuMemPanel extends ReactWidget {
 
   protected render(): JSX.Element {
     return (
-      <UseSignal signal={this._model.changed} initialSender={this._model}>
-        {() => (
-          <GpuMemView
-            model={this._model}
-            trans={this._trans}
-            onCopy={text => Clipboard.copyToSystem(text)}
-          />
-        )}
-      </UseSignal>
+      <GpuMemView
+        model={this._model}
+        trans={this._trans}
+        actions={this._actions}
+        onCopy={text => Clipboard.copyToSystem(text)}
+      />
     );
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._model.changed.disconnect(this._onChange, this);
+    this._actions?.changed.disconnect(this._onChange, this);
+    super.dispose();
+  }
+
+  private _onChange(): void {
+    this.update();
   }
 
   private readonly _model: IGpuMemModel;
   private readonly _trans: Trans;
+  private readonly _actions: IGpuMemActions | null;
 }

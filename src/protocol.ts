@@ -9,10 +9,13 @@
 import type { JSONObject } from '@lumino/coreutils';
 
 import {
+  allOf,
   arrayOf,
+  arrayOfAtLeast,
   bool,
   bytes,
   type Check,
+  constant,
   count,
   describeValue,
   int,
@@ -24,7 +27,9 @@ import {
   numIn,
   object,
   oneOf,
-  str
+  recordOf,
+  str,
+  strLength
 } from './validate';
 
 /** The protocol this extension speaks. A `hello` with another number is refused. */
@@ -555,4 +560,401 @@ export function makeOpen(interval: number, historySeconds: number, client: strin
     history_seconds: Math.round(historySeconds),
     client
   };
+}
+
+
+// ---------------------------------------------------------------------------------------------------------
+// Inline outputs and main-thread answers: the clear report and the OOM checklist
+// (gpumem_kernel/schemas/clear.schema.json and oom.schema.json). Unlike the comm messages above, these
+// payloads carry a `version` and are read from cell outputs that may be years old, so a payload that does
+// not fit is shown as one line instead of being half-rendered.
+
+/** The MIME type of the OOM checklist output (the kernel's handler adds it after the traceback). */
+export const OOM_MIME = 'application/vnd.gpumem.oom.v1+json';
+
+/** The MIME type of the clear report output (`%gpumem clear`). */
+export const CLEAR_MIME = 'application/vnd.gpumem.clear.v1+json';
+
+/** Bytes per device name ("cuda:0", "cpu", "mps"). */
+export type ByDevice = Record<string, number>;
+
+/** A name that keeps tensors alive, and the bytes only it keeps alive. */
+export interface IClearHolder {
+  name: string;
+  kind: 'tensor' | 'module' | 'optimizer' | 'list' | 'tuple' | 'dict' | 'set' | 'traceback' | 'other';
+  type_name: string;
+  bytes: number;
+  by_device: ByDevice;
+  tensors: number;
+  shape: number[] | null;
+  dtype: string | null;
+}
+
+/** One CUDA device before and after a clear: the allocator's figures and NVML's figure for this process. */
+export interface IClearDevice {
+  /** "cuda:N". */
+  device: string;
+  name: string | null;
+  allocated_before: number | null;
+  allocated_after: number | null;
+  reserved_before: number | null;
+  reserved_after: number | null;
+  this_kernel_before: number | null;
+  this_kernel_after: number | null;
+}
+
+/** `application/vnd.gpumem.clear.v1+json`: what a clear dropped, reclaimed, and what still holds memory. */
+export interface IClearPayload {
+  version: 1;
+  dry_run: boolean;
+  torch_imported: boolean;
+  cuda_initialized: boolean;
+  /** Where the last error's traceback was referenced from (`sys.last_traceback`, …). */
+  traceback_sources: string[];
+  traceback_frames: number;
+  traceback_freed: IClearHolder | null;
+  output_cache: IClearHolder[];
+  output_cache_entries: number;
+  /** User variables deleted on request (`--vars`, `--all-cuda-vars`). */
+  deleted: IClearHolder[];
+  gc_collected: number | null;
+  emptied_cache: boolean;
+  devices: IClearDevice[];
+  host_rss_before: number | null;
+  host_rss_after: number | null;
+  /** What still holds memory, largest CUDA share first. */
+  holders: IClearHolder[];
+  holders_more: number;
+  notes: string[];
+  /** "cuda:N" → bytes returned (NVML's figure for this process when known, else the allocator's). */
+  reclaimed: Record<string, number | null>;
+}
+
+/** The numbers of PyTorch's out-of-memory message. */
+export interface IOomInfo {
+  format: '1.x' | '2.x' | 'cuda-error' | 'unknown';
+  backend: 'CUDA' | 'HIP' | 'XPU';
+  exception: string | null;
+  message: string;
+  tried_to_allocate: number | null;
+  device: number | null;
+  total_capacity: number | null;
+  free: number | null;
+  allowed: number | null;
+  allocated_by_pytorch: number | null;
+  private_pools: number | null;
+  reserved_unallocated: number | null;
+  reserved_total: number | null;
+  this_process_total: number | null;
+  other_processes: Array<{ pid: number; used: number }>;
+  hint: 'expandable_segments' | 'max_split_size_mb' | null;
+}
+
+export interface IOomFragmentation {
+  reserved_unallocated: number;
+  threshold: number;
+  decisive: boolean;
+  expandable_segments_set: boolean;
+  suggest: boolean;
+}
+
+/** Another process on the device that failed (from the message, a fresh probe, or both). */
+export interface IOomProcess {
+  pid: number;
+  used: number | null;
+  name: string | null;
+  kernel_id: string | null;
+  child_of_kernel: boolean;
+  source: 'message' | 'probe' | 'both';
+}
+
+export interface IOomTraceback {
+  frames: number;
+  tensors: number;
+  bytes: number;
+  by_device: ByDevice;
+}
+
+export interface IOomHost {
+  rss: number | null;
+  total: number | null;
+  available: number | null;
+  workers: number;
+  workers_rss: number;
+  container_limit: number | null;
+  container_usage: number | null;
+  low: boolean;
+}
+
+export interface IOomLoader {
+  name: string;
+  batch_size: number | null;
+  num_workers: number;
+}
+
+export interface IOomInputSize {
+  name: string;
+  value: number;
+  kind: 'image' | 'sequence';
+}
+
+export interface IOomModel {
+  name: string;
+  type_name: string;
+  parameters: number;
+  bytes: number;
+  blocks: string | null;
+  blocks_kind: 'ModuleList' | 'Sequential' | null;
+  hf_checkpointing: boolean;
+  checkpointing_on: boolean;
+}
+
+/** The variable names the inserted cells use. */
+export interface IOomNames {
+  model: string;
+  optimizer: string;
+  loader: string;
+  criterion: string;
+  device: string;
+}
+
+/** What the message, a fresh probe and the user namespace say. */
+export interface IOomDiagnosis {
+  device: number | null;
+  too_large: boolean;
+  fragmentation: IOomFragmentation | null;
+  other_processes: IOomProcess[];
+  pid_unmatched: boolean;
+  traceback: IOomTraceback | null;
+  host: IOomHost | null;
+  loaders: IOomLoader[];
+  num_workers: number | null;
+  amp: 'likely' | 'unknown';
+  bf16_supported: boolean | null;
+  batch_size: number | null;
+  batch_size_source: string | null;
+  input_size: IOomInputSize | null;
+  model: IOomModel | null;
+  names: IOomNames;
+  alloc_conf_var: 'PYTORCH_CUDA_ALLOC_CONF' | 'PYTORCH_HIP_ALLOC_CONF';
+  alloc_conf: string | null;
+  torch_version: string | null;
+  notes: string[];
+}
+
+/** What a checklist step's button does (null: advice only). */
+export type OomStepAction =
+  | 'clear'
+  | 'restart'
+  | 'shutdown-kernel'
+  | 'insert-cell'
+  | 'insert-env-cell-and-restart';
+
+/** One checklist step: a button (action), a cell to insert (code) or advice (action null). */
+export interface IOomStep {
+  /** `^[a-z0-9-]+$`; the key under which the tick is remembered. */
+  id: string;
+  title: string;
+  detail: string;
+  action: OomStepAction | null;
+  /** Set for `shutdown-kernel`. */
+  kernel_id: string | null;
+  /** Set for `insert-cell` and `insert-env-cell-and-restart`. */
+  code: string | null;
+}
+
+/** `application/vnd.gpumem.oom.v1+json`: the parsed message, the diagnosis and the checklist. */
+export interface IOomPayload {
+  version: 1;
+  /** One to three lines: what failed, with PyTorch's figures. */
+  summary: string[];
+  info: IOomInfo;
+  diagnosis: IOomDiagnosis;
+  /** Cheapest and least drastic first. */
+  steps: IOomStep[];
+}
+
+const byDeviceCheck = recordOf(bytes);
+
+const holderCheck = object({
+  name: str,
+  kind: oneOf('tensor', 'module', 'optimizer', 'list', 'tuple', 'dict', 'set', 'traceback', 'other'),
+  type_name: str,
+  bytes,
+  by_device: byDeviceCheck,
+  tensors: count,
+  shape: nullable(arrayOf(count)),
+  dtype: nullable(str)
+});
+
+const cudaName = /^cuda:[0-9]+$/;
+
+const clearDeviceCheck = object({
+  device: matching(cudaName, 'a device name like "cuda:0"'),
+  name: nullable(str),
+  allocated_before: nullable(bytes),
+  allocated_after: nullable(bytes),
+  reserved_before: nullable(bytes),
+  reserved_after: nullable(bytes),
+  this_kernel_before: nullable(bytes),
+  this_kernel_after: nullable(bytes)
+});
+
+const clearCheck = object({
+  version: constant(1),
+  dry_run: bool,
+  torch_imported: bool,
+  cuda_initialized: bool,
+  traceback_sources: arrayOf(str),
+  traceback_frames: count,
+  traceback_freed: nullable(holderCheck),
+  output_cache: arrayOf(holderCheck),
+  output_cache_entries: count,
+  deleted: arrayOf(holderCheck),
+  gc_collected: nullable(count),
+  emptied_cache: bool,
+  devices: arrayOf(clearDeviceCheck),
+  host_rss_before: nullable(bytes),
+  host_rss_after: nullable(bytes),
+  holders: arrayOf(holderCheck),
+  holders_more: count,
+  notes: arrayOf(str),
+  reclaimed: recordOf(nullable(int), cudaName, 'a device name like "cuda:0"')
+});
+
+const oomInfoCheck = object({
+  format: oneOf('1.x', '2.x', 'cuda-error', 'unknown'),
+  backend: oneOf('CUDA', 'HIP', 'XPU'),
+  exception: nullable(str),
+  message: strLength(0, 2000),
+  tried_to_allocate: nullable(bytes),
+  device: nullable(count),
+  total_capacity: nullable(bytes),
+  free: nullable(bytes),
+  allowed: nullable(bytes),
+  allocated_by_pytorch: nullable(bytes),
+  private_pools: nullable(bytes),
+  reserved_unallocated: nullable(bytes),
+  reserved_total: nullable(bytes),
+  this_process_total: nullable(bytes),
+  other_processes: arrayOf(object({ pid: count, used: bytes })),
+  hint: nullable(oneOf('expandable_segments', 'max_split_size_mb'))
+});
+
+const oomDiagnosisCheck = object({
+  device: nullable(count),
+  too_large: bool,
+  fragmentation: nullable(
+    object({
+      reserved_unallocated: bytes,
+      threshold: bytes,
+      decisive: bool,
+      expandable_segments_set: bool,
+      suggest: bool
+    })
+  ),
+  other_processes: arrayOf(
+    object({
+      pid: count,
+      used: nullable(bytes),
+      name: nullable(str),
+      kernel_id: nullable(str),
+      child_of_kernel: bool,
+      source: oneOf('message', 'probe', 'both')
+    })
+  ),
+  pid_unmatched: bool,
+  traceback: nullable(object({ frames: count, tensors: count, bytes, by_device: byDeviceCheck })),
+  host: nullable(
+    object({
+      rss: nullable(bytes),
+      total: nullable(bytes),
+      available: nullable(bytes),
+      workers: count,
+      workers_rss: bytes,
+      container_limit: nullable(bytes),
+      container_usage: nullable(bytes),
+      low: bool
+    })
+  ),
+  loaders: arrayOf(object({ name: str, batch_size: nullable(count), num_workers: count })),
+  num_workers: nullable(count),
+  amp: oneOf('likely', 'unknown'),
+  bf16_supported: nullable(bool),
+  batch_size: nullable(intIn(1, Number.MAX_SAFE_INTEGER)),
+  batch_size_source: nullable(str),
+  input_size: nullable(
+    object({ name: str, value: intIn(1, Number.MAX_SAFE_INTEGER), kind: oneOf('image', 'sequence') })
+  ),
+  model: nullable(
+    object({
+      name: str,
+      type_name: str,
+      parameters: count,
+      bytes,
+      blocks: nullable(str),
+      blocks_kind: nullable(oneOf('ModuleList', 'Sequential')),
+      hf_checkpointing: bool,
+      checkpointing_on: bool
+    })
+  ),
+  names: object({ model: str, optimizer: str, loader: str, criterion: str, device: str }),
+  alloc_conf_var: oneOf('PYTORCH_CUDA_ALLOC_CONF', 'PYTORCH_HIP_ALLOC_CONF'),
+  alloc_conf: nullable(str),
+  torch_version: nullable(str),
+  notes: arrayOf(str)
+});
+
+/** A step's button needs what it acts on: a kernel id to shut down, a cell's code to insert. */
+const stepNeeds: Check = (value, path) => {
+  const step = value as Record<string, unknown>;
+  if (step.action === 'shutdown-kernel') {
+    return strLength(1)(step.kernel_id, `${path}.kernel_id`);
+  }
+  if (step.action === 'insert-cell' || step.action === 'insert-env-cell-and-restart') {
+    return strLength(1)(step.code, `${path}.code`);
+  }
+  return null;
+};
+
+const stepCheck = allOf(
+  object({
+    id: matching(/^[a-z0-9-]+$/, 'a step id of a-z, 0-9 and -'),
+    title: strLength(1),
+    detail: str,
+    action: nullable(
+      oneOf('clear', 'restart', 'shutdown-kernel', 'insert-cell', 'insert-env-cell-and-restart')
+    ),
+    kernel_id: nullable(str),
+    code: nullable(str)
+  }),
+  stepNeeds
+);
+
+const oomCheck = object({
+  version: constant(1),
+  summary: arrayOfAtLeast(1, str),
+  info: oomInfoCheck,
+  diagnosis: oomDiagnosisCheck,
+  steps: arrayOfAtLeast(1, stepCheck)
+});
+
+/** Explains why `value` is not a clear report (version 1), or null when it is. */
+export function clearPayloadProblem(value: unknown): string | null {
+  return clearCheck(value, 'clear');
+}
+
+/** A complete, well-typed clear report (`application/vnd.gpumem.clear.v1+json`). */
+export function isClearPayload(value: unknown): value is IClearPayload {
+  return clearPayloadProblem(value) === null;
+}
+
+/** Explains why `value` is not an OOM checklist (version 1), or null when it is. */
+export function oomPayloadProblem(value: unknown): string | null {
+  return oomCheck(value, 'oom');
+}
+
+/** A complete, well-typed OOM checklist (`application/vnd.gpumem.oom.v1+json`). */
+export function isOomPayload(value: unknown): value is IOomPayload {
+  return oomPayloadProblem(value) === null;
 }

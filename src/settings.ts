@@ -19,6 +19,12 @@ export interface IGpuMemSettings {
   /** Load the kernel shim silently when a Python kernel starts. */
   readonly autoLoad: boolean;
   readonly showStatusBar: boolean;
+  /** Ask before "Restart and free" (JupyterLab's own restart dialog is not shown). */
+  readonly confirmRestart: boolean;
+  /** "Restart and free" also clears every output, like "Restart Kernel and Clear Outputs". */
+  readonly clearOutputsOnRestart: boolean;
+  /** How long "Restart and free" waits for NVML to drop the old kernel's PID (5–300 s). */
+  readonly restartTimeoutSeconds: number;
 }
 
 export const DEFAULT_SETTINGS: IGpuMemSettings = {
@@ -28,8 +34,15 @@ export const DEFAULT_SETTINGS: IGpuMemSettings = {
   criticalThreshold: 95,
   units: 'GiB',
   autoLoad: true,
-  showStatusBar: true
+  showStatusBar: true,
+  confirmRestart: true,
+  clearOutputsOnRestart: false,
+  restartTimeoutSeconds: 30
 };
+
+function boolOr(value: unknown, fallback: boolean): boolean {
+  return typeof value === 'boolean' ? value : fallback;
+}
 
 function numberIn(value: unknown, min: number, max: number, fallback: number): number {
   if (typeof value !== 'number' || !Number.isFinite(value)) {
@@ -55,7 +68,15 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
     showStatusBar:
       typeof composite.showStatusBar === 'boolean'
         ? composite.showStatusBar
-        : DEFAULT_SETTINGS.showStatusBar
+        : DEFAULT_SETTINGS.showStatusBar,
+    confirmRestart: boolOr(composite.confirmRestart, DEFAULT_SETTINGS.confirmRestart),
+    clearOutputsOnRestart: boolOr(composite.clearOutputsOnRestart, DEFAULT_SETTINGS.clearOutputsOnRestart),
+    restartTimeoutSeconds: numberIn(
+      composite.restartTimeoutSeconds,
+      5,
+      300,
+      DEFAULT_SETTINGS.restartTimeoutSeconds
+    )
   };
 }
 

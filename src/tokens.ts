@@ -8,6 +8,7 @@ import { Token } from '@lumino/coreutils';
 import type { ISignal } from '@lumino/signaling';
 
 import type { IKernelProblem } from './bridge';
+import type { IKernelSession } from './model';
 import type {
   IGpuProcess,
   IHello,
@@ -16,8 +17,10 @@ import type {
   ISample,
   RequestAction
 } from './protocol';
+import type { IBridgeView, SessionActions } from './sessionactions';
 import type { IGpuMemSettings } from './settings';
 import type { IBridgeState } from './state';
+import type { TickStore } from './ticks';
 
 /** The live GPU memory of the current notebook's (or console's) kernel. */
 export interface IGpuMemModel {
@@ -44,8 +47,12 @@ export interface IGpuMemModel {
   readonly changed: ISignal<IGpuMemModel, void>;
   /** Emitted when `state` changes. */
   readonly stateChanged: ISignal<IGpuMemModel, IBridgeState>;
+  /** Kernel id → its session on this server (to name other kernels' processes by their notebook). */
+  readonly sessions: ReadonlyMap<string, IKernelSession>;
   /** "this kernel", "notebook: <path>", "console: <path>", "kernel <id8>" or "external". */
   labelProcess(process: IGpuProcess): string;
+  /** The bridge of any open session (created when needed), or null for a disposed one. */
+  bridgeFor(sessionContext: ISessionContext): IBridgeView | null;
   /** Ask the current kernel's sampler something (see the wire format's request actions). */
   request<A extends RequestAction>(
     action: A,
@@ -62,4 +69,29 @@ export interface IGpuMemModel {
 export const IGpuMemModel = new Token<IGpuMemModel>(
   'jupyterlab-gpumem:IGpuMemModel',
   'The live GPU memory of the current notebook kernel (state, samples, history, requests).'
+);
+
+/**
+ * Clear, restart-and-free, the OOM checklist and "shut down kernel", per open notebook or console
+ * (from the `jupyterlab-gpumem:actions` plugin).
+ */
+export interface IGpuMemActions {
+  /** Emitted when the current session's actions change, or the current session does. */
+  readonly changed: ISignal<IGpuMemActions, void>;
+  /** The actions of the session the panel follows. */
+  readonly current: SessionActions | null;
+  /** The OOM checklist's ticks, per notebook. */
+  readonly ticks: TickStore;
+  /** "notebook: <path>" / "console: <path>" for a kernel of this server, else null. */
+  labelKernel(kernelId: string): string | null;
+  /** True for another kernel of this server. */
+  canShutDownKernel(kernelId: string): boolean;
+  /** Shut down another kernel of this server (asks first); true when it was shut down. */
+  shutDownKernel(kernelId: string): Promise<boolean>;
+}
+
+/** The token that provides the actions. */
+export const IGpuMemActions = new Token<IGpuMemActions>(
+  'jupyterlab-gpumem:IGpuMemActions',
+  'Clear GPU memory, restart and free, the OOM checklist, per open notebook.'
 );

@@ -160,3 +160,70 @@ export function object(
     return null;
   };
 }
+
+/** Exactly `value` (a JSON Schema `const`). */
+export function constant(value: string | number | boolean): Check {
+  return (actual, path) =>
+    actual === value ? null : expected(JSON.stringify(value))(actual, path);
+}
+
+/** A string of at least `min` and at most `max` characters. */
+export function strLength(min: number, max: number = Number.MAX_SAFE_INTEGER): Check {
+  return (value, path) =>
+    typeof value === 'string' && value.length >= min && value.length <= max
+      ? null
+      : expected(
+          max === Number.MAX_SAFE_INTEGER
+            ? `a string of at least ${min} character${min === 1 ? '' : 's'}`
+            : `a string of ${min} to ${max} characters`
+        )(value, path);
+}
+
+/** An array of at least `min` items, each passing `check`. */
+export function arrayOfAtLeast(min: number, check: Check): Check {
+  const items = arrayOf(check);
+  return (value, path) => {
+    const problem = items(value, path);
+    if (problem !== null) {
+      return problem;
+    }
+    return (value as unknown[]).length >= min
+      ? null
+      : `${path}: expected at least ${min} item${min === 1 ? '' : 's'}, got ${(value as unknown[]).length}`;
+  };
+}
+
+/**
+ * An object used as a map: every value passes `check`; with `keyPattern`, every key must match it
+ * (JSON Schema `propertyNames`).
+ */
+export function recordOf(check: Check, keyPattern: RegExp | null = null, keyWhat = 'a valid key'): Check {
+  return (value, path) => {
+    if (!isRecord(value)) {
+      return expected('an object')(value, path);
+    }
+    for (const [key, item] of Object.entries(value)) {
+      if (keyPattern !== null && !keyPattern.test(key)) {
+        return `${path}: key ${JSON.stringify(key)} is not ${keyWhat}`;
+      }
+      const problem = check(item, `${path}[${JSON.stringify(key)}]`);
+      if (problem !== null) {
+        return problem;
+      }
+    }
+    return null;
+  };
+}
+
+/** Every check, in order (the first problem wins). */
+export function allOf(...checks: ReadonlyArray<Check>): Check {
+  return (value, path) => {
+    for (const check of checks) {
+      const problem = check(value, path);
+      if (problem !== null) {
+        return problem;
+      }
+    }
+    return null;
+  };
+}

@@ -13,8 +13,9 @@ import type { Trans } from './i18n';
 import { deviceKey, primaryDevice } from './model';
 import type { ISample } from './protocol';
 import type { StateName } from './state';
-import type { IGpuMemModel } from './tokens';
-import { DeviceSection } from './device';
+import type { IGpuMemActions, IGpuMemModel } from './tokens';
+import { ActionsSection } from './actionsview';
+import { DeviceSection, type IKernelShutdown } from './device';
 import { HostSection } from './host';
 import { StateMessage } from './statemessage';
 import { Timeline } from './timeline';
@@ -23,6 +24,8 @@ export interface IGpuMemViewProps {
   readonly model: IGpuMemModel;
   readonly trans: Trans;
   readonly onCopy: (text: string) => void;
+  /** Clear, restart-and-free and the OOM checklist (absent: the panel only shows memory). */
+  readonly actions?: IGpuMemActions | null;
 }
 
 /** A short word for the header badge. */
@@ -120,6 +123,12 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
   const settings = model.settings;
   const primary = primaryDevice(sample);
   const busyQueue = model.pendingRequests > 0 && model.kernelStatus === 'busy';
+  const manager = props.actions ?? null;
+  const current = manager?.current ?? null;
+  const shutDown: IKernelShutdown | null =
+    manager === null
+      ? null
+      : { can: id => manager.canShutDownKernel(id), run: id => void manager.shutDownKernel(id) };
   return (
     <div className="jp-GpuMem-root" data-state={state.name}>
       <header className="jp-GpuMem-header">
@@ -140,6 +149,15 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           )}
         </div>
       </header>
+      {manager !== null && current !== null && model.kernelStatus !== null && (
+        <ActionsSection
+          actions={current}
+          manager={manager}
+          unit={settings.units}
+          trans={trans}
+          onCopy={props.onCopy}
+        />
+      )}
       {state.name !== 'live' && (
         <StateMessage
           state={state}
@@ -166,6 +184,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
               settings={settings}
               trans={trans}
               labelProcess={p => model.labelProcess(p)}
+              shutDown={shutDown}
             />
           ))}
           {primary !== null && (

@@ -113,6 +113,12 @@ export function textReply(text: string): unknown {
   };
 }
 
+/** The reply content of a frontend call whose answer is `answer` (as Python's `repr(json.dumps(answer))`). */
+export function answerReply(answer: unknown): unknown {
+  const json = JSON.stringify(answer);
+  return textReply(`'${json.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`);
+}
+
 export function errorReply(ename: string, evalue: string): unknown {
   return {
     status: 'ok',

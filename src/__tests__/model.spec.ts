@@ -20,8 +20,11 @@ const { GIB, MIB } = fx;
 
 describe('labelProcess', () => {
   const sessions = new Map<string, IKernelSession>([
-    [fx.OTHER_KERNEL_ID, { path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }],
-    ['c0ffee00-0000', { path: 'Console 1', type: 'console', name: 'Console 1' }]
+    [
+      fx.OTHER_KERNEL_ID,
+      { id: 'session-big', path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }
+    ],
+    ['c0ffee00-0000', { id: 'session-console', path: 'Console 1', type: 'console', name: 'Console 1' }]
   ]);
   const proc = (over: Partial<IGpuProcess>): IGpuProcess => ({
     pid: 1,
@@ -196,7 +199,10 @@ describe('settings', () => {
       criticalThreshold: 95,
       units: 'GiB',
       autoLoad: true,
-      showStatusBar: true
+      showStatusBar: true,
+      confirmRestart: true,
+      clearOutputsOnRestart: false,
+      restartTimeoutSeconds: 30
     });
   });
 
@@ -217,8 +223,12 @@ describe('settings', () => {
       warnThreshold: 90,
       criticalThreshold: 50,
       units: 'KB',
-      autoLoad: 'no'
+      autoLoad: 'no',
+      confirmRestart: 'yes',
+      restartTimeoutSeconds: 1
     });
+    expect(s.confirmRestart).toBe(true);
+    expect(s.restartTimeoutSeconds).toBe(5);
     expect(s.interval).toBe(0.1);
     expect(s.historyMinutes).toBe(60);
     expect(s.criticalThreshold).toBe(90);

@@ -9,8 +9,21 @@ import Ajv2020 from 'ajv/dist/2020';
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { isError, isHello, isHistory, isReply, isSample, parseResult, ProtocolProblem } from '../protocol';
+import {
+  clearPayloadProblem,
+  isClearPayload,
+  isError,
+  isHello,
+  isHistory,
+  isOomPayload,
+  isReply,
+  isSample,
+  oomPayloadProblem,
+  parseResult,
+  ProtocolProblem
+} from '../protocol';
 import * as fx from './fixtures';
+import * as payloads from './payloads';
 
 const SCHEMA_DIR = path.join(__dirname, '..', '..', 'gpumem_kernel', 'schemas');
 
@@ -174,5 +187,100 @@ describe('the guards agree with the schemas', () => {
     const extra = mutate(fx.sample(), 'gpu.devices.0.temperature', 61);
     expect(isSample(extra)).toBe(true);
     expect(valid('sample.schema.json', extra)).toBe(false);
+  });
+});
+
+describe('inline payloads: the clear report and the OOM checklist', () => {
+  const { clearCpu, clearGpu, clearHoldersCpu, oom1x, oom2x, oomWithOtherKernel } = payloads;
+
+  it.each([
+    ['clear.schema.json', 'cpu', clearCpu()],
+    ['clear.schema.json', 'cpu holders', clearHoldersCpu()],
+    ['clear.schema.json', 'gpu', clearGpu()],
+    ['oom.schema.json', '2.x', oom2x()],
+    ['oom.schema.json', '1.x', oom1x()],
+    ['oom.schema.json', 'other kernel', oomWithOtherKernel()]
+  ])('%s %s is valid under both', (schema, _, payload) => {
+    expect(valid(schema, payload)).toBe(true);
+    expect(schema === 'clear.schema.json' ? isClearPayload(payload) : isOomPayload(payload)).toBe(true);
+  });
+
+  const clearMutations: Array<[string, unknown]> = [
+    ['version', 2],
+    ['dry_run', 'no'],
+    ['traceback_freed', null],
+    ['traceback_freed.kind', 'closure'],
+    ['traceback_frames', -1],
+    ['output_cache', {}],
+    ['gc_collected', null],
+    ['gc_collected', 1.5],
+    ['devices.0.device', 'gpu0'],
+    ['devices.0.reserved_after', null],
+    ['devices.0.reserved_after', -1],
+    ['devices.0.name', undefined],
+    ['holders.0.shape', [64, -3]],
+    ['holders.0.shape', null],
+    ['holders.0.by_device', { 'cuda:0': 'a lot' }],
+    ['holders.0.dtype', 7],
+    ['holders_more', undefined],
+    ['reclaimed', { 'cuda:0': null }],
+    ['reclaimed', { gpu: 1 }],
+    ['reclaimed', { 'cuda:1': 'x' }],
+    ['notes', ['ok', 3]]
+  ];
+
+  it.each(clearMutations)('clear.%s = %p', (at, value) => {
+    const data = mutate(clearGpu(), at, value);
+    expect(isClearPayload(data)).toBe(valid('clear.schema.json', data));
+  });
+
+  const oomMutations: Array<[string, unknown]> = [
+    ['version', 0],
+    ['summary', []],
+    ['summary', [3]],
+    ['steps', []],
+    ['info.format', '3.x'],
+    ['info.backend', 'ROCm'],
+    ['info.message', 'x'.repeat(2001)],
+    ['info.message', 'x'.repeat(2000)],
+    ['info.tried_to_allocate', -1],
+    ['info.other_processes', [{ pid: 1, used: null }]],
+    ['info.hint', 'garbage_collection_threshold'],
+    ['info.hint', null],
+    ['diagnosis.fragmentation', null],
+    ['diagnosis.fragmentation.suggest', 'yes'],
+    ['diagnosis.batch_size', 0],
+    ['diagnosis.batch_size', 16],
+    ['diagnosis.amp', 'off'],
+    ['diagnosis.alloc_conf_var', 'PYTORCH_XPU_ALLOC_CONF'],
+    ['diagnosis.names.model', undefined],
+    ['diagnosis.host.low', null],
+    ['diagnosis.input_size', { name: 'IMG_SIZE', value: 0, kind: 'image' }],
+    ['diagnosis.input_size', { name: 'IMG_SIZE', value: 224, kind: 'image' }],
+    ['steps.0.id', 'Clear GPU'],
+    ['steps.0.title', ''],
+    ['steps.0.action', 'format-disk'],
+    ['steps.0.action', null],
+    ['steps.0.kernel_id', undefined],
+    ['steps.2.kernel_id', null],
+    ['steps.2.kernel_id', ''],
+    ['steps.5.code', null],
+    ['steps.5.code', ''],
+    ['steps.3.code', 'print(1)']
+  ];
+
+  it.each(oomMutations)('oom.%s = %p', (at, value) => {
+    const data = mutate(oomWithOtherKernel(), at, value);
+    expect(isOomPayload(data)).toBe(valid('oom.schema.json', data));
+  });
+
+  it('names the first field that does not fit', () => {
+    expect(oomPayloadProblem(mutate(oom2x(), 'steps.5.code', null))).toBe(
+      'oom.steps[5].code: expected a string of at least 1 character, got null'
+    );
+    expect(clearPayloadProblem(mutate(clearGpu(), 'reclaimed', { gpu: 1 }))).toBe(
+      'clear.reclaimed: key "gpu" is not a device name like "cuda:0"'
+    );
+    expect(oomPayloadProblem('<b>')).toBe('oom: expected an object, got the string "<b>"');
   });
 });

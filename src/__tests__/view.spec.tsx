@@ -9,7 +9,8 @@ import type { ISample } from '../protocol';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { type IBridgeState, INITIAL_STATE, type StateName } from '../state';
 import { statusSummary } from '../statussummary';
-import type { IGpuMemModel } from '../tokens';
+import { TickStore } from '../ticks';
+import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { GpuMemView } from '../view';
 import * as fx from './fixtures';
 
@@ -26,7 +27,10 @@ interface IStubOptions {
 /** A model with fixed data. */
 function stubModel(options: IStubOptions = {}): IGpuMemModel & { retried: number; loaded: number } {
   const sessions = new Map([
-    [fx.OTHER_KERNEL_ID, { path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }]
+    [
+      fx.OTHER_KERNEL_ID,
+      { id: 'session-big', path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }
+    ]
   ]);
   const stub = {
     state: { ...INITIAL_STATE, name: options.state ?? 'live', ...options.stateChanges },
@@ -223,6 +227,38 @@ describe('GpuMemView', () => {
     expect(node.querySelector('img')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-device b')).toBeNull();
     expect(node.textContent).toContain('<img src=x onerror="alert(1)">');
+  });
+});
+
+describe('who holds my GPU', () => {
+  it('offers "Shut down kernel" for the other kernels of this server only', () => {
+    const shutDown: string[] = [];
+    const actions: IGpuMemActions = {
+      changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+      current: null,
+      ticks: new TickStore(null),
+      labelKernel: () => null,
+      canShutDownKernel: id => id === fx.OTHER_KERNEL_ID,
+      shutDownKernel: async id => {
+        shutDown.push(id);
+        return true;
+      }
+    };
+    act(() => {
+      root.render(
+        <GpuMemView model={stubModel()} trans={untranslated} onCopy={() => undefined} actions={actions} />
+      );
+    });
+    const rows = [...container.querySelectorAll('.jp-GpuMem-device')[0].querySelectorAll('tbody tr')];
+    expect(rows.map(r => r.querySelector('.jp-GpuMem-shutdown') !== null)).toEqual([false, true, false, false]);
+    expect(rows[2].textContent).toBe('externalPID 3456 · train.py1.50 GiB');
+    act(() => (rows[1].querySelector('.jp-GpuMem-shutdown') as HTMLButtonElement).click());
+    expect(shutDown).toEqual([fx.OTHER_KERNEL_ID]);
+  });
+
+  it('shows no button without the actions plugin', () => {
+    const node = render(stubModel());
+    expect(node.querySelector('.jp-GpuMem-shutdown')).toBeNull();
   });
 });
 

@@ -1,0 +1,123 @@
+/**
+ * Fakes for the actions: a session context that speaks IOPub and restarts, a bridge whose samples the test
+ * controls, and a host that records what JupyterLab would have been asked to do.
+ */
+import type { Kernel } from '@jupyterlab/services';
+import { Signal } from '@lumino/signaling';
+
+import type { IOomError } from '../oomdetect';
+import type { IHello, IRequestArgs, IRequestResults, ISample, RequestAction } from '../protocol';
+import type { CellPlace, IActionHost, IBridgeView, SessionActions } from '../sessionactions';
+import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
+import { untranslated } from '../i18n';
+import { FakeKernel, FakeSessionContext } from './fakes';
+
+/** An IOPub message of the failing cell `parent`. */
+export function iopub(msgType: string, parent: string, content: unknown): {
+  header: { msg_type: string };
+  parent_header: { msg_id: string };
+  content: unknown;
+} {
+  return { header: { msg_type: msgType }, parent_header: { msg_id: parent }, content };
+}
+
+/** A session context whose kernel can be restarted (the restart itself is up to the test). */
+export class ActionSessionContext extends FakeSessionContext {
+  constructor(kernel: FakeKernel, path = 'train.ipynb') {
+    super(kernel, path);
+  }
+
+  restarts = 0;
+  /** Run by restartKernel(), after the status goes to 'restarting' (the new kernel's data arrive here). */
+  onRestart: () => void = () => undefined;
+
+  async restartKernel(): Promise<void> {
+    this.restarts++;
+    this.statusChanged.emit('restarting' as Kernel.Status);
+    await Promise.resolve();
+    this.onRestart();
+    this.statusChanged.emit('idle');
+  }
+
+  /** Emit an IOPub message. */
+  emitIopub(msgType: string, parent: string, content: unknown): void {
+    (this.iopubMessage as Signal<this, unknown>).emit(iopub(msgType, parent, content));
+  }
+}
+
+/** A bridge whose hello and samples the test sets; requests answered by `answer`. */
+export class FakeBridge implements IBridgeView {
+  constructor(
+    public hello: IHello | null,
+    public latest: ISample | null
+  ) {}
+
+  readonly dataChanged = new Signal<this, void>(this);
+  requests: Array<{ action: string; args: unknown }> = [];
+  answer: (action: RequestAction, args: unknown) => unknown = () => {
+    throw new Error('no answer');
+  };
+
+  request<A extends RequestAction>(action: A, args?: IRequestArgs[A]): Promise<IRequestResults[A]> {
+    this.requests.push({ action, args });
+    try {
+      return Promise.resolve(this.answer(action, args) as IRequestResults[A]);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** New data arrived. */
+  set(hello: IHello | null, latest: ISample | null): void {
+    this.hello = hello;
+    this.latest = latest;
+    this.dataChanged.emit();
+  }
+}
+
+/** Records what JupyterLab would have been asked to do. */
+export class FakeHost implements IActionHost {
+  readonly trans = untranslated;
+  settingsValue: IGpuMemSettings = { ...DEFAULT_SETTINGS };
+  confirmAnswer = true;
+  confirms: boolean[] = [];
+  notified: IOomError[] = [];
+  clearedOutputs = 0;
+  inserted: Array<{ code: string; place: CellPlace }> = [];
+  insertResult = true;
+  shutDown: string[] = [];
+
+  settings(): IGpuMemSettings {
+    return this.settingsValue;
+  }
+
+  confirmRestart(_: SessionActions, clearOutputs: boolean): Promise<boolean> {
+    this.confirms.push(clearOutputs);
+    return Promise.resolve(this.confirmAnswer);
+  }
+
+  notifyOom(_: SessionActions, error: IOomError): void {
+    this.notified.push(error);
+  }
+
+  clearOutputs(): void {
+    this.clearedOutputs++;
+  }
+
+  insertCell(_: SessionActions, code: string, place: CellPlace): boolean {
+    this.inserted.push({ code, place });
+    return this.insertResult;
+  }
+
+  shutDownKernel(kernelId: string): Promise<boolean> {
+    this.shutDown.push(kernelId);
+    return Promise.resolve(true);
+  }
+}
+
+/** Let promise callbacks and zero-delay timers run. */
+export async function flush(times = 10): Promise<void> {
+  for (let i = 0; i < times; i++) {
+    await new Promise<void>(resolve => setTimeout(resolve, 0));
+  }
+}

@@ -1,0 +1,96 @@
+/**
+ * Fixtures for the analysis / autobatch / benchmark renderers: real payloads from CPU runs of small torch
+ * models (traced and simulated engines), made by scripts/make_renderer_fixtures.py, plus a renderer harness.
+ */
+import './domshim';
+
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import * as fs from 'fs';
+import * as path from 'path';
+import { act } from 'react';
+
+import { createGpumemRendererFactories, type GpumemAnalysisRenderer, type IGpumemRendererOptions } from '../renderers';
+
+(globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
+
+export const FIXTURE_DIR = path.join(__dirname, 'fixtures');
+
+export type Json = Record<string, unknown>;
+
+/** A fresh copy of a fixture (tests may mutate it). */
+export function fixture(name: string): Json {
+  return JSON.parse(fs.readFileSync(path.join(FIXTURE_DIR, `${name}.json`), 'utf8')) as Json;
+}
+
+export const ANALYSIS_FIXTURES = ['analysis_target', 'analysis_accum', 'analysis_nogpu', 'analysis_hostile'];
+export const AUTOBATCH_FIXTURES = ['autobatch_simulated', 'autobatch_scan'];
+export const BENCHMARK_FIXTURES = ['benchmark_simulated', 'benchmark_interrupted'];
+
+export const HOSTILE = '<img src=x onerror=alert(1)>';
+
+/** Set `value` at a dotted path ("recommendations.current.status", "rows.0.error"); undefined deletes. */
+export function mutate(data: unknown, at: string, value: unknown): Json {
+  const copy = JSON.parse(JSON.stringify(data)) as Json;
+  const keys = at.split('.');
+  let target = copy as Record<string, unknown>;
+  for (const key of keys.slice(0, -1)) {
+    target = target[key] as Record<string, unknown>;
+  }
+  const last = keys[keys.length - 1];
+  if (value === undefined) {
+    delete target[last];
+  } else {
+    target[last] = value;
+  }
+  return copy;
+}
+
+export function mimeModel(mimeType: string, data: unknown): IRenderMime.IMimeModel {
+  return {
+    trusted: true,
+    data: { [mimeType]: data } as IRenderMime.IMimeModel['data'],
+    metadata: {},
+    setData: () => undefined
+  };
+}
+
+export interface IHarness {
+  readonly renderer: GpumemAnalysisRenderer;
+  readonly node: HTMLElement;
+  render(data: unknown): Promise<void>;
+  dispose(): void;
+}
+
+/** A renderer for `mimeType`, attached to the document. */
+export function harness(mimeType: string, options: IGpumemRendererOptions = {}): IHarness {
+  const factory = createGpumemRendererFactories(options).find(f => f.mimeTypes.includes(mimeType));
+  if (!factory) {
+    throw new Error(`no factory for ${mimeType}`);
+  }
+  const renderer = factory.createRenderer({
+    mimeType,
+    sanitizer: { sanitize: (s: string) => s },
+    resolver: null,
+    linkHandler: null,
+    latexTypesetter: null
+  } as unknown as IRenderMime.IRendererOptions) as GpumemAnalysisRenderer;
+  document.body.appendChild(renderer.node);
+  return {
+    renderer,
+    node: renderer.node,
+    async render(data: unknown): Promise<void> {
+      await act(async () => {
+        await renderer.renderModel(mimeModel(mimeType, data));
+      });
+    },
+    dispose(): void {
+      act(() => renderer.dispose());
+      renderer.node.remove();
+    }
+  };
+}
+
+/** The texts of the elements matching `selector` under `node`. */
+export function texts(node: ParentNode, selector: string): string[] {
+  return [...node.querySelectorAll(selector)].map(e => e.textContent ?? '');
+}

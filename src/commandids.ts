@@ -1,0 +1,17 @@
+/**
+ * The command ids of jupyterlab-gpumem's actions (palette, notebook toolbar, keyboard shortcuts and the UI
+ * tests use them). Each accepts an optional `widgetId` argument naming the notebook to act on; without it
+ * the command acts on the notebook the panel follows.
+ */
+
+/** Run the safe clear in the kernel and show its report in the panel. */
+export const CLEAR_COMMAND = 'gpumem:clear';
+
+/** Restart the kernel, wait until the GPU driver releases it, report what was freed. */
+export const RESTART_COMMAND = 'gpumem:restart-and-free';
+
+/** The same, also clearing every output (like "Restart Kernel and Clear Outputs"). */
+export const RESTART_CLEAR_COMMAND = 'gpumem:restart-clear-and-free';
+
+/** Show the last CUDA out-of-memory checklist in the panel (the notification's action). */
+export const OPEN_OOM_COMMAND = 'gpumem:open-oom-checklist';
