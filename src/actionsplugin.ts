@@ -19,6 +19,7 @@ import { TRANSLATION_DOMAIN } from './i18n';
 import { gpuIcon } from './icons';
 import { setInlineHost } from './inline';
 import { LabActionHost } from './labhost';
+import { setInsertCellHandler } from './renderers';
 import { PANEL_ID } from './panel';
 import { restartHeadline } from './restartreport';
 import type { SessionActions } from './sessionactions';
@@ -64,6 +65,9 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     });
     host.manager = manager;
     setInlineHost(host.inlineHost());
+    setInsertCellHandler((code, origin) => {
+      host.insertCodeFrom(origin, code);
+    });
 
     const addNotebook = (panel: NotebookPanel): void => {
       manager.add(panel.sessionContext, panel.id);

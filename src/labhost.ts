@@ -156,6 +156,13 @@ export class LabActionHost implements IActionHost {
   }
 
   /** What the inline checklist in cell outputs can do. */
+  /** "Insert code" of an inline output (analysis renderer): a code cell in the notebook that shows it. */
+  insertCodeFrom(node: HTMLElement, code: string): boolean {
+    const panel = this._notebookContaining(node);
+    const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
+    return actions !== null && this.insertCell(actions, code, 'below-active');
+  }
+
   inlineHost(): IInlineHost {
     return {
       ticks: this._requireManager().ticks,

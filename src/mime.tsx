@@ -15,6 +15,7 @@ import { TRANSLATION_DOMAIN, type Trans, untranslated } from './i18n';
 import { type IInlineHost, inlineHost } from './inline';
 import { GpuMemOutputView } from './outputview';
 import { CLEAR_MIME, OOM_MIME } from './protocol';
+import { gpumemRendererFactories } from './renderers';
 
 /** The rank of both MIME types: below the `text/html` renderer's 50. */
 export const RENDERER_RANK = 40;
@@ -92,6 +93,18 @@ export const gpumemOutputExtension: IRenderMime.IExtension = {
  * The package's MIME extensions (an array: the renderers of other gpumem outputs can join this module, as a
  * package has one `mimeExtension` entry point).
  */
-const extensions: IRenderMime.IExtension[] = [gpumemOutputExtension];
+const extensions: IRenderMime.IExtension[] = [
+  gpumemOutputExtension,
+  ...gpumemRendererFactories.map(
+    (factory): IRenderMime.IExtension => ({
+      // application/vnd.gpumem.<kind>.v1+json → jupyterlab-gpumem:mime-<kind>
+      id: `jupyterlab-gpumem:mime-${factory.mimeTypes[0].split('.')[2]}`,
+      description: 'Renders the analysis, autobatch and benchmark outputs of %gpumem.',
+      rendererFactory: factory,
+      rank: RENDERER_RANK,
+      dataType: 'json'
+    })
+  )
+];
 
 export default extensions;

@@ -1,2 +1,3 @@
 import './base.css';
 import './actions.css';
+import './analysis.css';
