@@ -47,15 +47,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def command(result: Dict[str, Any]) -> str:
     """The recorded command line, as one runs it from the repository root."""
-    parts = str(result.get("command", "")).split(" ", 1)
+    raw = str(result.get("command", ""))
+    if raw.startswith("cd "):  # not a Python script (the Galata benchmark): recorded as run
+        return f"`{raw}`"
+    parts = raw.split(" ", 1)
     return f"`{RUN} {parts[1]}`" if len(parts) == 2 else f"`{RUN} {parts[0]}`"
 
 
 def provenance(result: Dict[str, Any]) -> str:
     m = result.get("machine", {})
     gpu = m.get("gpu") or "no GPU"
+    versions = "; ".join(f"{k} {m[k]}" for k in ("python", "torch", "ipykernel", "browser") if m.get(k))
     return (f"Measured {result.get('date', '?')} on {m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, "
-            f"{gpu}; Python {m.get('python', '?')}, torch {m.get('torch', '?')}, ipykernel {m.get('ipykernel', '?')}. "
+            f"{gpu}; {versions}. "
             f"Reproduce: {command(result)}")
 
 
@@ -232,7 +236,17 @@ def row_frontend(r: Optional[Dict[str, Any]]) -> str:
             ("notebook open → first sample shown (Galata)", NOT_MEASURED),
             ("panel render cost per update", NOT_MEASURED),
         ]) + "\n\nNo `results/frontend.json` yet.\n")
-    return head + generic(r) + f"\n\n{provenance(r)}\n"
+    render = r.get("render", {})
+    rows = [
+        ("labextension bundle size (`gpumem_kernel/labextension/static`)", f"{r['bundle_bytes'] / 1024:.0f} KiB"),
+        ("notebook open → first sample shown (Galata, kernel start included; median of "
+         f"{len(r['first_sample_seconds'])})",
+         f"{r['first_sample_median_seconds']:.2f} s ({', '.join(f'{x:.2f}' for x in r['first_sample_seconds'])})"),
+        ("panel render cost per update (Chromium script + layout + style, panel shown minus hidden, "
+         f"{render.get('window_seconds')} s windows, {render.get('samples_visible')} updates)",
+         f"{render.get('per_update_ms', float('nan')):.2f} ms"),
+    ]
+    return head + table(["measure", "figure"], rows) + f"\n\n{provenance(r)}\n"
 
 
 def gpu_files() -> str:
@@ -257,6 +271,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 1 sampler overhead | `{RUN} benchmarks/sampler_overhead.py` | ~2.5 min |
 | 2 live delivery | `{RUN} benchmarks/live_delivery.py` | ~2.5 min per kernel |
 | 3 estimator accuracy | `{RUN} benchmarks/estimator_accuracy.py` | ~2 min on CPU |
+| 5 frontend (Galata, Debian chromium; after `bash scripts/setup.sh --test`) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js` | ~1 min |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);

@@ -22,7 +22,9 @@ async function openNew(page: IJupyterLabPageFixture, filePath: string): Promise<
   await page.notebook.activate(path.basename(filePath));
 }
 
-test('devices, holders, threshold warning and escaping', async ({ page, tmpPath }) => {
+test.use({ viewport: { width: 1400, height: 900 } });
+
+test('devices, holders, threshold warning and escaping', async ({ page, tmpPath }, testInfo) => {
   // A second notebook whose kernel will "hold" GPU memory.
   await openNew(page, `${tmpPath}/other.ipynb`);
   await page.notebook.setCell(0, 'code', 'import os\nopen("other.pid", "w").write(str(os.getpid()))');
@@ -72,5 +74,9 @@ test('devices, holders, threshold warning and escaping', async ({ page, tmpPath 
   const item = page.locator('.jp-GpuMem-statusItem');
   await expect(item).toContainText('15.0 / 16.0 GiB');
 
-  await page.screenshot({ path: path.resolve(__dirname, '..', '..', 'docs', 'panel.png') });
+  // GPUMEM_UPDATE_DOCS=1 refreshes the README's screenshot; a plain run leaves the tree untouched.
+  const shot = process.env.GPUMEM_UPDATE_DOCS
+    ? path.resolve(__dirname, '..', '..', 'docs', 'panel.png')
+    : testInfo.outputPath('panel.png');
+  await page.screenshot({ path: shot });
 });
