@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: jest, pytest (kernel tests on ipykernel 7 and 6),
-# the packaging check of a built wheel, and the Galata browser tests on Debian's Chromium.
+# the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
+# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -29,3 +30,23 @@ GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" python -m pytest 
 step "Galata on Debian's Chromium"
 cd ui-tests
 jlpm playwright test
+cd ..
+
+step "the same wheel in the newest JupyterLab 4 (4.6.6): plain Playwright"
+if [ ! -x .venv-lab-latest/bin/python ]; then
+  python3 -m venv .venv-lab-latest
+  .venv-lab-latest/bin/pip install -q --upgrade pip
+fi
+.venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6"
+.venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
+.venv-lab-latest/bin/pip install -q comm nvidia-ml-py psutil PyYAML
+.venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
+mkdir -p /tmp/gpumem-compat
+(cd ui-tests && exec ../.venv-lab-latest/bin/jupyter lab --config jupyter_server_compat_config.py) >/tmp/gpumem-compat.log 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 60); do
+  .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8890/api/status', timeout=2)" 2>/dev/null && break
+  sleep 1
+done
+(cd ui-tests && jlpm playwright test -c playwright.compat.config.js)
