@@ -6,6 +6,7 @@ const baseConfig = require('@jupyterlab/galata/lib/playwright-config');
 
 module.exports = {
   ...baseConfig,
+  testDir: './tests', // bench/ and compat/ have their own configs
   timeout: 120000,
   expect: { timeout: 20000 },
   retries: process.env.CI ? 1 : 0,

@@ -8,7 +8,9 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { test } from '@jupyterlab/galata';
+import type { Page } from '@playwright/test';
+import { openNew } from '../tests/notebooks';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const WINDOW_MS = 20000;
@@ -19,17 +21,6 @@ function dirSize(dir: string): number {
     const st = fs.statSync(p);
     return sum + (st.isDirectory() ? dirSize(p) : st.size);
   }, 0);
-}
-
-async function openNew(page: IJupyterLabPageFixture, filePath: string): Promise<void> {
-  const nb = {
-    cells: [{ id: 'c0', cell_type: 'code', source: '', metadata: {}, outputs: [], execution_count: null }],
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
-  await page.contents.uploadContent(JSON.stringify(nb), 'text', filePath);
-  await page.notebook.openByPath(filePath);
 }
 
 function median(xs: number[]): number {
@@ -55,7 +46,9 @@ test('frontend figures', async ({ page, tmpPath }) => {
   }
 
   // Render cost per update: visible vs hidden panel, same kernel, same sample stream.
-  const cdp = await page.context().newCDPSession(page.page); // the fixture wraps the real Page
+  // The fixture proxies the real Page, which CDP needs.
+  const realPage = (page as unknown as { page: Page }).page;
+  const cdp = await page.context().newCDPSession(realPage);
   await cdp.send('Performance.enable');
   const busy = async (): Promise<{ ms: number; samples: number }> => {
     const seq = async () =>
@@ -73,7 +66,7 @@ test('frontend figures', async ({ page, tmpPath }) => {
     return { ms: m1 - m0, samples: s1 - s0 };
   };
   const visible = await busy();
-  await page.evaluate(() => window.jupyterapp.shell.collapseRight());
+  await page.evaluate(() => (window.jupyterapp.shell as unknown as { collapseRight(): void }).collapseRight());
   const hidden = await busy(); // the sequence attribute is not updated while hidden: count by time instead
   await page.evaluate(async () => {
     await window.jupyterapp.commands.execute('gpumem:open-panel');

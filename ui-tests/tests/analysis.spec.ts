@@ -5,21 +5,10 @@
  * the benchmark runs on the CPU against a simulated 64 MiB memory cap (labelled "simulated").
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { openNew } from './notebooks';
 import { parse } from 'yaml';
 
 const ANALYSIS = 'application/vnd.gpumem.analysis.v1+json';
-
-async function openNew(page: IJupyterLabPageFixture, filePath: string): Promise<void> {
-  const nb = {
-    cells: [{ id: 'c0', cell_type: 'code', source: '', metadata: {}, outputs: [], execution_count: null }],
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
-  await page.contents.uploadContent(JSON.stringify(nb), 'text', filePath);
-  await page.notebook.openByPath(filePath);
-  await page.notebook.activate(filePath.split('/').pop() as string);
-}
 
 /** The JSON the kernel wrote into a cell's first output carrying `mime`. */
 async function outputData(page: IJupyterLabPageFixture, cell: number, mime: string): Promise<any> {

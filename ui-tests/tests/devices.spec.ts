@@ -5,22 +5,10 @@
  * sessions API, and the status bar reads the same samples.
  */
 import * as path from 'path';
-import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { expect, test } from '@jupyterlab/galata';
+import { openNew } from './notebooks';
 
 const TESTS_DIR = path.resolve(__dirname, '..', '..', 'tests');
-
-/** Write an empty Python notebook and open it (no kernel dialog: its metadata names python3). */
-async function openNew(page: IJupyterLabPageFixture, filePath: string): Promise<void> {
-  const nb = {
-    cells: [{ id: 'c0', cell_type: 'code', source: '', metadata: {}, outputs: [], execution_count: null }],
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
-  await page.contents.uploadContent(JSON.stringify(nb), 'text', filePath);
-  await page.notebook.openByPath(filePath);
-  await page.notebook.activate(path.basename(filePath));
-}
 
 test.use({ viewport: { width: 1400, height: 900 } });
 

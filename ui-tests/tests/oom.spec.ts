@@ -4,26 +4,13 @@
  * with PyTorch 2.x's exact message, so the kernel's handler, the browser's IOPub watcher, the follow-up
  * request after the failing cell's reply and the MIME renderer all run for real.
  */
-import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { openNew } from './notebooks';
 
 const OOM_MESSAGE =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
   'Including non-PyTorch memory, this process has 14.58 GiB memory in use. Of the allocated memory 13.90 GiB is ' +
   'allocated by PyTorch, and 412.00 MiB is reserved by PyTorch but unallocated.';
-
-/** Write a Python notebook and open it (galata's createNew hangs on the second notebook of a test). */
-async function openNew(page: IJupyterLabPageFixture, filePath: string, sources: string[] = ['']): Promise<void> {
-  const nb = {
-    cells: sources.map(source => ({ cell_type: 'code', source, metadata: {}, outputs: [], execution_count: null })),
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
-  await page.contents.uploadContent(JSON.stringify(nb), 'text', filePath);
-  await page.notebook.openByPath(filePath);
-  await page.notebook.activate(path.basename(filePath));
-}
 
 /** Run every cell through the command (clicking a cell can land on the notebook toolbar). */
 async function runAll(page: IJupyterLabPageFixture): Promise<void> {
