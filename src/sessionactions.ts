@@ -408,21 +408,7 @@ export class SessionActions implements IDisposable {
     this._setOom({ phase: 'loading', error, payload: null, problem: null });
     const options = { retryDelayMs: this._retryDelayMs };
     const result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, options));
-    if (seq !== this._oomSeq) {
-      return;
-    }
-    if (result.ok && result.value !== null) {
-      this._setOom({ phase: 'ready', error, payload: result.value, problem: null });
-    } else {
-      this._setOom({
-        phase: 'failed',
-        error,
-        payload: null,
-        problem: result.ok
-          ? this._host.trans.__('No CUDA out-of-memory error in this kernel yet.')
-          : result.error
-      });
-    }
+    this._settleOom(seq, error, result, this._host.trans.__('No CUDA out-of-memory error in this kernel yet.'));
   }
 
   /** Hide the checklist (its ticks stay remembered). */
@@ -554,21 +540,7 @@ export class SessionActions implements IDisposable {
       // The handler did not see it (the shim was loaded later, or another library raised it): parse the text.
       result = oomPayloadOf(await callFrontend(kernel, oomFromTextCall(oomText(error)), options));
     }
-    if (seq !== this._oomSeq) {
-      return;
-    }
-    if (result.ok && result.value !== null) {
-      this._setOom({ phase: 'ready', error, payload: result.value, problem: null });
-    } else {
-      this._setOom({
-        phase: 'failed',
-        error,
-        payload: null,
-        problem: result.ok
-          ? this._host.trans.__('The kernel could not read this error message.')
-          : result.error
-      });
-    }
+    this._settleOom(seq, error, result, this._host.trans.__('The kernel could not read this error message.'));
   }
 
   private _onStatus(_: unknown, status: Kernel.Status): void {
@@ -591,6 +563,26 @@ export class SessionActions implements IDisposable {
   private _setRestart(run: IRestartRun | null): void {
     this._restart = run;
     this._changed.emit();
+  }
+
+  /**
+   * Show a fetched checklist, or why there is none (`whenNone`: the kernel answered but had no checklist);
+   * a newer OOM or request (another `seq`) wins, so a late answer never overwrites it.
+   */
+  private _settleOom(
+    seq: number,
+    error: IOomError,
+    result: ReturnType<typeof oomPayloadOf>,
+    whenNone: string
+  ): void {
+    if (seq !== this._oomSeq) {
+      return;
+    }
+    if (result.ok && result.value !== null) {
+      this._setOom({ phase: 'ready', error, payload: result.value, problem: null });
+    } else {
+      this._setOom({ phase: 'failed', error, payload: null, problem: result.ok ? whenNone : result.error });
+    }
   }
 
   private _setOom(run: IOomRun | null): void {
