@@ -46,6 +46,9 @@ def load(ip: Any, version: str) -> Loaded:
         channel = Channel(sampler, version)
         ip.register_magics(GpumemMagics(ip))
         comm_target = channel.register(ip)
+        # A browser's silence counts only while the kernel could hear it (see channel.IdleClock).
+        ip.events.register("pre_execute", channel.clock.busy)
+        ip.events.register("post_execute", channel.clock.idle)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
         oom.install_oom_handler(ip, probe=sampler.snapshot, recommendation=lambda: last_recommendation(ip))
@@ -65,6 +68,11 @@ def unload(ip: Any) -> None:
     if loaded is None:
         return
     loaded.channel.unregister()
+    for event, callback in (("pre_execute", loaded.channel.clock.busy), ("post_execute", loaded.channel.clock.idle)):
+        try:
+            loaded.ip.events.unregister(event, callback)
+        except ValueError:
+            pass  # never registered (a shell without events)
     loaded.sampler.stop()
     oom.uninstall_oom_handler(loaded.ip)
     loaded.ip.magics_manager.magics["line"].pop("gpumem", None)

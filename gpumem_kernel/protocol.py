@@ -13,8 +13,8 @@ from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
 PROTOCOL_VERSION = 1
-CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate")
-ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate")
+CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate", "ping")
+ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping")
 MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0
 HISTORY_MIN, HISTORY_MAX = 10, 3600

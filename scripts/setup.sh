@@ -36,7 +36,8 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 
 step "Python packages (JupyterLab pinned to the minimum we support, 4.4.10)"
-pip install -q "jupyterlab==4.4.10" hatchling editables hatch-nodejs-version "hatch-jupyter-builder>=0.9" build
+# numpy too: a user's torch environment has it, and without it every `import torch` warns in red.
+pip install -q "jupyterlab==4.4.10" numpy hatchling editables hatch-nodejs-version "hatch-jupyter-builder>=0.9" build
 
 step "JavaScript dependencies (jlpm) and the labextension build"
 jlpm install
@@ -56,7 +57,7 @@ if [ "$WITH_TESTS" = 1 ]; then
     "$PY" -m venv .venv-ipykernel6
     .venv-ipykernel6/bin/pip install -q --upgrade pip
   fi
-  .venv-ipykernel6/bin/pip install -q "ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "torch==2.13.0"
+  .venv-ipykernel6/bin/pip install -q "ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "torch==2.13.0" numpy
 fi
 echo
 echo "setup done in $ROOT"

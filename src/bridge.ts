@@ -87,6 +87,8 @@ export namespace KernelBridge {
     requestTimeoutMs?: number;
     /** Delay before retrying a bootstrap the kernel aborted (default 1000 ms). */
     retryDelayMs?: number;
+    /** Milliseconds between pings that tell the kernel this comm is still wanted (default 15 s). */
+    pingMs?: number;
   }
 }
 
@@ -104,6 +106,11 @@ function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** The `reason` of a kernel's comm_close (`{"reason": "quiet"}`), or null. */
+function closeReason(data: unknown): string | null {
+  return isRecord(data) && typeof data.reason === 'string' ? data.reason : null;
+}
+
 function delay(ms: number): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
 }
@@ -115,6 +122,7 @@ export class KernelBridge implements IDisposable {
     this._client = options.client;
     this._requestTimeoutMs = options.requestTimeoutMs ?? 30000;
     this._retryDelayMs = options.retryDelayMs ?? 1000;
+    this._pingMs = options.pingMs ?? 15000;
     this._history = new SampleHistory(options.settings.historyMinutes * 60);
 
     const ctx = this.sessionContext;
@@ -336,11 +344,32 @@ export class KernelBridge implements IDisposable {
 
   private _onTick(): void {
     this._apply({ type: 'tick', now: Date.now() });
+    this._ping();
     // No samples although the kernel is idle: the sampler is gone (say, the kernel was restarted in a way
     // JupyterLab did not report). Reconnect once per episode; a busy kernel may just be holding the GIL.
     if (this._state.name === 'stale' && this._kernelStatus === 'idle' && !this._autoRetried) {
       this._autoRetried = true;
       void this._start({ restart: true, force: false });
+    }
+  }
+
+  /**
+   * Tell the kernel this comm is still wanted: it drops comms it has not heard from (a crashed or reloaded
+   * tab never closes its comm). Sent without waiting for the reply: on a busy kernel without subshells it
+   * waits behind the cell, and the kernel does not count that time.
+   */
+  private _ping(): void {
+    const comm = this._comm;
+    const now = Date.now();
+    if (comm === null || comm.isDisposed || !this._isConnectedState() || now - this._lastPing < this._pingMs) {
+      return;
+    }
+    this._lastPing = now;
+    const message: IRequestMessage = { type: 'request', id: `p-${++this._requestCount}`, action: 'ping', args: {} };
+    try {
+      comm.send(message as unknown as JSONObject).done.catch(() => undefined);
+    } catch {
+      // The kernel connection is gone: the state machine reports that.
     }
   }
 
@@ -537,13 +566,14 @@ export class KernelBridge implements IDisposable {
       return;
     }
     this._comm = comm;
+    this._lastPing = Date.now();
     comm.onMsg = msg => {
       // Drop anything from a comm that is no longer ours (a restart or reconnect replaced it).
       if (this._comm === comm && generation === this._generation) {
         this._onData(msg.content.data);
       }
     };
-    comm.onClose = () => {
+    comm.onClose = msg => {
       if (this._comm !== comm) {
         return;
       }
@@ -552,6 +582,10 @@ export class KernelBridge implements IDisposable {
         pending.fail(new RequestError('disconnected', 'the kernel closed the channel'));
       }
       this._apply({ type: 'comm-closed' });
+      // The kernel had not heard from us for long (a throttled background tab): we are here, reconnect.
+      if (closeReason(msg?.content?.data) === 'quiet' && !this._isDisposed) {
+        void this._start({ restart: true, force: false });
+      }
     };
     const settings = this._settings;
     try {
@@ -646,6 +680,8 @@ export class KernelBridge implements IDisposable {
   private readonly _client: string;
   private readonly _requestTimeoutMs: number;
   private readonly _retryDelayMs: number;
+  private readonly _pingMs: number;
+  private _lastPing = 0;
   private readonly _history: SampleHistory;
   private readonly _timer: ReturnType<typeof setInterval>;
   private readonly _pending = new Map<string, IPending>();

@@ -60,7 +60,8 @@ export type RequestAction =
   | 'configure'
   | 'children'
   | 'processes'
-  | 'terminate';
+  | 'terminate'
+  | 'ping';
 
 /** A process named so that a reused PID is told apart: its PID and psutil's start time. */
 export interface IProcessRef {
@@ -78,6 +79,8 @@ export interface IRequestArgs {
   /** At most 1024 processes. */
   processes: { pids: IProcessRef[] };
   terminate: { pids: IProcessRef[] };
+  /** "Still here": a comm the kernel has not heard from for a while is dropped. */
+  ping: Record<string, never>;
 }
 
 /** A request sent over the open comm; answered by a `reply` or an `error` with the same id. */
@@ -291,6 +294,7 @@ export interface IRequestResults {
   children: { children: IChildProcess[] };
   processes: { processes: IProcessState[] };
   terminate: { terminated: number[]; refused: Array<{ pid: number; reason: string }> };
+  ping: Record<string, never>;
 }
 
 /**
@@ -447,7 +451,8 @@ const resultChecks: { readonly [A in RequestAction]: Check } = {
   terminate: object({
     terminated: arrayOf(pidCheck),
     refused: arrayOf(object({ pid: int, reason: str }))
-  })
+  }),
+  ping: object({})
 };
 
 // ---------------------------------------------------------------------------------------------------------

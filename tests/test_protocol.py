@@ -26,6 +26,7 @@ class FakeComm:
         self.comm_id = comm_id
         self.sent: List[dict] = []
         self.closed = False
+        self.close_data: Optional[dict] = None
         self._on_msg: Optional[Callable[[dict], None]] = None
         self._on_close: Optional[Callable[[dict], None]] = None
 
@@ -33,8 +34,9 @@ class FakeComm:
         json.dumps(data)  # must be JSON-serialisable as it stands
         self.sent.append(data)
 
-    def close(self) -> None:
+    def close(self, data: Optional[dict] = None) -> None:
         self.closed = True
+        self.close_data = data
 
     def on_msg(self, callback) -> None:
         self._on_msg = callback

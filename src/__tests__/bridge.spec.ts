@@ -207,6 +207,42 @@ describe('KernelBridge: connecting', () => {
 });
 
 describe('KernelBridge: following the kernel', () => {
+  it('pings the kernel every 15 s while connected, without waiting for replies', async () => {
+    const { ctx, bridge } = await liveBridge();
+    const pings = (): unknown[] =>
+      ctx.kernel.comm.sent.filter(m => (m as { action?: string }).action === 'ping');
+    let seq = 42;
+    const live = (seconds: number): void => {
+      for (let i = 0; i < seconds; i++) {
+        ctx.kernel.comm.receive(fx.sample(++seq, 1763855000 + seq));
+        jest.advanceTimersByTime(1000);
+      }
+    };
+    live(14);
+    expect(pings()).toHaveLength(0);
+    live(2);
+    expect(pings()).toEqual([{ type: 'request', id: expect.stringMatching(/^p-/), action: 'ping', args: {} }]);
+    live(15);
+    expect(pings()).toHaveLength(2);
+    expect(ctx.kernel.comms).toHaveLength(1);
+    expect(bridge.pendingRequests).toBe(0); // no reply awaited: none can time out behind a long cell
+  });
+
+  it('reconnects when the kernel dropped its comm as quiet, but not after an unload', async () => {
+    const { ctx, bridge } = await liveBridge();
+    ctx.kernel.comm.closeFromKernel({ reason: 'quiet' });
+    await flush();
+    expect(ctx.kernel.comms).toHaveLength(2);
+    expect(ctx.kernel.expressions).toEqual([BOOTSTRAP_EXPRESSION, BOOTSTRAP_EXPRESSION]);
+    ctx.kernel.comm.receive(fx.hello);
+    expect(bridge.state.name).toBe('live');
+
+    ctx.kernel.comm.closeFromKernel({}); // %unload_ext gpumem_kernel: stay closed, say so
+    await flush();
+    expect(ctx.kernel.comms).toHaveLength(2);
+    expect(bridge.state).toMatchObject({ name: 'error', closedByKernel: true });
+  });
+
   it('goes stale after 3 intervals without a sample, then live again', async () => {
     const { ctx, bridge } = await liveBridge();
     ctx.setStatus('busy'); // a long cell holding the GIL

@@ -57,9 +57,9 @@ export class FakeComm {
     this.onMsg({ content: { comm_id: this.commId, data: JSON.parse(JSON.stringify(data)) } });
   }
 
-  /** A comm_close from the kernel. */
-  closeFromKernel(): void {
-    this.onClose({});
+  /** A comm_close from the kernel, with its data (e.g. `{ reason: 'quiet' }`). */
+  closeFromKernel(data: unknown = {}): void {
+    this.onClose({ content: { comm_id: this.commId, data } });
     this.isDisposed = true;
   }
 }

@@ -38,8 +38,10 @@ test.describe('GPU Memory panel', () => {
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
 
     await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(14)\nprint("slept")');
-    // Start the cell without waiting for it: the panel must move while the kernel is busy.
-    void page.notebook.runCell(0);
+    // Start the cell and go on while it runs: the key press returns once delivered, so no promise of
+    // ours outlives the test (galata's runCell would wait for the cell and fail at teardown under load).
+    await page.notebook.selectCells(0);
+    await page.keyboard.press('Control+Enter');
     await expect(page.locator('#jp-main-statusbar')).toContainText('Busy', { timeout: 10000 });
 
     const seen: number[] = [];
