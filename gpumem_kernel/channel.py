@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import processes
+from .lineage import Lineage
 from .protocol import (
     ACTIONS,
     CAPABILITIES,
@@ -145,8 +146,9 @@ class Channel:
     """Registers the comm target with the kernel and serves every comm opened on it."""
 
     def __init__(self, sampler: Sampler, version: str, clock: Optional[IdleClock] = None,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic, lineage: Optional[Lineage] = None) -> None:
         self._sampler = sampler
+        self.lineage = lineage  # this kernel's predecessors in the notebook: whose orphans `terminate` may end
         self._version = version
         self._config_lock = threading.Lock()  # guards _connections and the sampler's settings
         self._connections: Dict[str, _Connection] = {}
@@ -341,12 +343,16 @@ class Channel:
         # silent execute on the main thread instead (see frontend.py).
         if request.action == "children":
             self._no_args(request)
-            return {"children": [to_json(c) for c in processes.children(self._sampler.latest())]}
+            found = processes.children(self._sampler.latest())
+            if self.lineage is not None:
+                self.lineage.note_children([(c.pid, c.create_time) for c in found])
+            return {"children": [to_json(c) for c in found]}
         if request.action == "processes":
             refs = parse_process_refs(request.args, request.id)
             return {"processes": [to_json(s) for s in processes.states(refs, self._sampler.latest())]}
         if request.action == "terminate":
-            return to_json(processes.terminate(parse_process_refs(request.args, request.id)))
+            refs = parse_process_refs(request.args, request.id)
+            return to_json(processes.terminate(refs, lineage=self.lineage))
         if request.action == "ping":
             self._no_args(request)
             return {}  # being heard is the point: `_on_msg` noted the time

@@ -4,12 +4,15 @@ never twice."""
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import oom
 from .channel import Channel
+from .lineage import Lineage
+from .processes import own_create_time
 from .probe import default_prober
 from .sampler import Sampler
 
@@ -43,7 +46,7 @@ def load(ip: Any, version: str) -> Loaded:
         if _loaded is not None:
             return _loaded
         sampler = Sampler(default_prober())
-        channel = Channel(sampler, version)
+        channel = Channel(sampler, version, lineage=_lineage())
         ip.register_magics(GpumemMagics(ip))
         comm_target = channel.register(ip)
         # A browser's silence counts only while the kernel could hear it (see channel.IdleClock).
@@ -58,6 +61,12 @@ def load(ip: Any, version: str) -> Loaded:
             atexit.register(shutdown)  # stop sampling before the kernel's sockets go away
             _atexit_registered = True
         return _loaded
+
+
+def _lineage() -> Optional[Lineage]:
+    """This kernel's record among the runs of its notebook's kernel (read before it adds itself)."""
+    created = own_create_time()
+    return Lineage.for_this_kernel(os.getpid(), created) if created is not None else None
 
 
 def unload(ip: Any) -> None:

@@ -1,8 +1,10 @@
 """This kernel's child processes, and other processes named by (PID, start time): look up and end them.
 
 Backs the comm actions `children`, `processes` and `terminate`. After a restart the browser asks the NEW
-kernel about the OLD kernel's PID and its orphaned DataLoader workers; a process is only ever signalled when
-its start time still matches what the browser recorded, so a PID the system has reused is never touched.
+kernel about the OLD kernel's PID and its orphaned DataLoader workers. The start time the browser names only
+tells a reused PID apart (anyone can read it), so it proves identity, not ownership: `terminate` ends only
+this kernel's own descendants and the orphaned children of this kernel's predecessor in the same notebook
+(lineage.py holds that proof), of this user, and refuses everything else with a reason.
 Everything here is psutil plus a sample dict: safe on any thread (comm requests may run on a subshell).
 """
 
@@ -14,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import psutil
 
+from .lineage import Lineage
 from .protocol import ChildProcess, ProcessRef, ProcessState, Refusal, Terminated
 
 SAME_START = 0.01  # seconds: psutil's create_time is exact to the clock tick; more means another process
@@ -186,12 +189,44 @@ def _signal(processes: List[psutil.Process], kill: bool, refused: List[Refusal])
     return sent
 
 
-def terminate(refs: Sequence[ProcessRef], grace: float = GRACE) -> Terminated:
-    """SIGTERM every named process that is still the same process, SIGKILL those alive after `grace` s.
+def _uid(process: psutil.Process) -> Optional[int]:
+    try:
+        return process.uids().real
+    except psutil.Error:
+        return None
 
-    Never signals this kernel, its ancestors, or a PID whose start time differs (reused by another process).
+
+def _descendant_pids() -> Set[int]:
+    return {p.pid for p in _descendants(os.getpid())}
+
+
+def _not_ours(process: psutil.Process, ref: ProcessRef, lineage: Optional[Lineage], mine: Set[int]) -> Optional[str]:
+    """Why this kernel may not end `process`, or None when it may: a descendant of this kernel, or an orphaned
+    child of this kernel's predecessor in the same notebook (started after it, now that it is gone)."""
+    uid = _uid(process)
+    if uid != os.getuid():
+        return f"another user's process (uid {uid})" if uid is not None else "owner unknown"
+    if process.pid in mine:
+        return None
+    run = lineage.predecessor_of(ref.pid, ref.create_time, SAME_START) if lineage is not None else None
+    if run is None:
+        return "not a process of this kernel or of its predecessor in this notebook"
+    if _same(ProcessRef(run.pid, run.create_time))[1]:
+        return f"its kernel (PID {run.pid}) is still running: that kernel ends it"
+    if ref.create_time < run.create_time - SAME_START:
+        return "started before the kernel it is said to belong to"
+    return None
+
+
+def terminate(refs: Sequence[ProcessRef], grace: float = GRACE, lineage: Optional[Lineage] = None) -> Terminated:
+    """SIGTERM every named process that this kernel may end and that is still the same process, SIGKILL those
+    alive after `grace` s.
+
+    Never signals this kernel, its ancestors, a PID whose start time differs (reused by another process), or
+    anything that is neither this kernel's descendant nor an orphaned child of its predecessor (`lineage`).
     """
     protected = _protected()
+    mine = _descendant_pids()
     refused: List[Refusal] = []
     targets: List[psutil.Process] = []
     for ref in refs:
@@ -203,6 +238,8 @@ def terminate(refs: Sequence[ProcessRef], grace: float = GRACE) -> Terminated:
             refused.append(Refusal(ref.pid, "not running"))
         elif not same:
             refused.append(Refusal(ref.pid, "start time differs: the PID now belongs to another process"))
+        elif (reason := _not_ours(process, ref, lineage, mine)) is not None:
+            refused.append(Refusal(ref.pid, reason))
         else:
             targets.append(process)
     sent = _signal(targets, kill=False, refused=refused)
