@@ -31,18 +31,28 @@ test.describe('GPU Memory panel', () => {
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
   });
 
-  test('keeps updating while a cell is busy', async ({ page }, testInfo) => {
+  test('keeps updating while a cell is busy', async ({ page, tmpPath }, testInfo) => {
     await page.notebook.createNew('busy.ipynb');
     await openPanel(page);
     const panel = page.locator('#jp-GpuMem-panel');
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
 
-    await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(14)\nprint("slept")');
+    // The cell stays busy until the test says stop (a file beside the notebook), however slow the machine:
+    // a fixed sleep could end inside the observation window. The 300 s bound only guards a lost test.
+    await page.notebook.setCell(
+      0,
+      'code',
+      'import pathlib, time\n' +
+        'deadline = time.monotonic() + 300\n' +
+        'while not pathlib.Path("busy.stop").exists() and time.monotonic() < deadline:\n' +
+        '    time.sleep(0.1)\n' +
+        'print("stopped")'
+    );
     // Start the cell and go on while it runs: the key press returns once delivered, so no promise of
     // ours outlives the test (galata's runCell would wait for the cell and fail at teardown under load).
     await page.notebook.selectCells(0);
     await page.keyboard.press('Control+Enter');
-    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy', { timeout: 10000 });
+    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy', { timeout: 30000 });
 
     const seen: number[] = [];
     for (let i = 0; i < 5; i++) {
@@ -58,7 +68,8 @@ test.describe('GPU Memory panel', () => {
       path: testInfo.outputPath('panel-busy.png'),
       mask: [panel.locator('.jp-GpuMem-updated'), panel.locator('.jp-GpuMem-host')]
     });
-    await expect(page.locator('.jp-OutputArea-output').first()).toContainText('slept', {
+    await page.contents.uploadContent('', 'text', `${tmpPath}/busy.stop`);
+    await expect(page.locator('.jp-OutputArea-output').first()).toContainText('stopped', {
       timeout: 30000
     });
   });
