@@ -5,6 +5,7 @@
  */
 import { expect, galata, test } from '@jupyterlab/galata';
 import type { Page } from '@playwright/test';
+import { openNew } from './notebooks';
 
 async function openPanel(page: Page): Promise<void> {
   await page.evaluate(async () => {
@@ -32,27 +33,30 @@ test.describe('GPU Memory panel', () => {
   });
 
   test('keeps updating while a cell is busy', async ({ page, tmpPath }, testInfo) => {
-    await page.notebook.createNew('busy.ipynb');
+    // The cell stays busy until the test says stop (a file beside the notebook), however slow the machine:
+    // a fixed sleep could end inside the observation window. The 300 s bound only guards a lost test. The
+    // notebook is written, not typed: the editor's auto-indent would garble a typed loop.
+    await openNew(page, `${tmpPath}/busy.ipynb`, [
+      [
+        'import pathlib, time',
+        'deadline = time.monotonic() + 300',
+        'while not pathlib.Path("busy.stop").exists() and time.monotonic() < deadline:',
+        '    time.sleep(0.1)',
+        'print("stopped")'
+      ].join('\n')
+    ]);
     await openPanel(page);
     const panel = page.locator('#jp-GpuMem-panel');
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
 
-    // The cell stays busy until the test says stop (a file beside the notebook), however slow the machine:
-    // a fixed sleep could end inside the observation window. The 300 s bound only guards a lost test.
-    await page.notebook.setCell(
-      0,
-      'code',
-      'import pathlib, time\n' +
-        'deadline = time.monotonic() + 300\n' +
-        'while not pathlib.Path("busy.stop").exists() and time.monotonic() < deadline:\n' +
-        '    time.sleep(0.1)\n' +
-        'print("stopped")'
-    );
     // Start the cell and go on while it runs: the key press returns once delivered, so no promise of
     // ours outlives the test (galata's runCell would wait for the cell and fail at teardown under load).
     await page.notebook.selectCells(0);
     await page.keyboard.press('Control+Enter');
-    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy', { timeout: 30000 });
+    await expect(page.locator('.jp-Notebook .jp-InputPrompt').first()).toContainText('[*]', {
+      timeout: 30000
+    });
+    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
 
     const seen: number[] = [];
     for (let i = 0; i < 5; i++) {
