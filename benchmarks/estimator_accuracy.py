@@ -11,16 +11,26 @@ With CUDA (`torch.cuda.is_available()`), the GPU columns compare the traced `dev
 `peak_reserved` with `max_memory_allocated` / `max_memory_reserved` over real steps on the GPU
 (`analysis.measure_step_peaks`); otherwise they read "not measured".
 
-    PYTHONPATH=. .venv/bin/python benchmarks/estimator_accuracy.py [--only GPT,LSTM]
+Named cases (issue 9 §5, the estimator's former blind spots) are checked against an independent tracker instead:
+the user's own training loop (their module modes, their checkpointing, their loss, Hugging Face's own
+`gradient_checkpointing_enable()`) on a deep copy of the model, under `torch.profiler` with `profile_memory=True`,
+whose CPU-allocator events give the peak of live bytes in the second step. They go to `results/estimator_cases.json`.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/estimator_accuracy.py [--only GPT,LSTM] [--cases all|NAME,...]
+
+With neither option both the zoo and the cases run; `--only` runs only zoo models, `--cases` only named cases.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -299,6 +309,297 @@ def measure(name: str, precision: str, optimizer: str) -> Dict[str, Any]:
     return row
 
 
+# --- named cases (issue 9 §5): the estimator against the user's own loop, tracked by the allocator ------------------
+
+
+class Bottleneck(nn.Module):
+    """torchvision's ResNet-50 block: 1x1, 3x3 (stride), 1x1 with expansion 4, projection shortcut on change."""
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width)
+        self.downsample: Optional[nn.Module] = None
+        if stride != 1 or cin != 4 * width:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, 4 * width, 1, stride, bias=False),
+                                            nn.BatchNorm2d(4 * width))
+
+    def forward(self, x: Any) -> Any:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet50(nn.Module):
+    """torchvision's resnet50 layout without torchvision: 7x7 stem, stages of 3, 4, 6, 3 bottlenecks (16)."""
+
+    def __init__(self, classes: int = 1000, base: int = 64) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, base, 7, 2, 3, bias=False), nn.BatchNorm2d(base)
+        cin, stages = base, []
+        for index, (blocks, width) in enumerate(zip((3, 4, 6, 3), (base, 2 * base, 4 * base, 8 * base))):
+            layers = []
+            for block in range(blocks):
+                layers.append(Bottleneck(cin, width, 2 if block == 0 and index > 0 else 1))
+                cin = 4 * width
+            stages.append(nn.Sequential(*layers))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x: Any) -> Any:
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: Any, cache: Optional[List[Any]] = None) -> Any:
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(c, dim=2))
+        if cache is not None:
+            cache.append((k, v))  # the KV cache a generating model keeps
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nn.Module):
+    """A stand-in for a Hugging Face causal LM: `config.use_cache`, a dict output with `loss` (given labels),
+    `logits` and `past_key_values` (with the cache on)."""
+
+    def __init__(self, vocab: int = 8192, context: int = 128, dim: int = 256, depth: int = 4, heads: int = 4,
+                 as_object: bool = False) -> None:
+        super().__init__()
+        self.as_object = as_object  # ModelOutput-like attributes instead of a dict (HF returns either)
+        self.config = SimpleNamespace(use_cache=True, vocab_size=vocab)
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+        self.blocks = nn.ModuleList([DecoderBlock(dim, heads) for _ in range(depth)])
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, input_ids: Any, labels: Any = None) -> Any:
+        cache: Optional[List[Any]] = [] if self.config.use_cache else None
+        x = self.tok(input_ids) + self.pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for block in self.blocks:
+            x = block(x, cache)
+        out: Dict[str, Any] = {"logits": self.head(self.ln(x))}
+        if labels is not None:
+            logits = out["logits"][:, :-1].float()  # as HF's causal-LM loss: upcast, shift
+            out["loss"] = F.cross_entropy(logits.flatten(0, 1), labels[:, 1:].flatten())
+        if cache is not None:
+            out["past_key_values"] = cache
+        return SimpleNamespace(**out) if self.as_object else out
+
+
+def _bert_dropout_off() -> nn.Module:
+    model = BERT()
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.eval()  # the user's choice: no dropout, the rest in train mode
+    return model
+
+
+def _gpt2() -> nn.Module:
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=8192, n_positions=128, n_embd=256, n_layer=4, n_head=4,
+                                     use_cache=True, bos_token_id=0, eos_token_id=0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _has_transformers() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Checkpointed(nn.Module):
+    """How a user checkpoints a block by hand."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, *args: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.block, *args, use_reentrant=False)
+
+
+def _checkpoint_by_hand(model: nn.Module, containers: Tuple[str, ...]) -> nn.Module:
+    for name in containers:
+        blocks = model.get_submodule(name)
+        wrapped = [_Checkpointed(block) for block in blocks]
+        parent, _, attr = name.rpartition(".")
+        holder = model.get_submodule(parent) if parent else model
+        setattr(holder, attr, nn.Sequential(*wrapped) if isinstance(blocks, nn.Sequential) else nn.ModuleList(wrapped))
+    return model
+
+
+def _stand_in_checkpointed(model: nn.Module) -> nn.Module:
+    model.config.use_cache = False  # what HF's gradient checkpointing does
+    return _checkpoint_by_hand(model, ("blocks",))
+
+
+def _hf_checkpointed(model: nn.Module) -> nn.Module:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def _lm_tokens(vocab: int = 8192, length: int = 128) -> Callable[[int, bool], Any]:
+    def make(b: int, fake: bool) -> Dict[str, Any]:
+        ids = torch.randint(0, vocab, (b, length))
+        return {"input_ids": ids, "labels": ids}
+
+    return make
+
+
+def _own_loss(output: Any, batch: Any) -> Any:
+    return output["loss"]
+
+
+@dataclass
+class Case:
+    """A named row: what the user runs, and what they mean by it."""
+
+    model: Callable[[], nn.Module]
+    make_batch: Callable[[int, bool], Any]
+    batch: int
+    what: str  # the blind spot it covers
+    checkpointing: bool = False  # passed to the estimator (--checkpointing)
+    prepare: Callable[[nn.Module], nn.Module] = lambda model: model  # the user's own version of the options
+    loss: Callable[[Any, Any], Any] = default_loss  # the loss the user's loop backpropagates
+    needs: Optional[Callable[[], bool]] = None
+
+
+CASES: Dict[str, Case] = {
+    "eval-mode Dropout (BERT)": Case(
+        _bert_dropout_off, _tokens(), 8, "submodules left in eval() by the user are traced in eval mode"),
+    "checkpointing, ResNet-50 layout": Case(
+        ResNet50, _images(224), 2, "--checkpointing wraps all 16 bottlenecks across the four stages",
+        checkpointing=True,
+        prepare=lambda m: _checkpoint_by_hand(m, ("layer1", "layer2", "layer3", "layer4"))),
+    "model-owned loss (decoder)": Case(
+        Decoder, _lm_tokens(), 4, "the loss the model returns (labels given) is the one traced", loss=_own_loss),
+    "model-owned loss (GPT-2, HF)": Case(
+        _gpt2, _lm_tokens(), 4, "HF ModelOutput.loss is the one traced", loss=_own_loss, needs=_has_transformers),
+    "checkpointing + use_cache (decoder)": Case(
+        Decoder, _lm_tokens(), 4, "--checkpointing turns the KV cache off, as HF does", checkpointing=True,
+        prepare=_stand_in_checkpointed, loss=_own_loss),
+    "checkpointing + use_cache (GPT-2, HF)": Case(
+        _gpt2, _lm_tokens(), 4, "--checkpointing matches HF's gradient_checkpointing_enable()", checkpointing=True,
+        prepare=_hf_checkpointed, loss=_own_loss, needs=_has_transformers),
+}
+
+
+def feed_batch(model: nn.Module, batch: Any) -> Any:
+    return model(**batch) if isinstance(batch, dict) else model(batch)
+
+
+def allocator_peak(case: Case, user_model: nn.Module, steps: int = 2) -> int:
+    """The user's loop on a deep copy (modes as left, their checkpointing, their loss), Adam as the estimator's
+    plan runs it; the peak of live CPU-allocator bytes in the last step, from torch.profiler's memory events
+    (allocations since the copy was made: parameters, gradients, state, activations and temporaries)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        model = case.prepare(copy.deepcopy(user_model))
+        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3, foreach=True)
+        out = loss = batch = None
+        for step in range(1, steps + 1):
+            with record_function(f"gpumem-step-{step}"):
+                batch = case.make_batch(case.batch, False)
+                out = feed_batch(model, batch)
+                loss = case.loss(out, batch)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        del out, loss, batch, model, optimizer
+    events = prof.profiler.kineto_results.events()
+    last = next(e for e in events if e.name() == f"gpumem-step-{steps}")
+    live = peak = 0
+    for event in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        if last.start_ns() <= event.start_ns() <= last.end_ns():
+            peak = max(peak, live)
+    return peak
+
+
+def measure_case(name: str) -> Dict[str, Any]:
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.model()
+    plan = TracePlan(model, "adam", case.make_batch, default_loss, checkpointing=case.checkpointing)
+    started = time.perf_counter()
+    traced = run_trace(plan, case.batch, fake=True)
+    trace_s = time.perf_counter() - started
+    started = time.perf_counter()
+    truth = allocator_peak(case, model)
+    truth_s = time.perf_counter() - started
+    return {
+        "case": name,
+        "what": case.what,
+        "model": type(model).__name__,
+        "batch": case.batch,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "predicted_peak": traced.peak_live,
+        "measured_peak": truth,
+        "error": _error(traced.peak_live, truth),
+        "peak_phase": traced.peak_phase,
+        "notes": traced.notes,
+        "trace_s": round(trace_s, 3),
+        "real_step_s": round(truth_s, 3),
+    }
+
+
+def run_cases(names: List[str]) -> None:
+    rows: List[Dict[str, Any]] = []
+    for name in names:
+        needs = CASES[name].needs
+        if needs is not None and not needs():
+            rows.append({"case": name, "what": CASES[name].what, "skipped": "transformers is not installed"})
+            print(f"{name:<40}skipped: transformers is not installed", flush=True)
+            continue
+        try:
+            row = measure_case(name)
+            print(f"{name:<40}predicted {row['predicted_peak']:>13,} measured {row['measured_peak']:>13,}  "
+                  f"error {row['error']:+.2%}  (trace {row['trace_s']:.1f} s, real {row['real_step_s']:.1f} s)",
+                  flush=True)
+        except Exception as exc:  # a case the tracer cannot follow is a result too
+            row = {"case": name, "what": CASES[name].what,
+                   "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            print(f"{name:<40}FAILED {row['failed']}", flush=True)
+        rows.append(row)
+    ok = [r for r in rows if "error" in r]
+    write_result("estimator_cases", {
+        "description": "named cases of issue 9 §5: traced peak (fake tensors, Adam, fp32) vs the peak of live "
+                       "CPU-allocator bytes (torch.profiler, profile_memory) over the user's own loop on a deep "
+                       "copy, second step; error = (predicted - measured) / measured",
+        "transformers": _version_of("transformers"),
+        "rows": rows,
+        "cpu": _summary([r["error"] for r in ok]),
+    })
+
+
+def _version_of(module: str) -> Optional[str]:
+    try:
+        return str(__import__(module).__version__)
+    except ImportError:
+        return None
+
+
 def _summary(values: List[float]) -> Dict[str, Optional[float]]:
     magnitudes = [abs(v) for v in values]
     return {
@@ -311,12 +612,25 @@ def _summary(values: List[float]) -> Dict[str, Optional[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names (default: the whole zoo)")
+    parser.add_argument("--cases", default="", help="'all' or comma-separated named cases (issue 9 §5): "
+                        + ", ".join(CASES))
     args = parser.parse_args()
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(ZOO)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or ([] if args.cases else list(ZOO))
     unknown = sorted(set(names) - set(ZOO))
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo: {', '.join(ZOO)}")
+    cases = list(CASES) if args.cases == "all" or not (args.cases or args.only) else \
+        [n.strip() for n in args.cases.split(",") if n.strip()]
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; the cases: {', '.join(CASES)}")
+    if names:
+        run_zoo(names)
+    if cases:
+        run_cases(cases)
 
+
+def run_zoo(names: List[str]) -> None:
     rows: List[Dict[str, Any]] = []
     for name in names:
         for precision in PRECISIONS:

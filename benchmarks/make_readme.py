@@ -17,6 +17,10 @@ RESULTS = HERE / "results"
 README = HERE / "README.md"
 RUN = "PYTHONPATH=. .venv/bin/python"
 NOT_MEASURED = "not measured"
+GPU_NOT_MEASURED = "not measured (no GPU run yet)"
+
+sys.path.insert(0, str(HERE.parent))  # the repository root: the GPU suite's summary renders its rows
+from benchmarks.gpu import summary as gpu_summary  # noqa: E402
 
 
 def load(name: str) -> Optional[Dict[str, Any]]:
@@ -219,13 +223,75 @@ def row_estimator(r: Optional[Dict[str, Any]]) -> str:
             + f"\n\n{provenance(r)}\n")
 
 
-def row_autobatch(r: Optional[Dict[str, Any]]) -> str:
-    head = "## 4. Autobatch vs Lightning BatchSizeFinder / Ultralytics autobatch (GPU)\n\n"
+def estimator_cases(r: Optional[Dict[str, Any]]) -> str:
+    """The named cases of issue 9 §5 (the estimator's former blind spots), against an independent tracker."""
+    head = "### Named cases: the former blind spots (issue 9 §5)\n\n"
     if r is None:
-        return (head + f"**Figure:** {NOT_MEASURED} — needs an NVIDIA GPU (trial steps and time to the maximum, "
-                "and whether 100 further steps at the recommendation run out of memory); no "
-                "`results/autobatch_gpu.json` yet.\n")
-    return head + generic(r) + f"\n\n{provenance(r)}\n"
+        return head + f"{NOT_MEASURED}: run `{RUN} benchmarks/estimator_accuracy.py --cases all`.\n"
+    rows = []
+    for x in r["rows"]:
+        if "error" not in x:
+            reason = x.get("failed", x.get("skipped", ""))
+            rows.append((x["case"], x["what"], "—", "—", "—", "—", f"{'failed' if 'failed' in x else NOT_MEASURED}: "
+                         f"{reason}"))
+            continue
+        rows.append((x["case"], x["what"], f"{x['parameters']:,}", x["batch"], mib(x["measured_peak"]),
+                     mib(x["predicted_peak"]), pct(x["error"])))
+    cpu = r["cpu"]
+    transformers = r.get("transformers")
+    return (head + "Truth here is not the storage tracker: each case runs the user's own loop on a deep copy of "
+            "the model (their module modes, every block checkpointed by hand or by Hugging Face's "
+            "`gradient_checkpointing_enable()`, the loss the model returns) under `torch.profiler` with "
+            "`profile_memory=True`, and takes the peak of live CPU-allocator bytes in the second step (Adam, fp32). "
+            "The prediction is `run_trace(fake=True)` with the options a user passes (`checkpointing=True`, the "
+            f"default loss). Median |error| {pct(cpu['median_abs_error'], sign=False)}, max "
+            f"{pct(cpu['max_abs_error'], sign=False)} over {cpu['n']} cases"
+            + (f"; Hugging Face models from a config, transformers {transformers}" if transformers else "")
+            + ".\n\n" + table(["case", "what it checks", "parameters", "batch", "measured peak (allocator)",
+                                  "predicted", "error"], rows)
+            + f"\n\n{provenance(r)}\n")
+
+
+def gpu_real(name: str) -> Optional[Dict[str, Any]]:
+    """results/<name>.json of a GPU suite run; None when missing or a dry run (CPU stand-ins, no GPU figure)."""
+    data = load(name)
+    return None if data is None or data.get("dry_run") else data
+
+
+def gpu_provenance(r: Dict[str, Any]) -> str:
+    m = r.get("machine", {})
+    return (f"Measured {r.get('date', '?')} on {m.get('gpu') or '?'} (driver {m.get('driver', '?')}, CUDA driver "
+            f"{m.get('cuda_driver', '?')}), torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}), Python "
+            f"{m.get('python', '?')}, {m.get('cpu_count', '?')} CPUs. Reproduce: `{r.get('command', '?')}`")
+
+
+def row_autobatch(r: Optional[Dict[str, Any]]) -> str:
+    head = "## 4. Autobatch vs Lightning BatchSizeFinder / accelerate find_executable_batch_size (GPU)\n\n"
+    if r is None:
+        return (head + f"**Figure:** {GPU_NOT_MEASURED} — trials, seconds, the batch each tool picks, and whether "
+                "100 further steps with a validation pass at each pick run out of memory; measured by the GPU "
+                "suite (section 6) into `results/gpu_autobatch.json`.\n")
+    return (head + f"Free memory: {r.get('free_memory')}; {r.get('precision')}, {r.get('optimizer')}.\n\n"
+            + gpu_summary.markdown(gpu_summary.autobatch_rows(r)) + f"\n\n{gpu_provenance(r)}\n")
+
+
+GPU_HOW = """Issue 10: every CUDA promise measured by one command on an NVIDIA GPU (see `benchmarks/gpu/README.md`).
+Prepare here (network): `bash scripts/prepare_gpu_wheels.sh` (wheels the GPU image lacks, into `.whl/`); run
+there (no network, CUDA torch): `python3 -m benchmarks.gpu --out DIR` (< 10 min planned on an H100), then copy
+`DIR/gpu_*.json` into `benchmarks/results/` and regenerate this file. `python3 -m benchmarks.gpu --dry-run` runs
+the harness on the CPU (tests/test_gpu_suite.py does, in the test command); a dry run's files are never shown
+here.
+
+"""
+
+
+def row_gpu_suite(r: Optional[Dict[str, Any]]) -> str:
+    """Section 6 from results/gpu_*.json of a real run; 'not measured (no GPU run yet)' otherwise."""
+    head = "## 6. GPU suite (issue 10)\n\n" + GPU_HOW
+    if r is None or r.get("dry_run"):
+        return head + f"**Figure:** {GPU_NOT_MEASURED}.\n"
+    results = {name: data for name in gpu_summary.FILES if (data := gpu_real(name)) is not None}
+    return head + gpu_summary.markdown(gpu_summary.rows(results)) + f"\n\n{gpu_provenance(r)}\n"
 
 
 def row_frontend(r: Optional[Dict[str, Any]]) -> str:
@@ -270,8 +336,11 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 |---|---|---|
 | 1 sampler overhead | `{RUN} benchmarks/sampler_overhead.py` | ~2.5 min |
 | 2 live delivery | `{RUN} benchmarks/live_delivery.py` | ~2.5 min per kernel |
-| 3 estimator accuracy | `{RUN} benchmarks/estimator_accuracy.py` | ~2 min on CPU |
+| 3 estimator accuracy (zoo and named cases) | `{RUN} benchmarks/estimator_accuracy.py` | ~5 min on CPU |
+| 3 named cases only (issue 9 §5) | `{RUN} benchmarks/estimator_accuracy.py --cases all` | ~3 min on CPU |
 | 5 frontend (Galata, Debian chromium; after `bash scripts/setup.sh --test`) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js` | ~1 min |
+| 6 GPU suite (NVIDIA GPU; section 6) | `python3 -m benchmarks.gpu --out benchmarks/results` | < 10 min (H100, plan) |
+| 6 GPU suite, dry run (CPU stand-ins, no figure) | `{RUN} -m benchmarks.gpu --dry-run` | ~1 min |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -290,8 +359,10 @@ def main() -> None:
         row_sampler(load("sampler_overhead")),
         row_delivery(load("live_delivery")),
         row_estimator(load("estimator_accuracy")),
-        row_autobatch(load("autobatch_gpu")),
+        estimator_cases(load("estimator_cases")),
+        row_autobatch(gpu_real("gpu_autobatch")),
         row_frontend(load("frontend")),
+        row_gpu_suite(gpu_real("gpu_suite")),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import gpus
 from .analysis_trace import (TraceError, TracePlan, TraceResult, TensorCopier, _autocast_factory, _NullTracker,
-                             copy_model, copy_optimizer, default_loss, make_optimizer, run_trace, train_steps)
+                             checkpoint_blocks, copy_model, copy_optimizer, default_loss, make_optimizer, run_trace,
+                             train_steps)
 
 MIME = "application/vnd.gpumem.analysis.v1+json"
 MiB = 1 << 20
@@ -238,13 +239,16 @@ def _positive_int(value: Any, name: str) -> int:
 
 
 def parse_shape(value: Any) -> Tuple[int, ...]:
-    """(3, 224, 224), [512], '3x224x224', '512' -> a shape without the batch dimension."""
+    """(3, 224, 224), [512], '3x224x224', '512', '(3,224,224)', '(512,)' -> a shape without the batch dimension."""
     if isinstance(value, str):
-        parts = value.lower().replace("×", "x").replace(",", "x").split("x")
+        text = value.strip()
+        if text[:1] + text[-1:] in ("()", "[]"):  # the tuple form a hint or a Python user writes
+            text = text[1:-1]
+        parts = text.lower().replace("×", "x").replace(",", "x").split("x")
         try:
             value = tuple(int(p) for p in parts if p.strip())
         except ValueError:
-            raise ValueError(f"bad input shape {value!r}: write e.g. 3x224x224 or 512") from None
+            raise ValueError(f"bad input shape {value!r}: write e.g. 3x224x224, (3,224,224) or 512") from None
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     if (not isinstance(value, (tuple, list)) or not value
@@ -443,9 +447,23 @@ def infer_input(model: Any) -> Tuple[int, ...]:
     leaf = _first_leaf(model)
     if isinstance(leaf, torch.nn.Linear):
         return (leaf.in_features,)
-    hint = {"Conv2d": "(3, 224, 224)", "Conv1d": "(channels, length)", "Conv3d": "(channels, depth, h, w)",
-            "Embedding": "(512,) tokens"}.get(type(leaf).__name__, "(features,)")
-    raise ValueError(f"cannot tell {type(model).__name__}'s input shape: pass input=, e.g. input={hint}")
+    what, example = _input_hint(leaf)
+    message = f"cannot tell {type(model).__name__}'s input shape: pass input= with {what}"
+    raise ValueError(message + (f", e.g. input={example}" if example else ""))
+
+
+def _input_hint(leaf: Any) -> Tuple[str, Optional[str]]:
+    """(what input= needs, an example accepted as written), from the model's first layer. The example has no
+    spaces, so the magic's `--input (3,224,224)` reads it as one word too."""
+    import torch
+
+    if isinstance(leaf, torch.nn.Embedding):
+        return "the token sequence's length", "(512,)"
+    if isinstance(leaf, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+        sizes = {1: ("length", "1024"), 2: ("height, width", "224,224"), 3: ("depth, height, width", "16,112,112")}
+        names, example = sizes[len(leaf.kernel_size)]
+        return f"one sample's shape (channels, {names})", f"({leaf.in_channels},{example})"
+    return "one sample's shape without the batch, a sample batch, or a function batch_size -> batch", None
 
 
 def _fake_cpu_leaves(batch: Any) -> Any:
@@ -740,6 +758,8 @@ def run_real_steps(plan: TracePlan, batch: int, device: Any, steps: int = 3,
 
     copier = TensorCopier(fake=False, device=str(device))
     model, mapping, _ = copy_model(plan.model, copier)
+    if plan.checkpointing:
+        checkpoint_blocks(model)  # the same blocks as the trace, so both engines measure one step
     if isinstance(plan.optimizer, str):
         optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
     else:
@@ -1107,11 +1127,31 @@ def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Opti
         notes.append(f"{trace.dropped_hooks} user hook(s) left out of the trace copy")
     if plan.grad_accum > 1:
         notes.append(f"gradient accumulation: 2 of {plan.grad_accum} micro-batches traced (memory repeats)")
-    if not model.training:
-        notes.append("the model is in eval mode; the analysis runs a training step (train mode) on a copy")
+    notes += _mode_notes(model)
     if any(type(m).__name__ in ("LSTM", "GRU", "RNN") for m in model.modules()):
         notes.append("RNNs: CUDA runs cuDNN RNN kernels whose reserve space differs from the CPU trace")
     return notes
+
+
+def _mode_notes(model: Any) -> List[str]:
+    """The trace keeps every module's mode: say so where a mode is not train()."""
+    if not model.training:
+        return ["the model is in eval mode: traced as you left it (dropout off, BatchNorm on running statistics); "
+                "call model.train() first to analyse a training-mode step"]
+    in_eval: List[str] = []
+
+    def walk(module: Any, prefix: str) -> None:
+        for name, child in module.named_children():
+            if not child.training:
+                in_eval.append(f"{prefix}{name} ({type(child).__name__})")  # its whole subtree, once
+            else:
+                walk(child, f"{prefix}{name}.")
+
+    walk(model, "")
+    if not in_eval:
+        return []
+    shown = ", ".join(in_eval[:4]) + (f", … {len(in_eval) - 4} more" if len(in_eval) > 4 else "")
+    return [f"{len(in_eval)} submodule(s) in eval mode, traced as you left them: {shown}"]
 
 
 def _figures(engine: str, trace: TraceResult, info: DeviceInfo, user_opt: Optional[Tuple[int, int]],
@@ -1139,7 +1179,10 @@ def _figures(engine: str, trace: TraceResult, info: DeviceInfo, user_opt: Option
         Figure("context", info.context_bytes, "estimate" if info.context_source == "estimate" else "nvml",
                {"estimate": "CUDA context + kernels, by GPU generation", "nvml": "this kernel's, already in use",
                 "in use": "already in use, size not visible to NVML", "none": "no GPU"}[info.context_source]),
-        Figure("peak", point.footprint, engine, "reserved + a context not yet created: the step's device footprint"),
+        Figure("peak", point.footprint, engine,
+               "peak_reserved + context: the step's device footprint" if info.context_to_add
+               else "peak_reserved: the step's device footprint (no context added: "
+               + ("none counted without a GPU)" if info.context_source == "none" else "already in use)")),
     ]
 
 
@@ -1154,7 +1197,7 @@ def _report(model: Any, kind: Any, plan: TracePlan, info: DeviceInfo, engine: st
     opt_name, _ = _optimizer_settings(kind)
     settings = {
         "batch_size": batch_size, "input": input_text,
-        "loss": getattr(plan.loss_fn, "__name__", "custom") if plan.loss_fn is not default_loss else "default",
+        "loss": _loss_setting(plan, trace),
         "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name) if isinstance(kind, str) else type(kind).__name__,
         "amp": plan.amp, "grad_accum": plan.grad_accum, "checkpointing": plan.checkpointing,
         "device": None if device is None else str(device), "target": target,
@@ -1214,6 +1257,12 @@ def _report(model: Any, kind: Any, plan: TracePlan, info: DeviceInfo, engine: st
         notes=notes,
         elapsed_seconds=round(elapsed, 3),
     )
+
+
+def _loss_setting(plan: TracePlan, trace: TraceResult) -> str:
+    if plan.loss_fn is not default_loss:
+        return getattr(plan.loss_fn, "__name__", "custom")
+    return "the model's own (output.loss)" if trace.loss_source == "model" else "default"
 
 
 def _unique(params: Sequence[Any]) -> List[Any]:

@@ -66,10 +66,19 @@ def _gpu_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _model_total(payload: Mapping[str, Any]) -> int:
+    return (payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"]
+            + payload["optimizer_bytes"])
+
+
+def _batch_total(payload: Mapping[str, Any]) -> int:
+    return (payload["input_bytes"] + payload["activations_bytes"] + payload["autocast_cache_bytes"]
+            + payload["temporary_bytes"])
+
+
 def _model_block(payload: Mapping[str, Any]) -> List[str]:
     optimizer = _figure(payload, "optimizer")
-    total = (payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"]
-             + payload["optimizer_bytes"])
+    total = _model_total(payload)
     return [
         "🏗️  Model Memory:",
         _row("Parameters", f"{_b(payload['parameters_bytes'])} ({payload['model']['parameter_count']:,} parameters)"),
@@ -83,7 +92,7 @@ def _model_block(payload: Mapping[str, Any]) -> List[str]:
 
 def _batch_block(payload: Mapping[str, Any]) -> List[str]:
     temporaries = payload["temporary_bytes"]
-    total = payload["input_bytes"] + payload["activations_bytes"] + payload["autocast_cache_bytes"] + temporaries
+    total = _batch_total(payload)
     lines = [
         f"📦 Batch Memory (batch_size={payload['settings']['batch_size']}):",
         _row("Input Data", _b(payload["input_bytes"])),
@@ -98,25 +107,41 @@ def _batch_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+# how the CUDA context enters the footprint: (line text, added to the footprint)
+_CONTEXT = {"estimate": ("estimate, not created yet: added to the footprint", True),
+            "nvml": ("measured by NVML, already in use: not added", False),
+            "in use": ("already in use: not added", False)}
+
+
 def _usage_block(payload: Mapping[str, Any]) -> List[str]:
+    """Every total is the sum of the lines it names; the footprint says which ones."""
     device = payload["device"]
     bound = payload["error_bound"]
     peak = payload["peak_bytes"]
-    context = {"estimate": "estimate", "nvml": "measured by NVML, already in use", "in use": "already in use",
-               "none": "no GPU"}[device["context_source"]]
+    no_gpu = device["source"] == "none"
+    where = " on a CUDA GPU" if no_gpu else ""
+    if device["context_source"] in _CONTEXT:
+        text, added = _CONTEXT[device["context_source"]]
+        context = _row("CUDA Context", f"{_b(device['context_bytes'])} ({text})")
+    else:
+        added = False
+        context = _row("CUDA Context", "not counted (no GPU: pass target= or memory= to add its estimate)")
+    footprint = "Peak Reserved + CUDA Context" if added else "Peak Reserved"
     lines = [
-        f"💡 Total Estimated Usage ({payload['engine']}, ±{bound['relative']:.0%}):",
+        f"💡 Total Estimated Usage{where} ({payload['engine']}, ±{bound['relative']:.0%}):",
+        _row("Model + Batch", f"{_b(_model_total(payload) + _batch_total(payload))} (Total Model + Total Batch; "
+                              "not all live at once)"),
         _row("Peak Allocated",
-             f"{_b(payload['peak_allocated_bytes'])} (peak in {payload['peak_phase'] or 'step'}, step 2)"),
-        _row("Peak Reserved", _b(payload["peak_reserved_bytes"])),
-        _row("Workspaces", f"{_b(payload['workspace_bytes'])} (cuBLAS + cuDNN, inside reserved)"),
-        _row("CUDA Context", f"{_b(payload['context_bytes'])} ({context})"),
-        _row("Model + Batch", f"{_b(peak)} (device footprint of the step)"),
+             f"{_b(payload['peak_allocated_bytes'])} (live at the peak in {payload['peak_phase'] or 'step'}, step 2)"),
+        _row("Peak Reserved", f"{_b(payload['peak_reserved_bytes'])} (caching allocator: allocated + cached blocks)"),
+        _row("Workspaces", f"{_b(payload['workspace_bytes'])} (cuBLAS + cuDNN{where}, counted in the peaks)"),
+        context,
+        _row("Peak Footprint", f"{_b(peak)} ({footprint}: the step's device footprint)"),
     ]
     if device["total_bytes"]:
-        lines.append(_row("GPU Usage", f"{100 * peak / device['total_bytes']:.1f}%"))
+        lines.append(_row("GPU Usage", f"{100 * peak / device['total_bytes']:.1f}% (Peak Footprint / Total)"))
     if device["limit_bytes"] is not None:
-        lines.append(_row("Remaining", f"{_b(device['limit_bytes'] - peak)} (of the usable memory)"))
+        lines.append(_row("Remaining", f"{_b(device['limit_bytes'] - peak)} (Usable - Peak Footprint)"))
     return lines
 
 
@@ -182,7 +207,8 @@ def _distributed_block(payload: Mapping[str, Any]) -> List[str]:
              _row("Optimizer State", _b(dist["optimizer_bytes"]))]
     if dist["extra_bytes"]:
         lines.append(_row("Extra", f"{_b(dist['extra_bytes'])} ({dist['extra_note']})"))
-    lines += [_row("Activations", _b(dist["activations_bytes"])), _row("Peak per Rank", _b(dist["peak_bytes"]))]
+    lines += [_row("Activations", _b(dist["activations_bytes"])),
+              _row("Peak per Rank", f"{_b(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)")]
     return lines
 
 

@@ -20,6 +20,7 @@ import contextlib
 import copy
 import functools
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -360,7 +361,8 @@ def copy_model(model: Any, copier: TensorCopier) -> Tuple[Any, Dict[int, Any], i
     for p in clone.parameters():
         p.grad = None  # steady state: zero_grad(set_to_none=True) ran before the step
     dropped = _strip_user_hooks(clone)
-    clone.train()
+    # no clone.train(): deepcopy keeps every module's mode, and a submodule the user put in eval() (dropout off,
+    # a frozen BatchNorm) must run in the trace as it will in their loop
     return clone, mapping, dropped
 
 
@@ -440,11 +442,26 @@ def feed(model: Any, batch: Any) -> Any:
     return model(batch)
 
 
+def model_loss(output: Any) -> Any:
+    """The loss the model computed itself (HF `ModelOutput.loss`, `output["loss"]`; set when the batch has
+    labels), or None. A training loop backpropagates that one, so the trace must too."""
+    import torch
+
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.is_floating_point() and loss.requires_grad and loss.numel() == 1:
+        return loss if loss.dim() == 0 else loss.reshape(())
+    return None
+
+
 def default_loss(output: Any, batch: Any) -> Any:
-    """Sum over the output's floating tensors that need grad of mean(x.float()**2): touches every output."""
+    """The model's own loss if it returns one; else the sum over the output's floating tensors that need grad of
+    mean(x.float()**2), which touches every output."""
     import torch
     from torch.utils._pytree import tree_leaves
 
+    own = model_loss(output)
+    if own is not None:
+        return own
     leaves = [t for t in tree_leaves(output)
               if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
     if not leaves:
@@ -539,30 +556,101 @@ class TraceResult:
     cublas_bytes: int
     cudnn_peak_bytes: int
     dropped_hooks: int = 0
+    loss_source: str = "custom"  # model (output.loss) | default (mean of squares) | custom (the caller's)
     notes: List[str] = field(default_factory=list)
 
 
-def _checkpoint_blocks(model: Any) -> int:
-    """Wrap each block of the model's longest ModuleList/Sequential in non-reentrant activation checkpointing."""
+def _has_parameters(module: Any) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def repeated_blocks(model: Any) -> List[Tuple[str, Any]]:
+    """(name, module) of the blocks a user means by "checkpoint the model": children of ModuleList/Sequential
+    containers, grouped by class. The group that wins is repeated, made of composite blocks rather than single
+    layers or containers, and covers the most parameters: a ResNet's bottlenecks across all four stages, a
+    transformer's layers. Blocks nested inside another of the group are left to it."""
     import torch
+
+    containers = (torch.nn.ModuleList, torch.nn.Sequential)
+    groups: Dict[type, Dict[int, Any]] = {}
+    for container in model.modules():
+        if isinstance(container, containers):
+            for child in container.children():
+                if _has_parameters(child):
+                    groups.setdefault(type(child), {})[id(child)] = child
+    if not groups:
+        return []
+
+    def score(item: Tuple[type, Dict[int, Any]]) -> Tuple[bool, bool, bool, int, int]:
+        kind, members = item
+        blocks = list(members.values())
+        composite = any(True for b in blocks for _ in b.children())
+        covered = {id(p): p.numel() for b in blocks for p in b.parameters()}
+        return len(blocks) > 1, composite, not issubclass(kind, containers), sum(covered.values()), len(blocks)
+
+    members = max(groups.items(), key=score)[1]
+    nested = {id(m) for block in members.values() for m in block.modules() if m is not block}
+    return [(name, m) for name, m in model.named_modules() if id(m) in members and id(m) not in nested]
+
+
+def _name_span(names: Sequence[str]) -> str:
+    """['layer1.0', 'layer1.1', 'layer2.0'] -> 'layer1.0-1, layer2.0': consecutive indices of one parent."""
+    runs: List[List[str]] = []  # [parent, first, last]
+    for name in names:
+        parent, _, index = name.rpartition(".")
+        run = runs[-1] if runs else None
+        if run and run[0] == parent and index.isdigit() and run[2].isdigit() and int(index) == int(run[2]) + 1:
+            run[2] = index
+        else:
+            runs.append([parent, index, index])
+    return ", ".join((f"{p}." if p else "") + (a if a == b else f"{a}-{b}") for p, a, b in runs)
+
+
+def checkpoint_blocks(model: Any) -> List[str]:
+    """Wrap every repeated block of the (copied) model in non-reentrant activation checkpointing, and turn a
+    KV cache off as Hugging Face's gradient checkpointing does; returns what was done, for the report."""
     from torch.utils.checkpoint import checkpoint
 
-    containers = [m for m in model.modules() if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential))]
-    if not containers:
-        return 0
-    blocks = max(containers, key=lambda c: sum(1 for b in c if any(True for _ in b.parameters())))
-    wrapped = 0
-    for block in blocks:
-        if not any(True for _ in block.parameters()):
-            continue
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return ["checkpointing: no ModuleList/Sequential of blocks found; traced without it"]
+    for _, block in blocks:
         inner = block.forward
 
         def forward(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
             return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
 
         block.forward = forward
-        wrapped += 1
-    return wrapped
+    kind = type(blocks[0][1]).__name__  # one class: repeated_blocks picks one group
+    notes = [f"checkpointing: wrapped {len(blocks)} {kind} blocks ({_name_span([n for n, _ in blocks])})"]
+    if _disable_kv_cache(model):
+        notes.append("checkpointing: use_cache turned off on the copy, as Hugging Face's gradient checkpointing "
+                     "does (no KV cache kept through backward)")
+    return notes
+
+
+def _disable_kv_cache(model: Any) -> bool:
+    """config.use_cache = False on the copy's configs (a deep copy: the user's config keeps its value)."""
+    changed = False
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", None) is True:
+            config.use_cache = False
+            changed = True
+    return changed
+
+
+def _recording_loss(loss_fn: Callable[[Any, Any], Any], sources: List[str]) -> Callable[[Any, Any], Any]:
+    """The plan's loss, noting whether the default loss found the model's own (for the report)."""
+    if loss_fn is not default_loss:
+        return loss_fn
+
+    def loss(output: Any, batch: Any) -> Any:
+        if not sources:
+            sources.append("model" if model_loss(output) is not None else "default")
+        return default_loss(output, batch)
+
+    return loss
 
 
 def _autocast_factory(amp: Optional[str], device_type: str) -> Callable[[], Any]:
@@ -599,6 +687,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
     rng = torch.get_rng_state()
     tracker = _tracker_class()(cast_cache=plan.amp is not None, fake=fake)
     notes: List[str] = []
+    loss_sources: List[str] = []
     try:
         mode: Any = contextlib.nullcontext()
         if fake:
@@ -609,16 +698,16 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
             copier = TensorCopier(fake=fake)
             model, mapping, dropped = copy_model(plan.model, copier)
             if plan.checkpointing:
-                if _checkpoint_blocks(model) == 0:
-                    notes.append("checkpointing: no ModuleList/Sequential of blocks found; traced without it")
+                notes += checkpoint_blocks(model)
             if isinstance(plan.optimizer, str):
                 optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
             else:
                 optimizer = copy_optimizer(plan.optimizer, mapping, copier)
+            loss_fn = _recording_loss(plan.loss_fn, loss_sources)
             with tracker:
                 _register_model(tracker, model, optimizer)
                 try:
-                    train_steps(model, optimizer, lambda: plan.make_batch(batch_size, fake), plan.loss_fn,
+                    train_steps(model, optimizer, lambda: plan.make_batch(batch_size, fake), loss_fn,
                                 steps=plan.steps, micro=min(plan.grad_accum, 2), grad_accum=plan.grad_accum,
                                 autocast=_autocast_factory(plan.amp, "cpu"), tracker=tracker)
                 except TraceError:
@@ -628,6 +717,10 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
                 del model, optimizer, mapping, copier
         result = summarize(tracker, batch_size, fake, plan)
         result.dropped_hooks = dropped
+        result.loss_source = loss_sources[0] if loss_sources else "custom"
+        if result.loss_source == "model":
+            notes.append("loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
+                         "backpropagates it; pass loss= for another")
         result.notes += notes
         return result
     finally:

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .argcheck import cut, one_line
 from .autobatch import (RngSnapshot, Workbench, _NoTracker, clean_allocator, first_line, grad_scaler, is_oom,
                         make_tracker, optimizer_step, parse_cap, register_states, resolve_device, to_device)
 
@@ -109,7 +110,7 @@ def load_config(source: Union[None, str, os.PathLike, Mapping[str, Any], Benchma
         return BenchmarkConfig()
     where = ""
     if isinstance(source, (str, os.PathLike)):
-        where = f"{os.fspath(source)}: "
+        where = f"{cut(os.fspath(source))}: "
         data = _read_yaml(os.fspath(source))
     else:
         data = source
@@ -129,18 +130,41 @@ def load_config(source: Union[None, str, os.PathLike, Mapping[str, Any], Benchma
     return BenchmarkConfig(**values)
 
 
+CONFIG_LIMIT = 1 << 20  # a config is a few lines; this bounds a read of /dev/zero or a huge file
+
+
+def _read_text(path: str) -> str:
+    """The file's text, or a one-line ValueError naming it: every file problem (missing, a directory, no
+    permission, unreadable like /proc/self/mem, endless like /dev/zero, not UTF-8) is the user's to fix."""
+    name = cut(path)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(CONFIG_LIMIT + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no such config file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{name}: is a directory, not a config file") from None
+    except OSError as exc:  # permission, EIO, a name too long, ...
+        raise ValueError(f"{name}: cannot read it: {(exc.strerror or type(exc).__name__).lower()}") from None
+    if len(data) > CONFIG_LIMIT:
+        raise ValueError(f"{name}: larger than 1 MiB, not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+
+
 def _read_yaml(path: str) -> Any:
     import yaml
 
+    text = _read_text(path)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such config file") from None
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ValueError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', None) or exc}") from None
+        problem = one_line(str(getattr(exc, "problem", None) or exc))
+        raise ValueError(f"{cut(path)}: not valid YAML{at}: {problem}") from None
 
 
 _OVERRIDES = {"batch_sizes": "batch_sizes", "num_workers": "num_workers_options", "steps": "steps_per_test",

@@ -21,6 +21,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from . import argcheck
+from .argcheck import AUTO, CPU, CUDA, INDEX
+
 PROG = "python -m gpumem_kernel"
 
 
@@ -80,10 +83,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = argcheck.one_line(str(exc))
     if isinstance(exc, (CliError, ValueError)):
         return text or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return argcheck.one_line(f"{type(exc).__name__}: {text}") if text else type(exc).__name__
 
 
 # --- shared argument handling ---------------------------------------------------------------------------------
@@ -122,7 +125,8 @@ def load_model(spec: str) -> Any:
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
                         help="importable factory (or class, or module instance) of the model")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: where the model is)")
+    parser.add_argument("--device", type=argcheck.device(CPU, AUTO, CUDA, INDEX),
+                        help="cpu, cuda, cuda:N, N or auto (default: where the model is)")
     parser.add_argument("--simulate", metavar="SIZE",
                         help="no GPU: run on the CPU against this cap on tracked tensor bytes, e.g. 6GiB")
     parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
@@ -157,7 +161,8 @@ def _configure_benchmark(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--synthetic", metavar="SHAPE", help="synthetic samples of this shape, e.g. 3x64x64")
     data.add_argument("--dataset", metavar="MODULE:FACTORY", help="importable Dataset factory")
     parser.add_argument("--data-path", help="passed to the --dataset factory as its one argument")
-    parser.add_argument("--classes", type=int, help="with --synthetic: class labels 0..N-1 (cross-entropy)")
+    parser.add_argument("--classes", type=argcheck.count,
+                        help="with --synthetic: class labels 0..N-1 (cross-entropy)")
     parser.add_argument("--batch-sizes", nargs="+", metavar="N", help="override benchmark.batch_sizes")
     parser.add_argument("--num-workers", nargs="+", metavar="N", help="override benchmark.num_workers_options")
     parser.add_argument("--steps", type=int, help="override benchmark.steps_per_test")
@@ -221,13 +226,15 @@ def _configure_autobatch(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--input", metavar="SHAPE", help="one sample's shape, e.g. 3x224x224 (default: from a "
                        "first Linear layer)")
     shape.add_argument("--synthetic", metavar="SHAPE", help="same as --input (the benchmark's spelling)")
-    parser.add_argument("--classes", type=int, help="cross-entropy over this many classes (default: mean of "
-                        "squares of the output)")
-    parser.add_argument("--start-batch", type=int, help="first batch to try (default: the analysis prediction)")
+    parser.add_argument("--classes", type=argcheck.count, help="cross-entropy over this many classes (default: "
+                        "mean of squares of the output)")
+    parser.add_argument("--start-batch", type=argcheck.count,
+                        help="first batch to try (default: the analysis prediction)")
     parser.add_argument("--amp", choices=("fp16", "bf16"))
     parser.add_argument("--margin", type=float, default=0.10, help="recommended = maximum x (1 - margin)")
-    parser.add_argument("--multiple", type=int, help="round the recommendation to a multiple (default: power of 2)")
-    parser.add_argument("--max-batch", type=int, default=2 ** 16)
+    parser.add_argument("--multiple", type=argcheck.count,
+                        help="round the recommendation to a multiple (default: power of 2)")
+    parser.add_argument("--max-batch", type=argcheck.count, default=2 ** 16)
     parser.add_argument("--steps", type=int, default=2, help="training steps per trial (>= 2)")
     parser.add_argument("--no-predict", action="store_true", help="skip the analysis prediction")
     parser.add_argument("--format", default="text", choices=("text", "json"))
@@ -242,8 +249,6 @@ def _print_trial(trial: Any) -> None:
 def _run_autobatch(args: argparse.Namespace) -> int:
     from .autobatch import auto_select_batch_size
 
-    if args.classes is not None and (isinstance(args.classes, bool) or args.classes < 1):
-        raise CliError(f"--classes: expected a positive integer, got {args.classes}")
     model = load_model(args.model)
     result = auto_select_batch_size(
         model, args.device, args.start_batch, input=args.input or args.synthetic,
@@ -322,22 +327,24 @@ def _run_info(args: argparse.Namespace) -> int:
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
                         help="importable factory (or class, or module instance) of the model")
-    parser.add_argument("-b", "--batch", type=int, default=32, help="the batch size to analyse (default 32)")
+    parser.add_argument("-b", "--batch", type=argcheck.count, default=32, help="the batch size to analyse (default 32)")
     parser.add_argument("--input", metavar="SHAPE", help="one sample's shape without the batch: 3x224x224, or 512 "
                         "tokens for a model starting with an Embedding (default: from a first Linear layer)")
-    parser.add_argument("--vocab", type=int, help="with a token shape: token ids below N")
-    parser.add_argument("--classes", type=int, help="cross-entropy over this many classes (default: mean of "
-                        "squares of the output)")
+    parser.add_argument("--vocab", type=argcheck.count, help="with a token shape: token ids below N")
+    parser.add_argument("--classes", type=argcheck.count, help="cross-entropy over this many classes (default: "
+                        "mean of squares of the output)")
     parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
     parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
     parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
-    parser.add_argument("--device", help="cuda or cuda:N: measure on this GPU (default: traced)")
+    parser.add_argument("--device", type=argcheck.device(CPU, CUDA, INDEX),
+                        help="cuda, cuda:N or N: measure on this GPU; cpu: traced (default: traced)")
     plan = parser.add_mutually_exclusive_group()
     plan.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB')
     plan.add_argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB")
-    parser.add_argument("--multiple", type=int, help="round the picks to a multiple (default: power of two)")
-    parser.add_argument("--effective-batch", type=int, help="target effective batch: accumulation steps per pick")
+    parser.add_argument("--multiple", type=argcheck.count, help="round the picks to a multiple (default: power of two)")
+    parser.add_argument("--effective-batch", type=argcheck.count,
+                        help="target effective batch: accumulation steps per pick")
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
     parser.add_argument("--format", default="text", choices=("text", "json"),
@@ -347,8 +354,6 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 def _run_analyze(args: argparse.Namespace) -> int:
     from .analysis import analyze
 
-    if args.classes is not None and args.classes < 1:
-        raise CliError(f"--classes: expected a positive integer, got {args.classes}")
     model = load_model(args.model)
     report = analyze(
         model, batch_size=args.batch, input=args.input, loss=_cross_entropy(args.classes) if args.classes else None,

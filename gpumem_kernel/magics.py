@@ -16,9 +16,11 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
+from . import argcheck
 from . import clear as clearing
 from . import magics_analysis
 from . import oom as oom_checklist
+from .magics_analysis import _fail
 from .magics_analysis import parse as _parse
 from .render import status_bundle
 from .status import get_status
@@ -63,7 +65,7 @@ def clear(shell: Any, rest: str) -> None:
         report = clearing.clear_gpu_memory(shell, variables=args.vars, all_cuda_vars=args.all_cuda_vars,
                                            dry_run=args.list)
     except ValueError as error:  # an unknown or IPython-owned variable name
-        raise UsageError(f"gpumem clear: {error}") from None
+        raise _fail("clear", str(error)) from None
     display(clearing.clear_bundle(report), raw=True)
 
 
@@ -126,7 +128,8 @@ def overview() -> str:
 
 
 @magic_arguments("%gpumem")
-@argument("--device", metavar="N", help="CUDA device to report: N or cuda:N (default: every device CUDA uses)")
+@argument("--device", metavar="N", type=argcheck.device(argcheck.INDEX),
+          help="CUDA device to report: N or cuda:N (default: every device CUDA uses)")
 def _cell_arguments(line: str) -> None:
     """Run the cell and report its peak and delta of GPU memory (allocated and reserved, per device) when
     CUDA is initialised in this kernel (before or by the cell); otherwise the host RSS delta, and says so.
@@ -143,19 +146,6 @@ def _cuda_torch() -> Any:
     from .analysis import _torch_cuda_ready
 
     return sys.modules.get("torch") if _torch_cuda_ready() else None
-
-
-def _cell_device(text: Optional[str]) -> Optional[int]:
-    if text is None:
-        return None
-    value = text[len("cuda:"):] if text.startswith("cuda:") else text
-    if not value.isdigit():
-        raise UsageError(f"gpumem cell: --device {text!r}: expected N or cuda:N")
-    index = int(value)
-    torch = _cuda_torch()
-    if torch is not None and index >= torch.cuda.device_count():
-        raise UsageError(f"gpumem cell: --device {index}: this kernel sees {torch.cuda.device_count()} CUDA device(s)")
-    return index
 
 
 @dataclass
@@ -186,7 +176,7 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
     with contextlib.ExitStack() as stack:
         for monitor in monitors:
             stack.enter_context(monitor)
-        outcome = shell.run_cell(cell)
+        outcome = run_nested_cell(shell, cell)
     seconds, rss_delta = time.perf_counter() - started, process.memory_info().rss - rss_before
     results = [m.result for m in monitors if m.result is not None]
     after = _cuda_torch()
@@ -200,6 +190,22 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
     if any(r.device == "host" for r in results):
         results = [r for r in results if r.device == "host"][:1]
     return CellReport(results, rss_delta, seconds, not getattr(outcome, "success", True))
+
+
+def run_nested_cell(shell: Any, cell: str) -> Any:
+    """Run `cell` from inside a cell magic, as IPython runs a cell (its own traceback shown once, by IPython),
+    and let a failure fail the enclosing cell too: its ExecutionResult gets the error, so the execute_reply
+    says "error" with the user's exception and traceback and Run All stops there. Raising it again instead
+    would print the traceback a second time, with the magic's frames on top."""
+    hook = getattr(shell, "displayhook", None)
+    outer = getattr(hook, "exec_result", None)  # the enclosing cell's ExecutionResult, while it runs
+    result = shell.run_cell(cell)
+    if outer is not None:
+        hook.exec_result = outer  # the nested run_cell reset it, but the enclosing cell is still running
+        if outer.error_before_exec is None and outer.error_in_exec is None:
+            outer.error_before_exec = getattr(result, "error_before_exec", None)
+            outer.error_in_exec = getattr(result, "error_in_exec", None)
+    return result
 
 
 def _signed(n: Optional[int]) -> str:
@@ -242,7 +248,7 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> None:
         print(cell_help())
         return
     args = _parse(_cell_arguments, "cell", line)
-    display(cell_bundle(monitor_cell(shell, cell, _cell_device(args.device))), raw=True)
+    display(cell_bundle(monitor_cell(shell, cell, argcheck.device_index(args.device))), raw=True)
 
 
 def _wants_help(rest: str) -> bool:
@@ -271,7 +277,8 @@ class GpumemMagics(Magics):
             return
         command = COMMANDS.get(words[0])
         if command is None:
-            raise UsageError(f"gpumem: unknown command '{words[0]}'; try: {', '.join(COMMANDS)}")
+            raise UsageError(argcheck.one_line(f"gpumem: unknown command {argcheck.shown(words[0])}; try: "
+                                               f"{', '.join(COMMANDS)}"))
         rest = words[1] if len(words) > 1 else ""
         if _wants_help(rest):
             print(help_text(command))

@@ -21,6 +21,9 @@ from IPython.core.magic_arguments import argument, kwds, magic_arguments
 from IPython.display import display
 from IPython.utils.process import arg_split
 
+from . import argcheck
+from .argcheck import CPU, CUDA, INDEX, shown
+
 _LAST_RECOMMENDATION = "_gpumem_last_recommendation"
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
 OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum")
@@ -50,9 +53,9 @@ def parse(spec: Callable[..., Any], command: str, rest: str) -> Any:
     try:
         return spec.parser.parse_args(split_line(rest))
     except UsageError as error:  # argparse's complaint, e.g. "unrecognized arguments: --bogus"
-        raise UsageError(f"gpumem {command}: {error}") from None
+        raise _fail(command, str(error)) from None
     except ValueError as error:  # unbalanced quotes in the line
-        raise UsageError(f"gpumem {command}: {error}") from None
+        raise _fail(command, str(error)) from None
 
 
 def _as_option(match: "re.Match[str]") -> str:
@@ -68,7 +71,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _fail(command: str, message: str) -> UsageError:
-    return UsageError(f"gpumem {command}: {message}")
+    """The one line a bad input gets; echoed values in it are cut (argcheck.one_line)."""
+    return UsageError(argcheck.one_line(f"gpumem {command}: {message}"))
 
 
 def _engine_error(command: str, exc: BaseException) -> UsageError:
@@ -85,7 +89,7 @@ def _debug() -> bool:
 def lookup(shell: Any, name: str, command: str, what: str) -> Any:
     """`name` or `name.attr.attr` in the user's namespace."""
     if not _NAME.match(name):
-        raise _fail(command, f"{what} {name!r}: not a variable name")
+        raise _fail(command, f"{what} {shown(name)}: not a variable name")
     head, *attributes = name.split(".")
     if head not in shell.user_ns:
         raise _fail(command, f"{what}: no variable named {head!r} in this kernel")
@@ -155,13 +159,6 @@ def _optimizer(shell: Any, text: str, command: str) -> Any:
 
 def _amp(value: Optional[str]) -> Optional[str]:
     return None if value in (None, "off") else value
-
-
-def _device(text: Optional[str]) -> Optional[str]:
-    """'1' -> 'cuda:1'; other spellings go to the engines, which check them."""
-    if text is None:
-        return None
-    return f"cuda:{text}" if text.isdigit() else text
 
 
 def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
@@ -238,13 +235,14 @@ examples:
 
 _ANALYSIS_ARGUMENTS = [
     argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel (model, trainer.model)"),
-    argument("-b", "--batch", type=int, default=32, metavar="N", help="the batch size to analyse (default 32)"),
+    argument("-b", "--batch", type=argcheck.count, default=32, metavar="N",
+             help="the batch size to analyse (default 32)"),
     argument("--input", metavar="SHAPE|VAR|FUNC",
              help="one sample's shape without the batch (3x224x224; 512 tokens for a model starting with an "
                   "Embedding), a variable holding a sample batch (tensor, tuple or dict of tensors), or a "
                   "variable holding a function batch_size -> batch (default: from a first Linear layer)"),
-    argument("--vocab", type=int, metavar="N", help="with a token shape: token ids below N (default: the "
-             "first Embedding's size)"),
+    argument("--vocab", type=argcheck.count, metavar="N", help="with a token shape: token ids below N (default: "
+             "the first Embedding's size)"),
     argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss (default: mean of "
              "squares of the output)"),
     argument("--optimizer", default="adamw", metavar="KIND|VAR",
@@ -253,15 +251,15 @@ _ANALYSIS_ARGUMENTS = [
     argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
     argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),
     argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks"),
-    argument("--device", metavar="D", help="cpu, cuda, cuda:N or N: measure on this GPU (default: the GPU "
-             "CUDA already uses, else traced)"),
+    argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX), help="cpu, cuda, cuda:N or N: "
+             "measure on this GPU (default: the GPU CUDA already uses, else traced)"),
     argument("--target", metavar="GPU", help="plan for this GPU, e.g. \"RTX 4080 Super\", A100-80GB, H100 "
              "(traced engine)"),
     argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB or 24GB"),
-    argument("--multiple", type=int, metavar="N", help="round the picks down to a multiple of N (default: a "
-             "power of two)"),
-    argument("--effective-batch", type=int, metavar="N", help="target effective batch: accumulation steps per "
-             "pick"),
+    argument("--multiple", type=argcheck.count, metavar="N", help="round the picks down to a multiple of N "
+             "(default: a power of two)"),
+    argument("--effective-batch", type=argcheck.count, metavar="N", help="target effective batch: accumulation "
+             "steps per pick"),
     argument("--world-size", type=int, default=1, metavar="N", help="ranks of data-parallel training"),
     argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"),
              help="how model states are sharded over --world-size ranks"),
@@ -302,7 +300,7 @@ def run_analysis(shell: Any, args: Any, command: str) -> Any:
     options = dict(
         batch_size=args.batch, input=_input(shell, args.input, command), loss=_loss(shell, args.loss, command),
         optimizer=_optimizer(shell, args.optimizer, command), amp=_amp(args.amp), grad_accum=args.accum,
-        checkpointing=args.checkpointing, device=_device(args.device), target=_target(args.target, command),
+        checkpointing=args.checkpointing, device=args.device, target=_target(args.target, command),
         memory=_memory(args.memory, "--memory", command), world_size=args.world_size, strategy=args.strategy,
         multiple=args.multiple, effective_batch=args.effective_batch, vocab_size=args.vocab,
     )
@@ -369,7 +367,8 @@ examples:
   %gpumem autobatch model --input 3x224x224 --amp bf16
   %gpumem autobatch model --input 3x64x64 --simulate 6GiB --margin 0.2 --multiple 8""")
 @argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel")
-@argument("-b", "--batch", type=int, metavar="N", help="first batch to try (default: the analysis prediction)")
+@argument("-b", "--batch", type=argcheck.count, metavar="N",
+          help="first batch to try (default: the analysis prediction)")
 @argument("--input", metavar="SHAPE|VAR|FUNC", help="as for analyze: a shape, a sample variable or a function "
           "batch_size -> batch")
 @argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss")
@@ -377,13 +376,14 @@ examples:
           help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable (stepped, then restored)")
 @argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)")
 @argument("--margin", type=float, default=0.10, metavar="F", help="recommended = maximum x (1 - F), default 0.1")
-@argument("--multiple", type=int, metavar="N", help="round the recommendation to a multiple of N (default: a "
-          "power of two)")
-@argument("--max", type=int, default=2 ** 16, metavar="N", help="largest batch to try (default 65536)")
+@argument("--multiple", type=argcheck.count, metavar="N", help="round the recommendation to a multiple of N "
+          "(default: a power of two)")
+@argument("--max", type=argcheck.count, default=2 ** 16, metavar="N", help="largest batch to try (default 65536)")
 @argument("--steps", type=int, default=2, metavar="N", help="full training steps per trial (>= 2, default 2)")
 @argument("--simulate", metavar="SIZE", help="no GPU: search on the CPU against this cap on tracked tensor "
           "bytes, e.g. 6GiB (labelled simulated)")
-@argument("--device", metavar="D", help="cuda, cuda:N or N (default: where the model is)")
+@argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX),
+          help="cpu, cuda, cuda:N or N (default: where the model is)")
 def autobatch_arguments(line: str) -> None:
     """The largest batch that runs full training steps (forward, loss, backward, optimizer step) without
     running out of memory, found with real trials from a clean allocator; a recommended batch a margin
@@ -418,7 +418,7 @@ def autobatch(shell: Any, rest: str) -> None:
         live.show(_progress_bundle(_trial_line(args.model, len(trials), trial, best, simulated)))
 
     try:
-        result = auto_select_batch_size(model, _device(args.device), args.batch, progress=progress, **options)
+        result = auto_select_batch_size(model, args.device, args.batch, progress=progress, **options)
     except KeyboardInterrupt:
         live.stop(_progress_bundle(f"autobatch {args.model}: interrupted before the search began"))
         raise
@@ -451,13 +451,15 @@ examples:
 @argument("--loader-factory", metavar="VAR", help="a function (batch_size=, num_workers=, pin_memory=) -> "
           "DataLoader")
 @argument("--synthetic", metavar="SHAPE", help="synthetic samples of this shape, e.g. 3x64x64")
-@argument("--classes", type=int, metavar="N", help="with --synthetic: class labels 0..N-1 (cross-entropy)")
+@argument("--classes", type=argcheck.count, metavar="N",
+          help="with --synthetic: class labels 0..N-1 (cross-entropy)")
 @argument("--optimizer", default="adamw", metavar="KIND|VAR",
           help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable")
 @argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss (default: cross-entropy or "
           "MSE on (inputs, targets))")
 @argument("--simulate", metavar="SIZE", help="no GPU: CPU run with a cap on tracked tensor bytes, e.g. 6GiB")
-@argument("--device", metavar="D", help="cpu, cuda, cuda:N or N (default: where the model is)")
+@argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX),
+          help="cpu, cuda, cuda:N or N (default: where the model is)")
 @argument("--save-yaml", metavar="PATH", help="also write the recommended configuration here (data.*, training.*)")
 def benchmark_arguments(line: str) -> None:
     """Sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004): I/O wait, host-to-device copy,
@@ -483,8 +485,6 @@ def benchmark(shell: Any, rest: str) -> None:
         raise _fail(command, "give one data source: --dataset VAR, --loader-factory VAR or --synthetic SHAPE")
     if args.classes is not None and args.synthetic is None:
         raise _fail(command, "--classes goes with --synthetic")
-    if args.classes is not None and args.classes < 1:
-        raise _fail(command, f"--classes: expected a positive integer, got {args.classes}")
     batch_sizes = None if args.batch_sizes is None else " ".join(args.batch_sizes)
     workers = None if args.num_workers is None else " ".join(args.num_workers)
     try:
@@ -510,7 +510,7 @@ def benchmark(shell: Any, rest: str) -> None:
     options = dict(
         dataset=dataset, loader_factory=factory, synthetic_shape=args.synthetic, num_classes=args.classes,
         config=config, batch_sizes=batch_sizes, num_workers=workers, steps=args.steps, warmup_steps=args.warmup,
-        memory_target=args.memory_target, device=_device(args.device),
+        memory_target=args.memory_target, device=args.device,
         simulate=_memory(args.simulate, "--simulate", command), optimizer=_optimizer(shell, args.optimizer, command),
         loss=_loss(shell, args.loss, command),
     )

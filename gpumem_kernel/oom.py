@@ -8,6 +8,7 @@ as an inline MIME bundle below it. Nothing here imports torch or initialises CUD
 from __future__ import annotations
 
 import html
+import keyword
 import math
 import os
 import re
@@ -396,7 +397,7 @@ def _largest_blocks(model: Any) -> Tuple[Optional[str], Optional[str]]:
             if kind not in ("ModuleList", "Sequential") or len(module) < 2:
                 continue
             parts = path.split(".") if path else []
-            if len(parts) > 3 or not all(part.isidentifier() for part in parts):
+            if len(parts) > 3 or not all(_is_name(part) for part in parts):
                 continue
             count = sum(p.numel() for p in module.parameters())
             if count > best[0]:
@@ -427,15 +428,27 @@ def _pick_workers(scan: _Scan) -> Optional[int]:
     return max(counts) if counts else None
 
 
+def _is_name(text: str) -> bool:
+    """Whether code can spell `text` as a name: namespace keys are any strings (globals()["x = 1; ..."])."""
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
+def _code_name(candidates: Sequence[str], placeholder: str) -> str:
+    """The first candidate code can spell, else the placeholder the user fills: inserted cells are code the user
+    runs, so a key that is not an identifier never reaches them."""
+    return next((name for name in candidates if _is_name(name)), placeholder)
+
+
 def _code_names(scan: _Scan, model: Optional[ModelInfo]) -> CodeNames:
     names = [loader.name for loader in scan.loaders]
     train = [name for name in names if "train" in name.lower()] or names
+    default = CodeNames()
     return CodeNames(
-        model=model.name if model else "model",
-        optimizer=scan.optimizers[0] if scan.optimizers else "optimizer",
-        loader=train[0] if train else "train_loader",
-        criterion=scan.losses[0] if scan.losses else "criterion",
-        device=scan.device or '"cuda"',
+        model=_code_name([model.name] if model else [], default.model),
+        optimizer=_code_name(scan.optimizers, default.optimizer),
+        loader=_code_name(train, default.loader),
+        criterion=_code_name(scan.losses, default.criterion),
+        device=_code_name([scan.device] if scan.device else [], default.device),
     )
 
 

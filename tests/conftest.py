@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
 import sys
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -65,3 +66,23 @@ def make_prober(no_cgroup) -> Callable[..., Prober]:
         )
 
     return make
+
+
+@contextlib.contextmanager
+def gpumem_shell(names: Optional[Dict[str, Any]] = None) -> Iterator[Any]:
+    """The shared IPython shell with the extension loaded and `names` defined; afterwards it is as before
+    (the shell is shared between test modules)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    before = set(shell.user_ns)
+    shell.extension_manager.load_extension("gpumem_kernel")
+    shell.user_ns.update(names or {})
+    try:
+        yield shell
+    finally:
+        shell.extension_manager.unload_extension("gpumem_kernel")
+        for name in set(shell.user_ns) - before:
+            del shell.user_ns[name]
+        if hasattr(shell, "_gpumem_last_recommendation"):
+            del shell._gpumem_last_recommendation

@@ -100,6 +100,18 @@ class KernelHarness:
         self._reader.start()
         return self
 
+    def restart(self, now: bool = True, timeout: float = 60) -> None:
+        """Kernel > Restart: the same kernel id and connection file, a new process. The iopub reader pauses
+        meanwhile: `wait_for_ready` reads iopub too, and two threads on one zmq socket garble its frames."""
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(5)
+        self.km.restart_kernel(now=now)
+        self.kc.wait_for_ready(timeout=timeout)
+        self._stop.clear()
+        self._reader = threading.Thread(target=self._read_iopub, name="test-iopub-reader", daemon=True)
+        self._reader.start()
+
     def stop(self) -> None:
         self._stop.set()
         if self._reader is not None:

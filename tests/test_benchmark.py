@@ -176,6 +176,29 @@ def test_bad_config_is_one_line_naming_it(tmp_path, text, message):
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_config_file_problems_are_one_line_naming_the_file(tmp_path, monkeypatch):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("benchmark:\n  # caf\xe9\n  steps_per_test: 3\n".encode("latin-1"))
+    locked = tmp_path / "locked.yaml"
+    locked.write_text("benchmark:\n  steps_per_test: 3\n")
+    real_open = open
+
+    def refusing_open(file, *args, **kwargs):  # root reads a chmod 000 file anyway: refuse it here
+        if str(file) == str(locked):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refusing_open)
+    for path, problem in ((tmp_path, "is a directory"), ("/proc/self/mem", "cannot read it"),
+                          (latin, "not UTF-8 text"), (locked, "permission denied"),
+                          ("/dev/zero", "larger than 1 MiB")):
+        with pytest.raises(ValueError) as caught:
+            load_config(str(path))
+        message = str(caught.value)
+        assert message.startswith(f"{path}: ") and problem in message, message
+        assert "\n" not in message and len(message) < 300
+
+
 def test_config_defaults_and_overrides(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text(SEED_CONFIG)

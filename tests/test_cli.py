@@ -125,6 +125,45 @@ def test_errors_are_one_line_exit_2(session, capsys, argv, message):
     assert message in err and err.count("\n") == 1, err
 
 
+BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["analyze", "--model", "tiny_models:mlp", "--device", "tpu"],
+     "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'"),
+    (["analyze", "--model", "tiny_models:mlp", "--device", "cuda:3"], "got 'cuda:3', but this kernel sees no CUDA"),
+    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--device", "tpu"],
+     "argument --device: expected cpu, auto, cuda, cuda:N or N, got 'tpu'"),
+    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--device", "3"],
+     "got '3', but this kernel sees no CUDA device"),
+    (["analyze", "--model", "tiny_models:mlp", "--batch", BIG],
+     f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'"),
+    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--start-batch", BIG],
+     "argument --start-batch: expected an integer from 1 to 2147483647"),
+    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--max-batch", BIG],
+     "argument --max-batch: expected an integer from 1 to 2147483647"),
+    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "."], ".: is a directory"),
+    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "/proc/self/mem"],
+     "/proc/self/mem: cannot read it"),
+])
+def test_device_batch_and_config_are_checked_as_in_the_magics(session, capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert message in err and err.count("\n") == 1, err
+    assert "overflow" not in err.lower() and not torch.cuda.is_initialized()
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "--model", "x" * 20_000], ["analyze", "--model", "tiny_models:mlp", "--target", "x" * 20_000],
+    ["analyze", "--model", "tiny_models:mlp", "--amp", "x" * 20_000], ["info", "--format", "RTX " * 5_000],
+    ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "x" * 20_000],
+], ids=["model", "target", "amp", "format", "config"])
+def test_echoed_values_are_cut(session, capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert len(err) < 500 and "…" in err, err[:500]
+
+
 def test_subcommands_register(capsys):
     seen = []
     command = cli.Command("hello", "say hello", lambda p: p.add_argument("--name", default="x"),

@@ -6,11 +6,12 @@ import sys
 
 import jsonschema
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 torch = pytest.importorskip("torch")
 
+from conftest import gpumem_shell  # noqa: E402
 from gpumem_kernel.analysis import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel.autobatch import MIME as AUTOBATCH_MIME  # noqa: E402
 from gpumem_kernel.autobatch import scan_batch_sizes  # noqa: E402
@@ -53,16 +54,9 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def ip():
-    shell = InteractiveShell.instance()
-    before = set(shell.user_ns)
-    shell.extension_manager.load_extension("gpumem_kernel")
-    run(shell, SETUP)
-    yield shell
-    shell.extension_manager.unload_extension("gpumem_kernel")
-    for name in set(shell.user_ns) - before:  # the shell is shared with other test modules
-        del shell.user_ns[name]
-    if hasattr(shell, "_gpumem_last_recommendation"):
-        del shell._gpumem_last_recommendation
+    with gpumem_shell() as shell:
+        run(shell, SETUP)
+        yield shell
 
 
 def run(ip, code: str):
@@ -147,8 +141,7 @@ def test_analyze_json_prints_the_payload(ip):
     ("%gpumem analyze model --optimizer lion", "--optimizer 'lion': use adamw, adam, sgd, sgd-momentum"),
     ("%gpumem analyze model --optimizer not_a_model", "--optimizer not_a_model: a list, not a torch.optim"),
     ("%gpumem analyze model --loss not_a_model", "--loss not_a_model: a list is not callable"),
-    ("%gpumem analyze model --batch 0", "batch_size must be a positive integer, got 0"),
-    ("%gpumem analyze model --batch many", "argument -b/--batch: invalid int value: 'many'"),
+    ("%gpumem analyze model --batch many", "argument -b/--batch: expected an integer from 1 to 2147483647, got 'many'"),
     ("%gpumem analyze model --strategy zero4", "argument --strategy: invalid choice: 'zero4'"),
     ("%gpumem analyze", "the following arguments are required: MODEL"),
     ("%gpumem analyze model --bogus", "unrecognized arguments: --bogus"),
@@ -298,6 +291,66 @@ def test_benchmark_bad_arguments_are_one_line(ip, line, message):
     assert captured.stderr.count("\n") == 1 and captured.outputs == []
 
 
+# --- one check of --device and the batch sizes in every command; echoed values are cut (issue 9, 4) ---------------
+
+HUGE = "x" * 20_000  # a pasted blob; any length past the bound shows the cut
+BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("%gpumem analyze model --device tpu", "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'"),
+    ("%gpumem recommend model --device 3", "argument --device: got '3', but this kernel sees no CUDA device"),
+    ("%gpumem autobatch wide --simulate 2MiB --device cuda:3", "got 'cuda:3', but this kernel sees no CUDA device"),
+    ("%gpumem benchmark cnn --synthetic 3x16x16 --device tpu", "expected cpu, cuda, cuda:N or N, got 'tpu'"),
+    (f"%gpumem analyze model -b {BIG}", f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'"),
+    (f"%gpumem recommend model --batch {BIG}", "argument -b/--batch: expected an integer from 1 to 2147483647"),
+    (f"%gpumem autobatch wide --simulate 2MiB -b {BIG}", "argument -b/--batch: expected an integer from 1 to"),
+    (f"%gpumem autobatch wide --simulate 2MiB --max {BIG}", "argument --max: expected an integer from 1 to"),
+    ("%gpumem analyze model --batch 0", "argument -b/--batch: expected an integer from 1 to 2147483647, got '0'"),
+    ("%gpumem benchmark cnn --synthetic 3x16x16 --classes 0", "argument --classes: expected an integer from 1 to"),
+])
+def test_device_and_batch_are_checked_alike_by_every_command(ip, line, message):
+    captured = run(ip, line)
+
+    command = line.split()[1]
+    assert captured.stderr.startswith(f"UsageError: gpumem {command}: ") and message in captured.stderr
+    assert captured.stderr.count("\n") == 1 and captured.outputs == []
+    assert "Traceback" not in captured.stdout + captured.stderr and "overflow" not in captured.stderr.lower()
+    assert not torch.cuda.is_initialized()
+
+
+def test_cell_magic_refuses_a_device_this_kernel_does_not_have(ip):
+    captured = run(ip, "%%gpumem --device 3\nnever = 1")
+    assert captured.stderr.strip() == ("UsageError: gpumem cell: argument --device: got '3', but this kernel sees "
+                                       "no CUDA device")
+    assert "never" not in ip.user_ns and captured.outputs == []
+    assert run(ip, "%%gpumem --device cuda:0\nnever = 1").stderr.strip().endswith("sees no CUDA device")
+    assert "never" not in ip.user_ns and not torch.cuda.is_initialized()
+
+
+@pytest.mark.parametrize("line", [
+    "{huge}", "analyze {huge}", "analyze model --target {huge}", "analyze model --amp {huge}",
+    "analyze model --device {huge}", "analyze model --input {huge}", "analyze model --optimizer {huge}",
+    "analyze model --memory {huge}", "status {huge}", "clear --vars {huge}",
+    "benchmark cnn --synthetic 3x16x16 --config {huge}", "benchmark cnn --synthetic 3x16x16 --batch-sizes {huge}",
+    'analyze model --target "{spaced}"', "CELL --device {huge}",
+], ids=lambda line: line.split("{")[0].strip() or "command")
+def test_echoed_values_are_cut(ip, line):
+    # The magic itself: IPython's input transforms and $-expansion are quadratic in the line's length.
+    line = line.format(huge=HUGE, spaced="RTX " * 5_000)
+    magics = ip.magics_manager.magics
+    with capture_output() as captured, pytest.raises(UsageError) as caught:
+        if line.startswith("CELL "):
+            magics["cell"]["gpumem"](line[len("CELL "):], "never = 1")
+        else:
+            magics["line"]["gpumem"](line)
+
+    message = str(caught.value)
+    assert message.startswith("gpumem") and "\n" not in message
+    assert len(message) < 500 and "…" in message, message[:500]
+    assert captured.outputs == [] and "never" not in ip.user_ns
+
+
 # --- %%gpumem -----------------------------------------------------------------------------------------------------
 
 
@@ -322,7 +375,7 @@ def test_cell_magic_reports_a_failing_cell_and_bad_options(ip):
     assert "(it raised an error)" in failing.outputs[-1].data["text/plain"]
 
     bad = run(ip, "%%gpumem --device x\nnever = 1")
-    assert bad.stderr.strip() == "UsageError: gpumem cell: --device 'x': expected N or cuda:N"
+    assert bad.stderr.strip() == "UsageError: gpumem cell: argument --device: expected cuda:N or N, got 'x'"
     assert "never" not in ip.user_ns
     assert run(ip, "%%gpumem --help\nnever = 1").stdout.startswith("usage: %%gpumem [--device N]")
     assert "never" not in ip.user_ns
@@ -414,4 +467,5 @@ def test_cell_magic_reports_each_cuda_device_in_use_and_leaves_unused_ones_alone
     assert "cuda:0   peak +0.00 MiB, delta +0.00 MiB" in explicit.outputs[-1].data["text/plain"]
     text = first_use.outputs[-1].data["text/plain"]
     assert "cuda:1   peak " in text and "cuda:0" not in text and fake.synchronized == []
-    assert too_far.stderr.strip() == "UsageError: gpumem cell: --device 7: this kernel sees 2 CUDA device(s)"
+    assert too_far.stderr.strip() == ("UsageError: gpumem cell: argument --device: got '7', but this kernel sees "
+                                      "2 CUDA devices")

@@ -184,6 +184,35 @@ def test_accumulation_and_mixed_precision_snippets_run_with_the_users_names() ->
         assert ("GradScaler(" in amp.code) == (capability != "8.6")
 
 
+def test_inserted_code_names_only_identifiers_from_the_namespace() -> None:
+    hostile = "x = 1; import os; os.system('echo owned')  #"
+    base = training_namespace(workers=0)
+    ns = {hostile: base["model"], "nonlocal": base["opt"], "loss fn()": base["loss_fn"], "train-dl": base["train_dl"]}
+    for probe in (sample(capability="7.5"), sample(capability="8.6")):
+        _, d, steps = checklist(ns=ns, probe=probe)
+        assert d.model is not None and d.model.parameters > 0  # the model is still found and described
+        assert (d.names.model, d.names.optimizer, d.names.criterion, d.names.loader) == \
+            ("model", "optimizer", "criterion", "train_loader")  # placeholders the user fills
+        for step in steps:
+            if step.code:
+                compile(step.code, f"<{step.id}>", "exec")
+                assert all(key not in step.code for key in ns), step.id
+
+
+def test_hugging_face_switch_is_not_called_on_a_non_identifier() -> None:
+    class HFModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def gradient_checkpointing_enable(self) -> None:
+            pass
+
+    _, _, steps = checklist(ns={"m; import os": HFModel()})
+    step = next(s for s in steps if s.id == "grad-checkpointing")
+    assert step.code.strip().endswith("model.gradient_checkpointing_enable()") and "import os" not in step.code
+
+
 class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()

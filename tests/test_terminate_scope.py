@@ -116,8 +116,7 @@ def test_ends_its_own_child_and_the_orphan_of_its_predecessor(kernel, stray):
     assert orphan in [c["pid"] for c in listed["children"]]
     orphan_ref = ref(orphan)
 
-    kernel.km.restart_kernel(now=True)  # what Kernel > Restart does: same kernel id, a new process
-    kernel.kc.wait_for_ready(timeout=60)
+    kernel.restart()  # what Kernel > Restart does: same kernel id, a new process
     assert psutil.pid_exists(orphan)  # the old kernel is gone, its worker is not
     comm_id = connect(kernel)
 
