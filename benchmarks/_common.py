@@ -1,4 +1,5 @@
 """Shared helpers for the benchmark scripts: where results go and what each result records."""
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -25,7 +26,10 @@ def _gpu_name() -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         )
     except Exception:
         return None

@@ -48,8 +48,9 @@ from gpumem_kernel.analysis_trace import TracePlan, TraceResult, default_loss, r
 class MLP(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.GELU(),
-                                 nn.Dropout(0.1), nn.Linear(512, 10))
+        self.net = nn.Sequential(
+            nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.GELU(), nn.Dropout(0.1), nn.Linear(512, 10)
+        )
 
     def forward(self, x: Any) -> Any:
         return self.net(x)
@@ -59,9 +60,19 @@ class CNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1),
+            nn.BatchNorm2d(128),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
         self.head = nn.Linear(128, 10)
 
     def forward(self, x: Any) -> Any:
@@ -90,8 +101,16 @@ class ResNet(nn.Module):
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
-        widths = [(16, 16, 1), (16, 16, 1), (16, 32, 2), (32, 32, 1), (32, 64, 2), (64, 64, 1), (64, 128, 2),
-                  (128, 128, 1)]
+        widths = [
+            (16, 16, 1),
+            (16, 16, 1),
+            (16, 32, 2),
+            (32, 32, 1),
+            (32, 64, 2),
+            (64, 64, 1),
+            (64, 128, 2),
+            (128, 128, 1),
+        ]
         self.layers = nn.Sequential(*[BasicBlock(a, b, s) for a, b, s in widths])
         self.fc = nn.Linear(128, classes)
 
@@ -102,15 +121,17 @@ class ResNet(nn.Module):
 class ViT(nn.Module):
     """Patch embedding (conv), class token, learned positions, pre-norm encoder, linear head."""
 
-    def __init__(self, image: int = 32, patch: int = 4, dim: int = 128, depth: int = 4, heads: int = 4,
-                 classes: int = 10) -> None:
+    def __init__(
+        self, image: int = 32, patch: int = 4, dim: int = 128, depth: int = 4, heads: int = 4, classes: int = 10
+    ) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         tokens = (image // patch) ** 2
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, tokens + 1, dim) * 0.02)
-        layer = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.1, activation="gelu", batch_first=True,
-                                           norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, 4 * dim, dropout=0.1, activation="gelu", batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
@@ -201,8 +222,14 @@ class LSTMLM(nn.Module):
 
 
 def _double_conv(cin: int, cout: int) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(),
+    )
 
 
 class UNet(nn.Module):
@@ -322,8 +349,7 @@ class Bottleneck(nn.Module):
         self.conv3, self.bn3 = nn.Conv2d(width, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width)
         self.downsample: Optional[nn.Module] = None
         if stride != 1 or cin != 4 * width:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, 4 * width, 1, stride, bias=False),
-                                            nn.BatchNorm2d(4 * width))
+            self.downsample = nn.Sequential(nn.Conv2d(cin, 4 * width, 1, stride, bias=False), nn.BatchNorm2d(4 * width))
 
     def forward(self, x: Any) -> Any:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -364,8 +390,9 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: Any, cache: Optional[List[Any]] = None) -> Any:
         b, t, c = x.shape
-        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2)
-                   for y in self.qkv(self.ln1(x)).split(c, dim=2))
+        q, k, v = (
+            y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in self.qkv(self.ln1(x)).split(c, dim=2)
+        )
         if cache is not None:
             cache.append((k, v))  # the KV cache a generating model keeps
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -377,8 +404,15 @@ class Decoder(nn.Module):
     """A stand-in for a Hugging Face causal LM: `config.use_cache`, a dict output with `loss` (given labels),
     `logits` and `past_key_values` (with the cache on)."""
 
-    def __init__(self, vocab: int = 8192, context: int = 128, dim: int = 256, depth: int = 4, heads: int = 4,
-                 as_object: bool = False) -> None:
+    def __init__(
+        self,
+        vocab: int = 8192,
+        context: int = 128,
+        dim: int = 256,
+        depth: int = 4,
+        heads: int = 4,
+        as_object: bool = False,
+    ) -> None:
         super().__init__()
         self.as_object = as_object  # ModelOutput-like attributes instead of a dict (HF returns either)
         self.config = SimpleNamespace(use_cache=True, vocab_size=vocab)
@@ -412,8 +446,16 @@ def _bert_dropout_off() -> nn.Module:
 def _gpt2() -> nn.Module:
     import transformers
 
-    config = transformers.GPT2Config(vocab_size=8192, n_positions=128, n_embd=256, n_layer=4, n_head=4,
-                                     use_cache=True, bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(
+        vocab_size=8192,
+        n_positions=128,
+        n_embd=256,
+        n_layer=4,
+        n_head=4,
+        use_cache=True,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return transformers.GPT2LMHeadModel(config)
 
 
@@ -486,21 +528,41 @@ class Case:
 
 CASES: Dict[str, Case] = {
     "eval-mode Dropout (BERT)": Case(
-        _bert_dropout_off, _tokens(), 8, "submodules left in eval() by the user are traced in eval mode"),
+        _bert_dropout_off, _tokens(), 8, "submodules left in eval() by the user are traced in eval mode"
+    ),
     "checkpointing, ResNet-50 layout": Case(
-        ResNet50, _images(224), 2, "--checkpointing wraps all 16 bottlenecks across the four stages",
+        ResNet50,
+        _images(224),
+        2,
+        "--checkpointing wraps all 16 bottlenecks across the four stages",
         checkpointing=True,
-        prepare=lambda m: _checkpoint_by_hand(m, ("layer1", "layer2", "layer3", "layer4"))),
+        prepare=lambda m: _checkpoint_by_hand(m, ("layer1", "layer2", "layer3", "layer4")),
+    ),
     "model-owned loss (decoder)": Case(
-        Decoder, _lm_tokens(), 4, "the loss the model returns (labels given) is the one traced", loss=_own_loss),
+        Decoder, _lm_tokens(), 4, "the loss the model returns (labels given) is the one traced", loss=_own_loss
+    ),
     "model-owned loss (GPT-2, HF)": Case(
-        _gpt2, _lm_tokens(), 4, "HF ModelOutput.loss is the one traced", loss=_own_loss, needs=_has_transformers),
+        _gpt2, _lm_tokens(), 4, "HF ModelOutput.loss is the one traced", loss=_own_loss, needs=_has_transformers
+    ),
     "checkpointing + use_cache (decoder)": Case(
-        Decoder, _lm_tokens(), 4, "--checkpointing turns the KV cache off, as HF does", checkpointing=True,
-        prepare=_stand_in_checkpointed, loss=_own_loss),
+        Decoder,
+        _lm_tokens(),
+        4,
+        "--checkpointing turns the KV cache off, as HF does",
+        checkpointing=True,
+        prepare=_stand_in_checkpointed,
+        loss=_own_loss,
+    ),
     "checkpointing + use_cache (GPT-2, HF)": Case(
-        _gpt2, _lm_tokens(), 4, "--checkpointing matches HF's gradient_checkpointing_enable()", checkpointing=True,
-        prepare=_hf_checkpointed, loss=_own_loss, needs=_has_transformers),
+        _gpt2,
+        _lm_tokens(),
+        4,
+        "--checkpointing matches HF's gradient_checkpointing_enable()",
+        checkpointing=True,
+        prepare=_hf_checkpointed,
+        loss=_own_loss,
+        needs=_has_transformers,
+    ),
 }
 
 
@@ -574,23 +636,31 @@ def run_cases(names: List[str]) -> None:
             continue
         try:
             row = measure_case(name)
-            print(f"{name:<40}predicted {row['predicted_peak']:>13,} measured {row['measured_peak']:>13,}  "
-                  f"error {row['error']:+.2%}  (trace {row['trace_s']:.1f} s, real {row['real_step_s']:.1f} s)",
-                  flush=True)
+            print(
+                f"{name:<40}predicted {row['predicted_peak']:>13,} measured {row['measured_peak']:>13,}  "
+                f"error {row['error']:+.2%}  (trace {row['trace_s']:.1f} s, real {row['real_step_s']:.1f} s)",
+                flush=True,
+            )
         except Exception as exc:  # a case the tracer cannot follow is a result too
-            row = {"case": name, "what": CASES[name].what,
-                   "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            row = {
+                "case": name,
+                "what": CASES[name].what,
+                "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            }
             print(f"{name:<40}FAILED {row['failed']}", flush=True)
         rows.append(row)
     ok = [r for r in rows if "error" in r]
-    write_result("estimator_cases", {
-        "description": "named cases of issue 9 §5: traced peak (fake tensors, Adam, fp32) vs the peak of live "
-                       "CPU-allocator bytes (torch.profiler, profile_memory) over the user's own loop on a deep "
-                       "copy, second step; error = (predicted - measured) / measured",
-        "transformers": _version_of("transformers"),
-        "rows": rows,
-        "cpu": _summary([r["error"] for r in ok]),
-    })
+    write_result(
+        "estimator_cases",
+        {
+            "description": "named cases of issue 9 §5: traced peak (fake tensors, Adam, fp32) vs the peak of live "
+            "CPU-allocator bytes (torch.profiler, profile_memory) over the user's own loop on a deep "
+            "copy, second step; error = (predicted - measured) / measured",
+            "transformers": _version_of("transformers"),
+            "rows": rows,
+            "cpu": _summary([r["error"] for r in ok]),
+        },
+    )
 
 
 def _version_of(module: str) -> Optional[str]:
@@ -612,15 +682,19 @@ def _summary(values: List[float]) -> Dict[str, Optional[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated model names (default: the whole zoo)")
-    parser.add_argument("--cases", default="", help="'all' or comma-separated named cases (issue 9 §5): "
-                        + ", ".join(CASES))
+    parser.add_argument(
+        "--cases", default="", help="'all' or comma-separated named cases (issue 9 §5): " + ", ".join(CASES)
+    )
     args = parser.parse_args()
     names = [n.strip() for n in args.only.split(",") if n.strip()] or ([] if args.cases else list(ZOO))
     unknown = sorted(set(names) - set(ZOO))
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; the zoo: {', '.join(ZOO)}")
-    cases = list(CASES) if args.cases == "all" or not (args.cases or args.only) else \
-        [n.strip() for n in args.cases.split(",") if n.strip()]
+    cases = (
+        list(CASES)
+        if args.cases == "all" or not (args.cases or args.only)
+        else [n.strip() for n in args.cases.split(",") if n.strip()]
+    )
     unknown = sorted(set(cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; the cases: {', '.join(CASES)}")
@@ -637,12 +711,19 @@ def run_zoo(names: List[str]) -> None:
             for optimizer in OPTIMIZERS:
                 try:
                     row = measure(name, precision, optimizer)
-                    print(f"{name:<8}{precision:<6}{optimizer:<15}predicted {row['predicted_peak']:>12,} "
-                          f"measured {row['measured_peak']:>12,}  error {row['error']:+.2%}  "
-                          f"(trace {row['trace_s']:.1f} s)", flush=True)
+                    print(
+                        f"{name:<8}{precision:<6}{optimizer:<15}predicted {row['predicted_peak']:>12,} "
+                        f"measured {row['measured_peak']:>12,}  error {row['error']:+.2%}  "
+                        f"(trace {row['trace_s']:.1f} s)",
+                        flush=True,
+                    )
                 except Exception as exc:  # a model the tracer cannot follow is a result too
-                    row = {"model": name, "precision": precision, "optimizer": optimizer,
-                           "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+                    row = {
+                        "model": name,
+                        "precision": precision,
+                        "optimizer": optimizer,
+                        "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    }
                     print(f"{name:<8}{precision:<6}{optimizer:<15}FAILED {row['failed']}", flush=True)
                 rows.append(row)
 
@@ -652,22 +733,29 @@ def run_zoo(names: List[str]) -> None:
         mine = [r["error"] for r in ok if r["model"] == name]
         per_model[name] = _summary(mine)
     gpu_rows = [r for r in ok if "error_vs_max_memory_allocated" in r]
-    write_result("estimator_accuracy", {
-        "description": "traced peak (fake tensors) vs the peak of live tensor bytes tracked over a real CPU "
-                       "training step (2 steps, last step's peak); error = (predicted - measured) / measured",
-        "rows": rows,
-        "per_model": per_model,
-        "cpu": _summary([r["error"] for r in ok]),
-        "cpu_reserved_model": _summary([r["error_reserved_model"] for r in ok]),
-        "failed": [f"{r['model']} {r['precision']} {r['optimizer']}: {r['failed']}" for r in rows if "failed" in r],
-        "gpu": {
-            "vs_max_memory_allocated": _summary([r["error_vs_max_memory_allocated"] for r in gpu_rows]),
-            "vs_max_memory_reserved": _summary([r["error_vs_max_memory_reserved"] for r in gpu_rows]),
-        } if gpu_rows else "not measured: torch.cuda.is_available() is False on this machine",
-    })
+    write_result(
+        "estimator_accuracy",
+        {
+            "description": "traced peak (fake tensors) vs the peak of live tensor bytes tracked over a real CPU "
+            "training step (2 steps, last step's peak); error = (predicted - measured) / measured",
+            "rows": rows,
+            "per_model": per_model,
+            "cpu": _summary([r["error"] for r in ok]),
+            "cpu_reserved_model": _summary([r["error_reserved_model"] for r in ok]),
+            "failed": [f"{r['model']} {r['precision']} {r['optimizer']}: {r['failed']}" for r in rows if "failed" in r],
+            "gpu": {
+                "vs_max_memory_allocated": _summary([r["error_vs_max_memory_allocated"] for r in gpu_rows]),
+                "vs_max_memory_reserved": _summary([r["error_vs_max_memory_reserved"] for r in gpu_rows]),
+            }
+            if gpu_rows
+            else "not measured: torch.cuda.is_available() is False on this machine",
+        },
+    )
     summary = _summary([r["error"] for r in ok])
-    print(f"CPU: median |error| {summary['median_abs_error']:.2%}, max {summary['max_abs_error']:.2%} "
-          f"over {summary['n']} configurations")
+    print(
+        f"CPU: median |error| {summary['median_abs_error']:.2%}, max {summary['max_abs_error']:.2%} "
+        f"over {summary['n']} configurations"
+    )
 
 
 if __name__ == "__main__":

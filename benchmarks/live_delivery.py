@@ -75,8 +75,11 @@ def measure_loop(kernel: KernelHarness, comm: str, loop: str, seconds: float, in
     msg_id = reply["msg_id"]
     messages = kernel.messages()
     started = next(r.at for r in messages if r.msg_type == "execute_input" and r.parent_id == msg_id)
-    finished = next(r.at for r in messages if r.msg_type == "status" and r.parent_id == msg_id
-                    and r.content["execution_state"] == "idle")
+    finished = next(
+        r.at
+        for r in messages
+        if r.msg_type == "status" and r.parent_id == msg_id and r.content["execution_state"] == "idle"
+    )
     during = [r for r in kernel.comm_messages(comm, "sample") if started <= r.at <= finished]
     duration = finished - started
     expected = math.floor(duration / interval)
@@ -108,14 +111,23 @@ def measure_kernel(python: str, seconds: float, interval: float, loops: List[str
         has_torch = kernel.evaluate("__import__('importlib.util').util.find_spec('torch') is not None")
         for loop in loops:
             if loop == "torch" and not has_torch:
-                entries.append({**base, "loop": loop, "description": DESCRIBE[loop],
-                                "not_measured": "torch is not installed in this kernel's Python"})
+                entries.append(
+                    {
+                        **base,
+                        "loop": loop,
+                        "description": DESCRIBE[loop],
+                        "not_measured": "torch is not installed in this kernel's Python",
+                    }
+                )
                 print(f"ipykernel {base['ipykernel']} {loop}: not measured (no torch)", flush=True)
                 continue
             result = {**base, **measure_loop(kernel, comm, loop, seconds, interval)}
             entries.append(result)
-            print(f"ipykernel {base['ipykernel']} {loop}: {result['delivered']}/{result['expected']} samples "
-                  f"({result['share']:.1%}), max gap {result['max_gap_s']} s, {result['steps']} steps", flush=True)
+            print(
+                f"ipykernel {base['ipykernel']} {loop}: {result['delivered']}/{result['expected']} samples "
+                f"({result['share']:.1%}), max gap {result['max_gap_s']} s, {result['steps']} steps",
+                flush=True,
+            )
         kernel.close_comm(comm)
     return entries
 
@@ -124,8 +136,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each busy cell")
     parser.add_argument("--interval", type=float, default=1.0, help="sampling interval asked for on open")
-    parser.add_argument("--kernel-python", action="append", default=[],
-                        help="another kernel Python to measure (repeatable), e.g. a venv with ipykernel 6")
+    parser.add_argument(
+        "--kernel-python",
+        action="append",
+        default=[],
+        help="another kernel Python to measure (repeatable), e.g. a venv with ipykernel 6",
+    )
     parser.add_argument("--loops", default="busy,torch")
     args = parser.parse_args()
     loops = [name.strip() for name in args.loops.split(",") if name.strip()]
@@ -141,14 +157,17 @@ def main() -> None:
             entries.append({"kernel_python": python, "not_measured": f"{type(exc).__name__}: {exc}"})
             print(f"{python}: not measured ({type(exc).__name__}: {exc})", flush=True)
     measured = [e["share"] for e in entries if e.get("share") is not None]
-    write_result("live_delivery", {
-        "description": "samples received by a comm client between a busy cell's execute_input and its idle "
-                       "status, against cell duration / interval",
-        "seconds": args.seconds,
-        "interval_s": args.interval,
-        "entries": entries,
-        "target": {"share_min": 0.95, "met": bool(measured) and min(measured) >= 0.95},
-    })
+    write_result(
+        "live_delivery",
+        {
+            "description": "samples received by a comm client between a busy cell's execute_input and its idle "
+            "status, against cell duration / interval",
+            "seconds": args.seconds,
+            "interval_s": args.interval,
+            "entries": entries,
+            "target": {"share_min": 0.95, "met": bool(measured) and min(measured) >= 0.95},
+        },
+    )
 
 
 if __name__ == "__main__":

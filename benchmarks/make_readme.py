@@ -62,9 +62,11 @@ def provenance(result: Dict[str, Any]) -> str:
     m = result.get("machine", {})
     gpu = m.get("gpu") or "no GPU"
     versions = "; ".join(f"{k} {m[k]}" for k in ("python", "torch", "ipykernel", "browser") if m.get(k))
-    return (f"Measured {result.get('date', '?')} on {m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, "
-            f"{gpu}; {versions}. "
-            f"Reproduce: {command(result)}")
+    return (
+        f"Measured {result.get('date', '?')} on {m.get('platform', '?')}, {m.get('cpu_count', '?')} CPUs, "
+        f"{gpu}; {versions}. "
+        f"Reproduce: {command(result)}"
+    )
 
 
 def scalar(value: Any) -> str:
@@ -78,8 +80,11 @@ def scalar(value: Any) -> str:
 def generic(result: Dict[str, Any]) -> str:
     """A result file whose layout this script does not know: its scalars, and the first list of rows."""
     skip = {"name", "date", "command", "machine"}
-    out = [table(["field", "value"], [(k, scalar(v)) for k, v in result.items()
-                                      if k not in skip and not isinstance(v, list)])]
+    out = [
+        table(
+            ["field", "value"], [(k, scalar(v)) for k, v in result.items() if k not in skip and not isinstance(v, list)]
+        )
+    ]
     for key, value in result.items():
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             columns: List[str] = []
@@ -98,41 +103,63 @@ def row_sampler(r: Optional[Dict[str, Any]]) -> str:
     if r is None:
         return head + f"{NOT_MEASURED}: run `{RUN} benchmarks/sampler_overhead.py`.\n"
     s, a, p = r["settings"], r.get("attributed", {}), r["probe"]
-    figure = (f"**Figure:** overhead at 1 Hz {pct(a.get('1 Hz', {}).get('overhead'), 3)} (attributed), "
-              f"{pct(s['1 Hz']['overhead_mean'])} (A/B); at 10 Hz {pct(a.get('10 Hz', {}).get('overhead'), 3)} "
-              f"(attributed), {pct(s['10 Hz']['overhead_mean'])} (A/B). Target < 0.5 % at 1 Hz: "
-              f"{'met' if r['target']['met'] else 'not met'} (attributed measure); probe "
-              f"{p['probe']['median_ms']:.3f} ms/call.")
+    figure = (
+        f"**Figure:** overhead at 1 Hz {pct(a.get('1 Hz', {}).get('overhead'), 3)} (attributed), "
+        f"{pct(s['1 Hz']['overhead_mean'])} (A/B); at 10 Hz {pct(a.get('10 Hz', {}).get('overhead'), 3)} "
+        f"(attributed), {pct(s['10 Hz']['overhead_mean'])} (A/B). Target < 0.5 % at 1 Hz: "
+        f"{'met' if r['target']['met'] else 'not met'} (attributed measure); probe "
+        f"{p['probe']['median_ms']:.3f} ms/call."
+    )
     rows = []
     for name, e in s.items():
         at = a.get(name, {})
         spread = e.get("overhead_spread")
-        rows.append((
-            name,
-            f"{e['median_step_ms']:.3f}",
-            f"{e['mean_step_ms']:.3f}",
-            "—" if name == "none" else f"{pct(e['overhead_mean'])} [{pct(spread[0], 1)} … {pct(spread[1], 1)}]",
-            "—" if name == "none" else pct(e["overhead_median_step"]),
-            "—" if not at else (f"{pct(at['overhead'], 3)} ± {pct(at.get('overhead_standard_error'), 3, sign=False)}"
-                                f" ({at['samples']} samples)"),
-            "—" if not at else f"{at['sample_busy_ms_median']:.3f}",
-        ))
-    body = table(["sampler", "median step (ms)", "mean step (ms)",
-                  f"A/B overhead, mean step (median of {r['rounds']} rounds) [min … max]",
-                  "A/B overhead, median step", "attributed overhead ± standard error",
-                  "sampler thread busy per sample, GIL waits included (ms)"], rows)
-    probe_rows = [(k, f"{v['median_ms']:.3f}", f"{v['min_ms']:.3f}", f"{v['repeats']} × {v['number']}")
-                  for k, v in p.items() if isinstance(v, dict)]
+        rows.append(
+            (
+                name,
+                f"{e['median_step_ms']:.3f}",
+                f"{e['mean_step_ms']:.3f}",
+                "—" if name == "none" else f"{pct(e['overhead_mean'])} [{pct(spread[0], 1)} … {pct(spread[1], 1)}]",
+                "—" if name == "none" else pct(e["overhead_median_step"]),
+                "—"
+                if not at
+                else (
+                    f"{pct(at['overhead'], 3)} ± {pct(at.get('overhead_standard_error'), 3, sign=False)}"
+                    f" ({at['samples']} samples)"
+                ),
+                "—" if not at else f"{at['sample_busy_ms_median']:.3f}",
+            )
+        )
+    body = table(
+        [
+            "sampler",
+            "median step (ms)",
+            "mean step (ms)",
+            f"A/B overhead, mean step (median of {r['rounds']} rounds) [min … max]",
+            "A/B overhead, median step",
+            "attributed overhead ± standard error",
+            "sampler thread busy per sample, GIL waits included (ms)",
+        ],
+        rows,
+    )
+    probe_rows = [
+        (k, f"{v['median_ms']:.3f}", f"{v['min_ms']:.3f}", f"{v['repeats']} × {v['number']}")
+        for k, v in p.items()
+        if isinstance(v, dict)
+    ]
     gpu_note = r.get("gpu", "")
-    return (head + figure + "\n\n" + f"Loop: {r['loop']['model']}, torch threads = {r['loop']['torch_threads']}; "
-            f"listener JSON-encodes each sample. A/B: {r['rounds']} interleaved rounds of {r['window_s']} s per "
-            "setting; attributed: excess time of the steps that overlap a sample over their neighbours' median, "
-            "minus the same over placebo windows half an interval later (see the script's docstring). On a "
-            "machine shared with other work the A/B round-to-round spread is far wider than the target, so "
-            "the attributed figure is the one that resolves it.\n\n" + body + "\n\nProbe cost per call "
-            f"(timeit; GPU available: {p['gpu_available']}{', ' + p['gpu_reason'] if p.get('gpu_reason') else ''}):"
-            "\n\n" + table(["call", "median (ms)", "min (ms)", "repeats × number"], probe_rows)
-            + f"\n\nGPU: {gpu_note}.\n\n{provenance(r)}\n")
+    return (
+        head + figure + "\n\n" + f"Loop: {r['loop']['model']}, torch threads = {r['loop']['torch_threads']}; "
+        f"listener JSON-encodes each sample. A/B: {r['rounds']} interleaved rounds of {r['window_s']} s per "
+        "setting; attributed: excess time of the steps that overlap a sample over their neighbours' median, "
+        "minus the same over placebo windows half an interval later (see the script's docstring). On a "
+        "machine shared with other work the A/B round-to-round spread is far wider than the target, so "
+        "the attributed figure is the one that resolves it.\n\n" + body + "\n\nProbe cost per call "
+        f"(timeit; GPU available: {p['gpu_available']}{', ' + p['gpu_reason'] if p.get('gpu_reason') else ''}):"
+        "\n\n"
+        + table(["call", "median (ms)", "min (ms)", "repeats × number"], probe_rows)
+        + f"\n\nGPU: {gpu_note}.\n\n{provenance(r)}\n"
+    )
 
 
 def row_delivery(r: Optional[Dict[str, Any]]) -> str:
@@ -141,26 +168,42 @@ def row_delivery(r: Optional[Dict[str, Any]]) -> str:
         return head + f"{NOT_MEASURED}: run `{RUN} benchmarks/live_delivery.py`.\n"
     measured = [e for e in r["entries"] if e.get("share") is not None]
     worst = min((e["share"] for e in measured), default=None)
-    figure = (f"**Figure:** lowest delivered share {pct(worst, 1, sign=False)} at {r['interval_s']:g} s "
-              f"interval over {r['seconds']:g} s cells (target ≥ 95 %: "
-              f"{'met' if r['target']['met'] else 'not met'}).")
+    figure = (
+        f"**Figure:** lowest delivered share {pct(worst, 1, sign=False)} at {r['interval_s']:g} s "
+        f"interval over {r['seconds']:g} s cells (target ≥ 95 %: "
+        f"{'met' if r['target']['met'] else 'not met'})."
+    )
     rows = []
     for e in r["entries"]:
         kernel = f"ipykernel {e.get('ipykernel') or '?'} (Python {e.get('python') or '?'})"
         if e.get("share") is None:
-            rows.append((kernel, e.get("loop", "—"), "—", "—", f"{NOT_MEASURED}: {e.get('not_measured', '')}",
-                         "—",
-                         "—"))
+            rows.append(
+                (kernel, e.get("loop", "—"), "—", "—", f"{NOT_MEASURED}: {e.get('not_measured', '')}", "—", "—")
+            )
             continue
-        rows.append((kernel, e["loop"], f"{e['cell_seconds']:.1f}", f"{e['delivered']}/{e['expected']}",
-                     pct(e["share"], 1, sign=False), f"{e['max_gap_s']:.2f}", f"{e['steps']:,}"))
+        rows.append(
+            (
+                kernel,
+                e["loop"],
+                f"{e['cell_seconds']:.1f}",
+                f"{e['delivered']}/{e['expected']}",
+                pct(e["share"], 1, sign=False),
+                f"{e['max_gap_s']:.2f}",
+                f"{e['steps']:,}",
+            )
+        )
     loops = {e["loop"]: e["description"] for e in r["entries"] if "description" in e}
-    return (head + figure + "\n\nA real kernel driven like JupyterLab (bootstrap, `gpumem` comm at "
-            f"{r['interval_s']:g} s); samples counted between the cell's execute_input and its idle status, "
-            "against duration / interval rounded down. Loops: "
-            + "; ".join(f"**{k}**: {v}" for k, v in loops.items()) + ".\n\n"
-            + table(["kernel", "loop", "cell (s)", "delivered / expected", "share", "largest gap (s)",
-                     "loop iterations"], rows) + f"\n\n{provenance(r)}\n")
+    return (
+        head + figure + "\n\nA real kernel driven like JupyterLab (bootstrap, `gpumem` comm at "
+        f"{r['interval_s']:g} s); samples counted between the cell's execute_input and its idle status, "
+        "against duration / interval rounded down. Loops: "
+        + "; ".join(f"**{k}**: {v}" for k, v in loops.items())
+        + ".\n\n"
+        + table(
+            ["kernel", "loop", "cell (s)", "delivered / expected", "share", "largest gap (s)", "loop iterations"], rows
+        )
+        + f"\n\n{provenance(r)}\n"
+    )
 
 
 def row_estimator(r: Optional[Dict[str, Any]]) -> str:
@@ -171,15 +214,19 @@ def row_estimator(r: Optional[Dict[str, Any]]) -> str:
     gpu = r["gpu"]
     if isinstance(gpu, dict):
         alloc, reserv = gpu["vs_max_memory_allocated"], gpu["vs_max_memory_reserved"]
-        gpu_text = (f"vs max_memory_allocated median |error| {pct(alloc['median_abs_error'], sign=False)}, "
-                    f"max {pct(alloc['max_abs_error'], sign=False)}; vs max_memory_reserved "
-                    f"median {pct(reserv['median_abs_error'], sign=False)}, max "
-                    f"{pct(reserv['max_abs_error'], sign=False)}")
+        gpu_text = (
+            f"vs max_memory_allocated median |error| {pct(alloc['median_abs_error'], sign=False)}, "
+            f"max {pct(alloc['max_abs_error'], sign=False)}; vs max_memory_reserved "
+            f"median {pct(reserv['median_abs_error'], sign=False)}, max "
+            f"{pct(reserv['max_abs_error'], sign=False)}"
+        )
     else:
         gpu_text = str(gpu)
-    figure = (f"**Figure:** CPU, traced vs tracked live bytes: median |error| "
-              f"{pct(cpu['median_abs_error'], sign=False)}, "
-              f"max {pct(cpu['max_abs_error'], sign=False)} over {cpu['n']} configurations. GPU: {gpu_text}.")
+    figure = (
+        f"**Figure:** CPU, traced vs tracked live bytes: median |error| "
+        f"{pct(cpu['median_abs_error'], sign=False)}, "
+        f"max {pct(cpu['max_abs_error'], sign=False)} over {cpu['n']} configurations. GPU: {gpu_text}."
+    )
     configs = [(p, o) for p in ("fp32", "bf16") for o in ("Adam", "SGD(momentum)")]
     rows = []
     for model, summary in r["per_model"].items():
@@ -192,35 +239,94 @@ def row_estimator(r: Optional[Dict[str, Any]]) -> str:
                 cells.append(NOT_MEASURED)
             else:
                 cells.append(f"failed: {x['failed']}" if "failed" in x else pct(x["error"]))
-        rows.append((model, f"{first.get('parameters', 0):,}", first.get("batch", "—"),
-                     mib(first.get("measured_peak")), *cells,
-                     pct(summary["median_abs_error"], sign=False), pct(summary["max_abs_error"], sign=False)))
-    rows.append(("**all**", "", "", "", "", "", "", "", f"**{pct(cpu['median_abs_error'], sign=False)}**",
-                 f"**{pct(cpu['max_abs_error'], sign=False)}**"))
+        rows.append(
+            (
+                model,
+                f"{first.get('parameters', 0):,}",
+                first.get("batch", "—"),
+                mib(first.get("measured_peak")),
+                *cells,
+                pct(summary["median_abs_error"], sign=False),
+                pct(summary["max_abs_error"], sign=False),
+            )
+        )
+    rows.append(
+        (
+            "**all**",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            "",
+            f"**{pct(cpu['median_abs_error'], sign=False)}**",
+            f"**{pct(cpu['max_abs_error'], sign=False)}**",
+        )
+    )
     gpu_rows = [x for x in r["rows"] if "error_vs_max_memory_allocated" in x]
     if gpu_rows:
-        gpu_table = table(["model", "precision", "optimizer", "max_memory_allocated", "predicted", "error",
-                           "max_memory_reserved", "predicted", "error"],
-                          [(x["model"], x["precision"], x["optimizer"], mib(x["gpu_allocated"]),
-                            mib(x["predicted_allocated"]), pct(x["error_vs_max_memory_allocated"]),
-                            mib(x["gpu_reserved"]), mib(x["predicted_reserved"]),
-                            pct(x["error_vs_max_memory_reserved"])) for x in gpu_rows])
+        gpu_table = table(
+            [
+                "model",
+                "precision",
+                "optimizer",
+                "max_memory_allocated",
+                "predicted",
+                "error",
+                "max_memory_reserved",
+                "predicted",
+                "error",
+            ],
+            [
+                (
+                    x["model"],
+                    x["precision"],
+                    x["optimizer"],
+                    mib(x["gpu_allocated"]),
+                    mib(x["predicted_allocated"]),
+                    pct(x["error_vs_max_memory_allocated"]),
+                    mib(x["gpu_reserved"]),
+                    mib(x["predicted_reserved"]),
+                    pct(x["error_vs_max_memory_reserved"]),
+                )
+                for x in gpu_rows
+            ],
+        )
     else:
-        gpu_table = (f"GPU columns (traced `peak_allocated` / `peak_reserved` vs `torch.cuda.max_memory_allocated` / "
-                     f"`max_memory_reserved`, fp32 and bf16 AMP, Adam and SGD): {gpu}.")
+        gpu_table = (
+            f"GPU columns (traced `peak_allocated` / `peak_reserved` vs `torch.cuda.max_memory_allocated` / "
+            f"`max_memory_reserved`, fp32 and bf16 AMP, Adam and SGD): {gpu}."
+        )
     failed = r.get("failed") or []
-    return (head + figure + "\n\nPrediction: `analysis_trace.run_trace(fake=True)` (fake tensors, no memory). "
-            "CPU reference: the same storage tracker over a real CPU training step (`fake=False`), i.e. the peak of "
-            "live tensor bytes of the second step; error = (predicted − measured) / measured. This checks that the "
-            "fake-tensor trace reproduces the real step's allocations and lifetimes; how well those bytes map to "
-            "CUDA's allocator is the GPU column. Models are defined in the script (plain torch).\n\n"
-            + table(["model", "parameters", "batch", "measured peak (fp32 Adam)", "fp32 Adam", "fp32 SGD(m)",
-                     "bf16 Adam", "bf16 SGD(m)", "median \\|error\\|", "max \\|error\\|"], rows)
-            + f"\n\nCaching-allocator-model replay (predicted `reserved`) of the fake trace vs of "
-            f"the real trace: median |error| {pct(reserved['median_abs_error'], sign=False)}, max "
-            f"{pct(reserved['max_abs_error'], sign=False)}.\n\n" + gpu_table
-            + ("\n\nFailed configurations: " + "; ".join(failed) if failed else "")
-            + f"\n\n{provenance(r)}\n")
+    return (
+        head + figure + "\n\nPrediction: `analysis_trace.run_trace(fake=True)` (fake tensors, no memory). "
+        "CPU reference: the same storage tracker over a real CPU training step (`fake=False`), i.e. the peak of "
+        "live tensor bytes of the second step; error = (predicted − measured) / measured. This checks that the "
+        "fake-tensor trace reproduces the real step's allocations and lifetimes; how well those bytes map to "
+        "CUDA's allocator is the GPU column. Models are defined in the script (plain torch).\n\n"
+        + table(
+            [
+                "model",
+                "parameters",
+                "batch",
+                "measured peak (fp32 Adam)",
+                "fp32 Adam",
+                "fp32 SGD(m)",
+                "bf16 Adam",
+                "bf16 SGD(m)",
+                "median \\|error\\|",
+                "max \\|error\\|",
+            ],
+            rows,
+        )
+        + f"\n\nCaching-allocator-model replay (predicted `reserved`) of the fake trace vs of "
+        f"the real trace: median |error| {pct(reserved['median_abs_error'], sign=False)}, max "
+        f"{pct(reserved['max_abs_error'], sign=False)}.\n\n"
+        + gpu_table
+        + ("\n\nFailed configurations: " + "; ".join(failed) if failed else "")
+        + f"\n\n{provenance(r)}\n"
+    )
 
 
 def estimator_cases(r: Optional[Dict[str, Any]]) -> str:
@@ -232,24 +338,38 @@ def estimator_cases(r: Optional[Dict[str, Any]]) -> str:
     for x in r["rows"]:
         if "error" not in x:
             reason = x.get("failed", x.get("skipped", ""))
-            rows.append((x["case"], x["what"], "—", "—", "—", "—", f"{'failed' if 'failed' in x else NOT_MEASURED}: "
-                         f"{reason}"))
+            rows.append(
+                (x["case"], x["what"], "—", "—", "—", "—", f"{'failed' if 'failed' in x else NOT_MEASURED}: {reason}")
+            )
             continue
-        rows.append((x["case"], x["what"], f"{x['parameters']:,}", x["batch"], mib(x["measured_peak"]),
-                     mib(x["predicted_peak"]), pct(x["error"])))
+        rows.append(
+            (
+                x["case"],
+                x["what"],
+                f"{x['parameters']:,}",
+                x["batch"],
+                mib(x["measured_peak"]),
+                mib(x["predicted_peak"]),
+                pct(x["error"]),
+            )
+        )
     cpu = r["cpu"]
     transformers = r.get("transformers")
-    return (head + "Truth here is not the storage tracker: each case runs the user's own loop on a deep copy of "
-            "the model (their module modes, every block checkpointed by hand or by Hugging Face's "
-            "`gradient_checkpointing_enable()`, the loss the model returns) under `torch.profiler` with "
-            "`profile_memory=True`, and takes the peak of live CPU-allocator bytes in the second step (Adam, fp32). "
-            "The prediction is `run_trace(fake=True)` with the options a user passes (`checkpointing=True`, the "
-            f"default loss). Median |error| {pct(cpu['median_abs_error'], sign=False)}, max "
-            f"{pct(cpu['max_abs_error'], sign=False)} over {cpu['n']} cases"
-            + (f"; Hugging Face models from a config, transformers {transformers}" if transformers else "")
-            + ".\n\n" + table(["case", "what it checks", "parameters", "batch", "measured peak (allocator)",
-                                  "predicted", "error"], rows)
-            + f"\n\n{provenance(r)}\n")
+    return (
+        head + "Truth here is not the storage tracker: each case runs the user's own loop on a deep copy of "
+        "the model (their module modes, every block checkpointed by hand or by Hugging Face's "
+        "`gradient_checkpointing_enable()`, the loss the model returns) under `torch.profiler` with "
+        "`profile_memory=True`, and takes the peak of live CPU-allocator bytes in the second step (Adam, fp32). "
+        "The prediction is `run_trace(fake=True)` with the options a user passes (`checkpointing=True`, the "
+        f"default loss). Median |error| {pct(cpu['median_abs_error'], sign=False)}, max "
+        f"{pct(cpu['max_abs_error'], sign=False)} over {cpu['n']} cases"
+        + (f"; Hugging Face models from a config, transformers {transformers}" if transformers else "")
+        + ".\n\n"
+        + table(
+            ["case", "what it checks", "parameters", "batch", "measured peak (allocator)", "predicted", "error"], rows
+        )
+        + f"\n\n{provenance(r)}\n"
+    )
 
 
 def gpu_real(name: str) -> Optional[Dict[str, Any]]:
@@ -260,19 +380,27 @@ def gpu_real(name: str) -> Optional[Dict[str, Any]]:
 
 def gpu_provenance(r: Dict[str, Any]) -> str:
     m = r.get("machine", {})
-    return (f"Measured {r.get('date', '?')} on {m.get('gpu') or '?'} (driver {m.get('driver', '?')}, CUDA driver "
-            f"{m.get('cuda_driver', '?')}), torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}), Python "
-            f"{m.get('python', '?')}, {m.get('cpu_count', '?')} CPUs. Reproduce: `{r.get('command', '?')}`")
+    return (
+        f"Measured {r.get('date', '?')} on {m.get('gpu') or '?'} (driver {m.get('driver', '?')}, CUDA driver "
+        f"{m.get('cuda_driver', '?')}), torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}), Python "
+        f"{m.get('python', '?')}, {m.get('cpu_count', '?')} CPUs. Reproduce: `{r.get('command', '?')}`"
+    )
 
 
 def row_autobatch(r: Optional[Dict[str, Any]]) -> str:
     head = "## 4. Autobatch vs Lightning BatchSizeFinder / accelerate find_executable_batch_size (GPU)\n\n"
     if r is None:
-        return (head + f"**Figure:** {GPU_NOT_MEASURED} — trials, seconds, the batch each tool picks, and whether "
-                "100 further steps with a validation pass at each pick run out of memory; measured by the GPU "
-                "suite (section 6) into `results/gpu_autobatch.json`.\n")
-    return (head + f"Free memory: {r.get('free_memory')}; {r.get('precision')}, {r.get('optimizer')}.\n\n"
-            + gpu_summary.markdown(gpu_summary.autobatch_rows(r)) + f"\n\n{gpu_provenance(r)}\n")
+        return (
+            head + f"**Figure:** {GPU_NOT_MEASURED} — trials, seconds, the batch each tool picks, and whether "
+            "100 further steps with a validation pass at each pick run out of memory; measured by the GPU "
+            "suite (section 6) into `results/gpu_autobatch.json`.\n"
+        )
+    return (
+        head
+        + f"Free memory: {r.get('free_memory')}; {r.get('precision')}, {r.get('optimizer')}.\n\n"
+        + gpu_summary.markdown(gpu_summary.autobatch_rows(r))
+        + f"\n\n{gpu_provenance(r)}\n"
+    )
 
 
 GPU_HOW = """Issue 10: every CUDA promise measured by one command on an NVIDIA GPU (see `benchmarks/gpu/README.md`).
@@ -297,20 +425,31 @@ def row_gpu_suite(r: Optional[Dict[str, Any]]) -> str:
 def row_frontend(r: Optional[Dict[str, Any]]) -> str:
     head = "## 5. Frontend\n\n"
     if r is None:
-        return (head + table(["measure", "figure"], [
-            ("labextension bundle size", NOT_MEASURED),
-            ("notebook open → first sample shown (Galata)", NOT_MEASURED),
-            ("panel render cost per update", NOT_MEASURED),
-        ]) + "\n\nNo `results/frontend.json` yet.\n")
+        return (
+            head
+            + table(
+                ["measure", "figure"],
+                [
+                    ("labextension bundle size", NOT_MEASURED),
+                    ("notebook open → first sample shown (Galata)", NOT_MEASURED),
+                    ("panel render cost per update", NOT_MEASURED),
+                ],
+            )
+            + "\n\nNo `results/frontend.json` yet.\n"
+        )
     render = r.get("render", {})
     rows = [
         ("labextension bundle size (`gpumem_kernel/labextension/static`)", f"{r['bundle_bytes'] / 1024:.0f} KiB"),
-        ("notebook open → first sample shown (Galata, kernel start included; median of "
-         f"{len(r['first_sample_seconds'])})",
-         f"{r['first_sample_median_seconds']:.2f} s ({', '.join(f'{x:.2f}' for x in r['first_sample_seconds'])})"),
-        ("panel render cost per update (Chromium script + layout + style, panel shown minus hidden, "
-         f"{render.get('window_seconds')} s windows, {render.get('samples_visible')} updates)",
-         f"{render.get('per_update_ms', float('nan')):.2f} ms"),
+        (
+            "notebook open → first sample shown (Galata, kernel start included; median of "
+            f"{len(r['first_sample_seconds'])})",
+            f"{r['first_sample_median_seconds']:.2f} s ({', '.join(f'{x:.2f}' for x in r['first_sample_seconds'])})",
+        ),
+        (
+            "panel render cost per update (Chromium script + layout + style, panel shown minus hidden, "
+            f"{render.get('window_seconds')} s windows, {render.get('samples_visible')} updates)",
+            f"{render.get('per_update_ms', float('nan')):.2f} ms",
+        ),
     ]
     return head + table(["measure", "figure"], rows) + f"\n\n{provenance(r)}\n"
 
@@ -322,8 +461,10 @@ def gpu_files() -> str:
     lines = ["## GPU result files\n"]
     for path in files:
         data = json.loads(path.read_text())
-        lines.append(f"- `results/{path.name}` — {data.get('date', '?')}, {data.get('machine', {}).get('gpu', '?')}"
-                     f"{': ' + data['description'] if isinstance(data.get('description'), str) else ''}")
+        lines.append(
+            f"- `results/{path.name}` — {data.get('date', '?')}, {data.get('machine', {}).get('gpu', '?')}"
+            f"{': ' + data['description'] if isinstance(data.get('description'), str) else ''}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -354,7 +495,7 @@ def main() -> None:
         "# Benchmarks\n\n"
         "Measured figures for the promises of jupyterlab-gpumem (issue 6). Generated by "
         "`benchmarks/make_readme.py` from `benchmarks/results/*.json`; do not edit by hand. GPU rows read "
-        f"\"{NOT_MEASURED}\" until a run on an NVIDIA GPU records them.\n",
+        f'"{NOT_MEASURED}" until a run on an NVIDIA GPU records them.\n',
         HOW_TO_RUN,
         row_sampler(load("sampler_overhead")),
         row_delivery(load("live_delivery")),

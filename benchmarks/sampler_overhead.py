@@ -125,8 +125,9 @@ def measure_setting(step, interval: Optional[float], seconds: float) -> Dict[str
     }
 
 
-def _excess(starts: List[float], durations: List[float], windows: List[Tuple[float, float]],
-            neighbours: int = 20) -> List[float]:
+def _excess(
+    starts: List[float], durations: List[float], windows: List[Tuple[float, float]], neighbours: int = 20
+) -> List[float]:
     """Per usable window: the extra time of the steps overlapping it, over the median of the `neighbours`
     steps either side that overlap no window."""
     ends = [s + d for s, d in zip(starts, durations)]
@@ -209,7 +210,7 @@ def attributed(step, interval: float, seconds: float) -> Dict[str, Any]:
         "excess_per_sample_ms": per_sample * 1e3,
         "excess_per_placebo_ms": per_placebo * 1e3,
         "overhead": (per_sample - per_placebo) * rate,
-        "overhead_standard_error": (se_sample ** 2 + se_placebo ** 2) ** 0.5 * rate,
+        "overhead_standard_error": (se_sample**2 + se_placebo**2) ** 0.5 * rate,
         "median_step_ms": statistics.median(durations) * 1e3,
     }
 
@@ -242,8 +243,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--window", type=float, default=1.0, help="seconds per setting per round")
-    parser.add_argument("--attributed", type=float, default=30.0,
-                        help="seconds of the attributed measurement at 1 Hz (half that at 10 Hz)")
+    parser.add_argument(
+        "--attributed",
+        type=float,
+        default=30.0,
+        help="seconds of the attributed measurement at 1 Hz (half that at 10 Hz)",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -253,13 +258,17 @@ def main() -> None:
     names = list(SETTINGS)
     per_round: List[Dict[str, Dict[str, Any]]] = []
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]  # rotate so no setting always goes first
+        order = names[r % len(names) :] + names[: r % len(names)]  # rotate so no setting always goes first
         results = {name: measure_setting(step, SETTINGS[name], args.window) for name in order}
         per_round.append(results)
         ratios = {n: results[n]["mean"] / results["none"]["mean"] - 1 for n in names if n != "none"}
-        print(f"round {r + 1:2d}: " + "  ".join(
-            f"{n} {results[n]['mean'] * 1e3:.3f} ms" for n in names
-        ) + "  overhead " + "  ".join(f"{n} {v:+.2%}" for n, v in ratios.items()), flush=True)
+        print(
+            f"round {r + 1:2d}: "
+            + "  ".join(f"{n} {results[n]['mean'] * 1e3:.3f} ms" for n in names)
+            + "  overhead "
+            + "  ".join(f"{n} {v:+.2%}" for n, v in ratios.items()),
+            flush=True,
+        )
 
     settings: Dict[str, Any] = {}
     for name in names:
@@ -270,8 +279,9 @@ def main() -> None:
             "median_step_ms": statistics.median(all_times) * 1e3,
             "mean_step_ms": statistics.median(rnd[name]["mean"] for rnd in per_round) * 1e3,
             "samples_taken": sum(rnd[name]["samples"] for rnd in per_round),
-            "sample_json_bytes": next((rnd[name]["sample_bytes"] for rnd in per_round if rnd[name]["sample_bytes"]),
-                                      None),
+            "sample_json_bytes": next(
+                (rnd[name]["sample_bytes"] for rnd in per_round if rnd[name]["sample_bytes"]), None
+            ),
         }
         if name != "none":
             mean_ratios = [rnd[name]["mean"] / rnd["none"]["mean"] - 1 for rnd in per_round]
@@ -285,32 +295,45 @@ def main() -> None:
     local = {}
     for name, seconds in (("1 Hz", args.attributed), ("10 Hz", args.attributed / 2)):
         local[name] = attributed(step, SETTINGS[name], seconds)  # type: ignore[arg-type]
-        print(f"attributed {name}: {local[name]['overhead']:+.3%} ± {local[name]['overhead_standard_error']:.3%} "
-              f"({local[name]['excess_per_sample_ms']:.3f} ms per sample, placebo "
-              f"{local[name]['excess_per_placebo_ms']:.3f} ms)", flush=True)
+        print(
+            f"attributed {name}: {local[name]['overhead']:+.3%} ± {local[name]['overhead_standard_error']:.3%} "
+            f"({local[name]['excess_per_sample_ms']:.3f} ms per sample, placebo "
+            f"{local[name]['excess_per_placebo_ms']:.3f} ms)",
+            flush=True,
+        )
 
     probe = probe_cost(repeats=15, number=200)
     one_hz = local["1 Hz"]["overhead"]
-    write_result("sampler_overhead", {
-        "description": "CPU MLP training step (torch threads = 1) with no sampler, the real Sampler + probe at "
-                       "1 Hz and 10 Hz (listener JSON-encodes each sample); interleaved rounds; overhead = median "
-                       "over rounds of the within-round ratio of mean step times (A/B); attributed = excess time "
-                       "of the steps overlapping a sample minus the same over placebo windows, per wall second",
-        "loop": {"model": "MLP 256-512-512-10, batch 64, SGD momentum, CrossEntropy", "torch_threads": 1},
-        "rounds": args.rounds,
-        "window_s": args.window,
-        "settings": settings,
-        "attributed": local,
-        "target": {"overhead_1hz_max": 0.005, "measure": "attributed", "met": one_hz < 0.005,
-                   "ab_met": settings["1 Hz"]["overhead_mean"] < 0.005},
-        "probe": probe,
-        "gpu": "not measured: no NVIDIA GPU on this machine (the probe ran its no-GPU path)"
-        if not probe["gpu_available"] else "measured with the GPU(s) above",
-    })
-    print(f"A/B overhead at 1 Hz {settings['1 Hz']['overhead_mean']:+.3%}, at 10 Hz "
-          f"{settings['10 Hz']['overhead_mean']:+.3%}; attributed {one_hz:+.3%} and {local['10 Hz']['overhead']:+.3%}; "
-          f"probe {probe['probe']['median_ms']:.3f} ms/call "
-          f"({probe['probe + to_dict + json']['median_ms']:.3f} ms with JSON)")
+    write_result(
+        "sampler_overhead",
+        {
+            "description": "CPU MLP training step (torch threads = 1) with no sampler, the real Sampler + probe at "
+            "1 Hz and 10 Hz (listener JSON-encodes each sample); interleaved rounds; overhead = median "
+            "over rounds of the within-round ratio of mean step times (A/B); attributed = excess time "
+            "of the steps overlapping a sample minus the same over placebo windows, per wall second",
+            "loop": {"model": "MLP 256-512-512-10, batch 64, SGD momentum, CrossEntropy", "torch_threads": 1},
+            "rounds": args.rounds,
+            "window_s": args.window,
+            "settings": settings,
+            "attributed": local,
+            "target": {
+                "overhead_1hz_max": 0.005,
+                "measure": "attributed",
+                "met": one_hz < 0.005,
+                "ab_met": settings["1 Hz"]["overhead_mean"] < 0.005,
+            },
+            "probe": probe,
+            "gpu": "not measured: no NVIDIA GPU on this machine (the probe ran its no-GPU path)"
+            if not probe["gpu_available"]
+            else "measured with the GPU(s) above",
+        },
+    )
+    print(
+        f"A/B overhead at 1 Hz {settings['1 Hz']['overhead_mean']:+.3%}, at 10 Hz "
+        f"{settings['10 Hz']['overhead_mean']:+.3%}; attributed {one_hz:+.3%} and {local['10 Hz']['overhead']:+.3%}; "
+        f"probe {probe['probe']['median_ms']:.3f} ms/call "
+        f"({probe['probe + to_dict + json']['median_ms']:.3f} ms with JSON)"
+    )
 
 
 if __name__ == "__main__":

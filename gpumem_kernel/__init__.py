@@ -83,9 +83,15 @@ def print_status() -> None:
 
 # The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
 _LAZY = {
-    "analyze": "analysis", "get_gpu_info": "analysis", "print_gpu_info": "analysis",
-    "print_memory_analysis": "analysis", "recommend_batch_size": "analysis", "monitor_gpu_memory": "analysis",
-    "MemoryMonitor": "analysis", "auto_select_batch_size": "autobatch", "run_benchmark": "benchmark",
+    "analyze": "analysis",
+    "get_gpu_info": "analysis",
+    "print_gpu_info": "analysis",
+    "print_memory_analysis": "analysis",
+    "recommend_batch_size": "analysis",
+    "monitor_gpu_memory": "analysis",
+    "MemoryMonitor": "analysis",
+    "auto_select_batch_size": "autobatch",
+    "run_benchmark": "benchmark",
     "load_config": "benchmark",
 }
 
@@ -101,5 +107,12 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["__version__", "frontend", "get_status", "print_status", "load_ipython_extension",
-           "unload_ipython_extension", *_LAZY]
+__all__ = [
+    "__version__",
+    "frontend",
+    "get_status",
+    "print_status",
+    "load_ipython_extension",
+    "unload_ipython_extension",
+    *_LAZY,
+]

@@ -153,8 +153,14 @@ class CachingAllocatorModel:
         small = is_small(rounded)
         block = self._best_fit(rounded, small) or self._new_segment(rounded, small)
         if should_split(block.size, rounded, small):
-            rest = Block(address=block.address + rounded, size=block.size - rounded, segment=block.segment,
-                         small=small, prev=block, next=block.next)
+            rest = Block(
+                address=block.address + rounded,
+                size=block.size - rounded,
+                segment=block.segment,
+                small=small,
+                prev=block,
+                next=block.next,
+            )
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest
@@ -197,10 +203,13 @@ class CachingAllocatorModel:
         return result
 
     def result(self) -> AllocatorResult:
-        segments = [SegmentInfo(address, size, "small" if small else "large", self._at_peak.get(address, 0))
-                    for address, size, small in self._segments]
-        return AllocatorResult(self.peak_allocated, self.peak_reserved, self.allocated, self.reserved,
-                               segments, self.requests)
+        segments = [
+            SegmentInfo(address, size, "small" if small else "large", self._at_peak.get(address, 0))
+            for address, size, small in self._segments
+        ]
+        return AllocatorResult(
+            self.peak_allocated, self.peak_reserved, self.allocated, self.reserved, segments, self.requests
+        )
 
 
 Event = Tuple[str, Hashable, int]  # ("alloc", handle, nbytes) | ("free", handle, 0)

@@ -24,9 +24,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import gpus
-from .analysis_trace import (TraceError, TracePlan, TraceResult, TensorCopier, _autocast_factory, _NullTracker,
-                             checkpoint_blocks, copy_model, copy_optimizer, default_loss, make_optimizer, run_trace,
-                             train_steps)
+from .analysis_trace import (
+    TraceError,
+    TracePlan,
+    TraceResult,
+    TensorCopier,
+    _autocast_factory,
+    _NullTracker,
+    checkpoint_blocks,
+    copy_model,
+    copy_optimizer,
+    default_loss,
+    make_optimizer,
+    run_trace,
+    train_steps,
+)
 
 MIME = "application/vnd.gpumem.analysis.v1+json"
 MiB = 1 << 20
@@ -251,8 +263,11 @@ def parse_shape(value: Any) -> Tuple[int, ...]:
             raise ValueError(f"bad input shape {value!r}: write e.g. 3x224x224, (3,224,224) or 512") from None
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
-    if (not isinstance(value, (tuple, list)) or not value
-            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)):
+    if (
+        not isinstance(value, (tuple, list))
+        or not value
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
+    ):
         raise ValueError(f"bad input shape {value!r}: a tuple of positive sizes without the batch, e.g. (3, 224, 224)")
     return tuple(value)
 
@@ -401,7 +416,7 @@ def model_optimizer_state(params: Sequence[Any], optimizer: Any) -> OptimizerMod
         for p, size in zip(trainable, sizes):
             key = (str(p.device), str(p.dtype))
             by_group[key] = by_group.get(key, 0) + size
-        widest = (max(by_group.values(), default=0) if foreach else max(sizes, default=0))
+        widest = max(by_group.values(), default=0) if foreach else max(sizes, default=0)
         transient = max(transient, temps * widest)
     return OptimizerModel(state, host, transient)
 
@@ -480,8 +495,7 @@ def _fake_cpu_leaves(batch: Any) -> Any:
     return tree_map(convert, batch)
 
 
-def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None
-                ) -> Tuple[Callable[[int, bool], Any], str]:
+def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tuple[Callable[[int, bool], Any], str]:
     """(make_batch(batch_size, fake), description) for the accepted input forms."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
@@ -489,13 +503,15 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None
     if input is None:
         input = infer_input(model)
     if callable(input) and not isinstance(input, torch.Tensor):
+
         def from_callable(b: int, fake: bool) -> Any:
             batch = input(b)
             return _fake_cpu_leaves(batch) if fake else batch
 
         return from_callable, f"{getattr(input, '__name__', 'callable')}(batch_size)"
-    if isinstance(input, (torch.Tensor, dict)) or (isinstance(input, (tuple, list)) and input
-                                                   and all(isinstance(t, torch.Tensor) for t in input)):
+    if isinstance(input, (torch.Tensor, dict)) or (
+        isinstance(input, (tuple, list)) and input and all(isinstance(t, torch.Tensor) for t in input)
+    ):
         samples = [t for t in tree_leaves(input) if isinstance(t, torch.Tensor)]
         if not samples or any(t.dim() == 0 for t in samples):
             raise ValueError("input tensors must have a batch dimension first")
@@ -516,11 +532,15 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None
         vocab_size = leaf.num_embeddings
     if vocab_size is not None:
         vocab = _positive_int(vocab_size, "vocab_size")
-        return ((lambda b, fake: torch.randint(0, vocab, (b,) + shape, device="cpu")),
-                f"tokens {shape} (vocab {vocab})")
+        return (
+            (lambda b, fake: torch.randint(0, vocab, (b,) + shape, device="cpu")),
+            f"tokens {shape} (vocab {vocab})",
+        )
     dtype = _float_dtype(model)
-    return ((lambda b, fake: torch.randn((b,) + shape, dtype=dtype, device="cpu")),
-            f"{shape} {str(dtype).replace('torch.', '')}")
+    return (
+        (lambda b, fake: torch.randn((b,) + shape, dtype=dtype, device="cpu")),
+        f"{shape} {str(dtype).replace('torch.', '')}",
+    )
 
 
 # --- the device ---------------------------------------------------------------------------------------------
@@ -582,8 +602,15 @@ def _resident_bytes(model: Any, optimizer: Any, device_type: str, index: int) ->
     return unique_bytes([t for t in tensors if t.device.type == device_type and (t.device.index or 0) == index])
 
 
-def device_limit(*, target: Optional[str], memory: Any, device: Any, reserve: Union[None, int, float],
-                 model: Any = None, optimizer: Any = None) -> DeviceInfo:
+def device_limit(
+    *,
+    target: Optional[str],
+    memory: Any,
+    device: Any,
+    reserve: Union[None, int, float],
+    model: Any = None,
+    optimizer: Any = None,
+) -> DeviceInfo:
     """Where the limit comes from: --memory, --target, this machine's GPU (NVML), or nowhere."""
     spec = gpus.lookup(target) if target else None
     if memory is not None:
@@ -592,8 +619,17 @@ def device_limit(*, target: Optional[str], memory: Any, device: Any, reserve: Un
         name = spec.name if spec else f"{total / GiB:.1f} GiB device"
         return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None)
     if spec is not None:
-        return _limit_info(spec.name, "target", spec.memory_bytes, spec.memory_bytes, 0, reserve,
-                           spec.compute_capability, spec.bf16, None)
+        return _limit_info(
+            spec.name,
+            "target",
+            spec.memory_bytes,
+            spec.memory_bytes,
+            0,
+            reserve,
+            spec.compute_capability,
+            spec.bf16,
+            None,
+        )
     index = _device_index(device)
     if str(device or "").startswith("cpu"):
         return DeviceInfo(None, "none", None, None, 0, None, None, None, None, 0, "none")
@@ -610,8 +646,17 @@ def device_limit(*, target: Optional[str], memory: Any, device: Any, reserve: Un
             reclaimable += max(0, torch_reserved - torch.cuda.memory_allocated(index))
     cc = local.compute_capability
     bf16 = None if cc is None else int(cc.split(".")[0]) >= 8
-    return _limit_info(local.name, "nvml", local.total, local.free, reclaimable, reserve, cc, bf16,
-                       _context_in_use(local, torch_reserved))
+    return _limit_info(
+        local.name,
+        "nvml",
+        local.total,
+        local.free,
+        reclaimable,
+        reserve,
+        cc,
+        bf16,
+        _context_in_use(local, torch_reserved),
+    )
 
 
 def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]]:
@@ -624,16 +669,32 @@ def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]
     return None
 
 
-def _limit_info(name: Optional[str], source: str, total: int, free: int, reclaimable: int,
-                reserve: Union[None, int, float], cc: Optional[str], bf16: Optional[bool],
-                context: Optional[Tuple[int, str]]) -> DeviceInfo:
+def _limit_info(
+    name: Optional[str],
+    source: str,
+    total: int,
+    free: int,
+    reclaimable: int,
+    reserve: Union[None, int, float],
+    cc: Optional[str],
+    bf16: Optional[bool],
+    context: Optional[Tuple[int, str]],
+) -> DeviceInfo:
     """`context`: None -> estimate by GPU generation; else (bytes, "nvml" | "in use")."""
     reserve_bytes = _reserve(total, reserve)
     context_bytes, context_source = (gpus.context_estimate(cc), "estimate") if context is None else context
     return DeviceInfo(
-        name=name, source=source, total_bytes=total, free_bytes=free, reclaimable_bytes=reclaimable,
-        reserve_bytes=reserve_bytes, limit_bytes=max(0, free + reclaimable - reserve_bytes),
-        compute_capability=cc, bf16=bf16, context_bytes=context_bytes, context_source=context_source,
+        name=name,
+        source=source,
+        total_bytes=total,
+        free_bytes=free,
+        reclaimable_bytes=reclaimable,
+        reserve_bytes=reserve_bytes,
+        limit_bytes=max(0, free + reclaimable - reserve_bytes),
+        compute_capability=cc,
+        bf16=bf16,
+        context_bytes=context_bytes,
+        context_source=context_source,
     )
 
 
@@ -651,8 +712,12 @@ class _Sharding:
         """Per-rank shares of (parameters, gradients, optimizer state)."""
         n = self.world_size
         return {
-            None: (1.0, 1.0, 1.0), "ddp": (1.0, 1.0, 1.0), "zero1": (1.0, 1.0, 1 / n),
-            "zero2": (1.0, 1 / n, 1 / n), "zero3": (1 / n, 1 / n, 1 / n), "fsdp": (1 / n, 1 / n, 1 / n),
+            None: (1.0, 1.0, 1.0),
+            "ddp": (1.0, 1.0, 1.0),
+            "zero1": (1.0, 1.0, 1 / n),
+            "zero2": (1.0, 1 / n, 1 / n),
+            "zero3": (1 / n, 1 / n, 1 / n),
+            "fsdp": (1 / n, 1 / n, 1 / n),
         }[self.strategy]
 
     def extra(self) -> Tuple[int, str]:
@@ -724,8 +789,7 @@ class _MeasuredEngine:
             else:
                 allocated, reserved = measured
                 saving = self.sharding.saving(*self.states)
-                self.cache[batch] = _Point(batch, allocated - saving, reserved - saving, reserved - saving,
-                                           "measured")
+                self.cache[batch] = _Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
         return self.cache[batch]
 
 
@@ -747,8 +811,9 @@ def _preserved_rng() -> Any:
     return manager()
 
 
-def run_real_steps(plan: TracePlan, batch: int, device: Any, steps: int = 3,
-                   on_step: Optional[Callable[[int], None]] = None) -> None:
+def run_real_steps(
+    plan: TracePlan, batch: int, device: Any, steps: int = 3, on_step: Optional[Callable[[int], None]] = None
+) -> None:
     """`steps` real training steps at `batch` on a copy of the model and optimizer placed on `device`."""
     import torch
     from torch.utils._pytree import tree_map
@@ -767,10 +832,19 @@ def run_real_steps(plan: TracePlan, batch: int, device: Any, steps: int = 3,
     del mapping
     device_type = torch.device(device).type
     scaler = torch.amp.GradScaler(device_type) if plan.amp == "fp16" and device_type == "cuda" else None
-    train_steps(model, optimizer, lambda: to_device(plan.make_batch(batch, False)), plan.loss_fn,
-                steps=steps, micro=min(plan.grad_accum, 2), grad_accum=plan.grad_accum,
-                autocast=_autocast_factory(plan.amp, device_type), tracker=_NullTracker(), scaler=scaler,
-                on_step=on_step)
+    train_steps(
+        model,
+        optimizer,
+        lambda: to_device(plan.make_batch(batch, False)),
+        plan.loss_fn,
+        steps=steps,
+        micro=min(plan.grad_accum, 2),
+        grad_accum=plan.grad_accum,
+        autocast=_autocast_factory(plan.amp, device_type),
+        tracker=_NullTracker(),
+        scaler=scaler,
+        on_step=on_step,
+    )
 
 
 def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tuple[int, int]]:
@@ -795,8 +869,10 @@ def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tup
             try:
                 run_real_steps(plan, batch, device, steps=3, on_step=reset_at_step_two)
                 torch.cuda.synchronize(device)
-                result = (torch.cuda.max_memory_allocated(device) - base_allocated,
-                          torch.cuda.max_memory_reserved(device) - base_reserved)
+                result = (
+                    torch.cuda.max_memory_allocated(device) - base_allocated,
+                    torch.cuda.max_memory_reserved(device) - base_reserved,
+                )
             except out_of_memory:
                 pass  # leaving the except clause drops the traceback and the frames that pin the tensors
         finally:
@@ -868,15 +944,22 @@ def search_maximum(engine: Any, batch: int, limit: Optional[int], verify_up_to: 
         return _Search([first], batch if limit is not None and first.footprint <= limit else 0, False, note, None)
     points[second.batch_size] = second
     if limit is None:
-        return _Search(sorted(points.values(), key=lambda p: p.batch_size), None, False,
-                       "no device limit: pass target= or memory= to get batch sizes", _fit(list(points.values())))
+        return _Search(
+            sorted(points.values(), key=lambda p: p.batch_size),
+            None,
+            False,
+            "no device limit: pass target= or memory= to get batch sizes",
+            _fit(list(points.values())),
+        )
     failed: set = set()
     maximum, extrapolated = _bracket(engine, points, failed, limit, verify_up_to)
     ordered = sorted(points.values(), key=lambda p: p.batch_size)
     note = ""
     if extrapolated:
-        note = (f"maximum {maximum} is extrapolated along the line through the largest runs "
-                f"(up to batch {ordered[-1].batch_size})")
+        note = (
+            f"maximum {maximum} is extrapolated along the line through the largest runs "
+            f"(up to batch {ordered[-1].batch_size})"
+        )
     elif maximum >= MAX_BATCH:
         note = f"memory allows at least {MAX_BATCH}: the search stops there"
     elif maximum == 0:
@@ -891,12 +974,14 @@ def _line_solve(a: _Point, b: _Point, limit: int) -> Optional[int]:
     return int(math.floor(a.batch_size + (limit - a.footprint) / slope))
 
 
-def _bracket(engine: Any, points: Dict[int, _Point], failed: set, limit: int,
-             verify_up_to: Optional[int]) -> Tuple[int, bool]:
+def _bracket(
+    engine: Any, points: Dict[int, _Point], failed: set, limit: int, verify_up_to: Optional[int]
+) -> Tuple[int, bool]:
     for step in range(SEARCH_STEPS):
         fits = [p for p in points.values() if p.footprint <= limit]
         over = [p for p in points.values() if p.footprint > limit] + [
-            _Point(b, 0, None, limit + 1, "oom") for b in failed]
+            _Point(b, 0, None, limit + 1, "oom") for b in failed
+        ]
         lo = max(fits, key=lambda p: p.batch_size) if fits else None
         hi = min(over, key=lambda p: p.batch_size) if over else None
         if lo is None:
@@ -940,9 +1025,19 @@ def round_batch(value: float, multiple: Optional[int]) -> int:
     return 1 << (v.bit_length() - 1)
 
 
-def recommend(maximum: Optional[int], current: _Point, limit: Optional[int], reserve: Optional[int], *,
-              batch_size: int, grad_accum: int, effective_batch: Optional[int], multiple: Optional[int],
-              extrapolated: bool, note: str) -> Recommendations:
+def recommend(
+    maximum: Optional[int],
+    current: _Point,
+    limit: Optional[int],
+    reserve: Optional[int],
+    *,
+    batch_size: int,
+    grad_accum: int,
+    effective_batch: Optional[int],
+    multiple: Optional[int],
+    extrapolated: bool,
+    note: str,
+) -> Recommendations:
     picks: Dict[str, Optional[int]] = {"maximum": maximum, "recommended": None, "safe": None}
     if maximum is not None and maximum >= 1:
         picks["recommended"] = max(1, round_batch(RECOMMENDED_SHARE * maximum, multiple))
@@ -969,11 +1064,16 @@ def recommend(maximum: Optional[int], current: _Point, limit: Optional[int], res
     lr = _lr_scaling(batch_size * grad_accum, micro_batch(picks["recommended"]), steps["recommended"])
     rounding = f"multiple of {multiple}" if multiple else "power of two"
     return Recommendations(
-        maximum=picks["maximum"], recommended=picks["recommended"], safe=picks["safe"], rounding=rounding,
-        extrapolated=extrapolated, note=note,
+        maximum=picks["maximum"],
+        recommended=picks["recommended"],
+        safe=picks["safe"],
+        rounding=rounding,
+        extrapolated=extrapolated,
+        note=note,
         current=Current(batch_size, current.footprint, status, fraction),
-        accumulation=Accumulation(target, effective_batch is not None, steps["maximum"], steps["recommended"],
-                                  steps["safe"]),
+        accumulation=Accumulation(
+            target, effective_batch is not None, steps["maximum"], steps["recommended"], steps["safe"]
+        ),
         lr=lr,
     )
 
@@ -987,8 +1087,10 @@ def _lr_scaling(current_effective: int, batch: Optional[int], steps: Optional[in
         hint = f"effective batch stays {new} ({plan}): keep the learning rate"
         return LrScaling(current_effective, new, 1.0, 1.0, hint)
     k = new / current_effective
-    hint = (f"effective batch {current_effective} -> {new} ({plan}): scale the learning rate by {k:.3g} "
-            f"(linear rule, SGD) or {math.sqrt(k):.3g} (square-root rule, Adam-family), with warm-up")
+    hint = (
+        f"effective batch {current_effective} -> {new} ({plan}): scale the learning rate by {k:.3g} "
+        f"(linear rule, SGD) or {math.sqrt(k):.3g} (square-root rule, Adam-family), with warm-up"
+    )
     return LrScaling(current_effective, new, k, math.sqrt(k), hint)
 
 
@@ -1040,13 +1142,18 @@ def analyze(
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     make_batch, input_text = batch_maker(model, input, vocab_size)
-    info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model,
-                        optimizer=kind)
+    info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=kind)
     notes: List[str] = []
-    plan = TracePlan(model=model, optimizer=kind, make_batch=make_batch, loss_fn=loss or default_loss,
-                     amp=amp_mode, grad_accum=grad_accum, checkpointing=bool(checkpointing),
-                     cublas_bytes=gpus.cublas_workspace_bytes(info.compute_capability,
-                                                              os.environ.get("CUBLAS_WORKSPACE_CONFIG")))
+    plan = TracePlan(
+        model=model,
+        optimizer=kind,
+        make_batch=make_batch,
+        loss_fn=loss or default_loss,
+        amp=amp_mode,
+        grad_accum=grad_accum,
+        checkpointing=bool(checkpointing),
+        cublas_bytes=gpus.cublas_workspace_bytes(info.compute_capability, os.environ.get("CUBLAS_WORKSPACE_CONFIG")),
+    )
     trainable = [p for p in model.parameters() if p.requires_grad]
     grads_total = unique_bytes(trainable)
     sharding = _Sharding(world_size, strategy, _largest_layer(model)["bytes"], grads_total)
@@ -1066,13 +1173,19 @@ def analyze(
             info = _measured_limit(info, measured_on, model, kind, reserve)
         else:
             engine = traced
-        found = search_maximum(engine, batch_size, info.limit_bytes,
-                               verify_up_to=None if engine is traced else 8 * batch_size)
+        found = search_maximum(
+            engine, batch_size, info.limit_bytes, verify_up_to=None if engine is traced else 8 * batch_size
+        )
         current = engine.point(batch_size)
         if current is None:  # the user's batch ran out of memory on the GPU itself
             over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
-            current = _Point(batch_size, current_trace.allocated, current_trace.reserved,
-                             max(current_trace.footprint, over), "measured")
+            current = _Point(
+                batch_size,
+                current_trace.allocated,
+                current_trace.reserved,
+                max(current_trace.footprint, over),
+                "measured",
+            )
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
         amp_saved = None
         if amp_mode is not None and engine is traced:
@@ -1084,11 +1197,38 @@ def analyze(
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
     trace = current_trace.trace
     notes += trace.notes + _plan_notes(plan, info, trace, amp_mode, model)
-    recs = recommend(found.maximum, current, info.limit_bytes, info.reserve_bytes, batch_size=batch_size,
-                     grad_accum=grad_accum, effective_batch=effective_batch, multiple=multiple,
-                     extrapolated=found.extrapolated, note=found.note)
-    return _report(model, kind, plan, info, engine.name, trace, current, found, recs, sharding, amp_saved,
-                   notes, input_text, batch_size, target, memory, device, time.perf_counter() - started)
+    recs = recommend(
+        found.maximum,
+        current,
+        info.limit_bytes,
+        info.reserve_bytes,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        effective_batch=effective_batch,
+        multiple=multiple,
+        extrapolated=found.extrapolated,
+        note=found.note,
+    )
+    return _report(
+        model,
+        kind,
+        plan,
+        info,
+        engine.name,
+        trace,
+        current,
+        found,
+        recs,
+        sharding,
+        amp_saved,
+        notes,
+        input_text,
+        batch_size,
+        target,
+        memory,
+        device,
+        time.perf_counter() - started,
+    )
 
 
 def asdict_shallow(plan: TracePlan) -> Dict[str, Any]:
@@ -1099,8 +1239,9 @@ def _state_totals(trace: TraceResult) -> Tuple[int, int, int]:
     return trace.parameters, trace.gradients, trace.optimizer_state
 
 
-def _measured_limit(info: DeviceInfo, device: Any, model: Any, optimizer: Any,
-                    reserve: Union[None, int, float]) -> DeviceInfo:
+def _measured_limit(
+    info: DeviceInfo, device: Any, model: Any, optimizer: Any, reserve: Union[None, int, float]
+) -> DeviceInfo:
     """On the GPU itself: free memory after emptying the cache, plus the model states already there."""
     import torch
 
@@ -1136,8 +1277,10 @@ def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Opti
 def _mode_notes(model: Any) -> List[str]:
     """The trace keeps every module's mode: say so where a mode is not train()."""
     if not model.training:
-        return ["the model is in eval mode: traced as you left it (dropout off, BatchNorm on running statistics); "
-                "call model.train() first to analyse a training-mode step"]
+        return [
+            "the model is in eval mode: traced as you left it (dropout off, BatchNorm on running statistics); "
+            "call model.train() first to analyse a training-mode step"
+        ]
     in_eval: List[str] = []
 
     def walk(module: Any, prefix: str) -> None:
@@ -1154,55 +1297,117 @@ def _mode_notes(model: Any) -> List[str]:
     return [f"{len(in_eval)} submodule(s) in eval mode, traced as you left them: {shown}"]
 
 
-def _figures(engine: str, trace: TraceResult, info: DeviceInfo, user_opt: Optional[Tuple[int, int]],
-             modelled: OptimizerModel, point: _Point, plan: TracePlan) -> List[Figure]:
+def _figures(
+    engine: str,
+    trace: TraceResult,
+    info: DeviceInfo,
+    user_opt: Optional[Tuple[int, int]],
+    modelled: OptimizerModel,
+    point: _Point,
+    plan: TracePlan,
+) -> List[Figure]:
     act_engine = "traced"
-    opt_figure = (Figure("optimizer", user_opt[0], "read", "your optimizer's state tensors") if user_opt
-                  else Figure("optimizer", trace.optimizer_state, "traced",
-                              f"modelled: {modelled.state_bytes} B" if modelled.known else "traced only"))
+    opt_figure = (
+        Figure("optimizer", user_opt[0], "read", "your optimizer's state tensors")
+        if user_opt
+        else Figure(
+            "optimizer",
+            trace.optimizer_state,
+            "traced",
+            f"modelled: {modelled.state_bytes} B" if modelled.known else "traced only",
+        )
+    )
     return [
         Figure("parameters", trace.parameters, "read", "unique storages (tied weights once)"),
         Figure("buffers", trace.buffers, "read", ""),
         Figure("gradients", trace.gradients, "traced", "one per trainable parameter"),
         opt_figure,
-        Figure("optimizer_transient", trace.optimizer_transient, "traced",
-               f"temporaries during step(); modelled {modelled.transient_bytes} B" if modelled.known
-               else "temporaries during step()"),
+        Figure(
+            "optimizer_transient",
+            trace.optimizer_transient,
+            "traced",
+            f"temporaries during step(); modelled {modelled.transient_bytes} B"
+            if modelled.known
+            else "temporaries during step()",
+        ),
         Figure("activations", trace.activations, act_engine, "kept by the forward pass for backward"),
         Figure("input", trace.input, "traced", "one batch"),
         Figure("peak_allocated", point.allocated, engine, "steady state: step 2"),
-        Figure("peak_reserved", point.reserved, engine,
-               "caching-allocator model" if engine == "traced" else "torch.cuda.max_memory_reserved"),
-        Figure("cublas_workspace", trace.cublas_bytes, "source",
-               "CublasHandlePool.cpp default, one per thread (forward, autograd)"),
+        Figure(
+            "peak_reserved",
+            point.reserved,
+            engine,
+            "caching-allocator model" if engine == "traced" else "torch.cuda.max_memory_reserved",
+        ),
+        Figure(
+            "cublas_workspace",
+            trace.cublas_bytes,
+            "source",
+            "CublasHandlePool.cpp default, one per thread (forward, autograd)",
+        ),
         Figure("cudnn_workspace", trace.cudnn_peak_bytes, "estimate", "per convolution, capped at 128 MiB"),
-        Figure("context", info.context_bytes, "estimate" if info.context_source == "estimate" else "nvml",
-               {"estimate": "CUDA context + kernels, by GPU generation", "nvml": "this kernel's, already in use",
-                "in use": "already in use, size not visible to NVML", "none": "no GPU"}[info.context_source]),
-        Figure("peak", point.footprint, engine,
-               "peak_reserved + context: the step's device footprint" if info.context_to_add
-               else "peak_reserved: the step's device footprint (no context added: "
-               + ("none counted without a GPU)" if info.context_source == "none" else "already in use)")),
+        Figure(
+            "context",
+            info.context_bytes,
+            "estimate" if info.context_source == "estimate" else "nvml",
+            {
+                "estimate": "CUDA context + kernels, by GPU generation",
+                "nvml": "this kernel's, already in use",
+                "in use": "already in use, size not visible to NVML",
+                "none": "no GPU",
+            }[info.context_source],
+        ),
+        Figure(
+            "peak",
+            point.footprint,
+            engine,
+            "peak_reserved + context: the step's device footprint"
+            if info.context_to_add
+            else "peak_reserved: the step's device footprint (no context added: "
+            + ("none counted without a GPU)" if info.context_source == "none" else "already in use)"),
+        ),
     ]
 
 
-def _report(model: Any, kind: Any, plan: TracePlan, info: DeviceInfo, engine: str, trace: TraceResult,
-            point: _Point, found: _Search, recs: Recommendations, sharding: _Sharding,
-            amp_saved: Optional[int], notes: List[str], input_text: str, batch_size: int, target: Any,
-            memory: Any, device: Any, elapsed: float) -> AnalysisReport:
+def _report(
+    model: Any,
+    kind: Any,
+    plan: TracePlan,
+    info: DeviceInfo,
+    engine: str,
+    trace: TraceResult,
+    point: _Point,
+    found: _Search,
+    recs: Recommendations,
+    sharding: _Sharding,
+    amp_saved: Optional[int],
+    notes: List[str],
+    input_text: str,
+    batch_size: int,
+    target: Any,
+    memory: Any,
+    device: Any,
+    elapsed: float,
+) -> AnalysisReport:
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
     user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
     modelled = model_optimizer_state(trainable, kind)
     opt_name, _ = _optimizer_settings(kind)
     settings = {
-        "batch_size": batch_size, "input": input_text,
+        "batch_size": batch_size,
+        "input": input_text,
         "loss": _loss_setting(plan, trace),
         "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name) if isinstance(kind, str) else type(kind).__name__,
-        "amp": plan.amp, "grad_accum": plan.grad_accum, "checkpointing": plan.checkpointing,
-        "device": None if device is None else str(device), "target": target,
+        "amp": plan.amp,
+        "grad_accum": plan.grad_accum,
+        "checkpointing": plan.checkpointing,
+        "device": None if device is None else str(device),
+        "target": target,
         "memory": None if memory is None else str(memory),
-        "world_size": sharding.world_size, "strategy": sharding.strategy, "multiple": None,
+        "world_size": sharding.world_size,
+        "strategy": sharding.strategy,
+        "multiple": None,
         "effective_batch": recs.accumulation.target_effective_batch,
     }
     if recs.rounding.startswith("multiple"):
@@ -1279,13 +1484,21 @@ def _unique(params: Sequence[Any]) -> List[Any]:
 def _distributed(sharding: _Sharding, trace: TraceResult, point: _Point, recs: Recommendations) -> Distributed:
     fp, fg, fo = sharding.factors()
     extra, extra_note = sharding.extra()
-    note = ("per-rank model states by the strategy's sharding, activations of this rank's batch (not sharded); "
-            "communication buffers (NCCL) are not counted")
+    note = (
+        "per-rank model states by the strategy's sharding, activations of this rank's batch (not sharded); "
+        "communication buffers (NCCL) are not counted"
+    )
     return Distributed(
-        world_size=sharding.world_size, strategy=sharding.strategy or "ddp",
-        parameters_bytes=int(trace.parameters * fp), gradients_bytes=int(trace.gradients * fg),
-        optimizer_bytes=int(trace.optimizer_state * fo), extra_bytes=extra, extra_note=extra_note,
-        activations_bytes=trace.activations, peak_bytes=point.footprint, note=note,
+        world_size=sharding.world_size,
+        strategy=sharding.strategy or "ddp",
+        parameters_bytes=int(trace.parameters * fp),
+        gradients_bytes=int(trace.gradients * fg),
+        optimizer_bytes=int(trace.optimizer_state * fo),
+        extra_bytes=extra,
+        extra_note=extra_note,
+        activations_bytes=trace.activations,
+        peak_bytes=point.footprint,
+        note=note,
     )
 
 
@@ -1294,13 +1507,17 @@ def _error_bound(engine: str, info: DeviceInfo, found: _Search) -> ErrorBound:
     absolute = CONTEXT_UNCERTAINTY if info.context_source == "estimate" else 0
     if engine == "measured":
         relative = round(residual + 0.02, 4)
-        statement = (f"measured peaks of steps 2-3 on this GPU; linear fit residual {residual:.1%}; "
-                     f"expect within ±{relative:.0%} for runs like these")
+        statement = (
+            f"measured peaks of steps 2-3 on this GPU; linear fit residual {residual:.1%}; "
+            f"expect within ±{relative:.0%} for runs like these"
+        )
     else:
         relative = TRACED_RELATIVE_ERROR
-        statement = ("traced on fake CPU tensors: live tensor bytes agree with a real CPU step within 5% "
-                     "(MLP, CNN, ResNet, Transformer, LSTM); CUDA kernels (cuDNN workspaces, fused attention) "
-                     "and the caching-allocator model add uncertainty: expect within ±10%")
+        statement = (
+            "traced on fake CPU tensors: live tensor bytes agree with a real CPU step within 5% "
+            "(MLP, CNN, ResNet, Transformer, LSTM); CUDA kernels (cuDNN workspaces, fused attention) "
+            "and the caching-allocator model add uncertainty: expect within ±10%"
+        )
         if absolute:
             statement += f", plus ±{absolute // MiB} MiB for the estimated CUDA context"
     return ErrorBound(relative, absolute, statement)
@@ -1321,12 +1538,20 @@ def get_gpu_info() -> List[Dict[str, Any]]:
     for d in sample.gpu.devices:
         if d.cuda_index is None:
             continue
-        result.append({
-            "index": d.cuda_index, "name": d.name, "uuid": d.uuid, "mig": d.mig,
-            "total_memory": d.total, "used_memory": d.used, "free_memory": d.free,
-            "compute_capability": d.compute_capability, "multi_processor_count": d.sm_count,
-            "this_kernel": d.this_kernel,
-        })
+        result.append(
+            {
+                "index": d.cuda_index,
+                "name": d.name,
+                "uuid": d.uuid,
+                "mig": d.mig,
+                "total_memory": d.total,
+                "used_memory": d.used,
+                "free_memory": d.free,
+                "compute_capability": d.compute_capability,
+                "multi_processor_count": d.sm_count,
+                "this_kernel": d.this_kernel,
+            }
+        )
     return sorted(result, key=lambda r: r["index"])
 
 
@@ -1336,8 +1561,9 @@ def print_gpu_info() -> None:
     print(render_gpu_info(get_gpu_info()))
 
 
-def print_memory_analysis(model: Any, batch_size: int = 32, device_id: int = 0, mixed_precision: bool = False,
-                          **options: Any) -> AnalysisReport:
+def print_memory_analysis(
+    model: Any, batch_size: int = 32, device_id: int = 0, mixed_precision: bool = False, **options: Any
+) -> AnalysisReport:
     """Seed 000's analysis block, printed; also returns the report. `options` go to analyze()."""
     if "amp" not in options:
         options["amp"] = "fp16" if mixed_precision else None
@@ -1348,8 +1574,14 @@ def print_memory_analysis(model: Any, batch_size: int = 32, device_id: int = 0, 
     return report
 
 
-def recommend_batch_size(model: Any, gpu_memory_gb: Optional[float] = None, safety_margin: float = 0.1,
-                         mixed_precision: bool = False, batch_size: int = 8, **options: Any) -> Dict[str, Any]:
+def recommend_batch_size(
+    model: Any,
+    gpu_memory_gb: Optional[float] = None,
+    safety_margin: float = 0.1,
+    mixed_precision: bool = False,
+    batch_size: int = 8,
+    **options: Any,
+) -> Dict[str, Any]:
     """{'maximum', 'recommended', 'safe'} for `model`.
 
     gpu_memory_gb: plan for this much memory (GiB, as seed 000 prints 'GB'); default: this machine's GPU.
@@ -1364,8 +1596,13 @@ def recommend_batch_size(model: Any, gpu_memory_gb: Optional[float] = None, safe
     options.setdefault("amp", "fp16" if mixed_precision else None)
     report = analyze(model, batch_size=batch_size, reserve=float(reserve), **options)
     recs = report.recommendations
-    return {"maximum": recs.maximum, "recommended": recs.recommended, "safe": recs.safe,
-            "current": recs.current.status, "engine": report.engine}
+    return {
+        "maximum": recs.maximum,
+        "recommended": recs.recommended,
+        "safe": recs.safe,
+        "current": recs.current.status,
+        "engine": report.engine,
+    }
 
 
 def _synchronize_used(torch: Any, device_id: int) -> None:
@@ -1400,8 +1637,9 @@ class MemoryMonitor:
     is reported, and the report says so.
     """
 
-    def __init__(self, device_id: int = 0, reset: bool = True, label: str = "",
-                 printer: Optional[Callable[[str], None]] = print) -> None:
+    def __init__(
+        self, device_id: int = 0, reset: bool = True, label: str = "", printer: Optional[Callable[[str], None]] = print
+    ) -> None:
         self.device_id, self.reset, self.label, self.printer = device_id, reset, label, printer
         self.result: Optional[MonitorResult] = None
         self._start_allocated = 0
@@ -1431,9 +1669,12 @@ class MemoryMonitor:
             _synchronize_used(torch, self.device_id)
             start = self._start_allocated if self._cuda_at_start else 0
             self.result = MonitorResult(
-                f"cuda:{self.device_id}", torch.cuda.max_memory_allocated(self.device_id) - start,
-                torch.cuda.memory_allocated(self.device_id) - start, torch.cuda.memory_reserved(self.device_id),
-                "" if self.reset or not self._cuda_at_start else "peak since the last reset")
+                f"cuda:{self.device_id}",
+                torch.cuda.max_memory_allocated(self.device_id) - start,
+                torch.cuda.memory_allocated(self.device_id) - start,
+                torch.cuda.memory_reserved(self.device_id),
+                "" if self.reset or not self._cuda_at_start else "peak since the last reset",
+            )
         else:
             delta = psutil.Process().memory_info().rss - self._start_rss
             self.result = MonitorResult("host", None, delta, None, "host RSS: CUDA is not initialised in this kernel")
@@ -1455,9 +1696,11 @@ class MemoryMonitor:
             import torch
 
             index = self.device_id
-            return (f"GPU {index}: allocated {format_bytes(torch.cuda.memory_allocated(index), 'auto')}, "
-                    f"reserved {format_bytes(torch.cuda.memory_reserved(index), 'auto')}, "
-                    f"peak {format_bytes(torch.cuda.max_memory_allocated(index), 'auto')}")
+            return (
+                f"GPU {index}: allocated {format_bytes(torch.cuda.memory_allocated(index), 'auto')}, "
+                f"reserved {format_bytes(torch.cuda.memory_reserved(index), 'auto')}, "
+                f"peak {format_bytes(torch.cuda.max_memory_allocated(index), 'auto')}"
+            )
         return "CUDA is not initialised in this kernel: no GPU memory in use (use it as `with` or a decorator)"
 
 

@@ -67,13 +67,18 @@ def _gpu_block(payload: Mapping[str, Any]) -> List[str]:
 
 
 def _model_total(payload: Mapping[str, Any]) -> int:
-    return (payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"]
-            + payload["optimizer_bytes"])
+    return (
+        payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"] + payload["optimizer_bytes"]
+    )
 
 
 def _batch_total(payload: Mapping[str, Any]) -> int:
-    return (payload["input_bytes"] + payload["activations_bytes"] + payload["autocast_cache_bytes"]
-            + payload["temporary_bytes"])
+    return (
+        payload["input_bytes"]
+        + payload["activations_bytes"]
+        + payload["autocast_cache_bytes"]
+        + payload["temporary_bytes"]
+    )
 
 
 def _model_block(payload: Mapping[str, Any]) -> List[str]:
@@ -84,8 +89,10 @@ def _model_block(payload: Mapping[str, Any]) -> List[str]:
         _row("Parameters", f"{_b(payload['parameters_bytes'])} ({payload['model']['parameter_count']:,} parameters)"),
         _row("Buffers", _b(payload["buffers_bytes"])),
         _row("Gradients", _b(payload["gradients_bytes"])),
-        _row("Optimizer State",
-             f"{_b(payload['optimizer_bytes'])} ({payload['settings']['optimizer']}, {optimizer['engine']})"),
+        _row(
+            "Optimizer State",
+            f"{_b(payload['optimizer_bytes'])} ({payload['settings']['optimizer']}, {optimizer['engine']})",
+        ),
         _row("Total Model", _b(total)),
     ]
 
@@ -108,9 +115,11 @@ def _batch_block(payload: Mapping[str, Any]) -> List[str]:
 
 
 # how the CUDA context enters the footprint: (line text, added to the footprint)
-_CONTEXT = {"estimate": ("estimate, not created yet: added to the footprint", True),
-            "nvml": ("measured by NVML, already in use: not added", False),
-            "in use": ("already in use: not added", False)}
+_CONTEXT = {
+    "estimate": ("estimate, not created yet: added to the footprint", True),
+    "nvml": ("measured by NVML, already in use: not added", False),
+    "in use": ("already in use: not added", False),
+}
 
 
 def _usage_block(payload: Mapping[str, Any]) -> List[str]:
@@ -129,10 +138,14 @@ def _usage_block(payload: Mapping[str, Any]) -> List[str]:
     footprint = "Peak Reserved + CUDA Context" if added else "Peak Reserved"
     lines = [
         f"💡 Total Estimated Usage{where} ({payload['engine']}, ±{bound['relative']:.0%}):",
-        _row("Model + Batch", f"{_b(_model_total(payload) + _batch_total(payload))} (Total Model + Total Batch; "
-                              "not all live at once)"),
-        _row("Peak Allocated",
-             f"{_b(payload['peak_allocated_bytes'])} (live at the peak in {payload['peak_phase'] or 'step'}, step 2)"),
+        _row(
+            "Model + Batch",
+            f"{_b(_model_total(payload) + _batch_total(payload))} (Total Model + Total Batch; not all live at once)",
+        ),
+        _row(
+            "Peak Allocated",
+            f"{_b(payload['peak_allocated_bytes'])} (live at the peak in {payload['peak_phase'] or 'step'}, step 2)",
+        ),
         _row("Peak Reserved", f"{_b(payload['peak_reserved_bytes'])} (caching allocator: allocated + cached blocks)"),
         _row("Workspaces", f"{_b(payload['workspace_bytes'])} (cuBLAS + cuDNN{where}, counted in the peaks)"),
         context,
@@ -169,8 +182,13 @@ def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
     elif pick and acc["recommended"] == 1:
         lines.append(_row("Accumulation", f"not needed: {pick} reaches the effective batch {target}"))
     elif pick:
-        lines.append(_row("Accumulation", f"{acc['recommended']} steps of {pick} -> effective batch "
-                          f"{acc['recommended'] * pick} (target {target})"))
+        lines.append(
+            _row(
+                "Accumulation",
+                f"{acc['recommended']} steps of {pick} -> effective batch "
+                f"{acc['recommended'] * pick} (target {target})",
+            )
+        )
     lines.append(_row("Learning Rate", recs["lr"]["hint"]))
     if recs["note"] and recs["maximum"]:
         lines.append(_row("Note", recs["note"]))
@@ -185,8 +203,13 @@ def _settings_block(payload: Mapping[str, Any]) -> List[str]:
     if saved is not None and saved >= 0:
         lines.append(_row("Memory Saved", f"~{_b(saved)} (vs fp32, traced)"))
     elif saved is not None:
-        lines.append(_row("Memory Saved", f"none: AMP adds ~{_b(-saved)} here (low-precision weight copies "
-                          "outweigh the smaller activations at this batch)"))
+        lines.append(
+            _row(
+                "Memory Saved",
+                f"none: AMP adds ~{_b(-saved)} here (low-precision weight copies "
+                "outweigh the smaller activations at this batch)",
+            )
+        )
     lines += [
         _row("Optimizer", str(settings["optimizer"])),
         _row("Input", str(settings["input"])),
@@ -201,20 +224,31 @@ def _distributed_block(payload: Mapping[str, Any]) -> List[str]:
     dist = payload["distributed"]
     if not dist:
         return []
-    lines = [f"🌐 Per Rank ({dist['strategy']}, world size {dist['world_size']}):",
-             _row("Parameters", _b(dist["parameters_bytes"])),
-             _row("Gradients", _b(dist["gradients_bytes"])),
-             _row("Optimizer State", _b(dist["optimizer_bytes"]))]
+    lines = [
+        f"🌐 Per Rank ({dist['strategy']}, world size {dist['world_size']}):",
+        _row("Parameters", _b(dist["parameters_bytes"])),
+        _row("Gradients", _b(dist["gradients_bytes"])),
+        _row("Optimizer State", _b(dist["optimizer_bytes"])),
+    ]
     if dist["extra_bytes"]:
         lines.append(_row("Extra", f"{_b(dist['extra_bytes'])} ({dist['extra_note']})"))
-    lines += [_row("Activations", _b(dist["activations_bytes"])),
-              _row("Peak per Rank", f"{_b(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)")]
+    lines += [
+        _row("Activations", _b(dist["activations_bytes"])),
+        _row("Peak per Rank", f"{_b(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)"),
+    ]
     return lines
 
 
 def render_text(payload: Mapping[str, Any]) -> str:
-    blocks = [_gpu_block(payload), _model_block(payload), _batch_block(payload), _usage_block(payload),
-              _distributed_block(payload), _recommendation_block(payload), _settings_block(payload)]
+    blocks = [
+        _gpu_block(payload),
+        _model_block(payload),
+        _batch_block(payload),
+        _usage_block(payload),
+        _distributed_block(payload),
+        _recommendation_block(payload),
+        _settings_block(payload),
+    ]
     lines = [BANNER, _title(payload), BANNER, ""]
     for block in blocks:
         if block:
@@ -236,8 +270,10 @@ def _e(value: Any) -> str:
 def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     th = "".join(f"<th style='text-align:left'>{_e(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (f"<table class='gpumem-analysis'><caption style='text-align:left'><b>{_e(caption)}</b></caption>"
-            f"<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>")
+    return (
+        f"<table class='gpumem-analysis'><caption style='text-align:left'><b>{_e(caption)}</b></caption>"
+        f"<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 def render_html(payload: Mapping[str, Any]) -> str:
@@ -249,8 +285,10 @@ def render_html(payload: Mapping[str, Any]) -> str:
         ("safe", _n(recs["safe"]), recs["rounding"]),
         ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
     ]
-    curve = [(p["batch_size"], _b(p["peak_bytes"]), _b(p["peak_allocated_bytes"]), _b(p["peak_reserved_bytes"]),
-              p["engine"]) for p in payload["curve"]]
+    curve = [
+        (p["batch_size"], _b(p["peak_bytes"]), _b(p["peak_allocated_bytes"]), _b(p["peak_reserved_bytes"]), p["engine"])
+        for p in payload["curve"]
+    ]
     device = payload["device"]
     parts = [
         f"<p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}</b>; model "

@@ -26,15 +26,46 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from .allocator_model import AllocatorResult, CachingAllocatorModel
 
-CATEGORIES = ("parameter", "buffer", "gradient", "optimizer_state", "input", "activation", "autocast_cache",
-              "temporary")
+CATEGORIES = (
+    "parameter",
+    "buffer",
+    "gradient",
+    "optimizer_state",
+    "input",
+    "activation",
+    "autocast_cache",
+    "temporary",
+)
 PHASES = ("input", "forward", "backward", "optimizer", "zero_grad")
 
 # ops that run through cuBLAS on CUDA (first use on a thread allocates that thread's workspace)
-_MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "addmv", "mv", "dot",
-                         "vdot", "addr", "_int_mm", "linear"})
-_CONV_OPS = frozenset({"convolution", "convolution_backward", "_convolution", "cudnn_convolution",
-                       "cudnn_convolution_transpose", "mkldnn_convolution"})
+_MATMUL_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "_addmm_activation",
+        "addmv",
+        "mv",
+        "dot",
+        "vdot",
+        "addr",
+        "_int_mm",
+        "linear",
+    }
+)
+_CONV_OPS = frozenset(
+    {
+        "convolution",
+        "convolution_backward",
+        "_convolution",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "mkldnn_convolution",
+    }
+)
 CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks algorithms by workspace size)
 
 
@@ -109,8 +140,16 @@ def _tracker_class() -> type:
                 return None
 
         def _new(self, st: Any, role: Optional[str], host: bool = False) -> Record:
-            record = Record(sid=len(self.records), nbytes=int(st.nbytes()), phase=self.phase, step=self.step,
-                            micro=self.micro, alloc_index=len(self.events), role=role, host=host)
+            record = Record(
+                sid=len(self.records),
+                nbytes=int(st.nbytes()),
+                phase=self.phase,
+                step=self.step,
+                micro=self.micro,
+                alloc_index=len(self.events),
+                role=role,
+                host=host,
+            )
             self.records.append(record)
             self.events.append(("alloc", record.sid))
             self._sids[st] = record.sid
@@ -320,9 +359,17 @@ def _strip_user_hooks(model: Any) -> int:
     """
     dropped = 0
     for module in model.modules():
-        for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
-                     "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called",
-                     "_state_dict_hooks", "_load_state_dict_pre_hooks"):
+        for attr in (
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+            "_state_dict_hooks",
+            "_load_state_dict_pre_hooks",
+        ):
             hooks = getattr(module, attr, None)
             if not isinstance(hooks, dict):
                 continue
@@ -366,8 +413,7 @@ def copy_model(model: Any, copier: TensorCopier) -> Tuple[Any, Dict[int, Any], i
     return clone, mapping, dropped
 
 
-def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier,
-                   cuda_defaults: bool = True) -> Any:
+def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier, cuda_defaults: bool = True) -> Any:
     """A new optimizer of the user's class over the copied parameters, with the same hyper-parameters and a
     copy of its state. Never a deepcopy: an LR scheduler patches `optimizer.step` with a closure that would
     step the user's optimizer."""
@@ -462,8 +508,9 @@ def default_loss(output: Any, batch: Any) -> Any:
     own = model_loss(output)
     if own is not None:
         return own
-    leaves = [t for t in tree_leaves(output)
-              if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    leaves = [
+        t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
     if not leaves:
         raise TraceError("the model's output has no floating tensor that requires grad: pass loss=")
     total = leaves[0].float().pow(2).mean()
@@ -472,9 +519,20 @@ def default_loss(output: Any, batch: Any) -> Any:
     return total
 
 
-def train_steps(model: Any, optimizer: Any, make_batch: Callable[[], Any], loss_fn: Callable[[Any, Any], Any],
-                *, steps: int, micro: int, grad_accum: int, autocast: Callable[[], Any], tracker: Any,
-                scaler: Any = None, on_step: Optional[Callable[[int], None]] = None) -> None:
+def train_steps(
+    model: Any,
+    optimizer: Any,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[Any, Any], Any],
+    *,
+    steps: int,
+    micro: int,
+    grad_accum: int,
+    autocast: Callable[[], Any],
+    tracker: Any,
+    scaler: Any = None,
+    on_step: Optional[Callable[[int], None]] = None,
+) -> None:
     """The loop users write: new batch, forward + loss under autocast, backward, step, zero_grad(None).
 
     `out` and `loss` stay bound until the next forward replaces them, as in a user's loop.
@@ -624,8 +682,10 @@ def checkpoint_blocks(model: Any) -> List[str]:
     kind = type(blocks[0][1]).__name__  # one class: repeated_blocks picks one group
     notes = [f"checkpointing: wrapped {len(blocks)} {kind} blocks ({_name_span([n for n, _ in blocks])})"]
     if _disable_kv_cache(model):
-        notes.append("checkpointing: use_cache turned off on the copy, as Hugging Face's gradient checkpointing "
-                     "does (no KV cache kept through backward)")
+        notes.append(
+            "checkpointing: use_cache turned off on the copy, as Hugging Face's gradient checkpointing "
+            "does (no KV cache kept through backward)"
+        )
     return notes
 
 
@@ -707,9 +767,17 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
             with tracker:
                 _register_model(tracker, model, optimizer)
                 try:
-                    train_steps(model, optimizer, lambda: plan.make_batch(batch_size, fake), loss_fn,
-                                steps=plan.steps, micro=min(plan.grad_accum, 2), grad_accum=plan.grad_accum,
-                                autocast=_autocast_factory(plan.amp, "cpu"), tracker=tracker)
+                    train_steps(
+                        model,
+                        optimizer,
+                        lambda: plan.make_batch(batch_size, fake),
+                        loss_fn,
+                        steps=plan.steps,
+                        micro=min(plan.grad_accum, 2),
+                        grad_accum=plan.grad_accum,
+                        autocast=_autocast_factory(plan.amp, "cpu"),
+                        tracker=tracker,
+                    )
                 except TraceError:
                     raise
                 except Exception as exc:
@@ -719,8 +787,10 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
         result.dropped_hooks = dropped
         result.loss_source = loss_sources[0] if loss_sources else "custom"
         if result.loss_source == "model":
-            notes.append("loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
-                         "backpropagates it; pass loss= for another")
+            notes.append(
+                "loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
+                "backpropagates it; pass loss= for another"
+            )
         result.notes += notes
         return result
     finally:
@@ -746,8 +816,10 @@ def _explain(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(exc).__name__
     if "DataDependent" in name or "data-dependent" in text or "DynamicOutputShape" in name:
-        return ("the model's forward depends on tensor values (e.g. .item(), masking, nonzero), which the "
-                "traced engine cannot follow: run on a GPU for a measured analysis")
+        return (
+            "the model's forward depends on tensor values (e.g. .item(), masking, nonzero), which the "
+            "traced engine cannot follow: run on a GPU for a measured analysis"
+        )
     return f"training step failed while tracing: {name}: {text[:200]}"
 
 
@@ -776,9 +848,10 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
     forward_end = {(s, m): end for (s, m, phase), (_, end) in spans.items() if phase == "forward"}
 
     # live bytes along the stream; per-step and per-phase peaks of the last step
-    step_range = {s: (min(v[0] for k, v in spans.items() if k[0] == s), max(v[1] for k, v in spans.items()
-                                                                           if k[0] == s))
-                  for s in range(1, last + 1)}
+    step_range = {
+        s: (min(v[0] for k, v in spans.items() if k[0] == s), max(v[1] for k, v in spans.items() if k[0] == s))
+        for s in range(1, last + 1)
+    }
     phase_of = _phase_index(spans, last)
     live = 0
     step_peaks = [0] * (last + 1)
@@ -807,14 +880,20 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
             breakdown[_category(record, forward_end)] += record.nbytes
 
     def alive_bytes(index: int, role: str, device_only: bool = True) -> int:
-        return sum(r.nbytes for r in records if r.role == role and _alive(r, index)
-                   and not (device_only and r.host))
+        return sum(r.nbytes for r in records if r.role == role and _alive(r, index) and not (device_only and r.host))
 
     end = step_range[last][1]
     opt_start, opt_end = spans[(last, 0, "optimizer")]
     fwd_start, fwd_end = spans[(last, min(plan.grad_accum, 2) - 1, "forward")]
-    activations = sum(r.nbytes for r in records if r.phase == "forward" and r.step == last
-                      and r.micro == min(plan.grad_accum, 2) - 1 and r.role is None and _alive(r, fwd_end))
+    activations = sum(
+        r.nbytes
+        for r in records
+        if r.phase == "forward"
+        and r.step == last
+        and r.micro == min(plan.grad_accum, 2) - 1
+        and r.role is None
+        and _alive(r, fwd_end)
+    )
     cast = sum(r.nbytes for r in records if r.role == "autocast_cache" and r.step == last and _alive(r, fwd_end))
     opt_live_start = live_at[opt_start - 1] if opt_start else 0
     device, cublas, cudnn = replay_device(tracker, plan)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Collection, Optional
 
 ECHO_LIMIT = 80  # characters of a value echoed in a message
 LINE_LIMIT = 400  # characters of a whole one-line error
-MAX_COUNT = 2 ** 31 - 1  # no batch this large fits a device; 10**20 would overflow torch's int64 sizes
+MAX_COUNT = 2**31 - 1  # no batch this large fits a device; 10**20 would overflow torch's int64 sizes
 _LONG_RUN = re.compile(r"\S{%d,}" % (ECHO_LIMIT + 1))
 _INDEX = re.compile(r"(?:cuda:)?(\d+)\Z")
 
@@ -102,6 +102,7 @@ def check_device(text: str, accept: Collection[str]) -> str:
 
 def device(*accept: str) -> Callable[[str], str]:
     """argparse type of `--device` accepting these forms (CPU, AUTO, CUDA, INDEX)."""
+
     def parse(text: str) -> str:
         try:
             return check_device(text, accept)

@@ -35,8 +35,7 @@ MIME = "application/vnd.gpumem.autobatch.v1+json"
 MiB = 1 << 20
 MAX_TRIALS = 64  # a monotone search over 2**16 needs < 40; past this something is wrong
 SLOPE_PROBE = 16  # with one fitting point, probe lo + lo/16 to learn the per-sample slope
-OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
-               "CUDA error: out of memory")
+OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUDA error: out of memory")
 
 
 class SimulatedOOM(RuntimeError):
@@ -149,7 +148,8 @@ def _tracker_class() -> type:
             if check and self.cap is not None and live > self.cap:
                 raise SimulatedOOM(
                     f"CUDA out of memory (simulated). Tried to allocate {_mib(size)}; {_mib(live - size)} of the "
-                    f"{_mib(self.cap)} simulated cap already in use by tracked tensors")
+                    f"{_mib(self.cap)} simulated cap already in use by tracked tensors"
+                )
             self.peak = max(self.peak, live)
 
         def register(self, tree: Any, check: bool = False) -> None:
@@ -158,8 +158,10 @@ def _tracker_class() -> type:
 
         def check_baseline(self) -> None:
             if self.cap is not None and self.live > self.cap:
-                raise SimulatedOOM(f"CUDA out of memory (simulated): the model's states alone take "
-                                   f"{_mib(self.live)}, over the {_mib(self.cap)} simulated cap")
+                raise SimulatedOOM(
+                    f"CUDA out of memory (simulated): the model's states alone take "
+                    f"{_mib(self.live)}, over the {_mib(self.cap)} simulated cap"
+                )
 
         def close(self) -> None:
             self._closed = True
@@ -266,10 +268,13 @@ class StateSnapshot:
         self.opt_attrs: Dict[str, Any] = {}
         if self.optimizer is not None:
             for p, state in self.optimizer.state.items():
-                self.opt_state[p] = {k: _SavedTensor(_host_copy(v), v.device) if _is_tensor(v) else copy.deepcopy(v)
-                                     for k, v in state.items()}
-            self.opt_groups = [copy.deepcopy({k: v for k, v in g.items() if k != "params"})
-                               for g in self.optimizer.param_groups]
+                self.opt_state[p] = {
+                    k: _SavedTensor(_host_copy(v), v.device) if _is_tensor(v) else copy.deepcopy(v)
+                    for k, v in state.items()
+                }
+            self.opt_groups = [
+                copy.deepcopy({k: v for k, v in g.items() if k != "params"}) for g in self.optimizer.param_groups
+            ]
             self.opt_attrs = {a: getattr(self.optimizer, a) for a in _OPTIMIZER_ATTRS if hasattr(self.optimizer, a)}
 
     def restore(self) -> None:
@@ -326,8 +331,10 @@ def resolve_device(device: Any, model: Any, simulated: bool) -> Any:
         raise ValueError(f"bad device {device!r}; use cpu, cuda, cuda:0 or auto") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device {text!r} asked for, but this torch build or machine has no CUDA; "
-                             "use simulate='6GiB' to run the search without a GPU")
+            raise ValueError(
+                f"device {text!r} asked for, but this torch build or machine has no CUDA; "
+                "use simulate='6GiB' to run the search without a GPU"
+            )
         if resolved.index is None:
             resolved = torch.device("cuda", torch.cuda.current_device())
     elif resolved.type != "cpu":
@@ -353,8 +360,11 @@ class Workbench:
         else:
             copier = TensorCopier(fake=False, device=str(device))
             self.model, mapping, _ = copy_model(model, copier)
-            self.optimizer = optimizer if isinstance(optimizer, str) else copy_optimizer(
-                optimizer, mapping, copier, cuda_defaults=False)
+            self.optimizer = (
+                optimizer
+                if isinstance(optimizer, str)
+                else copy_optimizer(optimizer, mapping, copier, cuda_defaults=False)
+            )
             del mapping
         self.snapshot = StateSnapshot(self.model, self.optimizer)
 
@@ -519,8 +529,15 @@ def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
     plan.bench.reset()
     if error is not None:  # outside the except block: the failed step's frames are gone, their tensors can go
         clean_allocator(device)
-    return Trial(batch, error is None, peak if error is None else None, round(seconds, 4),
-                 reserved if error is None else None, phase, error)
+    return Trial(
+        batch,
+        error is None,
+        peak if error is None else None,
+        round(seconds, 4),
+        reserved if error is None else None,
+        phase,
+        error,
+    )
 
 
 class _NoTracker:
@@ -553,8 +570,14 @@ class _Search:
     """Bracket the boundary, then close it: secant steps along the measured peaks (when the limit is known),
     alternating with bisection, so a poor line costs a few trials and never a wrong answer."""
 
-    def __init__(self, run: Callable[[int, str], Trial], limit: Optional[int], cuda: bool, max_batch: int,
-                 progress: Optional[Callable[[Trial], None]]) -> None:
+    def __init__(
+        self,
+        run: Callable[[int, str], Trial],
+        limit: Optional[int],
+        cuda: bool,
+        max_batch: int,
+        progress: Optional[Callable[[Trial], None]],
+    ) -> None:
         self.run, self.limit, self.cuda, self.max_batch, self.progress = run, limit, cuda, max_batch, progress
         self.trials: List[Trial] = []
         self.lo: Optional[Trial] = None  # largest batch that ran
@@ -579,8 +602,10 @@ class _Search:
 
     def _slope(self) -> Optional[Tuple[Trial, float]]:
         """(largest fitting trial, bytes per sample) from the two largest fitting trials with figures."""
-        fits = sorted({t.batch: t for t in self.trials if t.ok and _measure(t, self.cuda) is not None}.values(),
-                      key=lambda t: t.batch)
+        fits = sorted(
+            {t.batch: t for t in self.trials if t.ok and _measure(t, self.cuda) is not None}.values(),
+            key=lambda t: t.batch,
+        )
         if len(fits) < 2 or self.limit is None:
             return None
         a, b = fits[-2], fits[-1]
@@ -650,8 +675,9 @@ class _LiveBytesEngine:
         return self.cache[batch]
 
 
-def _predict(model: Any, optimizer: Any, input: Any, loss: Any, amp: Optional[str], device: Any,
-             cap: Optional[int], hint: int) -> Tuple[Optional[int], str]:
+def _predict(
+    model: Any, optimizer: Any, input: Any, loss: Any, amp: Optional[str], device: Any, cap: Optional[int], hint: int
+) -> Tuple[Optional[int], str]:
     """The analysis engines' maximum, or None and why; only where the verified search starts.
 
     Simulated: analysis.search_maximum over fake traces (a few, each ~50 ms for small models) against the
@@ -661,8 +687,9 @@ def _predict(model: Any, optimizer: Any, input: Any, loss: Any, amp: Optional[st
 
     try:
         if cap is None:
-            report = analyze(model, batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp,
-                             device=device)
+            report = analyze(
+                model, batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device
+            )
             maximum = report.recommendations.maximum
             return maximum, f"analysis ({report.engine}) predicted {maximum}"
         make, _ = batch_maker(model, input)
@@ -682,8 +709,9 @@ def _cuda_limit(device: Any) -> int:
     return int(free + torch.cuda.memory_reserved(device))
 
 
-def _check_args(model: Any, margin: float, max_batch: int, steps: int, start_batch: Optional[int],
-                multiple: Optional[int]) -> None:
+def _check_args(
+    model: Any, margin: float, max_batch: int, steps: int, start_batch: Optional[int], multiple: Optional[int]
+) -> None:
     from .analysis import _check_model, _positive_int
 
     _check_model(model)
@@ -721,7 +749,7 @@ def auto_select_batch_size(
     amp: Any = None,
     margin: float = 0.10,
     multiple: Optional[int] = None,
-    max_batch: int = 2 ** 16,
+    max_batch: int = 2**16,
     simulate: Any = None,
     steps: int = 2,
     predict: bool = True,
@@ -752,8 +780,10 @@ def auto_select_batch_size(
     target = resolve_device(device, model, cap is not None)
     cuda = target.type == "cuda"
     if not cuda and cap is None:
-        raise ValueError("no GPU to search on: pass device='cuda', or simulate='6GiB' to search against a "
-                         "simulated memory cap on the CPU")
+        raise ValueError(
+            "no GPU to search on: pass device='cuda', or simulate='6GiB' to search against a "
+            "simulated memory cap on the CPU"
+        )
     make_batch = _batch_source(model, input)
     notes: List[str] = []
     rng = RngSnapshot.take(cuda or torch.cuda.is_initialized())
@@ -792,22 +822,48 @@ def auto_select_batch_size(
     if maximum == 0 and not interrupted:
         notes.append("even batch 1 does not fit: try amp, checkpointing or a smaller model")
     if cap is not None:
-        notes.append(f"simulated: a cap of {_mib(cap)} on tracked live tensor bytes on the CPU; a real GPU adds "
-                     "the CUDA context, cuBLAS/cuDNN workspaces and allocator rounding")
+        notes.append(
+            f"simulated: a cap of {_mib(cap)} on tracked live tensor bytes on the CPU; a real GPU adds "
+            "the CUDA context, cuBLAS/cuDNN workspaces and allocator rounding"
+        )
     recommended = max(1, round_batch(maximum * (1 - margin), multiple)) if maximum else 0
     return AutobatchResult(
-        maximum=maximum, recommended=recommended, margin=float(margin),
+        maximum=maximum,
+        recommended=recommended,
+        margin=float(margin),
         rounding=f"multiple of {multiple}" if multiple else "power of two",
-        trials=search.trials, n_trials=len(search.trials), seconds=round(time.perf_counter() - started, 3),
-        engine="cuda" if cuda else "simulated", device=str(target), limit_bytes=limit, steps=steps,
-        start_batch=start, start_source=start_source, predicted=predicted, model_name=type(model).__name__,
-        optimizer=_optimizer_name(kind), amp=amp_mode, at_least=at_least, interrupted=interrupted, notes=notes)
+        trials=search.trials,
+        n_trials=len(search.trials),
+        seconds=round(time.perf_counter() - started, 3),
+        engine="cuda" if cuda else "simulated",
+        device=str(target),
+        limit_bytes=limit,
+        steps=steps,
+        start_batch=start,
+        start_source=start_source,
+        predicted=predicted,
+        model_name=type(model).__name__,
+        optimizer=_optimizer_name(kind),
+        amp=amp_mode,
+        at_least=at_least,
+        interrupted=interrupted,
+        notes=notes,
+    )
 
 
-def scan_batch_sizes(model: Any, batch_sizes: Sequence[int], device: Any = None, *, input: Any = None,
-                     loss: Optional[Callable[[Any, Any], Any]] = None,
-                     forward: Optional[Callable[[Any, Any], Any]] = None, optimizer: Any = "adamw",
-                     amp: Any = None, simulate: Any = None, steps: int = 2) -> List[Trial]:
+def scan_batch_sizes(
+    model: Any,
+    batch_sizes: Sequence[int],
+    device: Any = None,
+    *,
+    input: Any = None,
+    loss: Optional[Callable[[Any, Any], Any]] = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+    optimizer: Any = "adamw",
+    amp: Any = None,
+    simulate: Any = None,
+    steps: int = 2,
+) -> List[Trial]:
     """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
     import torch
 
@@ -819,8 +875,7 @@ def scan_batch_sizes(model: Any, batch_sizes: Sequence[int], device: Any = None,
     target = resolve_device(device, model, cap is not None)
     rng = RngSnapshot.take(target.type == "cuda" or torch.cuda.is_initialized())
     bench = Workbench(model, _optimizer_kind(optimizer), target)
-    plan = _Plan(bench, _batch_source(model, input), forward or feed, loss or default_loss, _amp_mode(amp), steps,
-                 cap)
+    plan = _Plan(bench, _batch_source(model, input), forward or feed, loss or default_loss, _amp_mode(amp), steps, cap)
     try:
         return [run_trial(plan, b, "scan") for b in batch_sizes]
     finally:
@@ -840,8 +895,11 @@ def render_text(payload: Dict[str, Any]) -> str:
 
     sim = payload["engine"] == "simulated"
     cap = payload["limit_bytes"]
-    where = (f"simulated: {format_bytes(cap, 'auto')} cap on tracked tensor bytes (CPU)" if sim
-             else f"{payload['device']}, limit {format_bytes(cap, 'auto')}")
+    where = (
+        f"simulated: {format_bytes(cap, 'auto')} cap on tracked tensor bytes (CPU)"
+        if sim
+        else f"{payload['device']}, limit {format_bytes(cap, 'auto')}"
+    )
     lines = ["=" * 70, f"🔎 Auto Batch Size - {payload['model_name']} ({where})", "=" * 70]
     if payload["interrupted"]:
         lines.append("⚠️  Interrupted: partial result")
@@ -858,8 +916,10 @@ def render_text(payload: Dict[str, Any]) -> str:
     ]
     for i, t in enumerate(payload["trials"], 1):
         result = "✅ ok" if t["ok"] else ("❌ OOM (sim)" if sim else "❌ OOM")
-        lines.append(f"  {i:>3} {t['batch']:>7} {t['phase']:<8} {result:<14} "
-                     f"{format_bytes(t['peak_bytes'], 'auto'):>12} {t['seconds']:>8.3f}")
+        lines.append(
+            f"  {i:>3} {t['batch']:>7} {t['phase']:<8} {result:<14} "
+            f"{format_bytes(t['peak_bytes'], 'auto'):>12} {t['seconds']:>8.3f}"
+        )
     if payload["notes"]:
         lines += ["", "Notes:"] + [f"  - {n}" for n in payload["notes"]]
     lines.append("=" * 70)
@@ -879,16 +939,19 @@ def render_html(payload: Dict[str, Any]) -> str:
         f"<tr><td>{i}</td><td>{t['batch']}</td><td>{e(t['phase'])}</td>"
         f"<td>{'ok' if t['ok'] else ('OOM (simulated)' if sim else 'OOM')}</td>"
         f"<td>{e(format_bytes(t['peak_bytes'], 'auto'))}</td><td>{t['seconds']:.3f}</td></tr>"
-        for i, t in enumerate(payload["trials"], 1))
+        for i, t in enumerate(payload["trials"], 1)
+    )
     head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("#", "batch", "phase", "result", "peak", "s"))
     notes = "".join(f"<li>{e(n)}</li>" for n in payload["notes"])
     flag = "<p><b>Interrupted: partial result</b></p>" if payload["interrupted"] else ""
-    return (f"<div class='gpumem-autobatch'><p><b>Auto batch size — {e(payload['model_name'])}</b> "
-            f"({e(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
-            f"<b>{payload['recommended']}</b> ({payload['margin']:.0%} margin, {e(payload['rounding'])}); "
-            f"{payload['n_trials']} trials in {payload['seconds']:.1f} s</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-            f"{'<ul>' + notes + '</ul>' if notes else ''}</div>")
+    return (
+        f"<div class='gpumem-autobatch'><p><b>Auto batch size — {e(payload['model_name'])}</b> "
+        f"({e(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
+        f"<b>{payload['recommended']}</b> ({payload['margin']:.0%} margin, {e(payload['rounding'])}); "
+        f"{payload['n_trials']} trials in {payload['seconds']:.1f} s</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
+    )
 
 
 def autobatch_bundle(result: Any) -> Dict[str, Any]:

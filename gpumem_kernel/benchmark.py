@@ -24,8 +24,21 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .argcheck import cut, one_line
-from .autobatch import (RngSnapshot, Workbench, _NoTracker, clean_allocator, first_line, grad_scaler, is_oom,
-                        make_tracker, optimizer_step, parse_cap, register_states, resolve_device, to_device)
+from .autobatch import (
+    RngSnapshot,
+    Workbench,
+    _NoTracker,
+    clean_allocator,
+    first_line,
+    grad_scaler,
+    is_oom,
+    make_tracker,
+    optimizer_step,
+    parse_cap,
+    register_states,
+    resolve_device,
+    to_device,
+)
 
 MIME = "application/vnd.gpumem.benchmark.v1+json"
 GiB = 1 << 30
@@ -63,14 +76,18 @@ def _int_list(value: Any, minimum: int) -> Optional[List[int]]:
             return None
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value)
+    ):
         return None
     return sorted(set(value))
 
 
 def check_value(name: str, value: Any, label: str) -> Any:
     """One field's value, normalised, or a one-line ValueError naming it."""
+
     def bad(expected: str) -> ValueError:
         return ValueError(f"{label}: expected {expected}, got {value!r}")
 
@@ -167,9 +184,15 @@ def _read_yaml(path: str) -> Any:
         raise ValueError(f"{cut(path)}: not valid YAML{at}: {problem}") from None
 
 
-_OVERRIDES = {"batch_sizes": "batch_sizes", "num_workers": "num_workers_options", "steps": "steps_per_test",
-              "warmup_steps": "warmup_steps", "amp": "test_mixed_precision", "pin_memory": "test_pin_memory",
-              "memory_target": "memory_target"}
+_OVERRIDES = {
+    "batch_sizes": "batch_sizes",
+    "num_workers": "num_workers_options",
+    "steps": "steps_per_test",
+    "warmup_steps": "warmup_steps",
+    "amp": "test_mixed_precision",
+    "pin_memory": "test_pin_memory",
+    "memory_target": "memory_target",
+}
 
 
 def with_overrides(config: BenchmarkConfig, **overrides: Any) -> BenchmarkConfig:
@@ -192,8 +215,9 @@ class SyntheticDataset:
     """Samples of a fixed shape (and class labels): a small bank cycled, made with a private generator so the
     user's RNG is not consumed. Picklable, so DataLoader workers of any start method can use it."""
 
-    def __init__(self, shape: Sequence[int], classes: Optional[int] = None, length: int = 1 << 16,
-                 bank: int = 16) -> None:
+    def __init__(
+        self, shape: Sequence[int], classes: Optional[int] = None, length: int = 1 << 16, bank: int = 16
+    ) -> None:
         import torch
 
         self.shape, self.classes, self.length = tuple(shape), classes, length
@@ -269,8 +293,9 @@ class _Batches:
         self.loader = None
 
 
-def _loader_maker(dataset: Any, loader_factory: Optional[Callable[..., Any]], batch: int, workers: int,
-                  pin: bool, samples: int) -> Callable[[], Any]:
+def _loader_maker(
+    dataset: Any, loader_factory: Optional[Callable[..., Any]], batch: int, workers: int, pin: bool, samples: int
+) -> Callable[[], Any]:
     def make() -> Any:
         import torch
         from torch.utils.data import DataLoader, IterableDataset, RandomSampler
@@ -278,8 +303,14 @@ def _loader_maker(dataset: Any, loader_factory: Optional[Callable[..., Any]], ba
         if loader_factory is not None:
             return loader_factory(batch_size=batch, num_workers=workers, pin_memory=pin)
         generator = torch.Generator().manual_seed(0)  # shuffling and worker seeds leave the user's RNG alone
-        options: Dict[str, Any] = dict(batch_size=batch, num_workers=workers, pin_memory=pin, drop_last=True,
-                                       persistent_workers=False, generator=generator)
+        options: Dict[str, Any] = dict(
+            batch_size=batch,
+            num_workers=workers,
+            pin_memory=pin,
+            drop_last=True,
+            persistent_workers=False,
+            generator=generator,
+        )
         if isinstance(dataset, IterableDataset):
             return DataLoader(dataset, **options)
         sampler = RandomSampler(dataset, replacement=True, num_samples=samples, generator=generator)
@@ -503,27 +534,45 @@ class BenchmarkResult:
         return render_text(self.to_payload())
 
 
-def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], target: float
-                        ) -> Dict[str, Optional[Pick]]:
+def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], target: float) -> Dict[str, Optional[Pick]]:
     """Seed 004's three picks over the rows that ran (status ok); ties go to the earlier row."""
     ok = [(i, r) for i, r in enumerate(rows) if r.status == "ok" and r.samples_per_s]
 
-    def best(candidates: List[Tuple[int, BenchmarkRow]], key: Callable[[BenchmarkRow], float], kind: str,
-             note: str) -> Optional[Pick]:
+    def best(
+        candidates: List[Tuple[int, BenchmarkRow]], key: Callable[[BenchmarkRow], float], kind: str, note: str
+    ) -> Optional[Pick]:
         if not candidates:
             return None
         i, r = max(candidates, key=lambda item: key(item[1]))
-        return Pick(kind, i, r.batch_size, r.num_workers, r.amp, r.pin_memory, r.samples_per_s, r.peak_bytes,
-                    r.efficiency, r.gpu_util, note)
+        return Pick(
+            kind,
+            i,
+            r.batch_size,
+            r.num_workers,
+            r.amp,
+            r.pin_memory,
+            r.samples_per_s,
+            r.peak_bytes,
+            r.efficiency,
+            r.gpu_util,
+            note,
+        )
 
     budget = None if limit is None else target * limit
     within = [(i, r) for i, r in ok if budget is None or (r.peak_bytes is not None and r.peak_bytes <= budget)]
-    note = ("no memory limit known: highest throughput" if budget is None
-            else f"highest throughput within {target:.0%} of {_size(limit)}")
+    note = (
+        "no memory limit known: highest throughput"
+        if budget is None
+        else f"highest throughput within {target:.0%} of {_size(limit)}"
+    )
     return {
         "highest_throughput": best(ok, lambda r: r.samples_per_s, "highest_throughput", ""),
-        "best_efficiency": best([(i, r) for i, r in ok if r.efficiency], lambda r: r.efficiency,
-                                "best_efficiency", "samples/s per GiB of peak memory"),
+        "best_efficiency": best(
+            [(i, r) for i, r in ok if r.efficiency],
+            lambda r: r.efficiency,
+            "best_efficiency",
+            "samples/s per GiB of peak memory",
+        ),
         "recommended": best(within, lambda r: r.samples_per_s, "recommended", note),
     }
 
@@ -555,8 +604,9 @@ def _average(records: List[List[float]]) -> List[float]:
     return [round(statistics.fmean(column), 3) for column in zip(*records)]
 
 
-def _measure(ctx: _Context, batches: _Batches, batch: int, amp: bool, pin: bool, tracker: Any,
-             util: _UtilSampler) -> List[float]:
+def _measure(
+    ctx: _Context, batches: _Batches, batch: int, amp: bool, pin: bool, tracker: Any, util: _UtilSampler
+) -> List[float]:
     """Warm-up + measured steps; returns mean [io, h2d, forward, backward, optimizer, total] in ms."""
     from .analysis_trace import _autocast_factory
 
@@ -594,8 +644,9 @@ def _measure(ctx: _Context, batches: _Batches, batch: int, amp: bool, pin: bool,
     return _average(records)
 
 
-def _run_config(ctx: _Context, batch: int, workers: int, amp: bool, pin: bool) -> Tuple[BenchmarkRow, List[int],
-                                                                                          List[int]]:
+def _run_config(
+    ctx: _Context, batch: int, workers: int, amp: bool, pin: bool
+) -> Tuple[BenchmarkRow, List[int], List[int]]:
     """One configuration from a clean allocator; an OOM is recovered outside the `except` block."""
     import torch
 
@@ -623,8 +674,9 @@ def _run_config(ctx: _Context, batch: int, workers: int, amp: bool, pin: bool) -
         batches.close()
     restarts = batches.restarts
     del batches
-    row = BenchmarkRow(batch, workers, amp, pin, "ok" if error is None else "oom", loader_restarts=restarts,
-                       error=error)
+    row = BenchmarkRow(
+        batch, workers, amp, pin, "ok" if error is None else "oom", loader_restarts=restarts, error=error
+    )
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         row.peak_allocated_bytes = int(torch.cuda.max_memory_allocated(device))
@@ -664,8 +716,9 @@ def _combinations(cfg: BenchmarkConfig, cuda: bool) -> List[Tuple[bool, bool, in
     return [(amp, pin, w) for amp in amps for pin in pins for w in cfg.num_workers_options]
 
 
-def _describe_data(dataset: Any, loader_factory: Any, synthetic: Optional[Tuple[int, ...]],
-                   classes: Optional[int]) -> str:
+def _describe_data(
+    dataset: Any, loader_factory: Any, synthetic: Optional[Tuple[int, ...]], classes: Optional[int]
+) -> str:
     if loader_factory is not None:
         return f"loader factory {getattr(loader_factory, '__name__', type(loader_factory).__name__)}"
     if synthetic is not None:
@@ -682,14 +735,23 @@ def _device_info(device: Any, cap: Optional[int]) -> Tuple[Dict[str, Any], Optio
     import torch
 
     if cap is not None:
-        return ({"type": "cpu", "index": None, "name": "simulated device (CPU)", "total_bytes": cap}, cap,
-                "simulated: tracked tensor bytes under the cap")
+        return (
+            {"type": "cpu", "index": None, "name": "simulated device (CPU)", "total_bytes": cap},
+            cap,
+            "simulated: tracked tensor bytes under the cap",
+        )
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return ({"type": "cuda", "index": device.index, "name": props.name, "total_bytes": int(props.total_memory)},
-                int(props.total_memory), "torch.cuda.max_memory_reserved")
-    return ({"type": "cpu", "index": None, "name": "CPU", "total_bytes": None}, None,
-            "tracked tensor bytes on the CPU (no device memory)")
+        return (
+            {"type": "cuda", "index": device.index, "name": props.name, "total_bytes": int(props.total_memory)},
+            int(props.total_memory),
+            "torch.cuda.max_memory_reserved",
+        )
+    return (
+        {"type": "cpu", "index": None, "name": "CPU", "total_bytes": None},
+        None,
+        "tracked tensor bytes on the CPU (no device memory)",
+    )
 
 
 def run_benchmark(
@@ -719,7 +781,8 @@ def run_benchmark(
     Data: `dataset` (map-style or iterable), `loader_factory(batch_size=, num_workers=, pin_memory=)`, or
     `synthetic_shape` ('3x64x64') with `num_classes`. config: a YAML path or mapping in seed 004's shape;
     the keyword overrides replace its values (amp / pin_memory: whether to test them, as test_* do).
-    loss(output, batch) and forward(model, batch) default to cross-entropy / MSE on (inputs, targets). on_row(row) is called as each row finishes.
+    loss(output, batch) and forward(model, batch) default to cross-entropy / MSE on (inputs, targets).
+    on_row(row) is called as each row finishes.
     Ctrl-C returns the partial table flagged `interrupted`; the model, optimizer and RNG are restored.
     """
     import torch
@@ -728,13 +791,22 @@ def run_benchmark(
 
     started = time.perf_counter()
     _check_model(model)
-    cfg = with_overrides(load_config(config), batch_sizes=batch_sizes, num_workers=num_workers, steps=steps,
-                         warmup_steps=warmup_steps, amp=amp, pin_memory=pin_memory, memory_target=memory_target)
+    cfg = with_overrides(
+        load_config(config),
+        batch_sizes=batch_sizes,
+        num_workers=num_workers,
+        steps=steps,
+        warmup_steps=warmup_steps,
+        amp=amp,
+        pin_memory=pin_memory,
+        memory_target=memory_target,
+    )
     if sum(x is not None for x in (dataset, loader_factory, synthetic_shape)) != 1:
         raise ValueError("give exactly one data source: dataset=, loader_factory= or synthetic_shape=")
     shape = parse_shape(synthetic_shape) if synthetic_shape is not None else None
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 1):
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+    ):
         raise ValueError(f"num_classes: expected a positive integer, got {num_classes!r}")
     if num_classes is not None and shape is None:
         raise ValueError("num_classes goes with synthetic_shape")
@@ -750,8 +822,18 @@ def run_benchmark(
     bench = Workbench(model, kind, target)
     if not bench.in_place:
         notes.append(f"the model is not on {target}: the benchmark ran on a copy placed there")
-    ctx = _Context(bench, target, cap, not cuda, forward or default_forward, loss or default_loss, cfg, data,
-                   loader_factory, target.index if cuda else None)
+    ctx = _Context(
+        bench,
+        target,
+        cap,
+        not cuda,
+        forward or default_forward,
+        loss or default_loss,
+        cfg,
+        data,
+        loader_factory,
+        target.index if cuda else None,
+    )
     rows: List[BenchmarkRow] = []
     left: List[int] = []
     terminated: List[int] = []
@@ -766,21 +848,40 @@ def run_benchmark(
         rng.restore()
         clean_allocator(target)
     if left:
-        notes.append(f"{len(left)} DataLoader worker process(es) outlived their configuration and were ended: "
-                     f"PIDs {', '.join(map(str, left))}")
+        notes.append(
+            f"{len(left)} DataLoader worker process(es) outlived their configuration and were ended: "
+            f"PIDs {', '.join(map(str, left))}"
+        )
     picks = pick_configurations(rows, limit, cfg.memory_target)
     return BenchmarkResult(
-        engine=engine, device=info, limit_bytes=limit, memory_target=cfg.memory_target, memory_source=memory_source,
-        amp_dtype="float16" if cuda else "bfloat16", config=asdict(cfg),
+        engine=engine,
+        device=info,
+        limit_bytes=limit,
+        memory_target=cfg.memory_target,
+        memory_source=memory_source,
+        amp_dtype="float16" if cuda else "bfloat16",
+        config=asdict(cfg),
         model={"name": type(model).__name__, "parameter_count": sum(p.numel() for p in model.parameters())},
         optimizer=kind if isinstance(kind, str) else type(kind).__name__,
-        data=_describe_data(dataset, loader_factory, shape, num_classes), rows=rows, picks=picks,
-        diagnostics=diagnose(rows, picks, engine, limit), notes=notes, interrupted=interrupted,
-        seconds=round(time.perf_counter() - started, 3), workers={"leftover": left, "terminated": terminated})
+        data=_describe_data(dataset, loader_factory, shape, num_classes),
+        rows=rows,
+        picks=picks,
+        diagnostics=diagnose(rows, picks, engine, limit),
+        notes=notes,
+        interrupted=interrupted,
+        seconds=round(time.perf_counter() - started, 3),
+        workers={"leftover": left, "terminated": terminated},
+    )
 
 
-def _sweep(ctx: _Context, rows: List[BenchmarkRow], left: List[int], terminated: List[int],
-           limit: Optional[int], on_row: Optional[Callable[[BenchmarkRow], None]]) -> None:
+def _sweep(
+    ctx: _Context,
+    rows: List[BenchmarkRow],
+    left: List[int],
+    terminated: List[int],
+    limit: Optional[int],
+    on_row: Optional[Callable[[BenchmarkRow], None]],
+) -> None:
     for amp, pin, workers in _combinations(ctx.config, ctx.device.type == "cuda"):
         previous: Optional[BenchmarkRow] = None
         for batch in ctx.config.batch_sizes:
@@ -800,8 +901,10 @@ def _sweep(ctx: _Context, rows: List[BenchmarkRow], left: List[int], terminated:
 def _setup_notes(engine: str, cfg: BenchmarkConfig, cap: Optional[int], cuda: bool) -> List[str]:
     notes = []
     if engine == "simulated":
-        notes.append(f"simulated: memory is tracked tensor bytes under a {_size(cap)} cap on the CPU (no CUDA "
-                     "context, workspaces or allocator rounding); timings are CPU timings, not a GPU's")
+        notes.append(
+            f"simulated: memory is tracked tensor bytes under a {_size(cap)} cap on the CPU (no CUDA "
+            "context, workspaces or allocator rounding); timings are CPU timings, not a GPU's"
+        )
     elif engine == "cpu":
         notes.append("CPU run: memory is tracked tensor bytes (timings include the tracker's overhead)")
     if cfg.test_mixed_precision and not cuda:
@@ -817,8 +920,9 @@ def _setup_notes(engine: str, cfg: BenchmarkConfig, cap: Optional[int], cuda: bo
 # --- diagnostics -------------------------------------------------------------------------------------------------
 
 
-def _ratio(rows: Sequence[BenchmarkRow], key: Callable[[BenchmarkRow], Tuple[Any, ...]],
-           split: Callable[[BenchmarkRow], bool]) -> Optional[Tuple[float, int]]:
+def _ratio(
+    rows: Sequence[BenchmarkRow], key: Callable[[BenchmarkRow], Tuple[Any, ...]], split: Callable[[BenchmarkRow], bool]
+) -> Optional[Tuple[float, int]]:
     """Median throughput ratio (split true / split false) over configurations that ran both ways."""
     pairs: Dict[Tuple[Any, ...], Dict[bool, float]] = {}
     for r in rows:
@@ -828,39 +932,50 @@ def _ratio(rows: Sequence[BenchmarkRow], key: Callable[[BenchmarkRow], Tuple[Any
     return (statistics.median(ratios), len(ratios)) if ratios else None
 
 
-def diagnose(rows: Sequence[BenchmarkRow], picks: Mapping[str, Optional[Pick]], engine: str,
-             limit: Optional[int]) -> List[str]:
+def diagnose(
+    rows: Sequence[BenchmarkRow], picks: Mapping[str, Optional[Pick]], engine: str, limit: Optional[int]
+) -> List[str]:
     """Seed 004's reading of the table, in plain words."""
     out: List[str] = []
     chosen = picks.get("recommended") or picks.get("highest_throughput")
     sim = " (simulated)" if engine == "simulated" else ""
     ooms = sorted({r.batch_size for r in rows if r.status == "oom"})
     if ooms:
-        out.append(f"batch {', '.join(map(str, ooms))} ran out of memory{sim}: larger batches were not tried "
-                   "for that workers/AMP/pin combination")
+        out.append(
+            f"batch {', '.join(map(str, ooms))} ran out of memory{sim}: larger batches were not tried "
+            "for that workers/AMP/pin combination"
+        )
     for r in rows:
         if r.status == "swapping-suspected":
-            out.append(f"batch {r.batch_size} ({r.num_workers} workers): per-sample time jumped while memory sat "
-                       "at the limit and utilisation fell — likely unified-memory swapping (seed 002); stay below it")
+            out.append(
+                f"batch {r.batch_size} ({r.num_workers} workers): per-sample time jumped while memory sat "
+                "at the limit and utilisation fell — likely unified-memory swapping (seed 002); stay below it"
+            )
     if chosen is None:
         return out + ["no configuration ran: try smaller batch sizes" + (" or a larger cap" if sim else "")]
     row = rows[chosen.row]
     if row.io_ms is not None and row.total_ms and row.io_ms / row.total_ms > IO_SHARE:
         more = max(2, 2 * row.num_workers)
         fix = f"raise num_workers (try {more})" + ("" if row.pin_memory or engine != "cuda" else " and set pin_memory")
-        out.append(f"data loading is {row.io_ms / row.total_ms:.0%} of each step at batch {row.batch_size} with "
-                   f"{row.num_workers} workers: {fix}")
+        out.append(
+            f"data loading is {row.io_ms / row.total_ms:.0%} of each step at batch {row.batch_size} with "
+            f"{row.num_workers} workers: {fix}"
+        )
     if row.gpu_util is not None and row.gpu_util < LOW_UTIL:
-        out.append(f"GPU utilisation is {row.gpu_util:.0f}% (< {LOW_UTIL:.0f}%): the GPU waits — a larger batch or "
-                   "more workers keep it busy")
+        out.append(
+            f"GPU utilisation is {row.gpu_util:.0f}% (< {LOW_UTIL:.0f}%): the GPU waits — a larger batch or "
+            "more workers keep it busy"
+        )
     amp = _ratio(rows, lambda r: (r.batch_size, r.num_workers, r.pin_memory), lambda r: r.amp)
     if amp is not None:
         speedup, n = amp
         if speedup >= AMP_WORTH:
             out.append(f"AMP is {speedup:.2f}x faster (median of {n} configurations): use it (training.use_amp: true)")
         elif speedup < 0.95:
-            out.append(f"AMP is slower here ({speedup:.2f}x, median of {n})"
-                       + (": CPU bfloat16 autocast often is" if engine != "cuda" else ": check for casts/syncs"))
+            out.append(
+                f"AMP is slower here ({speedup:.2f}x, median of {n})"
+                + (": CPU bfloat16 autocast often is" if engine != "cuda" else ": check for casts/syncs")
+            )
         else:
             out.append(f"AMP changes throughput little here ({speedup:.2f}x, median of {n}); it still saves memory")
     pin = _ratio(rows, lambda r: (r.batch_size, r.num_workers, r.amp), lambda r: r.pin_memory)
@@ -868,23 +983,45 @@ def diagnose(rows: Sequence[BenchmarkRow], picks: Mapping[str, Optional[Pick]], 
         out.append(f"pin_memory speeds steps up {pin[0]:.2f}x: keep it on")
     workers = _ratio(rows, lambda r: (r.batch_size, r.amp, r.pin_memory), lambda r: r.num_workers > 0)
     if workers is not None and workers[0] < 0.95:
-        out.append(f"worker processes slow this data down ({workers[0]:.2f}x): loading is cheap here, "
-                   "num_workers=0 avoids their start-up and transfer cost")
-    same = sorted((r for r in rows if r.status == "ok" and r.num_workers == row.num_workers and r.amp == row.amp
-                   and r.pin_memory == row.pin_memory and r.samples_per_s), key=lambda r: r.batch_size)
+        out.append(
+            f"worker processes slow this data down ({workers[0]:.2f}x): loading is cheap here, "
+            "num_workers=0 avoids their start-up and transfer cost"
+        )
+    same = sorted(
+        (
+            r
+            for r in rows
+            if r.status == "ok"
+            and r.num_workers == row.num_workers
+            and r.amp == row.amp
+            and r.pin_memory == row.pin_memory
+            and r.samples_per_s
+        ),
+        key=lambda r: r.batch_size,
+    )
     if len(same) >= 2 and same[-1].samples_per_s < 1.1 * same[-2].samples_per_s:
-        out.append(f"throughput from batch {same[-2].batch_size} to {same[-1].batch_size}: "
-                   f"{same[-2].samples_per_s:.0f} -> {same[-1].samples_per_s:.0f} samples/s (under +10%): "
-                   "larger batches buy little speed")
-    if (row.forward_ms is not None and row.total_ms and not row.amp
-            and (row.forward_ms + (row.backward_ms or 0)) / row.total_ms > 0.7):
-        out.append("forward + backward are most of the step (compute-bound): AMP and a larger batch help; "
-                   "gradient checkpointing trades speed for memory")
+        out.append(
+            f"throughput from batch {same[-2].batch_size} to {same[-1].batch_size}: "
+            f"{same[-2].samples_per_s:.0f} -> {same[-1].samples_per_s:.0f} samples/s (under +10%): "
+            "larger batches buy little speed"
+        )
+    if (
+        row.forward_ms is not None
+        and row.total_ms
+        and not row.amp
+        and (row.forward_ms + (row.backward_ms or 0)) / row.total_ms > 0.7
+    ):
+        out.append(
+            "forward + backward are most of the step (compute-bound): AMP and a larger batch help; "
+            "gradient checkpointing trades speed for memory"
+        )
     if limit and row.peak_bytes is not None:
         share = row.peak_bytes / limit
         if share < 0.5 and not ooms and row.batch_size == max(r.batch_size for r in rows):
-            out.append(f"the pick uses {share:.0%} of {_size(limit)}{sim} and is the largest batch tested: "
-                       "add larger batch sizes")
+            out.append(
+                f"the pick uses {share:.0%} of {_size(limit)}{sim} and is the largest batch tested: "
+                "add larger batch sizes"
+            )
     return out
 
 
@@ -907,19 +1044,23 @@ def _mem_unit(payload: Mapping[str, Any]) -> Tuple[str, int]:
 def _table(payload: Mapping[str, Any]) -> List[str]:
     unit, factor = _mem_unit(payload)
     sim = payload["engine"] == "simulated"
-    head = (f"{'Batch':>6} {'Workers':>7} {'AMP':>5} {'Pin':>5} {'I/O(ms)':>9} {'H2D(ms)':>9} {'Fwd(ms)':>9} "
-            f"{'Bwd(ms)':>9} {'Opt(ms)':>9} {'Total(ms)':>10} {'Samples/s':>10} {'GPU%':>6} "
-            f"{f'Mem({unit})':>9} {'Status':>10}")
+    head = (
+        f"{'Batch':>6} {'Workers':>7} {'AMP':>5} {'Pin':>5} {'I/O(ms)':>9} {'H2D(ms)':>9} {'Fwd(ms)':>9} "
+        f"{'Bwd(ms)':>9} {'Opt(ms)':>9} {'Total(ms)':>10} {'Samples/s':>10} {'GPU%':>6} "
+        f"{f'Mem({unit})':>9} {'Status':>10}"
+    )
     lines = [head, "-" * len(head)]
     for r in payload["rows"]:
         status = STATUS.get(r["status"], r["status"]) + (" (sim)" if sim and r["status"] == "oom" else "")
         gpu = "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}"
         mem = "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / factor:.2f}"
         sps = "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}"
-        lines.append(f"{r['batch_size']:>6} {r['num_workers']:>7} {'Yes' if r['amp'] else 'No':>5} "
-                     f"{'Yes' if r['pin_memory'] else 'No':>5} {_ms(r['io_ms']):>9} {_ms(r['h2d_ms']):>9} "
-                     f"{_ms(r['forward_ms']):>9} {_ms(r['backward_ms']):>9} {_ms(r['optimizer_ms']):>9} "
-                     f"{_ms(r['total_ms']):>10} {sps:>10} {gpu:>6} {mem:>9} {status:>10}")
+        lines.append(
+            f"{r['batch_size']:>6} {r['num_workers']:>7} {'Yes' if r['amp'] else 'No':>5} "
+            f"{'Yes' if r['pin_memory'] else 'No':>5} {_ms(r['io_ms']):>9} {_ms(r['h2d_ms']):>9} "
+            f"{_ms(r['forward_ms']):>9} {_ms(r['backward_ms']):>9} {_ms(r['optimizer_ms']):>9} "
+            f"{_ms(r['total_ms']):>10} {sps:>10} {gpu:>6} {mem:>9} {status:>10}"
+        )
     return lines
 
 
@@ -934,9 +1075,13 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
     def block(title: str, pick: Optional[Mapping[str, Any]], extra: Sequence[str]) -> List[str]:
         if pick is None:
             return [title, "  none (no configuration qualified)", ""]
-        lines = [title, _kv("Batch Size", str(pick["batch_size"])), _kv("Workers", str(pick["num_workers"])),
-                 _kv("Mixed Precision", "Yes" if pick["amp"] else "No"),
-                 _kv("Pin Memory", "Yes" if pick["pin_memory"] else "No")]
+        lines = [
+            title,
+            _kv("Batch Size", str(pick["batch_size"])),
+            _kv("Workers", str(pick["num_workers"])),
+            _kv("Mixed Precision", "Yes" if pick["amp"] else "No"),
+            _kv("Pin Memory", "Yes" if pick["pin_memory"] else "No"),
+        ]
         return lines + [line for line in extra if line] + [""]
 
     def memory(pick: Mapping[str, Any], safe: bool = False) -> str:
@@ -949,14 +1094,22 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
 
     hi, eff, rec = picks["highest_throughput"], picks["best_efficiency"], picks["recommended"]
     lines = [BANNER, "🏆 OPTIMAL CONFIGURATION", BANNER, ""]
-    lines += block("🚀 Highest Throughput:", hi,
-                   [_kv("Throughput", f"{hi['samples_per_s']:.1f} samples/sec"), memory(hi)] if hi else [])
-    lines += block("⚡ Best Efficiency (samples/sec/GiB):", eff,
-                   [_kv("Efficiency", f"{eff['efficiency']:.1f} samples/sec/GiB")] if eff else [])
+    lines += block(
+        "🚀 Highest Throughput:",
+        hi,
+        [_kv("Throughput", f"{hi['samples_per_s']:.1f} samples/sec"), memory(hi)] if hi else [],
+    )
+    lines += block(
+        "⚡ Best Efficiency (samples/sec/GiB):",
+        eff,
+        [_kv("Efficiency", f"{eff['efficiency']:.1f} samples/sec/GiB")] if eff else [],
+    )
     util = _kv("GPU Util", f"{rec['gpu_util']:.1f}%") if rec and rec["gpu_util"] is not None else ""
-    lines += block("💡 Recommended for Training:", rec,
-                   [_kv("Throughput", f"{rec['samples_per_s']:.1f} samples/sec"), memory(rec, True), util]
-                   if rec else [])
+    lines += block(
+        "💡 Recommended for Training:",
+        rec,
+        [_kv("Throughput", f"{rec['samples_per_s']:.1f} samples/sec"), memory(rec, True), util] if rec else [],
+    )
     return lines
 
 
@@ -971,8 +1124,12 @@ def _title(payload: Mapping[str, Any]) -> str:
 
 def render_text(payload: Mapping[str, Any]) -> str:
     """Seed 004's console summary: the table, the three picks, then diagnostics and notes."""
-    lines = [BANNER, "📋 BENCHMARK SUMMARY", BANNER, f"{payload['model']['name']} · {payload['data']} · "
-             f"{payload['optimizer']} · {_title(payload)}"]
+    lines = [
+        BANNER,
+        "📋 BENCHMARK SUMMARY",
+        BANNER,
+        f"{payload['model']['name']} · {payload['data']} · {payload['optimizer']} · {_title(payload)}",
+    ]
     if payload["interrupted"]:
         lines.append("⚠️  Interrupted: partial table")
     lines += [""] + _table(payload) + [""] + _pick_lines(payload)
@@ -991,33 +1148,72 @@ def render_html(payload: Mapping[str, Any]) -> str:
         return html.escape(str(value), quote=True)
 
     unit, factor = _mem_unit(payload)
-    head = ["batch", "workers", "AMP", "pin", "I/O ms", "H2D ms", "fwd ms", "bwd ms", "opt ms", "total ms",
-            "samples/s", "GPU %", f"mem {unit}", "status"]
+    head = [
+        "batch",
+        "workers",
+        "AMP",
+        "pin",
+        "I/O ms",
+        "H2D ms",
+        "fwd ms",
+        "bwd ms",
+        "opt ms",
+        "total ms",
+        "samples/s",
+        "GPU %",
+        f"mem {unit}",
+        "status",
+    ]
     body = []
     for r in payload["rows"]:
-        cells = [r["batch_size"], r["num_workers"], "yes" if r["amp"] else "no", "yes" if r["pin_memory"] else "no",
-                 _ms(r["io_ms"]), _ms(r["h2d_ms"]), _ms(r["forward_ms"]), _ms(r["backward_ms"]),
-                 _ms(r["optimizer_ms"]), _ms(r["total_ms"]),
-                 "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
-                 "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}",
-                 "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / factor:.2f}", r["status"]]
+        cells = [
+            r["batch_size"],
+            r["num_workers"],
+            "yes" if r["amp"] else "no",
+            "yes" if r["pin_memory"] else "no",
+            _ms(r["io_ms"]),
+            _ms(r["h2d_ms"]),
+            _ms(r["forward_ms"]),
+            _ms(r["backward_ms"]),
+            _ms(r["optimizer_ms"]),
+            _ms(r["total_ms"]),
+            "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
+            "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}",
+            "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / factor:.2f}",
+            r["status"],
+        ]
         body.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
     picks = []
-    for kind, label in (("highest_throughput", "highest throughput"), ("best_efficiency", "best efficiency"),
-                        ("recommended", "recommended")):
+    for kind, label in (
+        ("highest_throughput", "highest throughput"),
+        ("best_efficiency", "best efficiency"),
+        ("recommended", "recommended"),
+    ):
         p = payload["picks"][kind]
-        picks.append(f"<li>{e(label)}: " + (e("none") if p is None else e(
-            f"batch {p['batch_size']}, {p['num_workers']} workers, AMP {'on' if p['amp'] else 'off'}, pin_memory "
-            f"{'on' if p['pin_memory'] else 'off'}: {p['samples_per_s']:.1f} samples/s")) + "</li>")
+        picks.append(
+            f"<li>{e(label)}: "
+            + (
+                e("none")
+                if p is None
+                else e(
+                    f"batch {p['batch_size']}, {p['num_workers']} workers, "
+                    f"AMP {'on' if p['amp'] else 'off'}, pin_memory "
+                    f"{'on' if p['pin_memory'] else 'off'}: {p['samples_per_s']:.1f} samples/s"
+                )
+            )
+            + "</li>"
+        )
     diagnostics = "".join(f"<li>{e(d)}</li>" for d in payload["diagnostics"])
     notes = "".join(f"<li>{e(n)}</li>" for n in payload["notes"])
     flag = "<p><b>Interrupted: partial table</b></p>" if payload["interrupted"] else ""
-    return (f"<div class='gpumem-benchmark'><p><b>Benchmark — {e(payload['model']['name'])}</b> · "
-            f"{e(payload['data'])} · {e(_title(payload))}</p>{flag}"
-            f"<table><thead><tr>{''.join(f'<th>{e(h)}</th>' for h in head)}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table><ul>{''.join(picks)}</ul>"
-            f"{'<p>Diagnostics</p><ul>' + diagnostics + '</ul>' if diagnostics else ''}"
-            f"{'<ul>' + notes + '</ul>' if notes else ''}</div>")
+    return (
+        f"<div class='gpumem-benchmark'><p><b>Benchmark — {e(payload['model']['name'])}</b> · "
+        f"{e(payload['data'])} · {e(_title(payload))}</p>{flag}"
+        f"<table><thead><tr>{''.join(f'<th>{e(h)}</th>' for h in head)}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table><ul>{''.join(picks)}</ul>"
+        f"{'<p>Diagnostics</p><ul>' + diagnostics + '</ul>' if diagnostics else ''}"
+        f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
+    )
 
 
 def recommended_yaml(payload: Mapping[str, Any], pick: str = "recommended") -> str:
@@ -1025,12 +1221,20 @@ def recommended_yaml(payload: Mapping[str, Any], pick: str = "recommended") -> s
     chosen = payload["picks"].get(pick)
     if chosen is None:
         return f"# gpumem benchmark: no {pick.replace('_', ' ')} configuration (nothing ran within the limits)\n"
-    head = [f"# gpumem benchmark, {pick.replace('_', ' ')} ({_title(payload)})",
-            f"# {chosen['samples_per_s']:.1f} samples/s" + (f", peak {_size(chosen['peak_bytes'])}"
-                                                            if chosen["peak_bytes"] is not None else "")]
-    body = ["data:", f"  batch_size: {chosen['batch_size']}", f"  num_workers: {chosen['num_workers']}",
-            f"  pin_memory: {'true' if chosen['pin_memory'] else 'false'}", "", "training:",
-            f"  use_amp: {'true' if chosen['amp'] else 'false'}"]
+    head = [
+        f"# gpumem benchmark, {pick.replace('_', ' ')} ({_title(payload)})",
+        f"# {chosen['samples_per_s']:.1f} samples/s"
+        + (f", peak {_size(chosen['peak_bytes'])}" if chosen["peak_bytes"] is not None else ""),
+    ]
+    body = [
+        "data:",
+        f"  batch_size: {chosen['batch_size']}",
+        f"  num_workers: {chosen['num_workers']}",
+        f"  pin_memory: {'true' if chosen['pin_memory'] else 'false'}",
+        "",
+        "training:",
+        f"  use_amp: {'true' if chosen['amp'] else 'false'}",
+    ]
     return "\n".join(head + body) + "\n"
 
 

@@ -145,8 +145,14 @@ class _Connection:
 class Channel:
     """Registers the comm target with the kernel and serves every comm opened on it."""
 
-    def __init__(self, sampler: Sampler, version: str, clock: Optional[IdleClock] = None,
-                 now: Callable[[], float] = time.monotonic, lineage: Optional[Lineage] = None) -> None:
+    def __init__(
+        self,
+        sampler: Sampler,
+        version: str,
+        clock: Optional[IdleClock] = None,
+        now: Callable[[], float] = time.monotonic,
+        lineage: Optional[Lineage] = None,
+    ) -> None:
         self._sampler = sampler
         self.lineage = lineage  # this kernel's predecessors in the notebook: whose orphans `terminate` may end
         self._version = version

@@ -21,7 +21,20 @@ import sys
 import types
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, MutableMapping, Optional, Sequence, Set, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from .units import format_bytes
 
@@ -89,8 +102,9 @@ def torch_kinds() -> Optional[TorchKinds]:
         return None
     module = getattr(sys.modules.get("torch.nn"), "Module", None)
     optimizer = getattr(sys.modules.get("torch.optim"), "Optimizer", None)
-    return TorchKinds(tensor, module if isinstance(module, type) else None,
-                      optimizer if isinstance(optimizer, type) else None)
+    return TorchKinds(
+        tensor, module if isinstance(module, type) else None, optimizer if isinstance(optimizer, type) else None
+    )
 
 
 # --- walking objects to their tensors ----------------------------------------------------------------
@@ -127,7 +141,7 @@ def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
             return
         if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
             for state in list(obj.state.values()):
-                for value in (state.values() if isinstance(state, dict) else ()):
+                for value in state.values() if isinstance(state, dict) else ():
                     if isinstance(value, kinds.tensor):
                         yield value
             for group in obj.param_groups:
@@ -178,8 +192,15 @@ def _kind(obj: Any, kinds: TorchKinds) -> str:
         return "module"
     if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
         return "optimizer"
-    for cls, name in ((dict, "dict"), (collections.UserDict, "dict"), (list, "list"), (tuple, "tuple"),
-                      (set, "set"), (frozenset, "set"), (collections.deque, "list")):
+    for cls, name in (
+        (dict, "dict"),
+        (collections.UserDict, "dict"),
+        (list, "list"),
+        (tuple, "tuple"),
+        (set, "set"),
+        (frozenset, "set"),
+        (collections.deque, "list"),
+    ):
         if isinstance(obj, cls):
             return name
     return "other"
@@ -250,8 +271,11 @@ def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
     """The user's own variables: IPython's names, modules, classes and functions left out."""
     namespace, hidden = _namespace(resolve_shell(shell))
     skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
-    return [(name, value) for name, value in list(namespace.items())
-            if isinstance(name, str) and not _is_ipython_name(name, value, hidden) and not isinstance(value, skip)]
+    return [
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(name, str) and not _is_ipython_name(name, value, hidden) and not isinstance(value, skip)
+    ]
 
 
 def _walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
@@ -265,9 +289,15 @@ def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[A
     if kinds is None:
         return []
     seen = set() if seen is None else seen
-    found = [h for h in (measure(name, value, kinds, seen)
-                         for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
-                         if name not in exclude) if h is not None]
+    found = [
+        h
+        for h in (
+            measure(name, value, kinds, seen)
+            for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
+            if name not in exclude
+        )
+        if h is not None
+    ]
     return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
 
 
@@ -390,8 +420,11 @@ def _find_output_cache(shell: Any, kinds: TorchKinds) -> List[_CacheEntry]:
             match = _OUT_NAME.match(name) if isinstance(name, str) else None
             # _N is IPython's only when it is still the cached object (a user may assign _5 themselves).
             if match and (int(match.group(1)) not in output or output[int(match.group(1))] is value):
-                add(name if space is namespace else None, value,
-                    lambda space=space, name=name, value=value: _pop_if(space, name, value))
+                add(
+                    name if space is namespace else None,
+                    value,
+                    lambda space=space, name=name, value=value: _pop_if(space, name, value),
+                )
     hook = getattr(shell, "displayhook", None)
     for name in _UNDERS:
         value = getattr(hook, name, None)
@@ -499,12 +532,18 @@ def _device_table(before: _Snapshot, after: Optional[_Snapshot]) -> List[DeviceM
     for device in sorted(set(before.devices) | set(after.devices if after else {})):
         b = before.devices.get(device, {})
         a = after.devices.get(device, {}) if after else {}
-        rows.append(DeviceMemory(
-            device=device, name=b.get("name") or a.get("name"),
-            allocated_before=b.get("allocated"), allocated_after=a.get("allocated"),
-            reserved_before=b.get("reserved"), reserved_after=a.get("reserved"),
-            this_kernel_before=b.get("this_kernel"), this_kernel_after=a.get("this_kernel"),
-        ))
+        rows.append(
+            DeviceMemory(
+                device=device,
+                name=b.get("name") or a.get("name"),
+                allocated_before=b.get("allocated"),
+                allocated_after=a.get("allocated"),
+                reserved_before=b.get("reserved"),
+                reserved_after=a.get("reserved"),
+                this_kernel_before=b.get("this_kernel"),
+                this_kernel_after=a.get("this_kernel"),
+            )
+        )
     return rows
 
 
@@ -552,8 +591,10 @@ def _check_variables(names: Sequence[Any], namespace: Mapping[str, Any], hidden:
         raise ValueError(f"no variable named {', '.join(repr(n) for n in unknown)} in this kernel")
     ipython_owned = [n for n in names if _is_ipython_name(n, namespace[n], hidden)]
     if ipython_owned:
-        raise ValueError(f"{', '.join(repr(n) for n in ipython_owned)} belongs to IPython, not to your code; "
-                         "the safe clear already drops cached outputs")
+        raise ValueError(
+            f"{', '.join(repr(n) for n in ipython_owned)} belongs to IPython, not to your code; "
+            "the safe clear already drops cached outputs"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -580,8 +621,11 @@ def clear_gpu_memory(
     frames = traceback_frames(refs.tracebacks)
     traceback_sources, frame_count = list(refs.sources), len(frames)
     if all_cuda_vars:
-        cuda_vars = [name for name, value in user_variables(shell)
-                     if name not in to_delete and has_cuda_tensor(value, kinds)] if kinds is not None else []
+        cuda_vars = (
+            [name for name, value in user_variables(shell) if name not in to_delete and has_cuda_tensor(value, kinds)]
+            if kinds is not None
+            else []
+        )
         if not cuda_vars:
             notes.append("no user variable holds CUDA memory: none to delete")
         to_delete += cuda_vars
@@ -595,8 +639,10 @@ def clear_gpu_memory(
         kept: Set[Any] = set()
         holders(shell, exclude=to_delete, seen=kept)
         deleted = [measure(name, namespace[name], kinds, kept, keep_empty=True) for name in to_delete]  # type: ignore[misc]
-        cache_holders = [measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True)  # type: ignore[misc]
-                         for entry in cache]
+        cache_holders = [
+            measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True)  # type: ignore[misc]
+            for entry in cache
+        ]
         traceback_freed = frame_holder(frames, kinds, kept) if frames else None
     else:
         deleted = [Holder(name, "other", type(namespace[name]).__name__, 0, {}, 0) for name in to_delete]
@@ -683,8 +729,11 @@ def _holder_line(h: Holder, device_filter: Callable[[str], bool]) -> str:
 
 def _holder_groups(report: ClearReport) -> List[Tuple[str, List[str]]]:
     cuda = [_holder_line(h, lambda d: d.startswith("cuda")) for h in report.holders if h.on_cuda()]
-    host = [_holder_line(h, lambda d: not d.startswith("cuda"))
-            for h in sorted(report.holders, key=lambda h: -(h.bytes - h.on_cuda())) if h.bytes - h.on_cuda()]
+    host = [
+        _holder_line(h, lambda d: not d.startswith("cuda"))
+        for h in sorted(report.holders, key=lambda h: -(h.bytes - h.on_cuda()))
+        if h.bytes - h.on_cuda()
+    ]
     return [(title, lines) for title, lines in (("CUDA", cuda), ("host", host)) if lines]
 
 
@@ -693,10 +742,15 @@ def _dropped_lines(report: ClearReport) -> List[str]:
     lines = []
     if report.traceback_sources:
         freed = report.traceback_freed
-        size = (f", {freed.tensors} tensor{'' if freed.tensors == 1 else 's'} only it kept alive: {human(freed.bytes)}"
-                if freed and freed.tensors else "")
-        lines.append(f"{verb} the last error's traceback ({report.traceback_frames} frames{size}) "
-                     f"from {', '.join(report.traceback_sources)}")
+        size = (
+            f", {freed.tensors} tensor{'' if freed.tensors == 1 else 's'} only it kept alive: {human(freed.bytes)}"
+            if freed and freed.tensors
+            else ""
+        )
+        lines.append(
+            f"{verb} the last error's traceback ({report.traceback_frames} frames{size}) "
+            f"from {', '.join(report.traceback_sources)}"
+        )
     for h in report.output_cache:
         lines.append(f"{verb} cached output {h.name} ({human(h.bytes)})")
     for h in report.deleted:
@@ -714,9 +768,11 @@ def _device_lines(report: ClearReport) -> List[str]:
     lines = []
     for row in report.devices:
         parts = []
-        for label, before, after in (("reserved", row.reserved_before, row.reserved_after),
-                                     ("allocated", row.allocated_before, row.allocated_after),
-                                     ("this kernel (NVML)", row.this_kernel_before, row.this_kernel_after)):
+        for label, before, after in (
+            ("reserved", row.reserved_before, row.reserved_after),
+            ("allocated", row.allocated_before, row.allocated_after),
+            ("this kernel (NVML)", row.this_kernel_before, row.this_kernel_after),
+        ):
             if before is not None or after is not None:
                 parts.append(f"{label} {human(before)}" + ("" if report.dry_run else f" → {human(after)}"))
         if parts:
@@ -754,10 +810,14 @@ def clear_html(report: ClearReport) -> str:
             f"<tr><td><code>{e(h.name)}</code></td><td>{e(h.type_name)}</td>"
             f"<td>{e(', '.join(d for d in h.by_device if on(d)))}</td>"
             f"<td>{e(_what(h))}</td>"
-            f"<td style=\"text-align:right\">{e(human(sum(n for d, n in h.by_device.items() if on(d))))}</td></tr>"
-            for h in report.holders if any(on(d) for d in h.by_device))
-        parts.append(f"<h5>Still holding memory — {e(heading)}</h5><table><thead><tr><th>variable</th><th>type</th>"
-                     f"<th>device</th><th>what</th><th>bytes</th></tr></thead><tbody>{rows}</tbody></table>")
+            f'<td style="text-align:right">{e(human(sum(n for d, n in h.by_device.items() if on(d))))}</td></tr>'
+            for h in report.holders
+            if any(on(d) for d in h.by_device)
+        )
+        parts.append(
+            f"<h5>Still holding memory — {e(heading)}</h5><table><thead><tr><th>variable</th><th>type</th>"
+            f"<th>device</th><th>what</th><th>bytes</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
     if report.holders_more:
         parts.append(f"<p>… and {report.holders_more} more</p>")
     parts.append("</div>")

@@ -123,12 +123,20 @@ def load_model(spec: str) -> Any:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
-                        help="importable factory (or class, or module instance) of the model")
-    parser.add_argument("--device", type=argcheck.device(CPU, AUTO, CUDA, INDEX),
-                        help="cpu, cuda, cuda:N, N or auto (default: where the model is)")
-    parser.add_argument("--simulate", metavar="SIZE",
-                        help="no GPU: run on the CPU against this cap on tracked tensor bytes, e.g. 6GiB")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="MODULE:FACTORY",
+        help="importable factory (or class, or module instance) of the model",
+    )
+    parser.add_argument(
+        "--device",
+        type=argcheck.device(CPU, AUTO, CUDA, INDEX),
+        help="cpu, cuda, cuda:N, N or auto (default: where the model is)",
+    )
+    parser.add_argument(
+        "--simulate", metavar="SIZE", help="no GPU: run on the CPU against this cap on tracked tensor bytes, e.g. 6GiB"
+    )
     parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -140,6 +148,7 @@ def _joined(values: Optional[List[str]]) -> Optional[str]:
 
 def _cross_entropy(classes: int) -> Callable[[Any, Any], Any]:
     """Loss for class-count models given shapes only: targets of class 0 take the same memory as real ones."""
+
     def loss(output: Any, batch: Any) -> Any:
         import torch
         import torch.nn.functional as F
@@ -161,15 +170,18 @@ def _configure_benchmark(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--synthetic", metavar="SHAPE", help="synthetic samples of this shape, e.g. 3x64x64")
     data.add_argument("--dataset", metavar="MODULE:FACTORY", help="importable Dataset factory")
     parser.add_argument("--data-path", help="passed to the --dataset factory as its one argument")
-    parser.add_argument("--classes", type=argcheck.count,
-                        help="with --synthetic: class labels 0..N-1 (cross-entropy)")
+    parser.add_argument("--classes", type=argcheck.count, help="with --synthetic: class labels 0..N-1 (cross-entropy)")
     parser.add_argument("--batch-sizes", nargs="+", metavar="N", help="override benchmark.batch_sizes")
     parser.add_argument("--num-workers", nargs="+", metavar="N", help="override benchmark.num_workers_options")
     parser.add_argument("--steps", type=int, help="override benchmark.steps_per_test")
     parser.add_argument("--warmup", type=int, help="override benchmark.warmup_steps")
     parser.add_argument("--memory-target", type=float, help="override benchmark.memory_target (0-1]")
-    parser.add_argument("--format", default="text", choices=("text", "json", "yaml"),
-                        help="text: seed 004's summary; json: the payload; yaml: the recommended config")
+    parser.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json", "yaml"),
+        help="text: seed 004's summary; json: the payload; yaml: the recommended config",
+    )
     parser.add_argument("--save-yaml", metavar="PATH", help="also write the recommended config here")
 
 
@@ -184,8 +196,12 @@ def _dataset(args: argparse.Namespace) -> Any:
 
 def _print_row(row: Any) -> None:
     speed = f"{row.samples_per_s:.1f} samples/s" if row.samples_per_s else row.status
-    print(f"  batch {row.batch_size:>6}  workers {row.num_workers:>2}  AMP {'on ' if row.amp else 'off'}  "
-          f"pin {'on ' if row.pin_memory else 'off'}  {speed}", file=sys.stderr, flush=True)
+    print(
+        f"  batch {row.batch_size:>6}  workers {row.num_workers:>2}  AMP {'on ' if row.amp else 'off'}  "
+        f"pin {'on ' if row.pin_memory else 'off'}  {speed}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _run_benchmark(args: argparse.Namespace) -> int:
@@ -201,10 +217,21 @@ def _run_benchmark(args: argparse.Namespace) -> int:
         raise CliError("--classes goes with --synthetic")
     model = load_model(args.model)
     result = run_benchmark(
-        model, dataset=_dataset(args), synthetic_shape=args.synthetic, num_classes=args.classes,
-        config=args.config, batch_sizes=batch_sizes, num_workers=workers, steps=args.steps,
-        warmup_steps=args.warmup, memory_target=args.memory_target, device=args.device, simulate=args.simulate,
-        optimizer=args.optimizer, on_row=None if args.quiet else _print_row)
+        model,
+        dataset=_dataset(args),
+        synthetic_shape=args.synthetic,
+        num_classes=args.classes,
+        config=args.config,
+        batch_sizes=batch_sizes,
+        num_workers=workers,
+        steps=args.steps,
+        warmup_steps=args.warmup,
+        memory_target=args.memory_target,
+        device=args.device,
+        simulate=args.simulate,
+        optimizer=args.optimizer,
+        on_row=None if args.quiet else _print_row,
+    )
     if args.save_yaml:
         with open(args.save_yaml, "w", encoding="utf-8") as handle:
             handle.write(result.to_yaml())
@@ -223,18 +250,24 @@ def _run_benchmark(args: argparse.Namespace) -> int:
 def _configure_autobatch(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
     shape = parser.add_mutually_exclusive_group()
-    shape.add_argument("--input", metavar="SHAPE", help="one sample's shape, e.g. 3x224x224 (default: from a "
-                       "first Linear layer)")
+    shape.add_argument(
+        "--input", metavar="SHAPE", help="one sample's shape, e.g. 3x224x224 (default: from a first Linear layer)"
+    )
     shape.add_argument("--synthetic", metavar="SHAPE", help="same as --input (the benchmark's spelling)")
-    parser.add_argument("--classes", type=argcheck.count, help="cross-entropy over this many classes (default: "
-                        "mean of squares of the output)")
-    parser.add_argument("--start-batch", type=argcheck.count,
-                        help="first batch to try (default: the analysis prediction)")
+    parser.add_argument(
+        "--classes",
+        type=argcheck.count,
+        help="cross-entropy over this many classes (default: mean of squares of the output)",
+    )
+    parser.add_argument(
+        "--start-batch", type=argcheck.count, help="first batch to try (default: the analysis prediction)"
+    )
     parser.add_argument("--amp", choices=("fp16", "bf16"))
     parser.add_argument("--margin", type=float, default=0.10, help="recommended = maximum x (1 - margin)")
-    parser.add_argument("--multiple", type=argcheck.count,
-                        help="round the recommendation to a multiple (default: power of 2)")
-    parser.add_argument("--max-batch", type=argcheck.count, default=2 ** 16)
+    parser.add_argument(
+        "--multiple", type=argcheck.count, help="round the recommendation to a multiple (default: power of 2)"
+    )
+    parser.add_argument("--max-batch", type=argcheck.count, default=2**16)
     parser.add_argument("--steps", type=int, default=2, help="training steps per trial (>= 2)")
     parser.add_argument("--no-predict", action="store_true", help="skip the analysis prediction")
     parser.add_argument("--format", default="text", choices=("text", "json"))
@@ -242,8 +275,11 @@ def _configure_autobatch(parser: argparse.ArgumentParser) -> None:
 
 def _print_trial(trial: Any) -> None:
     result = "ok" if trial.ok else "OOM"
-    print(f"  trial batch {trial.batch:>7} ({trial.phase}): {result} in {trial.seconds:.2f} s", file=sys.stderr,
-          flush=True)
+    print(
+        f"  trial batch {trial.batch:>7} ({trial.phase}): {result} in {trial.seconds:.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _run_autobatch(args: argparse.Namespace) -> int:
@@ -251,23 +287,35 @@ def _run_autobatch(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     result = auto_select_batch_size(
-        model, args.device, args.start_batch, input=args.input or args.synthetic,
-        loss=_cross_entropy(args.classes) if args.classes else None, optimizer=args.optimizer, amp=args.amp,
-        margin=args.margin, multiple=args.multiple, max_batch=args.max_batch, simulate=args.simulate,
-        steps=args.steps, predict=not args.no_predict, progress=None if args.quiet else _print_trial)
+        model,
+        args.device,
+        args.start_batch,
+        input=args.input or args.synthetic,
+        loss=_cross_entropy(args.classes) if args.classes else None,
+        optimizer=args.optimizer,
+        amp=args.amp,
+        margin=args.margin,
+        multiple=args.multiple,
+        max_batch=args.max_batch,
+        simulate=args.simulate,
+        steps=args.steps,
+        predict=not args.no_predict,
+        progress=None if args.quiet else _print_trial,
+    )
     print(json.dumps(result.to_payload(), indent=2) if args.format == "json" else str(result))
     return 0
-
-
-
 
 
 # --- info --------------------------------------------------------------------------------------------------------
 
 
 def _configure_info(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", default="text", choices=("text", "json"),
-                        help="text: seed 000's check script; json: the probe's sample")
+    parser.add_argument(
+        "--format",
+        default="text",
+        choices=("text", "json"),
+        help="text: seed 000's check script; json: the probe's sample",
+    )
 
 
 def info_text(sample: Dict[str, Any]) -> str:
@@ -280,12 +328,17 @@ def info_text(sample: Dict[str, Any]) -> str:
     devices = [d for d in gpu["devices"] if d.get("cuda_index") is not None]
     lines = [BANNER]
     if not gpu["available"] or not devices:
-        why = gpu.get("reason") or (f"CUDA_VISIBLE_DEVICES={gpu.get('visible_devices')!r} hides every GPU"
-                                    if gpu["available"] else "unknown reason")
+        why = gpu.get("reason") or (
+            f"CUDA_VISIBLE_DEVICES={gpu.get('visible_devices')!r} hides every GPU"
+            if gpu["available"]
+            else "unknown reason"
+        )
         lines += [f"No NVIDIA GPU visible: {why}", BANNER]
     else:
-        versions = [f"driver {gpu['driver_version']}" if gpu.get("driver_version") else "",
-                    f"CUDA {gpu['cuda_driver_version']}" if gpu.get("cuda_driver_version") else ""]
+        versions = [
+            f"driver {gpu['driver_version']}" if gpu.get("driver_version") else "",
+            f"CUDA {gpu['cuda_driver_version']}" if gpu.get("cuda_driver_version") else "",
+        ]
         known = ", ".join(v for v in versions if v)
         title = f"🖥️  {len(devices)} GPU{'s' if len(devices) > 1 else ''} visible"
         title += f" ({known})" if known else ""
@@ -325,30 +378,46 @@ def _run_info(args: argparse.Namespace) -> int:
 
 
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, metavar="MODULE:FACTORY",
-                        help="importable factory (or class, or module instance) of the model")
+    parser.add_argument(
+        "--model",
+        required=True,
+        metavar="MODULE:FACTORY",
+        help="importable factory (or class, or module instance) of the model",
+    )
     parser.add_argument("-b", "--batch", type=argcheck.count, default=32, help="the batch size to analyse (default 32)")
-    parser.add_argument("--input", metavar="SHAPE", help="one sample's shape without the batch: 3x224x224, or 512 "
-                        "tokens for a model starting with an Embedding (default: from a first Linear layer)")
+    parser.add_argument(
+        "--input",
+        metavar="SHAPE",
+        help="one sample's shape without the batch: 3x224x224, or 512 "
+        "tokens for a model starting with an Embedding (default: from a first Linear layer)",
+    )
     parser.add_argument("--vocab", type=argcheck.count, help="with a token shape: token ids below N")
-    parser.add_argument("--classes", type=argcheck.count, help="cross-entropy over this many classes (default: "
-                        "mean of squares of the output)")
+    parser.add_argument(
+        "--classes",
+        type=argcheck.count,
+        help="cross-entropy over this many classes (default: mean of squares of the output)",
+    )
     parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
     parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
     parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
-    parser.add_argument("--device", type=argcheck.device(CPU, CUDA, INDEX),
-                        help="cuda, cuda:N or N: measure on this GPU; cpu: traced (default: traced)")
+    parser.add_argument(
+        "--device",
+        type=argcheck.device(CPU, CUDA, INDEX),
+        help="cuda, cuda:N or N: measure on this GPU; cpu: traced (default: traced)",
+    )
     plan = parser.add_mutually_exclusive_group()
     plan.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB')
     plan.add_argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB")
     parser.add_argument("--multiple", type=argcheck.count, help="round the picks to a multiple (default: power of two)")
-    parser.add_argument("--effective-batch", type=argcheck.count,
-                        help="target effective batch: accumulation steps per pick")
+    parser.add_argument(
+        "--effective-batch", type=argcheck.count, help="target effective batch: accumulation steps per pick"
+    )
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
-    parser.add_argument("--format", default="text", choices=("text", "json"),
-                        help="text: seed 000's analysis block; json: the payload")
+    parser.add_argument(
+        "--format", default="text", choices=("text", "json"), help="text: seed 000's analysis block; json: the payload"
+    )
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
@@ -356,20 +425,56 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     model = load_model(args.model)
     report = analyze(
-        model, batch_size=args.batch, input=args.input, loss=_cross_entropy(args.classes) if args.classes else None,
-        optimizer=args.optimizer, amp=None if args.amp == "off" else args.amp, grad_accum=args.accum,
-        checkpointing=args.checkpointing, device=args.device, target=args.target, memory=args.memory,
-        world_size=args.world_size, strategy=args.strategy, multiple=args.multiple,
-        effective_batch=args.effective_batch, vocab_size=args.vocab)
+        model,
+        batch_size=args.batch,
+        input=args.input,
+        loss=_cross_entropy(args.classes) if args.classes else None,
+        optimizer=args.optimizer,
+        amp=None if args.amp == "off" else args.amp,
+        grad_accum=args.accum,
+        checkpointing=args.checkpointing,
+        device=args.device,
+        target=args.target,
+        memory=args.memory,
+        world_size=args.world_size,
+        strategy=args.strategy,
+        multiple=args.multiple,
+        effective_batch=args.effective_batch,
+        vocab_size=args.vocab,
+    )
     print(json.dumps(report.to_payload(), indent=2) if args.format == "json" else str(report))
     return 0
 
 
-register(Command("info", "GPUs (memory, compute capability, SMs) and host memory, without initialising CUDA",
-                 _configure_info, _run_info))
-register(Command("analyze", "memory of one training step and the batch sizes that fit (traced or measured)",
-                 _configure_analyze, _run_analyze))
-register(Command("autobatch", "find the largest batch that trains without running out of memory",
-                 _configure_autobatch, _run_autobatch))
-register(Command("benchmark", "sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004)",
-                 _configure_benchmark, _run_benchmark))
+register(
+    Command(
+        "info",
+        "GPUs (memory, compute capability, SMs) and host memory, without initialising CUDA",
+        _configure_info,
+        _run_info,
+    )
+)
+register(
+    Command(
+        "analyze",
+        "memory of one training step and the batch sizes that fit (traced or measured)",
+        _configure_analyze,
+        _run_analyze,
+    )
+)
+register(
+    Command(
+        "autobatch",
+        "find the largest batch that trains without running out of memory",
+        _configure_autobatch,
+        _run_autobatch,
+    )
+)
+register(
+    Command(
+        "benchmark",
+        "sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004)",
+        _configure_benchmark,
+        _run_benchmark,
+    )
+)

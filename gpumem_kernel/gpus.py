@@ -84,9 +84,14 @@ def lookup(name: str) -> GpuSpec:
     # NVML names carry form factors ("A100-SXM4-80GB", "H100 80GB HBM3"): accept a unique entry whose
     # normalised name is a prefix followed only by such words, and whose memory size (if named) agrees.
     size = re.search(r"(\d+)gb", key)
-    hits = {spec for k, spec in _INDEX.items() if len(k) >= 2 and key.startswith(k)
-            and _FORM_FACTOR.fullmatch(key[len(k):])
-            and (size is None or round(spec.memory_bytes / GiB) in (int(size.group(1)), int(size.group(1)) - 1))}
+    hits = {
+        spec
+        for k, spec in _INDEX.items()
+        if len(k) >= 2
+        and key.startswith(k)
+        and _FORM_FACTOR.fullmatch(key[len(k) :])
+        and (size is None or round(spec.memory_bytes / GiB) in (int(size.group(1)), int(size.group(1)) - 1))
+    }
     if len(hits) == 1:
         return hits.pop()
     close = difflib.get_close_matches(key, list(_INDEX), n=4, cutoff=0.5)
@@ -98,8 +103,22 @@ def names() -> List[str]:
     return [spec.name for spec in GPUS]
 
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": MiB,
-          "g": 10**9, "gb": 10**9, "gib": GiB, "t": 10**12, "tb": 10**12, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": MiB,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": GiB,
+    "t": 10**12,
+    "tb": 10**12,
+    "tib": 1 << 40,
+}
 
 
 def parse_memory(value: Union[int, float, str]) -> int:

@@ -142,7 +142,7 @@ class Lineage:
         if self.path is None:
             return
         with self._lock:
-            runs = [r.to_json() for r in self._predecessors[-(RUNS_KEPT - 1):]] + [self.me.to_json()]
+            runs = [r.to_json() for r in self._predecessors[-(RUNS_KEPT - 1) :]] + [self.me.to_json()]
         try:
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

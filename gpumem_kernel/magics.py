@@ -62,8 +62,9 @@ def status(shell: Any, rest: str) -> None:
 def clear(shell: Any, rest: str) -> None:
     args = _parse(_clear_arguments, "clear", rest)
     try:
-        report = clearing.clear_gpu_memory(shell, variables=args.vars, all_cuda_vars=args.all_cuda_vars,
-                                           dry_run=args.list)
+        report = clearing.clear_gpu_memory(
+            shell, variables=args.vars, all_cuda_vars=args.all_cuda_vars, dry_run=args.list
+        )
     except ValueError as error:  # an unknown or IPython-owned variable name
         raise _fail("clear", str(error)) from None
     display(clearing.clear_bundle(report), raw=True)
@@ -107,7 +108,7 @@ def help_text(command: Command) -> str:
 
 def _summary(command: Command) -> str:
     """The usage line; a long one (argparse wraps it) shortened to `%gpumem NAME POSITIONALS [options]`."""
-    usage = " ".join(help_text(command).split("\n\n")[0][len("usage: "):].split())
+    usage = " ".join(help_text(command).split("\n\n")[0][len("usage: ") :].split())
     if len(usage) <= 100:
         return usage
     parser = command.spec.parser
@@ -119,7 +120,7 @@ def overview() -> str:
     """`%gpumem --help`: one usage line per command."""
     lines = ["GPU memory of this kernel. Commands:"]
     lines += [f"  {_summary(command)}" for command in COMMANDS.values()]
-    lines.append(f"  {cell_help().splitlines()[0][len('usage: '):]}   (cell magic: the cell's peak and delta)")
+    lines.append(f"  {cell_help().splitlines()[0][len('usage: ') :]}   (cell magic: the cell's peak and delta)")
     lines.append("%gpumem COMMAND --help shows a command's options.")
     return "\n".join(lines)
 
@@ -128,8 +129,12 @@ def overview() -> str:
 
 
 @magic_arguments("%gpumem")
-@argument("--device", metavar="N", type=argcheck.device(argcheck.INDEX),
-          help="CUDA device to report: N or cuda:N (default: every device CUDA uses)")
+@argument(
+    "--device",
+    metavar="N",
+    type=argcheck.device(argcheck.INDEX),
+    help="CUDA device to report: N or cuda:N (default: every device CUDA uses)",
+)
 def _cell_arguments(line: str) -> None:
     """Run the cell and report its peak and delta of GPU memory (allocated and reserved, per device) when
     CUDA is initialised in this kernel (before or by the cell); otherwise the host RSS delta, and says so.
@@ -138,7 +143,7 @@ def _cell_arguments(line: str) -> None:
 
 def cell_help() -> str:
     """`%%gpumem --help` (help_text drops one `%` of the prog's doubled one)."""
-    return "usage: %" + help_text(Command(lambda shell, rest: None, _cell_arguments))[len("usage: "):]
+    return "usage: %" + help_text(Command(lambda shell, rest: None, _cell_arguments))[len("usage: ") :]
 
 
 def _cuda_torch() -> Any:
@@ -183,8 +188,15 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
     if after is not None and torch is None and device is None:  # the cell initialised CUDA: every device it used
         for i in range(after.cuda.device_count()):
             if i not in indices and after.cuda.memory_reserved(i) > 0:
-                results.append(MonitorResult(f"cuda:{i}", after.cuda.max_memory_allocated(i),
-                                             after.cuda.memory_allocated(i), after.cuda.memory_reserved(i), ""))
+                results.append(
+                    MonitorResult(
+                        f"cuda:{i}",
+                        after.cuda.max_memory_allocated(i),
+                        after.cuda.memory_allocated(i),
+                        after.cuda.memory_reserved(i),
+                        "",
+                    )
+                )
         used = [r for r in results if r.reserved_bytes]
         results = used or results[:1]
     if any(r.device == "host" for r in results):
@@ -224,11 +236,16 @@ def cell_bundle(report: CellReport) -> Dict[str, str]:
     rows: List[List[str]] = []  # device, peak, delta, reserved, note
     for r in report.devices:
         if r.device != "host":
-            rows.append([r.device, _signed(r.peak_bytes), _signed(r.delta_bytes),
-                         format_bytes(r.reserved_bytes, "auto"),
-                         r.note or "allocated by PyTorch: peak over the cell's start, delta at its end"])
-    host_note = ("CUDA is not initialised in this kernel: host memory only" if not rows
-                 else "host RSS of this process")
+            rows.append(
+                [
+                    r.device,
+                    _signed(r.peak_bytes),
+                    _signed(r.delta_bytes),
+                    format_bytes(r.reserved_bytes, "auto"),
+                    r.note or "allocated by PyTorch: peak over the cell's start, delta at its end",
+                ]
+            )
+    host_note = "CUDA is not initialised in this kernel: host memory only" if not rows else "host RSS of this process"
     rows.append(["host RSS", "", _signed(report.rss_delta), "", host_note])
     text = [head]
     for device, peak, delta, reserved, note in rows:
@@ -238,9 +255,11 @@ def cell_bundle(report: CellReport) -> Dict[str, str]:
             text.append(f"  {device:<8} peak {peak}, delta {delta}, reserved {reserved} ({note})")
     cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     heads = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("device", "peak", "delta", "reserved", "note"))
-    return {"text/plain": "\n".join(text),
-            "text/html": f"<div class='gpumem-cell'><p>{html.escape(head)}</p><table><thead><tr>{heads}</tr>"
-                         f"</thead><tbody>{cells}</tbody></table></div>"}
+    return {
+        "text/plain": "\n".join(text),
+        "text/html": f"<div class='gpumem-cell'><p>{html.escape(head)}</p><table><thead><tr>{heads}</tr>"
+        f"</thead><tbody>{cells}</tbody></table></div>",
+    }
 
 
 def run_cell_magic(shell: Any, line: str, cell: str) -> None:
@@ -277,8 +296,9 @@ class GpumemMagics(Magics):
             return
         command = COMMANDS.get(words[0])
         if command is None:
-            raise UsageError(argcheck.one_line(f"gpumem: unknown command {argcheck.shown(words[0])}; try: "
-                                               f"{', '.join(COMMANDS)}"))
+            raise UsageError(
+                argcheck.one_line(f"gpumem: unknown command {argcheck.shown(words[0])}; try: {', '.join(COMMANDS)}")
+            )
         rest = words[1] if len(words) > 1 else ""
         if _wants_help(rest):
             print(help_text(command))

@@ -29,10 +29,24 @@ _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
 OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum")
 _OPTIMIZER_ALIASES = {"sgdm": "sgd-momentum", "momentum": "sgd-momentum"}
 # the Python API's keyword names, as the magic spells them (in the engines' one-line messages)
-_OPTION_NAMES = {"input": "input", "loss": "loss", "target": "target", "memory": "memory", "device": "device",
-                 "simulate": "simulate", "max_batch": "max", "start_batch": "batch", "margin": "margin",
-                 "multiple": "multiple", "steps": "steps", "dataset": "dataset", "loader_factory": "loader-factory",
-                 "synthetic_shape": "synthetic", "num_classes": "classes", "vocab_size": "vocab"}
+_OPTION_NAMES = {
+    "input": "input",
+    "loss": "loss",
+    "target": "target",
+    "memory": "memory",
+    "device": "device",
+    "simulate": "simulate",
+    "max_batch": "max",
+    "start_batch": "batch",
+    "margin": "margin",
+    "multiple": "multiple",
+    "steps": "steps",
+    "dataset": "dataset",
+    "loader_factory": "loader-factory",
+    "synthetic_shape": "synthetic",
+    "num_classes": "classes",
+    "vocab_size": "vocab",
+}
 _KEYWORD = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")=(\S?)")
 
 
@@ -78,8 +92,11 @@ def _fail(command: str, message: str) -> UsageError:
 def _engine_error(command: str, exc: BaseException) -> UsageError:
     if isinstance(exc, ValueError):
         return _fail(command, _one_line(exc))
-    return _fail(command, f"a training step failed: {type(exc).__name__}: {_one_line(exc)} "
-                          "(check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)")
+    return _fail(
+        command,
+        f"a training step failed: {type(exc).__name__}: {_one_line(exc)} "
+        "(check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)",
+    )
 
 
 def _debug() -> bool:
@@ -119,8 +136,10 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
     if _NAME.match(text):
         head = text.split(".")[0]
         if head not in shell.user_ns:
-            raise _fail(command, f"--input {text!r}: no variable of that name in this kernel, and not a shape "
-                                 "such as 3x224x224 or 512")
+            raise _fail(
+                command,
+                f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
+            )
         return lookup(shell, text, command, "--input")
     from .analysis import parse_shape
 
@@ -136,8 +155,10 @@ def _loss(shell: Any, name: Optional[str], command: str) -> Any:
         return None
     value = lookup(shell, name, command, "--loss")
     if not callable(value):
-        raise _fail(command, f"--loss {name}: a {type(value).__name__} is not callable; pass a function "
-                             "(output, batch) -> scalar loss")
+        raise _fail(
+            command,
+            f"--loss {name}: a {type(value).__name__} is not callable; pass a function (output, batch) -> scalar loss",
+        )
     return value
 
 
@@ -153,8 +174,9 @@ def _optimizer(shell: Any, text: str, command: str) -> Any:
         if torch is None or not isinstance(value, torch.optim.Optimizer):
             raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a torch.optim.Optimizer")
         return value
-    raise _fail(command, f"--optimizer {text!r}: use adamw, adam, sgd, sgd-momentum or the name of your "
-                         "optimizer variable")
+    raise _fail(
+        command, f"--optimizer {text!r}: use adamw, adam, sgd, sgd-momentum or the name of your optimizer variable"
+    )
 
 
 def _amp(value: Optional[str]) -> Optional[str]:
@@ -235,34 +257,65 @@ examples:
 
 _ANALYSIS_ARGUMENTS = [
     argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel (model, trainer.model)"),
-    argument("-b", "--batch", type=argcheck.count, default=32, metavar="N",
-             help="the batch size to analyse (default 32)"),
-    argument("--input", metavar="SHAPE|VAR|FUNC",
-             help="one sample's shape without the batch (3x224x224; 512 tokens for a model starting with an "
-                  "Embedding), a variable holding a sample batch (tensor, tuple or dict of tensors), or a "
-                  "variable holding a function batch_size -> batch (default: from a first Linear layer)"),
-    argument("--vocab", type=argcheck.count, metavar="N", help="with a token shape: token ids below N (default: "
-             "the first Embedding's size)"),
-    argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss (default: mean of "
-             "squares of the output)"),
-    argument("--optimizer", default="adamw", metavar="KIND|VAR",
-             help="adamw (default), adam, sgd, sgd-momentum (these names first), or your optimizer variable "
-                  "(its class, settings and state are used)"),
+    argument(
+        "-b", "--batch", type=argcheck.count, default=32, metavar="N", help="the batch size to analyse (default 32)"
+    ),
+    argument(
+        "--input",
+        metavar="SHAPE|VAR|FUNC",
+        help="one sample's shape without the batch (3x224x224; 512 tokens for a model starting with an "
+        "Embedding), a variable holding a sample batch (tensor, tuple or dict of tensors), or a "
+        "variable holding a function batch_size -> batch (default: from a first Linear layer)",
+    ),
+    argument(
+        "--vocab",
+        type=argcheck.count,
+        metavar="N",
+        help="with a token shape: token ids below N (default: the first Embedding's size)",
+    ),
+    argument(
+        "--loss",
+        metavar="VAR",
+        help="a function (output, batch) -> scalar loss (default: mean of squares of the output)",
+    ),
+    argument(
+        "--optimizer",
+        default="adamw",
+        metavar="KIND|VAR",
+        help="adamw (default), adam, sgd, sgd-momentum (these names first), or your optimizer variable "
+        "(its class, settings and state are used)",
+    ),
     argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
     argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),
     argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks"),
-    argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX), help="cpu, cuda, cuda:N or N: "
-             "measure on this GPU (default: the GPU CUDA already uses, else traced)"),
-    argument("--target", metavar="GPU", help="plan for this GPU, e.g. \"RTX 4080 Super\", A100-80GB, H100 "
-             "(traced engine)"),
+    argument(
+        "--device",
+        metavar="D",
+        type=argcheck.device(CPU, CUDA, INDEX),
+        help="cpu, cuda, cuda:N or N: measure on this GPU (default: the GPU CUDA already uses, else traced)",
+    ),
+    argument(
+        "--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, H100 (traced engine)'
+    ),
     argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB or 24GB"),
-    argument("--multiple", type=argcheck.count, metavar="N", help="round the picks down to a multiple of N "
-             "(default: a power of two)"),
-    argument("--effective-batch", type=argcheck.count, metavar="N", help="target effective batch: accumulation "
-             "steps per pick"),
+    argument(
+        "--multiple",
+        type=argcheck.count,
+        metavar="N",
+        help="round the picks down to a multiple of N (default: a power of two)",
+    ),
+    argument(
+        "--effective-batch",
+        type=argcheck.count,
+        metavar="N",
+        help="target effective batch: accumulation steps per pick",
+    ),
     argument("--world-size", type=int, default=1, metavar="N", help="ranks of data-parallel training"),
-    argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"),
-             help="how model states are sharded over --world-size ranks"),
+    argument(
+        "--strategy",
+        choices=("ddp", "fsdp", "zero1", "zero2", "zero3"),
+        help="how model states are sharded over --world-size ranks",
+    ),
     argument("--json", action="store_true", help="print the raw payload as JSON instead of the report"),
 ]
 
@@ -298,11 +351,21 @@ def run_analysis(shell: Any, args: Any, command: str) -> Any:
 
     model = _module(shell, args.model, command)
     options = dict(
-        batch_size=args.batch, input=_input(shell, args.input, command), loss=_loss(shell, args.loss, command),
-        optimizer=_optimizer(shell, args.optimizer, command), amp=_amp(args.amp), grad_accum=args.accum,
-        checkpointing=args.checkpointing, device=args.device, target=_target(args.target, command),
-        memory=_memory(args.memory, "--memory", command), world_size=args.world_size, strategy=args.strategy,
-        multiple=args.multiple, effective_batch=args.effective_batch, vocab_size=args.vocab,
+        batch_size=args.batch,
+        input=_input(shell, args.input, command),
+        loss=_loss(shell, args.loss, command),
+        optimizer=_optimizer(shell, args.optimizer, command),
+        amp=_amp(args.amp),
+        grad_accum=args.accum,
+        checkpointing=args.checkpointing,
+        device=args.device,
+        target=_target(args.target, command),
+        memory=_memory(args.memory, "--memory", command),
+        world_size=args.world_size,
+        strategy=args.strategy,
+        multiple=args.multiple,
+        effective_batch=args.effective_batch,
+        vocab_size=args.vocab,
     )
     try:
         report = analyze(model, **options)
@@ -339,10 +402,12 @@ def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
         ("safe", _n(recs["safe"]), f"~40% of maximum, {recs['rounding']}"),
         ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
     ]
-    html = (f"<div class='gpumem-recommend'><p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}"
-            f"</b>; model {_e(payload['model']['name'])}</p>"
-            + _table("Batch sizes", ("pick", "batch", "note"), picks)
-            + f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(bound)}</i></p></div>")
+    html = (
+        f"<div class='gpumem-recommend'><p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}"
+        f"</b>; model {_e(payload['model']['name'])}</p>"
+        + _table("Batch sizes", ("pick", "batch", "note"), picks)
+        + f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(bound)}</i></p></div>"
+    )
     return {"text/plain": "\n".join(text), "text/html": html}
 
 
@@ -352,8 +417,18 @@ def recommend(shell: Any, rest: str) -> None:
     payload = report.to_payload()
     if args.json:
         recs = payload["recommendations"]
-        print(json.dumps({"maximum": recs["maximum"], "recommended": recs["recommended"], "safe": recs["safe"],
-                          "current": recs["current"], "engine": payload["engine"]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "maximum": recs["maximum"],
+                    "recommended": recs["recommended"],
+                    "safe": recs["safe"],
+                    "current": recs["current"],
+                    "engine": payload["engine"],
+                },
+                indent=2,
+            )
+        )
     else:
         display(recommend_bundle(payload), raw=True)
 
@@ -362,28 +437,49 @@ def recommend(shell: Any, rest: str) -> None:
 
 
 @magic_arguments("gpumem autobatch")
-@kwds(epilog="""
+@kwds(
+    epilog="""
 examples:
   %gpumem autobatch model --input 3x224x224 --amp bf16
-  %gpumem autobatch model --input 3x64x64 --simulate 6GiB --margin 0.2 --multiple 8""")
+  %gpumem autobatch model --input 3x64x64 --simulate 6GiB --margin 0.2 --multiple 8"""
+)
 @argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel")
-@argument("-b", "--batch", type=argcheck.count, metavar="N",
-          help="first batch to try (default: the analysis prediction)")
-@argument("--input", metavar="SHAPE|VAR|FUNC", help="as for analyze: a shape, a sample variable or a function "
-          "batch_size -> batch")
+@argument(
+    "-b", "--batch", type=argcheck.count, metavar="N", help="first batch to try (default: the analysis prediction)"
+)
+@argument(
+    "--input",
+    metavar="SHAPE|VAR|FUNC",
+    help="as for analyze: a shape, a sample variable or a function batch_size -> batch",
+)
 @argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss")
-@argument("--optimizer", default="adamw", metavar="KIND|VAR",
-          help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable (stepped, then restored)")
+@argument(
+    "--optimizer",
+    default="adamw",
+    metavar="KIND|VAR",
+    help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable (stepped, then restored)",
+)
 @argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)")
 @argument("--margin", type=float, default=0.10, metavar="F", help="recommended = maximum x (1 - F), default 0.1")
-@argument("--multiple", type=argcheck.count, metavar="N", help="round the recommendation to a multiple of N "
-          "(default: a power of two)")
-@argument("--max", type=argcheck.count, default=2 ** 16, metavar="N", help="largest batch to try (default 65536)")
+@argument(
+    "--multiple",
+    type=argcheck.count,
+    metavar="N",
+    help="round the recommendation to a multiple of N (default: a power of two)",
+)
+@argument("--max", type=argcheck.count, default=2**16, metavar="N", help="largest batch to try (default 65536)")
 @argument("--steps", type=int, default=2, metavar="N", help="full training steps per trial (>= 2, default 2)")
-@argument("--simulate", metavar="SIZE", help="no GPU: search on the CPU against this cap on tracked tensor "
-          "bytes, e.g. 6GiB (labelled simulated)")
-@argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX),
-          help="cpu, cuda, cuda:N or N (default: where the model is)")
+@argument(
+    "--simulate",
+    metavar="SIZE",
+    help="no GPU: search on the CPU against this cap on tracked tensor bytes, e.g. 6GiB (labelled simulated)",
+)
+@argument(
+    "--device",
+    metavar="D",
+    type=argcheck.device(CPU, CUDA, INDEX),
+    help="cpu, cuda, cuda:N or N (default: where the model is)",
+)
 def autobatch_arguments(line: str) -> None:
     """The largest batch that runs full training steps (forward, loss, backward, optimizer step) without
     running out of memory, found with real trials from a clean allocator; a recommended batch a margin
@@ -392,8 +488,10 @@ def autobatch_arguments(line: str) -> None:
 
 def _trial_line(name: str, number: int, trial: Any, best: Optional[int], simulated: bool) -> str:
     result = "ok" if trial.ok else ("OOM (simulated)" if simulated else "OOM")
-    return (f"autobatch {name}: trial {number}, batch {trial.batch} ({trial.phase}): {result} in "
-            f"{trial.seconds:.2f} s; largest that ran so far: {best or 'none'}")
+    return (
+        f"autobatch {name}: trial {number}, batch {trial.batch} ({trial.phase}): {result} in "
+        f"{trial.seconds:.2f} s; largest that ran so far: {best or 'none'}"
+    )
 
 
 def autobatch(shell: Any, rest: str) -> None:
@@ -403,9 +501,14 @@ def autobatch(shell: Any, rest: str) -> None:
     args = parse(autobatch_arguments, command, rest)
     model = _module(shell, args.model, command)
     options = dict(
-        input=_input(shell, args.input, command), loss=_loss(shell, args.loss, command),
-        optimizer=_optimizer(shell, args.optimizer, command), amp=_amp(args.amp), margin=args.margin,
-        multiple=args.multiple, max_batch=args.max, simulate=_memory(args.simulate, "--simulate", command),
+        input=_input(shell, args.input, command),
+        loss=_loss(shell, args.loss, command),
+        optimizer=_optimizer(shell, args.optimizer, command),
+        amp=_amp(args.amp),
+        margin=args.margin,
+        multiple=args.multiple,
+        max_batch=args.max,
+        simulate=_memory(args.simulate, "--simulate", command),
         steps=args.steps,
     )
     simulated = args.simulate is not None
@@ -434,32 +537,44 @@ def autobatch(shell: Any, rest: str) -> None:
 
 
 @magic_arguments("gpumem benchmark")
-@kwds(epilog="""
+@kwds(
+    epilog="""
 examples:
   %gpumem benchmark model --config configs/checking_gpu_optimization.yaml --dataset train_set
   %gpumem benchmark model --synthetic 3x64x64 --classes 10 --batch-sizes 8,16,32 --num-workers 0,2
-  %gpumem benchmark model --synthetic 3x64x64 --classes 10 --simulate 6GiB --steps 3 --save-yaml best.yaml""")
+  %gpumem benchmark model --synthetic 3x64x64 --classes 10 --simulate 6GiB --steps 3 --save-yaml best.yaml"""
+)
 @argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel")
 @argument("--config", metavar="YAML", help="seed 004's config file: its `benchmark:` section")
 @argument("--batch-sizes", nargs="+", metavar="N", help="batch sizes, e.g. 8,16,32 (overrides the config)")
 @argument("--num-workers", nargs="+", metavar="N", help="DataLoader workers to try, e.g. 0,2 (overrides the config)")
 @argument("--steps", type=int, metavar="N", help="measured steps per configuration (overrides the config)")
 @argument("--warmup", type=int, metavar="N", help="warm-up steps per configuration (overrides the config)")
-@argument("--memory-target", type=float, metavar="F", help="recommended: within this share of the device memory "
-          "(default 0.8)")
+@argument(
+    "--memory-target", type=float, metavar="F", help="recommended: within this share of the device memory (default 0.8)"
+)
 @argument("--dataset", metavar="VAR", help="a Dataset variable (map-style or iterable) yielding (inputs, targets)")
-@argument("--loader-factory", metavar="VAR", help="a function (batch_size=, num_workers=, pin_memory=) -> "
-          "DataLoader")
+@argument("--loader-factory", metavar="VAR", help="a function (batch_size=, num_workers=, pin_memory=) -> DataLoader")
 @argument("--synthetic", metavar="SHAPE", help="synthetic samples of this shape, e.g. 3x64x64")
-@argument("--classes", type=argcheck.count, metavar="N",
-          help="with --synthetic: class labels 0..N-1 (cross-entropy)")
-@argument("--optimizer", default="adamw", metavar="KIND|VAR",
-          help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable")
-@argument("--loss", metavar="VAR", help="a function (output, batch) -> scalar loss (default: cross-entropy or "
-          "MSE on (inputs, targets))")
+@argument("--classes", type=argcheck.count, metavar="N", help="with --synthetic: class labels 0..N-1 (cross-entropy)")
+@argument(
+    "--optimizer",
+    default="adamw",
+    metavar="KIND|VAR",
+    help="adamw (default), adam, sgd, sgd-momentum, or your optimizer variable",
+)
+@argument(
+    "--loss",
+    metavar="VAR",
+    help="a function (output, batch) -> scalar loss (default: cross-entropy or MSE on (inputs, targets))",
+)
 @argument("--simulate", metavar="SIZE", help="no GPU: CPU run with a cap on tracked tensor bytes, e.g. 6GiB")
-@argument("--device", metavar="D", type=argcheck.device(CPU, CUDA, INDEX),
-          help="cpu, cuda, cuda:N or N (default: where the model is)")
+@argument(
+    "--device",
+    metavar="D",
+    type=argcheck.device(CPU, CUDA, INDEX),
+    help="cpu, cuda, cuda:N or N (default: where the model is)",
+)
 @argument("--save-yaml", metavar="PATH", help="also write the recommended configuration here (data.*, training.*)")
 def benchmark_arguments(line: str) -> None:
     """Sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004): I/O wait, host-to-device copy,
@@ -508,10 +623,19 @@ def benchmark(shell: Any, rest: str) -> None:
     if factory is not None and not callable(factory):
         raise _fail(command, f"--loader-factory {args.loader_factory}: a {type(factory).__name__} is not callable")
     options = dict(
-        dataset=dataset, loader_factory=factory, synthetic_shape=args.synthetic, num_classes=args.classes,
-        config=config, batch_sizes=batch_sizes, num_workers=workers, steps=args.steps, warmup_steps=args.warmup,
-        memory_target=args.memory_target, device=args.device,
-        simulate=_memory(args.simulate, "--simulate", command), optimizer=_optimizer(shell, args.optimizer, command),
+        dataset=dataset,
+        loader_factory=factory,
+        synthetic_shape=args.synthetic,
+        num_classes=args.classes,
+        config=config,
+        batch_sizes=batch_sizes,
+        num_workers=workers,
+        steps=args.steps,
+        warmup_steps=args.warmup,
+        memory_target=args.memory_target,
+        device=args.device,
+        simulate=_memory(args.simulate, "--simulate", command),
+        optimizer=_optimizer(shell, args.optimizer, command),
         loss=_loss(shell, args.loss, command),
     )
     engine = "simulated" if args.simulate is not None else ""

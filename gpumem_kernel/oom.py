@@ -53,9 +53,12 @@ MIB = 1024**2
 
 _UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
-_ANCHOR = re.compile(r"\b(CUDA|HIP|XPU) out of memory\b"
-                     r"|(CUDA error: out of memory|HIP error: out of memory|cuda runtime error \(2\) ?: out of memory"
-                     r"|CUBLAS_STATUS_ALLOC_FAILED)", re.IGNORECASE)
+_ANCHOR = re.compile(
+    r"\b(CUDA|HIP|XPU) out of memory\b"
+    r"|(CUDA error: out of memory|HIP error: out of memory|cuda runtime error \(2\) ?: out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED)",
+    re.IGNORECASE,
+)
 _EXCEPTION_NAME = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*$")
 _TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _V2_TOTAL = re.compile(r"GPU (\d+) has a total capaci?ty of " + _SIZE)
@@ -140,7 +143,7 @@ def parse_oom_message(text: Any) -> Optional[OomInfo]:
         return None
     following = _ANCHOR.search(text, anchor.end())
     exception = _exception_name(text, anchor.start())
-    segment = " ".join(text[anchor.start():following.start() if following else len(text)].split())
+    segment = " ".join(text[anchor.start() : following.start() if following else len(text)].split())
     message = segment[:_MESSAGE_LIMIT]
     if anchor.group(2):  # "CUDA error: out of memory" and kin carry no numbers
         backend = "HIP" if anchor.group(2).upper().startswith("HIP") else "CUDA"
@@ -164,8 +167,9 @@ def parse_oom_message(text: Any) -> Optional[OomInfo]:
         info.private_pools = _size(_PRIVATE_POOLS, segment)
         info.reserved_unallocated = _size(_V2_UNALLOCATED, segment)
         info.this_process_total = _size(_THIS_PROCESS, segment)
-        info.other_processes = [ProcessUse(int(m.group(1)), _to_bytes(m.group(2), m.group(3)))
-                                for m in _PROCESS.finditer(segment)]
+        info.other_processes = [
+            ProcessUse(int(m.group(1)), _to_bytes(m.group(2), m.group(3))) for m in _PROCESS.finditer(segment)
+        ]
         if total or info.free is not None or info.allocated_by_pytorch is not None:
             info.format = "2.x"
     info.allowed = _size(_ALLOWED, segment)
@@ -176,8 +180,15 @@ def parse_oom_message(text: Any) -> Optional[OomInfo]:
     return info
 
 
-_OOM_MARKERS = ("cuda out of memory", "hip out of memory", "xpu out of memory", "cuda error: out of memory",
-                "hip error: out of memory", "cuda runtime error (2) : out of memory", "cublas_status_alloc_failed")
+_OOM_MARKERS = (
+    "cuda out of memory",
+    "hip out of memory",
+    "xpu out of memory",
+    "cuda error: out of memory",
+    "hip error: out of memory",
+    "cuda runtime error (2) : out of memory",
+    "cublas_status_alloc_failed",
+)
 
 
 def is_oom(exc: Any) -> bool:
@@ -305,8 +316,18 @@ class Diagnosis:
 _BATCH_NAMES = {"batch_size", "bs", "batchsize", "train_batch_size", "per_device_train_batch_size"}
 _WORKER_NAMES = {"num_workers", "n_workers", "workers", "dataloader_num_workers"}
 _IMAGE_NAMES = {"img_size", "image_size", "imgsz", "img_res", "resolution", "input_size", "crop_size"}
-_SEQUENCE_NAMES = {"seq_len", "seq_length", "max_seq_len", "max_seq_length", "max_length", "max_len", "block_size",
-                   "context_length", "max_source_length", "max_target_length"}
+_SEQUENCE_NAMES = {
+    "seq_len",
+    "seq_length",
+    "max_seq_len",
+    "max_seq_length",
+    "max_length",
+    "max_len",
+    "block_size",
+    "context_length",
+    "max_source_length",
+    "max_target_length",
+}
 
 
 def _positive_int(value: Any) -> Optional[int]:
@@ -357,8 +378,11 @@ def _scan_namespace(shell: Any) -> _Scan:
         if kinds is None:
             continue
         if _is_instance(value, "torch.utils.data", "DataLoader"):
-            scan.loaders.append(Loader(name, _positive_int(getattr(value, "batch_size", None)),
-                                       int(getattr(value, "num_workers", 0) or 0)))
+            scan.loaders.append(
+                Loader(
+                    name, _positive_int(getattr(value, "batch_size", None)), int(getattr(value, "num_workers", 0) or 0)
+                )
+            )
         elif _is_instance(value, "torch.nn.modules.loss", "_Loss"):
             scan.losses.append(name)
         elif kinds.module is not None and isinstance(value, kinds.module):
@@ -383,9 +407,16 @@ def _model_info(name: str, model: Any) -> ModelInfo:
     except Exception:
         pass
     blocks, blocks_kind = _largest_blocks(model)
-    return ModelInfo(name, type(model).__name__, int(parameters), int(size), blocks, blocks_kind,
-                     hf_checkpointing=callable(getattr(model, "gradient_checkpointing_enable", None)),
-                     checkpointing_on=bool(getattr(model, "is_gradient_checkpointing", False)))
+    return ModelInfo(
+        name,
+        type(model).__name__,
+        int(parameters),
+        int(size),
+        blocks,
+        blocks_kind,
+        hf_checkpointing=callable(getattr(model, "gradient_checkpointing_enable", None)),
+        checkpointing_on=bool(getattr(model, "is_gradient_checkpointing", False)),
+    )
 
 
 def _largest_blocks(model: Any) -> Tuple[Optional[str], Optional[str]]:
@@ -499,14 +530,18 @@ def _other_processes(info: OomInfo, sample: Optional[Mapping[str, Any]], notes: 
                 continue
             known = found.get(p["pid"])
             if known is None:
-                found[p["pid"]] = OtherProcess(p["pid"], p.get("used"), p.get("name"), p.get("kernel_id"), False, "probe")
+                found[p["pid"]] = OtherProcess(
+                    p["pid"], p.get("used"), p.get("name"), p.get("kernel_id"), False, "probe"
+                )
             else:
                 known.name, known.kernel_id, known.source = p.get("name"), p.get("kernel_id"), "both"
                 known.used = known.used if known.used is not None else p.get("used")
     for process in found.values():
         if process.used is not None and capacity and process.used > capacity:
-            notes.append(f"NVML reported an impossible {human(process.used)} for PID {process.pid} (a known "
-                         "Windows/WDDM quirk); its real usage is unknown")
+            notes.append(
+                f"NVML reported an impossible {human(process.used)} for PID {process.pid} (a known "
+                "Windows/WDDM quirk); its real usage is unknown"
+            )
             process.used = None
         process.child_of_kernel = _is_child(process.pid)
     return sorted(found.values(), key=lambda p: -(p.used or 0))
@@ -518,11 +553,21 @@ def _host(sample: Optional[Mapping[str, Any]]) -> Optional[HostMemory]:
         return None
     total, available = host.get("total"), host.get("available")
     limit, usage = host.get("container_limit"), host.get("container_usage")
-    low = bool((total and available is not None and available < 0.1 * total)
-               or (limit and usage is not None and usage >= 0.9 * limit))
+    low = bool(
+        (total and available is not None and available < 0.1 * total)
+        or (limit and usage is not None and usage >= 0.9 * limit)
+    )
     children = host.get("children") or {}
-    return HostMemory(host.get("rss"), total, available, int(children.get("count") or 0), int(children.get("rss") or 0),
-                      limit, usage, low)
+    return HostMemory(
+        host.get("rss"),
+        total,
+        available,
+        int(children.get("count") or 0),
+        int(children.get("rss") or 0),
+        limit,
+        usage,
+        low,
+    )
 
 
 def _bf16(info: OomInfo, sample: Optional[Mapping[str, Any]]) -> Optional[bool]:
@@ -555,8 +600,14 @@ def _traceback_pin(shell: Any, tb: Any) -> Optional[TracebackPin]:
     return TracebackPin(len(frames), pinned.tensors, pinned.bytes, pinned.by_device)
 
 
-def diagnose(info: OomInfo, sample: Optional[Mapping[str, Any]] = None, shell: Any = None, *,
-             tb: Any = None, env: Optional[Mapping[str, str]] = None) -> Diagnosis:
+def diagnose(
+    info: OomInfo,
+    sample: Optional[Mapping[str, Any]] = None,
+    shell: Any = None,
+    *,
+    tb: Any = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Diagnosis:
     """What the message, a fresh probe `sample` (wire format dict) and the user namespace say about the OOM.
 
     `tb`: the failed call's traceback (the handler passes it; default sys.last_traceback).
@@ -572,15 +623,19 @@ def diagnose(info: OomInfo, sample: Optional[Mapping[str, Any]] = None, shell: A
     limit = min(v for v in (info.total_capacity, info.allowed) if v) if (info.total_capacity or info.allowed) else None
     too_large = bool(info.tried_to_allocate and limit and info.tried_to_allocate > limit)
     if too_large:
-        notes.append(f"One allocation of {human(info.tried_to_allocate)} is larger than all the memory this GPU "
-                     f"allows ({human(limit)}): freeing memory cannot help; make that tensor smaller")
+        notes.append(
+            f"One allocation of {human(info.tried_to_allocate)} is larger than all the memory this GPU "
+            f"allows ({human(limit)}): freeing memory cannot help; make that tensor smaller"
+        )
     if info.allowed:
         notes.append(f"torch.cuda.set_per_process_memory_fraction limits this process to {human(info.allowed)}")
     processes = _other_processes(info, sample, notes)
     pid_unmatched = bool(info.other_processes and info.this_process_total is None and info.format == "2.x")
     if pid_unmatched:
-        notes.append("PyTorch did not find its own PID in NVML's list (containers report host PIDs): "
-                     f"process {info.other_processes[0].pid} may be this kernel itself")
+        notes.append(
+            "PyTorch did not find its own PID in NVML's list (containers report host PIDs): "
+            f"process {info.other_processes[0].pid} may be this kernel itself"
+        )
     scaler_or_half = scan.scaler or (model and _half_precision(scan, model.name))
     torch = loaded_torch()
     return Diagnosis(
@@ -676,11 +731,15 @@ def _count(n: int) -> str:
 
 
 def _clear_step(info: OomInfo, d: Diagnosis) -> Step:
-    detail = ("Drops the last traceback and the cached outputs that keep tensors alive, runs gc.collect() and "
-              "returns PyTorch's cached blocks to the driver. Your variables stay.")
+    detail = (
+        "Drops the last traceback and the cached outputs that keep tensors alive, runs gc.collect() and "
+        "returns PyTorch's cached blocks to the driver. Your variables stay."
+    )
     if d.traceback and d.traceback.tensors:
-        detail += (f" The failed call's frames alone keep {_plural(d.traceback.tensors, 'tensor')} "
-                   f"({human(d.traceback.bytes)}) alive.")
+        detail += (
+            f" The failed call's frames alone keep {_plural(d.traceback.tensors, 'tensor')} "
+            f"({human(d.traceback.bytes)}) alive."
+        )
     return Step("clear", "Clear GPU memory", detail, "clear")
 
 
@@ -691,9 +750,13 @@ def _restart_step(info: OomInfo, d: Diagnosis, sample: Optional[Mapping[str, Any
     if held is None:
         held = ((sample or {}).get("kernel") or {}).get("gpu_used") if sample else None
     amount = f" ({human(held)} on the GPU, CUDA context included)" if held else ""
-    return Step("restart", "Restart the kernel and free its memory",
-                f"Frees everything this kernel holds{amount}; afterwards re-run only the cells you need. "
-                "Use it when clearing is not enough.", "restart")
+    return Step(
+        "restart",
+        "Restart the kernel and free its memory",
+        f"Frees everything this kernel holds{amount}; afterwards re-run only the cells you need. "
+        "Use it when clearing is not enough.",
+        "restart",
+    )
 
 
 def _slug(text: str) -> str:
@@ -702,24 +765,36 @@ def _slug(text: str) -> str:
 
 
 def _process_steps(d: Diagnosis) -> List[Step]:
-    steps = [Step(f"shutdown-{_slug(p.kernel_id) or p.pid}",
-                  f"Shut down the notebook kernel {p.kernel_id[:8]} ({human(p.used)})",
-                  f"Another Jupyter kernel of this server (PID {p.pid}{', ' + p.name if p.name else ''}) holds "
-                  f"{human(p.used)} on this GPU.",
-                  "shutdown-kernel", kernel_id=p.kernel_id)
-             for p in d.other_processes if p.kernel_id]
+    steps = [
+        Step(
+            f"shutdown-{_slug(p.kernel_id) or p.pid}",
+            f"Shut down the notebook kernel {p.kernel_id[:8]} ({human(p.used)})",
+            f"Another Jupyter kernel of this server (PID {p.pid}{', ' + p.name if p.name else ''}) holds "
+            f"{human(p.used)} on this GPU.",
+            "shutdown-kernel",
+            kernel_id=p.kernel_id,
+        )
+        for p in d.other_processes
+        if p.kernel_id
+    ]
     others = [p for p in d.other_processes if not p.kernel_id]
     if others:
         child = " — a child of this kernel, e.g. a DataLoader worker that used CUDA"
-        listed = "; ".join(f"PID {p.pid}{' ' + p.name if p.name else ''} ({human(p.used)})"
-                           f"{child if p.child_of_kernel else ''}" for p in others[:8])
-        detail = f"Other processes on this GPU: {listed}. End the ones you own (kill <PID>); a browser or desktop " \
-                 "session using the GPU counts too."
+        listed = "; ".join(
+            f"PID {p.pid}{' ' + p.name if p.name else ''} ({human(p.used)}){child if p.child_of_kernel else ''}"
+            for p in others[:8]
+        )
+        detail = (
+            f"Other processes on this GPU: {listed}. End the ones you own (kill <PID>); a browser or desktop "
+            "session using the GPU counts too."
+        )
     elif d.other_processes:
         detail = "No process outside this server's kernels holds memory on this GPU."
     else:
-        detail = ("No other process was found on this GPU (or NVML cannot list processes here); nvidia-smi shows "
-                  "the same list.")
+        detail = (
+            "No other process was found on this GPU (or NVML cannot list processes here); nvidia-smi shows "
+            "the same list."
+        )
     steps.append(Step("other-processes", "Check other processes on the GPU", detail, None))
     return steps
 
@@ -734,14 +809,20 @@ def _batch_steps(d: Diagnosis, new_batch: Optional[int], why: str, batch: Option
         where = f" (found in `{d.batch_size_source}`)" if d.batch_size_source and batch else ""
         detail = f"{new_batch} is {why}{where}."
         if batch and batch >= 4:
-            detail += f" Or step down by a quarter at a time: {batch} → {max(1, batch * 3 // 4)} → {max(1, batch // 2)}."
+            detail += (
+                f" Or step down by a quarter at a time: {batch} → {max(1, batch * 3 // 4)} → {max(1, batch // 2)}."
+            )
     detail += " Rebuild the DataLoader with the new batch_size; drop_last=True keeps every batch the same size."
     eval_cap = f" (at most {math.floor((new_batch or batch) * 1.3)})" if (new_batch or batch) else ""
     return [
         Step("batch-size", title, detail, None),
-        Step("eval-batch-size", "Keep the evaluation batch small",
-             "If it failed during evaluation or inference: run it under torch.no_grad() or torch.inference_mode() "
-             f"so no activations are kept, and keep its batch at most 1.3× the training batch{eval_cap}.", None),
+        Step(
+            "eval-batch-size",
+            "Keep the evaluation batch small",
+            "If it failed during evaluation or inference: run it under torch.no_grad() or torch.inference_mode() "
+            f"so no activations are kept, and keep its batch at most 1.3× the training batch{eval_cap}.",
+            None,
+        ),
     ]
 
 
@@ -749,22 +830,28 @@ def _accumulation_code(d: Diagnosis, new_batch: Optional[int], batch: Optional[i
     n = d.names
     if new_batch and batch and batch > new_batch:
         steps = math.ceil(batch / new_batch)
-        head = (f"# Gradient accumulation: batches of {new_batch}, one optimizer step every {steps} batches "
-                f"= effective batch {new_batch * steps}.\n# Rebuild {n.loader} with batch_size={new_batch} first.\n")
+        head = (
+            f"# Gradient accumulation: batches of {new_batch}, one optimizer step every {steps} batches "
+            f"= effective batch {new_batch * steps}.\n# Rebuild {n.loader} with batch_size={new_batch} first.\n"
+        )
     else:
         steps = 2
-        head = ("# Gradient accumulation: make each batch smaller (e.g. half), then set\n"
-                "# ACCUM_STEPS = old batch size / new batch size to keep the effective batch.\n")
-    code = (head + f"ACCUM_STEPS = {steps}\n"
-            f"{n.model}.train()\n"
-            f"{n.optimizer}.zero_grad(set_to_none=True)\n"
-            f"for step, (inputs, targets) in enumerate({n.loader}):\n"
-            f"    inputs, targets = inputs.to({n.device}), targets.to({n.device})\n"
-            f"    loss = {n.criterion}({n.model}(inputs), targets) / ACCUM_STEPS  # average over the effective batch\n"
-            f"    loss.backward()\n"
-            f"    if (step + 1) % ACCUM_STEPS == 0:\n"
-            f"        {n.optimizer}.step()\n"
-            f"        {n.optimizer}.zero_grad(set_to_none=True)\n")
+        head = (
+            "# Gradient accumulation: make each batch smaller (e.g. half), then set\n"
+            "# ACCUM_STEPS = old batch size / new batch size to keep the effective batch.\n"
+        )
+    code = (
+        head + f"ACCUM_STEPS = {steps}\n"
+        f"{n.model}.train()\n"
+        f"{n.optimizer}.zero_grad(set_to_none=True)\n"
+        f"for step, (inputs, targets) in enumerate({n.loader}):\n"
+        f"    inputs, targets = inputs.to({n.device}), targets.to({n.device})\n"
+        f"    loss = {n.criterion}({n.model}(inputs), targets) / ACCUM_STEPS  # average over the effective batch\n"
+        f"    loss.backward()\n"
+        f"    if (step + 1) % ACCUM_STEPS == 0:\n"
+        f"        {n.optimizer}.step()\n"
+        f"        {n.optimizer}.zero_grad(set_to_none=True)\n"
+    )
     return steps, code
 
 
@@ -775,31 +862,41 @@ def _torch_at_least(version: Optional[str], major: int, minor: int) -> bool:
 
 def _amp_step(d: Diagnosis) -> Step:
     n = d.names
-    loop = (f"for inputs, targets in {n.loader}:\n"
-            f"    inputs, targets = inputs.to({n.device}), targets.to({n.device})\n"
-            f"    {n.optimizer}.zero_grad(set_to_none=True)\n")
+    loop = (
+        f"for inputs, targets in {n.loader}:\n"
+        f"    inputs, targets = inputs.to({n.device}), targets.to({n.device})\n"
+        f"    {n.optimizer}.zero_grad(set_to_none=True)\n"
+    )
     if d.bf16_supported:
         title = "Train in mixed precision (bfloat16)"
-        code = ("import torch\n\n# Mixed precision with bfloat16 (this GPU supports it): eligible ops run in 16 bits;\n"
-                "# bfloat16 has float32's range, so no GradScaler is needed.\n" + loop +
-                '    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
-                f"        loss = {n.criterion}({n.model}(inputs), targets)\n"
-                "    loss.backward()\n"
-                f"    {n.optimizer}.step()\n")
+        code = (
+            "import torch\n\n# Mixed precision with bfloat16 (this GPU supports it): eligible ops run in 16 bits;\n"
+            "# bfloat16 has float32's range, so no GradScaler is needed.\n"
+            + loop
+            + '    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n'
+            f"        loss = {n.criterion}({n.model}(inputs), targets)\n"
+            "    loss.backward()\n"
+            f"    {n.optimizer}.step()\n"
+        )
     else:
         title = "Train in mixed precision (float16 with GradScaler)"
-        scaler = 'torch.amp.GradScaler("cuda")' if _torch_at_least(d.torch_version, 2, 3) else "torch.cuda.amp.GradScaler()"
-        code = ("import torch\n\n# Mixed precision with float16: eligible ops run in 16 bits; GradScaler keeps small\n"
-                "# gradients from underflowing. (On compute capability 8.0+ prefer dtype=torch.bfloat16, no scaler.)\n"
-                f"scaler = {scaler}\n" + loop +
-                '    with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
-                f"        loss = {n.criterion}({n.model}(inputs), targets)\n"
-                "    scaler.scale(loss).backward()\n"
-                f"    scaler.step({n.optimizer})\n"
-                "    scaler.update()\n")
+        scaler = (
+            'torch.amp.GradScaler("cuda")' if _torch_at_least(d.torch_version, 2, 3) else "torch.cuda.amp.GradScaler()"
+        )
+        code = (
+            "import torch\n\n# Mixed precision with float16: eligible ops run in 16 bits; GradScaler keeps small\n"
+            "# gradients from underflowing. (On compute capability 8.0+ prefer dtype=torch.bfloat16, no scaler.)\n"
+            f"scaler = {scaler}\n" + loop + '    with torch.autocast(device_type="cuda", dtype=torch.float16):\n'
+            f"        loss = {n.criterion}({n.model}(inputs), targets)\n"
+            "    scaler.scale(loss).backward()\n"
+            f"    scaler.step({n.optimizer})\n"
+            "    scaler.update()\n"
+        )
     if d.amp == "likely":
-        detail = ("You may use it already (a GradScaler or a half-precision model exists); if you are not using "
-                  "autocast, activations take about half the memory with it.")
+        detail = (
+            "You may use it already (a GradScaler or a half-precision model exists); if you are not using "
+            "autocast, activations take about half the memory with it."
+        )
     else:
         detail = "If you are not using autocast, activations take about half the memory with it."
     return Step("mixed-precision", title, detail, "insert-cell", code=code)
@@ -808,17 +905,23 @@ def _amp_step(d: Diagnosis) -> Step:
 def _inputs_step(d: Diagnosis) -> Step:
     size = d.input_size
     if size is None:
-        detail = ("Activation memory grows with the pixels per image and the tokens per sequence: e.g. images "
-                  "224 → 192 px (−27 % pixels), sequences 512 → 384 tokens.")
+        detail = (
+            "Activation memory grows with the pixels per image and the tokens per sequence: e.g. images "
+            "224 → 192 px (−27 % pixels), sequences 512 → 384 tokens."
+        )
     elif size.kind == "image":
         smaller = max(32, int(size.value * 0.86) // 32 * 32)
         saving = 1 - (smaller / size.value) ** 2
-        detail = (f"`{size.name}` = {size.value} → {smaller}: {saving:.0%} fewer pixels per image, and about that "
-                  "much less activation memory.")
+        detail = (
+            f"`{size.name}` = {size.value} → {smaller}: {saving:.0%} fewer pixels per image, and about that "
+            "much less activation memory."
+        )
     else:
         smaller = max(64, int(size.value * 0.75) // 64 * 64)
-        detail = (f"`{size.name}` = {size.value} → {smaller} tokens: activations shrink at least in proportion "
-                  "(attention scores quadratically).")
+        detail = (
+            f"`{size.name}` = {size.value} → {smaller} tokens: activations shrink at least in proportion "
+            "(attention scores quadratically)."
+        )
     return Step("smaller-inputs", "Use smaller images or shorter sequences", detail, None)
 
 
@@ -828,8 +931,10 @@ def _host_step(d: Diagnosis) -> Optional[Step]:
         return None
     parts = [f"kernel RSS {human(h.rss)}", f"{human(h.available)} of {human(h.total)} available"]
     if h.workers:
-        parts.append(f"{h.workers} child process{'es' if h.workers != 1 else ''} (DataLoader workers?) "
-                     f"using {human(h.workers_rss)}")
+        parts.append(
+            f"{h.workers} child process{'es' if h.workers != 1 else ''} (DataLoader workers?) "
+            f"using {human(h.workers_rss)}"
+        )
     if h.container_limit:
         parts.append(f"container limit {human(h.container_limit)}, {human(h.container_usage)} used")
     detail = "; ".join(parts) + "."
@@ -847,9 +952,14 @@ def _workers_step(d: Diagnosis) -> Optional[Step]:
         title = f"Use fewer DataLoader workers ({workers} → {workers // 2})"
         detail = f"Halve num_workers ({workers} → {workers // 2}; 0 loads in the kernel itself)."
     else:
-        title, detail = "Use fewer DataLoader workers", f"This kernel has {children} child processes; lower num_workers."
-    detail += (" Each worker is a process with its own copy of the dataset object; pin_memory=True pins host memory "
-               "per batch, and a worker that touches CUDA holds a CUDA context of its own.")
+        title, detail = (
+            "Use fewer DataLoader workers",
+            f"This kernel has {children} child processes; lower num_workers.",
+        )
+    detail += (
+        " Each worker is a process with its own copy of the dataset object; pin_memory=True pins host memory "
+        "per batch, and a worker that touches CUDA holds a CUDA context of its own."
+    )
     return Step("fewer-workers", title, detail, None)
 
 
@@ -879,66 +989,106 @@ def _checkpoint_step(d: Diagnosis) -> Step:
     if m is not None and m.checkpointing_on:
         return Step("grad-checkpointing", title, f"`{name}` already has gradient checkpointing on.", None)
     if m is not None and m.hf_checkpointing:
-        code = ("# Gradient checkpointing (Hugging Face): activations are recomputed in backward instead of stored.\n"
-                f"{name}.gradient_checkpointing_enable()\n")
-        return Step("grad-checkpointing", title, "Less activation memory for roughly 20–30 % more compute.", action,
-                    code=code)
-    head = ("# Gradient checkpointing: less activation memory for roughly 20-30% more compute.\n"
-            "# Saved state_dict keys gain a '.block' part.\n")
+        code = (
+            "# Gradient checkpointing (Hugging Face): activations are recomputed in backward instead of stored.\n"
+            f"{name}.gradient_checkpointing_enable()\n"
+        )
+        return Step(
+            "grad-checkpointing", title, "Less activation memory for roughly 20–30 % more compute.", action, code=code
+        )
+    head = (
+        "# Gradient checkpointing: less activation memory for roughly 20-30% more compute.\n"
+        "# Saved state_dict keys gain a '.block' part.\n"
+    )
     if m is not None and m.blocks is not None:
         target = f"{name}.{m.blocks}" if m.blocks else name
         if m.blocks_kind == "Sequential":
             wrap = f"{target} = torch.nn.Sequential(*(Checkpointed(block) for block in {target}))\n"
         else:
             wrap = f"{target} = torch.nn.ModuleList(Checkpointed(block) for block in {target})\n"
-        detail = (f"Wraps every layer of `{name}` ({m.blocks_kind})." if not m.blocks
-                  else f"Wraps every block of `{target}`, the largest repeated part of `{name}`.")
+        detail = (
+            f"Wraps every layer of `{name}` ({m.blocks_kind})."
+            if not m.blocks
+            else f"Wraps every block of `{target}`, the largest repeated part of `{name}`."
+        )
     else:
-        wrap = ("# Wrap the model's repeated blocks, for example:\n"
-                f"# {name}.layers = torch.nn.ModuleList(Checkpointed(b) for b in {name}.layers)\n")
+        wrap = (
+            "# Wrap the model's repeated blocks, for example:\n"
+            f"# {name}.layers = torch.nn.ModuleList(Checkpointed(b) for b in {name}.layers)\n"
+        )
         detail = "Wrap the repeated blocks (layers) of your model."
-    return Step("grad-checkpointing", title, detail + " Less activation memory for roughly 20–30 % more compute.",
-                action, code=head + _CHECKPOINT_WRAPPER + wrap)
+    return Step(
+        "grad-checkpointing",
+        title,
+        detail + " Less activation memory for roughly 20–30 % more compute.",
+        action,
+        code=head + _CHECKPOINT_WRAPPER + wrap,
+    )
 
 
 def _expandable_step(info: OomInfo, d: Diagnosis) -> Optional[Step]:
     f = d.fragmentation
     if f is not None and f.expandable_segments_set:
         return None
-    options = [o for o in (d.alloc_conf or "").split(",") if o.strip() and not o.strip().startswith("expandable_segments")]
+    options = [
+        o for o in (d.alloc_conf or "").split(",") if o.strip() and not o.strip().startswith("expandable_segments")
+    ]
     value = ",".join(options + ["expandable_segments:True"])
-    code = ("import os\n\n# Must run before torch first uses the GPU: this cell goes to the top, then the kernel restarts.\n"
-            f'os.environ["{d.alloc_conf_var}"] = "{value}"\n')
+    code = (
+        "import os\n\n"
+        "# Must run before torch first uses the GPU: this cell goes to the top, then the kernel restarts.\n"
+        f'os.environ["{d.alloc_conf_var}"] = "{value}"\n'
+    )
     if f is not None and f.suggest:
-        detail = (f"PyTorch held {human(f.reserved_unallocated)} reserved but unallocated: the free memory is cut into "
-                  "pieces too small for this request. Expandable segments let the allocator grow segments instead.")
+        detail = (
+            f"PyTorch held {human(f.reserved_unallocated)} reserved but unallocated: the free memory is cut into "
+            "pieces too small for this request. Expandable segments let the allocator grow segments instead."
+        )
         if f.decisive:
             detail += " That memory plus the free memory would have covered the request."
     elif f is not None:
-        detail = (f"Only {human(f.reserved_unallocated)} was reserved but unallocated, so fragmentation is not the main "
-                  "cause here; it still helps when batch or sequence sizes vary.")
+        detail = (
+            f"Only {human(f.reserved_unallocated)} was reserved but unallocated, so fragmentation is not the main "
+            "cause here; it still helps when batch or sequence sizes vary."
+        )
     else:
         detail = "Reduces fragmentation when tensor sizes vary between steps."
-    detail += (" (CUDA_LAUNCH_BLOCKING=1 only makes the traceback point at the failing line; it saves no memory and "
-               "slows every step.)")
-    return Step("expandable-segments", "Turn on expandable segments (restarts the kernel)", detail,
-                "insert-env-cell-and-restart", code=code)
+    detail += (
+        " (CUDA_LAUNCH_BLOCKING=1 only makes the traceback point at the failing line; it saves no memory and "
+        "slows every step.)"
+    )
+    return Step(
+        "expandable-segments",
+        "Turn on expandable segments (restarts the kernel)",
+        detail,
+        "insert-env-cell-and-restart",
+        code=code,
+    )
 
 
 def _model_step(d: Diagnosis) -> Step:
     m = d.model
     if m is not None:
-        detail = (f"`{m.name}` ({m.type_name}, {_count(m.parameters)} parameters, {human(m.bytes)} of weights; "
-                  "gradients and optimizer state add 2–3× that in training). A smaller variant of the same family "
-                  "(e.g. resnet18 or mobilenet_v3_small, T5-small instead of T5-base) needs a fraction of it.")
+        detail = (
+            f"`{m.name}` ({m.type_name}, {_count(m.parameters)} parameters, {human(m.bytes)} of weights; "
+            "gradients and optimizer state add 2–3× that in training). A smaller variant of the same family "
+            "(e.g. resnet18 or mobilenet_v3_small, T5-small instead of T5-base) needs a fraction of it."
+        )
     else:
-        detail = ("Weights, gradients and optimizer state grow with the parameter count: a smaller variant of the "
-                  "same family (e.g. mobilenet_v3_small, T5-small) needs a fraction of the memory.")
+        detail = (
+            "Weights, gradients and optimizer state grow with the parameter count: a smaller variant of the "
+            "same family (e.g. mobilenet_v3_small, T5-small) needs a fraction of the memory."
+        )
     return Step("smaller-model", "Use a smaller model", detail, None)
 
 
-def build_checklist(info: OomInfo, diagnosis: Diagnosis, last_recommendation: Optional[int] = None,
-                    batch_size: Optional[int] = None, sample: Optional[Mapping[str, Any]] = None) -> List[Step]:
+def build_checklist(
+    info: OomInfo,
+    diagnosis: Diagnosis,
+    last_recommendation: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    sample: Optional[Mapping[str, Any]] = None,
+) -> List[Step]:
     """The steps, cheapest and least drastic first. `batch_size` overrides the one found in the namespace."""
     d = diagnosis
     batch = batch_size or d.batch_size
@@ -950,9 +1100,13 @@ def build_checklist(info: OomInfo, diagnosis: Diagnosis, last_recommendation: Op
         _restart_step(info, d, sample),
         *_process_steps(d),
         *_batch_steps(d, new_batch, why, batch),
-        Step("grad-accumulation", f"Accumulate gradients over {accum_steps} batches{effective}",
-             "Keeps the effective batch (and the training dynamics) while each step holds fewer activations.",
-             "insert-cell", code=accum_code),
+        Step(
+            "grad-accumulation",
+            f"Accumulate gradients over {accum_steps} batches{effective}",
+            "Keeps the effective batch (and the training dynamics) while each step holds fewer activations.",
+            "insert-cell",
+            code=accum_code,
+        ),
         _amp_step(d),
         _inputs_step(d),
         _host_step(d),
@@ -1002,8 +1156,10 @@ def _diagnosis_lines(d: Diagnosis) -> List[str]:
     if holders_:
         lines.append("Other processes: " + ", ".join(f"PID {p.pid} ({human(p.used)})" for p in holders_[:6]))
     if d.traceback and d.traceback.tensors:
-        lines.append(f"The failed call's traceback keeps {_plural(d.traceback.tensors, 'tensor')} "
-                     f"({human(d.traceback.bytes)}) alive")
+        lines.append(
+            f"The failed call's traceback keeps {_plural(d.traceback.tensors, 'tensor')} "
+            f"({human(d.traceback.bytes)}) alive"
+        )
     if d.batch_size:
         lines.append(f"Batch size in use: {d.batch_size} ({d.batch_size_source})")
     if d.host and d.host.low:
@@ -1020,8 +1176,11 @@ def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Di
         "diagnosis": diagnosis.to_payload(),
         "steps": [asdict(s) for s in steps],
     }
-    return {OOM_MIME: payload, "text/html": _oom_html(info, diagnosis, steps),
-            "text/plain": _oom_text(info, diagnosis, steps)}
+    return {
+        OOM_MIME: payload,
+        "text/html": _oom_html(info, diagnosis, steps),
+        "text/plain": _oom_text(info, diagnosis, steps),
+    }
 
 
 def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
@@ -1051,9 +1210,16 @@ def _oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
     return "".join(parts)
 
 
-def oom_report(source: Any, shell: Any = None, *, sample: Optional[Mapping[str, Any]] = None, tb: Any = None,
-               last_recommendation: Optional[int] = None, batch_size: Optional[int] = None,
-               env: Optional[Mapping[str, str]] = None) -> Optional[Dict[str, Any]]:
+def oom_report(
+    source: Any,
+    shell: Any = None,
+    *,
+    sample: Optional[Mapping[str, Any]] = None,
+    tb: Any = None,
+    last_recommendation: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Optional[Dict[str, Any]]:
     """One call for the handler and the comm: parse an exception or message text, probe, diagnose and
     return the checklist bundle; None when `source` is not an out-of-memory error."""
     text = source if isinstance(source, str) else f"{type(source).__name__}: {source}"
@@ -1083,8 +1249,9 @@ class _HandlerState:
     last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
 
 
-def _handle(shell: Any, state: _HandlerState, etype: type, value: BaseException, tb: Any,
-            tb_offset: Optional[int]) -> Any:
+def _handle(
+    shell: Any, state: _HandlerState, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]
+) -> Any:
     stb = None
     if state.previous_exceptions and issubclass(etype, state.previous_exceptions):
         stb = state.previous_handler(etype, value, tb, tb_offset=tb_offset)  # the user's handler runs as before
@@ -1100,19 +1267,26 @@ def _handle(shell: Any, state: _HandlerState, etype: type, value: BaseException,
             state.last, state.last_bundle = bundle[OOM_MIME], bundle
             shell.display_pub.publish(data=bundle, metadata={})
     except Exception as exc:  # never let IPython unregister the handler (it does when a handler raises)
-        print(f"gpumem: could not build the OOM checklist: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        print(
+            f"gpumem: could not build the OOM checklist: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr
+        )
     return stb
 
 
-def install_oom_handler(shell: Any, *, probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
-                        recommendation: Optional[Callable[[], Optional[int]]] = None) -> str:
+def install_oom_handler(
+    shell: Any,
+    *,
+    probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
+    recommendation: Optional[Callable[[], Optional[int]]] = None,
+) -> str:
     """Show the OOM checklist under the traceback of every CUDA out-of-memory error. Returns one line
     saying what was done. A custom handler the user already set keeps running first for its exceptions."""
     if getattr(shell, _STATE, None) is not None:
         return "the OOM checklist is already installed"
     previous = tuple(getattr(shell, "custom_exceptions", ()) or ())
-    state = _HandlerState(previous, shell.CustomTB if previous else None, probe=probe or take_sample,
-                          recommendation=recommendation)
+    state = _HandlerState(
+        previous, shell.CustomTB if previous else None, probe=probe or take_sample, recommendation=recommendation
+    )
 
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int] = None) -> Any:
         return _handle(self, state, etype, value, tb, tb_offset)

@@ -102,8 +102,9 @@ def children(sample: Optional[Mapping[str, Any]] = None, pid: Optional[int] = No
                 if process.status() == psutil.STATUS_ZOMBIE:
                     continue  # ended, waiting for its parent to reap it: holds no memory
                 created = process.create_time()
-                found.append(ChildProcess(process.pid, created, _name(process), _rss(process),
-                                          _gpu_used(usage, process.pid)))
+                found.append(
+                    ChildProcess(process.pid, created, _name(process), _rss(process), _gpu_used(usage, process.pid))
+                )
         except psutil.Error:
             continue  # ended while we looked
     return sorted(found, key=lambda c: c.pid)
@@ -127,11 +128,16 @@ def states(refs: Sequence[ProcessRef], sample: Optional[Mapping[str, Any]] = Non
     found = []
     for ref in refs:
         process, same = _same(ref)
-        found.append(ProcessState(
-            pid=ref.pid, create_time=ref.create_time, alive=process is not None, same_process=same,
-            name=_name(process) if same and process is not None else None,
-            gpu_used=_gpu_used(usage, ref.pid) if same else None,
-        ))
+        found.append(
+            ProcessState(
+                pid=ref.pid,
+                create_time=ref.create_time,
+                alive=process is not None,
+                same_process=same,
+                name=_name(process) if same and process is not None else None,
+                gpu_used=_gpu_used(usage, ref.pid) if same else None,
+            )
+        )
     return found
 
 

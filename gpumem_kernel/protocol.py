@@ -306,8 +306,15 @@ def parse_process_refs(args: Mapping[str, Any], request_id: Optional[str] = None
     for item in items:
         pid = item.get("pid") if isinstance(item, Mapping) else None
         created = item.get("create_time") if isinstance(item, Mapping) else None
-        if (not isinstance(item, Mapping) or set(item) != {"pid", "create_time"} or not isinstance(pid, int)
-                or isinstance(pid, bool) or pid <= 0 or not _is_number(created) or created < 0):
+        if (
+            not isinstance(item, Mapping)
+            or set(item) != {"pid", "create_time"}
+            or not isinstance(pid, int)
+            or isinstance(pid, bool)
+            or pid <= 0
+            or not _is_number(created)
+            or created < 0
+        ):
             shape = '{"pid": positive int, "create_time": seconds}'
             raise ProtocolError("bad-request", f"each pid must be {shape}, got {repr(item)[:80]}", request_id)
         refs[ProcessRef(pid, float(created))] = None

@@ -18,6 +18,10 @@ grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" /tmp/gpumem-labext.txt >/dev/
 step "a wheel, as pip would install it for a user"
 rm -rf dist && pip wheel -q --no-deps -w dist .
 
+step "ruff: lint and format of the Python code (pyproject.toml [tool.ruff])"
+ruff check .
+ruff format --check .
+
 step "jest"
 jlpm test
 

@@ -1,7 +1,14 @@
 """The caching-allocator model against PyTorch's rounding rules and hand-computed sequences."""
 
-from gpumem_kernel.allocator_model import (LARGE_BUFFER, SMALL_BUFFER, CachingAllocatorModel, replay, round_size,
-                                           segment_size, should_split)
+from gpumem_kernel.allocator_model import (
+    LARGE_BUFFER,
+    SMALL_BUFFER,
+    CachingAllocatorModel,
+    replay,
+    round_size,
+    segment_size,
+    should_split,
+)
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -67,8 +74,7 @@ def test_no_cross_pool_reuse_and_merging_of_neighbours() -> None:
 
 
 def test_cached_segments_stay_reserved_and_peaks_are_kept() -> None:
-    result = replay([("alloc", 1, 30 * MiB), ("alloc", 2, 512), ("free", 1, 0), ("free", 2, 0),
-                     ("alloc", 3, 12 * MiB)])
+    result = replay([("alloc", 1, 30 * MiB), ("alloc", 2, 512), ("free", 1, 0), ("free", 2, 0), ("alloc", 3, 12 * MiB)])
     assert result.peak_allocated == 30 * MiB + 512
     assert result.peak_reserved == 30 * MiB + 2 * MiB  # the 12 MiB request reuses the cached 30 MiB segment
     assert result.final_allocated == 12 * MiB  # split off the cached block: the 18 MiB rest stays free

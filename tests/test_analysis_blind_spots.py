@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
 
@@ -42,8 +41,9 @@ def _modes(model: Any) -> List[bool]:
 
 def _mlp(dropout: Any) -> Any:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), dropout(), nn.Linear(256, 256), nn.ReLU(), dropout(),
-                         nn.Linear(256, 10))
+    return nn.Sequential(
+        nn.Linear(64, 256), nn.ReLU(), dropout(), nn.Linear(256, 256), nn.ReLU(), dropout(), nn.Linear(256, 10)
+    )
 
 
 def test_submodules_in_eval_mode_are_traced_as_the_user_left_them() -> None:
@@ -52,7 +52,10 @@ def test_submodules_in_eval_mode_are_traced_as_the_user_left_them() -> None:
         if isinstance(module, nn.Dropout):
             module.eval()  # the user turned dropout off; the root stays in train mode
     before = _modes(model)
-    make_batch = (lambda b, fake: torch.randn(b, 64))
+
+    def make_batch(b: int, fake: bool) -> Any:
+        return torch.randn(b, 64)
+
     traced = _trace(model, make_batch, 32)
     without_dropout = _trace(_mlp(nn.Identity), make_batch, 32)  # what an eval-mode Dropout computes
 
@@ -100,7 +103,9 @@ def test_checkpointing_wraps_every_bottleneck_of_every_stage_and_says_so() -> No
     for name in ("layer1", "layer2", "layer3", "layer4"):
         stage = getattr(by_hand, name)
         setattr(by_hand, name, nn.Sequential(*[Checkpointed(block) for block in stage]))
-    images = (lambda b, fake: torch.randn(b, 3, 32, 32))
+
+    def images(b: int, fake: bool) -> Any:
+        return torch.randn(b, 3, 32, 32)
 
     traced = _trace(model, images, 4, checkpointing=True)
     reference = _trace(by_hand, images, 4)
@@ -112,8 +117,9 @@ def test_checkpointing_wraps_every_bottleneck_of_every_stage_and_says_so() -> No
 
 def test_checkpointing_picks_the_outer_blocks_not_the_layers_inside_them() -> None:
     torch.manual_seed(0)
-    blocks = nn.ModuleList([nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.GELU(),
-                                          nn.Linear(32, 32)) for _ in range(2)])
+    blocks = nn.ModuleList(
+        [nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 32)) for _ in range(2)]
+    )
 
     class Stack(nn.Module):
         def __init__(self) -> None:
@@ -189,8 +195,9 @@ def test_checkpointing_turns_the_kv_cache_off_on_the_copy_only() -> None:
 
 def _gpt2(use_cache: bool) -> Any:
     transformers = pytest.importorskip("transformers")
-    config = transformers.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4,
-                                     use_cache=use_cache)
+    config = transformers.GPT2Config(
+        vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4, use_cache=use_cache
+    )
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(config)
 
@@ -212,8 +219,16 @@ def test_hugging_face_loss_and_kv_cache() -> None:
 # --- the --input hint is accepted as written ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, shape", [("(512,)", (512,)), ("(3, 224, 224)", (3, 224, 224)),
-                                         ("[3,224,224]", (3, 224, 224)), ("3x224x224", (3, 224, 224)), ("512", (512,))])
+@pytest.mark.parametrize(
+    "text, shape",
+    [
+        ("(512,)", (512,)),
+        ("(3, 224, 224)", (3, 224, 224)),
+        ("[3,224,224]", (3, 224, 224)),
+        ("3x224x224", (3, 224, 224)),
+        ("512", (512,)),
+    ],
+)
 def test_shapes_read_in_the_tuple_form_too(text: str, shape: Any) -> None:
     assert parse_shape(text) == shape
 
@@ -231,8 +246,10 @@ def test_the_python_hint_is_accepted_verbatim(first: str) -> None:
 
 def _hint_models() -> Dict[str, Any]:
     torch.manual_seed(0)
-    return {"embedding": nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 4)),
-            "conv": nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))}
+    return {
+        "embedding": nn.Sequential(nn.Embedding(100, 16), nn.Linear(16, 4)),
+        "conv": nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)),
+    }
 
 
 @pytest.fixture()
@@ -271,16 +288,22 @@ def _value(text: str) -> str:
     return text.split(" (")[0]
 
 
-@pytest.mark.parametrize("options", [{}, {"target": "RTX 4080 Super"}, {"memory": "8GiB"}],
-                         ids=["no-device", "target", "memory"])
+@pytest.mark.parametrize(
+    "options", [{}, {"target": "RTX 4080 Super"}, {"memory": "8GiB"}], ids=["no-device", "target", "memory"]
+)
 def test_report_totals_are_the_sums_of_their_lines(options: Dict[str, Any]) -> None:
     report = analyze(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)), batch_size=8, **options)
     payload = report.to_payload()
     lines = _lines(render_text(payload))
-    model = (payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"]
-             + payload["optimizer_bytes"])
-    batch = (payload["input_bytes"] + payload["activations_bytes"] + payload["autocast_cache_bytes"]
-             + payload["temporary_bytes"])
+    model = (
+        payload["parameters_bytes"] + payload["buffers_bytes"] + payload["gradients_bytes"] + payload["optimizer_bytes"]
+    )
+    batch = (
+        payload["input_bytes"]
+        + payload["activations_bytes"]
+        + payload["autocast_cache_bytes"]
+        + payload["temporary_bytes"]
+    )
     assert _value(lines["Total Model"]) == _b(model)
     assert _value(lines["Total Batch"]) == _b(batch)
     assert _value(lines["Model + Batch"]) == _b(model + batch)

@@ -67,13 +67,17 @@ def _real_state_bytes(optimizer: Any) -> int:
     return unique_bytes([v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)])
 
 
-@pytest.mark.parametrize("make", [
-    lambda ps: torch.optim.Adam(ps, lr=1e-3),
-    lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),
-    lambda ps: torch.optim.Adam(ps, lr=1e-3, amsgrad=True),
-    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
-    lambda ps: torch.optim.SGD(ps, lr=0.1),
-], ids=["adam", "adamw", "adam-amsgrad", "sgd-momentum", "sgd"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: torch.optim.Adam(ps, lr=1e-3),
+        lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),
+        lambda ps: torch.optim.Adam(ps, lr=1e-3, amsgrad=True),
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: torch.optim.SGD(ps, lr=0.1),
+    ],
+    ids=["adam", "adamw", "adam-amsgrad", "sgd-momentum", "sgd"],
+)
 def test_modelled_optimizer_state_equals_a_real_step(make: Any) -> None:
     model = _mlp()
     optimizer = make(model.parameters())
@@ -85,10 +89,13 @@ def test_modelled_optimizer_state_equals_a_real_step(make: Any) -> None:
     assert (device, host) == (modelled.state_bytes, modelled.host_bytes)
 
 
-@pytest.mark.parametrize("kind, make", [
-    ("adamw", lambda ps: torch.optim.AdamW(ps, foreach=True)),
-    ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)),
-])
+@pytest.mark.parametrize(
+    "kind, make",
+    [
+        ("adamw", lambda ps: torch.optim.AdamW(ps, foreach=True)),
+        ("sgd-momentum", lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True)),
+    ],
+)
 def test_traced_optimizer_state_and_foreach_temporaries(kind: str, make: Any) -> None:
     model = _mlp()
     real = make(model.parameters())
@@ -147,19 +154,22 @@ def test_user_model_optimizer_and_rng_are_unchanged() -> None:
     assert any("eval mode" in note for note in report.notes)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda m: analyze([m], batch_size=4), "torch.nn.Module"),
-    (lambda m: analyze(m, batch_size=0), "batch_size"),
-    (lambda m: analyze(m, batch_size=4, input="3xfoo"), "input shape"),
-    (lambda m: analyze(m, batch_size=4, input=(0, 3)), "input shape"),
-    (lambda m: analyze(m, batch_size=4, target="RTX 9999"), "unknown GPU"),
-    (lambda m: analyze(m, batch_size=4, optimizer="lion"), "optimizer"),
-    (lambda m: analyze(m, batch_size=4, amp="fp8"), "amp"),
-    (lambda m: analyze(m, batch_size=4, strategy="zero4"), "strategy"),
-    (lambda m: analyze(m, batch_size=4, memory="lots"), "memory"),
-    (lambda m: analyze(m, batch_size=4, input=(21,)), "training step failed"),
-    (lambda m: analyze(nn.Conv2d(3, 3, 3), batch_size=4), "input="),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: analyze([m], batch_size=4), "torch.nn.Module"),
+        (lambda m: analyze(m, batch_size=0), "batch_size"),
+        (lambda m: analyze(m, batch_size=4, input="3xfoo"), "input shape"),
+        (lambda m: analyze(m, batch_size=4, input=(0, 3)), "input shape"),
+        (lambda m: analyze(m, batch_size=4, target="RTX 9999"), "unknown GPU"),
+        (lambda m: analyze(m, batch_size=4, optimizer="lion"), "optimizer"),
+        (lambda m: analyze(m, batch_size=4, amp="fp8"), "amp"),
+        (lambda m: analyze(m, batch_size=4, strategy="zero4"), "strategy"),
+        (lambda m: analyze(m, batch_size=4, memory="lots"), "memory"),
+        (lambda m: analyze(m, batch_size=4, input=(21,)), "training step failed"),
+        (lambda m: analyze(nn.Conv2d(3, 3, 3), batch_size=4), "input="),
+    ],
+)
 def test_bad_arguments_raise_one_line_value_errors(call: Any, message: str) -> None:
     with pytest.raises(ValueError) as info:
         call(_mlp())
@@ -179,7 +189,6 @@ def test_real_steps_of_the_measured_engine_leave_the_user_objects_alone() -> Non
     make_batch, _ = batch_maker(model, (20,))
     seen: List[int] = []
     with _preserved_rng():  # as measure_step_peaks runs it on the GPU
-        run_real_steps(TracePlan(model, optimizer, make_batch, default_loss, amp="bf16"), 8, "cpu",
-                       on_step=seen.append)
+        run_real_steps(TracePlan(model, optimizer, make_batch, default_loss, amp="bf16"), 8, "cpu", on_step=seen.append)
     assert seen == [1, 2, 3]
     assert _same(before, _snapshot(model, optimizer))

@@ -12,8 +12,16 @@ jsonschema = pytest.importorskip("jsonschema")
 nn = torch.nn
 
 from gpumem_kernel import analysis  # noqa: E402
-from gpumem_kernel.analysis import (AnalysisReport, _Point, analyze, monitor_gpu_memory,  # noqa: E402
-                                    print_memory_analysis, recommend_batch_size, round_batch, search_maximum)
+from gpumem_kernel.analysis import (  # noqa: E402
+    AnalysisReport,
+    _Point,
+    analyze,
+    monitor_gpu_memory,  # noqa: E402
+    print_memory_analysis,
+    recommend_batch_size,
+    round_batch,
+    search_maximum,
+)
 from gpumem_kernel.analysis_render import MIME, analysis_bundle  # noqa: E402
 
 GiB = 1 << 30
@@ -37,13 +45,17 @@ def _validate(report: AnalysisReport, schema: Any) -> dict:
     return payload
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"target": "RTX 4080 Super", "amp": "bf16", "optimizer": "adam"},
-    {"memory": "8GiB", "optimizer": "sgd-momentum", "grad_accum": 4, "effective_batch": 256, "multiple": 8},
-    {"target": "A100 80GB", "world_size": 8, "strategy": "zero3", "amp": "fp16"},
-    {"target": "T4", "world_size": 2, "strategy": "ddp", "checkpointing": True},
-], ids=["no-device", "4080s-bf16", "memory-accum", "a100-zero3", "t4-ddp"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"target": "RTX 4080 Super", "amp": "bf16", "optimizer": "adam"},
+        {"memory": "8GiB", "optimizer": "sgd-momentum", "grad_accum": 4, "effective_batch": 256, "multiple": 8},
+        {"target": "A100 80GB", "world_size": 8, "strategy": "zero3", "amp": "fp16"},
+        {"target": "T4", "world_size": 2, "strategy": "ddp", "checkpointing": True},
+    ],
+    ids=["no-device", "4080s-bf16", "memory-accum", "a100-zero3", "t4-ddp"],
+)
 def test_payload_validates_against_the_schema(options: dict, schema: Any) -> None:
     payload = _validate(analyze(_mlp(), batch_size=32, **options), schema)
     for key in ("parameters_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes"):
@@ -72,12 +84,18 @@ def test_would_it_fit_on_a_4080_super_at_batch_32_with_adamw_and_bf16() -> None:
 def test_bundle_html_is_escaped_and_text_follows_seed_000() -> None:
     hostile = type("<img src=x onerror=alert(1)>", (nn.Sequential,), {})
     model = hostile(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
-    bundle = analysis_bundle(analyze(model, batch_size=4, target="RTX 3060",
-                                     loss=lambda out, batch: out.sum()))
+    bundle = analysis_bundle(analyze(model, batch_size=4, target="RTX 3060", loss=lambda out, batch: out.sum()))
     assert "<img" not in bundle["text/html"] and "&lt;img src=x" in bundle["text/html"]
     text = bundle["text/plain"]
-    headings = ["💾 Memory Analysis", "📊 GPU Memory:", "🏗️  Model Memory:", "📦 Batch Memory (batch_size=4):",
-                "💡 Total Estimated Usage", "🎯 Batch Size Recommendations:", "⚙️  Settings:"]
+    headings = [
+        "💾 Memory Analysis",
+        "📊 GPU Memory:",
+        "🏗️  Model Memory:",
+        "📦 Batch Memory (batch_size=4):",
+        "💡 Total Estimated Usage",
+        "🎯 Batch Size Recommendations:",
+        "⚙️  Settings:",
+    ]
     positions = [text.index(h) for h in headings]
     assert positions == sorted(positions)
     for label in ("Maximum:", "Recommended:", "Safe:", "Current:", "Mixed Precision:", "Engine:"):
@@ -128,20 +146,60 @@ def test_rounding_recommendations_and_status() -> None:
     assert [round_batch(v, None) for v in (307.2, 205, 1.5, 0.4)] == [256, 128, 1, 0]
     assert [round_batch(v, 8) for v in (307.2, 205, 5)] == [304, 200, 5]
     current = _Point(64, 0, 0, 95 * GiB // 10, "traced")
-    recs = analysis.recommend(512, current, 10 * GiB, GiB, batch_size=64, grad_accum=2, effective_batch=None,
-                              multiple=None, extrapolated=False, note="")
+    recs = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=2,
+        effective_batch=None,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
     assert (recs.maximum, recs.recommended, recs.safe) == (512, 256, 128)
     assert recs.current.status == "tight"
     assert recs.accumulation.target_effective_batch == 128 and recs.accumulation.recommended == 1
-    assert recs.lr.linear == 2.0 and abs(recs.lr.sqrt - 2 ** 0.5) < 1e-9
-    same = analysis.recommend(512, current, 10 * GiB, GiB, batch_size=64, grad_accum=8, effective_batch=None,
-                              multiple=None, extrapolated=False, note="")
+    assert recs.lr.linear == 2.0 and abs(recs.lr.sqrt - 2**0.5) < 1e-9
+    same = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=8,
+        effective_batch=None,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
     assert same.accumulation.recommended == 2 and same.lr.linear == 1.0 and "keep" in same.lr.hint
-    big = analysis.recommend(512, current, 10 * GiB, GiB, batch_size=64, grad_accum=1, effective_batch=1024,
-                             multiple=None, extrapolated=False, note="")
+    big = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=1,
+        effective_batch=1024,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
     assert big.accumulation.recommended == 4 and big.lr.to_effective_batch == 1024 and big.lr.linear == 16
-    small = analysis.recommend(512, current, 10 * GiB, GiB, batch_size=64, grad_accum=1, effective_batch=128,
-                               multiple=None, extrapolated=False, note="")
+    small = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=1,
+        effective_batch=128,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
     assert small.accumulation.recommended == 1 and small.lr.to_effective_batch == 128  # capped to the target
 
 
@@ -207,8 +265,14 @@ def test_measured_engine_on_a_gpu_and_the_traced_prediction() -> None:  # pragma
 def test_local_gpu_limit_counts_other_processes_and_the_context(monkeypatch: Any) -> None:
     from types import SimpleNamespace
 
-    device = SimpleNamespace(cuda_index=0, name="NVIDIA GeForce RTX 4080 SUPER", total=16 * GiB, free=10 * GiB,
-                             this_kernel=None, compute_capability="8.9")
+    device = SimpleNamespace(
+        cuda_index=0,
+        name="NVIDIA GeForce RTX 4080 SUPER",
+        total=16 * GiB,
+        free=10 * GiB,
+        this_kernel=None,
+        compute_capability="8.9",
+    )
     monkeypatch.setattr(analysis, "_local_gpu", lambda index: device)
     fresh = analysis.device_limit(target=None, memory=None, device=None, reserve=None)
     assert (fresh.source, fresh.free_bytes, fresh.context_source) == ("nvml", 10 * GiB, "estimate")

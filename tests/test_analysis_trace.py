@@ -53,9 +53,18 @@ class LSTMTagger(nn.Module):
 
 
 def _cnn() -> Any:
-    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                         nn.Flatten(), nn.Linear(32, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
 
 
 def _transformer() -> Any:
@@ -68,8 +77,11 @@ def _images(b: int, fake: bool) -> Any:
 
 
 ARCHITECTURES: Dict[str, Tuple[Callable[[], Any], Callable[[int, bool], Any], int]] = {
-    "MLP": (lambda: nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10)),
-            lambda b, fake: torch.randn(b, 128), 64),
+    "MLP": (
+        lambda: nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 10)),
+        lambda b, fake: torch.randn(b, 128),
+        64,
+    ),
     "CNN+BatchNorm": (_cnn, _images, 16),
     "ResNet (small)": (SmallResNet, _images, 8),
     "TransformerEncoder": (_transformer, lambda b, fake: torch.randn(b, 32, 64), 8),
@@ -93,13 +105,17 @@ def test_traced_peak_agrees_with_a_real_cpu_step_on_five_architectures() -> None
     for name in ARCHITECTURES:
         traced, tracked = _pair(name)
         rows.append((name, traced, tracked))
-    print("\n" + f"{'architecture':<20}{'batch':>6}{'traced peak':>14}{'CPU-tracked':>14}{'error':>9}"
-          f"{'activations err':>17}{'alloc-model err':>17}")
+    print(
+        "\n" + f"{'architecture':<20}{'batch':>6}{'traced peak':>14}{'CPU-tracked':>14}{'error':>9}"
+        f"{'activations err':>17}{'alloc-model err':>17}"
+    )
     for name, traced, tracked in rows:
-        print(f"{name:<20}{traced.batch_size:>6}{traced.peak_live:>14,}{tracked.peak_live:>14,}"
-              f"{_error(traced.peak_live, tracked.peak_live):>9.2%}"
-              f"{_error(traced.activations, tracked.activations):>17.2%}"
-              f"{_error(traced.device.peak_allocated, tracked.device.peak_allocated):>17.2%}")
+        print(
+            f"{name:<20}{traced.batch_size:>6}{traced.peak_live:>14,}{tracked.peak_live:>14,}"
+            f"{_error(traced.peak_live, tracked.peak_live):>9.2%}"
+            f"{_error(traced.activations, tracked.activations):>17.2%}"
+            f"{_error(traced.device.peak_allocated, tracked.device.peak_allocated):>17.2%}"
+        )
     for name, traced, tracked in rows:
         assert abs(_error(traced.peak_live, tracked.peak_live)) <= 0.05, name
         assert abs(_error(traced.device.peak_reserved, tracked.device.peak_reserved)) <= 0.05, name

@@ -11,9 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.autobatch import (MIME, SimulatedOOM, auto_select_batch_size, autobatch_bundle, is_oom,  # noqa: E402
-                                     make_tracker, render_html, scan_batch_sizes)
-
+from gpumem_kernel.autobatch import (  # noqa: E402
+    MIME,
+    SimulatedOOM,
+    auto_select_batch_size,
+    autobatch_bundle,
+    is_oom,  # noqa: E402
+    make_tracker,
+    render_html,
+    scan_batch_sizes,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,15 +38,22 @@ SCAN = range(1, 129)
 
 def mlp() -> "torch.nn.Module":
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                               torch.nn.Linear(64, 10))
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    )
 
 
 def cnn() -> "torch.nn.Module":
     """BatchNorm (buffers change in training) and Dropout (consumes the RNG)."""
     torch.manual_seed(1)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.Flatten(), torch.nn.Dropout(0.2), torch.nn.Linear(4 * 8 * 8, 10))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Dropout(0.2),
+        torch.nn.Linear(4 * 8 * 8, 10),
+    )
 
 
 def state_of(model, optimizer):
@@ -49,8 +63,12 @@ def state_of(model, optimizer):
         "buffers": {k: v.detach().clone() for k, v in model.named_buffers()},
         "grads": {k: None if v.grad is None else v.grad.clone() for k, v in model.named_parameters()},
         "training": [m.training for m in model.modules()],
-        "opt": {i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
-                for i, s in enumerate(optimizer.state.values())} if optimizer is not None else {},
+        "opt": {
+            i: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in s.items()}
+            for i, s in enumerate(optimizer.state.values())
+        }
+        if optimizer is not None
+        else {},
         "groups": [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups] if optimizer else [],
         "torch_rng": torch.get_rng_state(),
         "python_rng": random.getstate(),
@@ -85,10 +103,12 @@ def test_search_finds_the_brute_force_maximum():
     assert all(t.ok for t in brute if t.batch <= brute_max)  # monotone: the boundary is one batch
     searched = auto_select_batch_size(model, input=(32,), simulate=CAP, predict=False)
     predicted = auto_select_batch_size(model, input=(32,), simulate=CAP)
-    print(f"\nautobatch trial counts (simulated cap {CAP} B, MLP 32-64-64-10, AdamW): brute force "
-          f"{len(brute)} trials -> {brute_max}; search from batch 1 {searched.n_trials} trials -> "
-          f"{searched.maximum}; from the analysis prediction ({predicted.predicted}) {predicted.n_trials} trials "
-          f"-> {predicted.maximum}")
+    print(
+        f"\nautobatch trial counts (simulated cap {CAP} B, MLP 32-64-64-10, AdamW): brute force "
+        f"{len(brute)} trials -> {brute_max}; search from batch 1 {searched.n_trials} trials -> "
+        f"{searched.maximum}; from the analysis prediction ({predicted.predicted}) {predicted.n_trials} trials "
+        f"-> {predicted.maximum}"
+    )
     assert searched.maximum == predicted.maximum == brute_max
     assert searched.engine == predicted.engine == "simulated"
     assert predicted.start_source == "analysis" and predicted.n_trials <= searched.n_trials
@@ -120,8 +140,14 @@ def test_user_state_is_restored_exactly():
     random.seed(5)
     torch.manual_seed(6)
     before = state_of(model, optimizer)
-    result = auto_select_batch_size(model, optimizer=optimizer, input=(3, 8, 8), simulate=600_000, start_batch=4,
-                                    loss=lambda out, batch: out.float().pow(2).mean())
+    result = auto_select_batch_size(
+        model,
+        optimizer=optimizer,
+        input=(3, 8, 8),
+        simulate=600_000,
+        start_batch=4,
+        loss=lambda out, batch: out.float().pow(2).mean(),
+    )
     assert result.maximum > 4 and result.optimizer == "AdamW"
     assert_same(before, state_of(model, optimizer))
     assert not torch.cuda.is_initialized()
@@ -138,8 +164,9 @@ def test_ctrl_c_stops_and_restores():
         if len(seen) == 3:
             raise KeyboardInterrupt
 
-    result = auto_select_batch_size(model, optimizer=optimizer, input=(32,), simulate=CAP, start_batch=1,
-                                    progress=progress)
+    result = auto_select_batch_size(
+        model, optimizer=optimizer, input=(32,), simulate=CAP, start_batch=1, progress=progress
+    )
     assert result.interrupted and result.n_trials == 3
     assert result.maximum == max(t.batch for t in seen if t.ok)
     assert any("interrupted" in note for note in result.notes)
@@ -187,8 +214,9 @@ def test_numpy_rng_is_restored_when_numpy_is_loaded(monkeypatch):
     from gpumem_kernel.autobatch import RngSnapshot
 
     state = {"value": ("MT19937", 1)}
-    fake_random = types.SimpleNamespace(get_state=lambda: state["value"],
-                                        set_state=lambda value: state.update(value=value))
+    fake_random = types.SimpleNamespace(
+        get_state=lambda: state["value"], set_state=lambda value: state.update(value=value)
+    )
     monkeypatch.setitem(sys.modules, "numpy", types.SimpleNamespace(random=fake_random))
     snapshot = RngSnapshot.take(cuda=False)
     state["value"] = ("MT19937", 2)  # a run drew numbers
@@ -206,9 +234,19 @@ def test_on_a_gpu_the_maximum_is_the_boundary_and_the_recommendation_trains():  
     torch.manual_seed(0)
     models = [
         (torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 4096)), (4096,)),
-        (torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU(),
-                             torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                             torch.nn.Flatten(), torch.nn.Linear(64, 10)), (3, 64, 64)),
+        (
+            torch.nn.Sequential(
+                torch.nn.Conv2d(3, 64, 3, padding=1),
+                torch.nn.BatchNorm2d(64),
+                torch.nn.ReLU(),
+                torch.nn.Conv2d(64, 64, 3, padding=1),
+                torch.nn.ReLU(),
+                torch.nn.AdaptiveAvgPool2d(1),
+                torch.nn.Flatten(),
+                torch.nn.Linear(64, 10),
+            ),
+            (3, 64, 64),
+        ),
         (torch.nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True), (128, 256)),
     ]
     total = torch.cuda.get_device_properties(0).total_memory
@@ -220,8 +258,10 @@ def test_on_a_gpu_the_maximum_is_the_boundary_and_the_recommendation_trains():  
             assert result.engine == "cuda" and result.maximum > 1, result.notes
             around = range(max(1, result.maximum - 2), result.maximum + 3)
             scan = {t.batch: t.ok for t in scan_batch_sizes(model, around, "cuda:0", input=shape, steps=3)}
-            print(f"\n{type(model).__name__}: maximum {result.maximum} in {result.n_trials} trials "
-                  f"({result.start_source}, predicted {result.predicted}); scan {scan}")
+            print(
+                f"\n{type(model).__name__}: maximum {result.maximum} in {result.n_trials} trials "
+                f"({result.start_source}, predicted {result.predicted}); scan {scan}"
+            )
             assert scan[result.maximum] and not scan[result.maximum + 1]
             optimizer = torch.optim.AdamW(model.parameters())
             for _ in range(100):

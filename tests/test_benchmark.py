@@ -13,8 +13,13 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.benchmark import (MIME, BenchmarkConfig, benchmark_bundle, load_config,  # noqa: E402
-                                     run_benchmark)
+from gpumem_kernel.benchmark import (  # noqa: E402
+    MIME,
+    BenchmarkConfig,
+    benchmark_bundle,
+    load_config,  # noqa: E402
+    run_benchmark,
+)
 from test_autobatch import assert_same, state_of  # noqa: E402
 
 GiB = 1 << 30
@@ -45,14 +50,21 @@ def one_thread():
 
 def cnn() -> "torch.nn.Module":
     torch.manual_seed(2)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                               torch.nn.Flatten(), torch.nn.Dropout(0.1), torch.nn.Linear(8 * 16 * 16, 10))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Dropout(0.1),
+        torch.nn.Linear(8 * 16 * 16, 10),
+    )
 
 
 def dataset():
     generator = torch.Generator().manual_seed(3)
-    return torch.utils.data.TensorDataset(torch.randn(256, 3, 16, 16, generator=generator),
-                                          torch.randint(0, 10, (256,), generator=generator))
+    return torch.utils.data.TensorDataset(
+        torch.randn(256, 3, 16, 16, generator=generator), torch.randint(0, 10, (256,), generator=generator)
+    )
 
 
 def children() -> set:
@@ -79,8 +91,9 @@ def test_sweep_stops_at_the_oom_and_picks_agree_with_rows(tmp_path):
     before_children = children()
     before = state_of(model, optimizer)
     seen = []
-    result = run_benchmark(model, dataset=dataset(), config=str(config), simulate=CAP, optimizer=optimizer,
-                           on_row=seen.append)
+    result = run_benchmark(
+        model, dataset=dataset(), config=str(config), simulate=CAP, optimizer=optimizer, on_row=seen.append
+    )
     payload = result.to_payload()
     rows = payload["rows"]
     assert seen == result.rows  # every row was reported as it finished, in order
@@ -93,7 +106,7 @@ def test_sweep_stops_at_the_oom_and_picks_agree_with_rows(tmp_path):
     ooms = 0
     for combo in combos.values():
         sizes = [r["batch_size"] for r in combo]
-        assert sizes == [4, 8, 16, 32, 64][:len(sizes)]
+        assert sizes == [4, 8, 16, 32, 64][: len(sizes)]
         assert all(r["status"] == "ok" for r in combo[:-1])
         if combo[-1]["status"] == "oom":
             ooms += 1
@@ -121,13 +134,21 @@ def test_sweep_stops_at_the_oom_and_picks_agree_with_rows(tmp_path):
     bundle = benchmark_bundle(result)
     jsonschema.Draft202012Validator(schema).validate(bundle[MIME])
     text = bundle["text/plain"]
-    for heading in ("BENCHMARK SUMMARY", "OPTIMAL CONFIGURATION", "Highest Throughput:", "Best Efficiency",
-                    "Recommended for Training:", "OOM (sim)", "simulated"):
+    for heading in (
+        "BENCHMARK SUMMARY",
+        "OPTIMAL CONFIGURATION",
+        "Highest Throughput:",
+        "Best Efficiency",
+        "Recommended for Training:",
+        "OOM (sim)",
+        "simulated",
+    ):
         assert heading in text
     pick = payload["picks"]["recommended"]
     assert yaml.safe_load(result.to_yaml()) == {
         "data": {"batch_size": pick["batch_size"], "num_workers": pick["num_workers"], "pin_memory": False},
-        "training": {"use_amp": pick["amp"]}}
+        "training": {"use_amp": pick["amp"]},
+    }
 
 
 def test_ctrl_c_returns_the_partial_table_and_leaves_no_worker():
@@ -142,8 +163,18 @@ def test_ctrl_c_returns_the_partial_table_and_leaves_no_worker():
             raise KeyboardInterrupt
         return m(batch[0])
 
-    result = run_benchmark(model, synthetic_shape="3x16x16", num_classes=10, batch_sizes=[4, 8, 16],
-                           num_workers=[2], steps=2, warmup_steps=1, amp=False, simulate=CAP, forward=forward)
+    result = run_benchmark(
+        model,
+        synthetic_shape="3x16x16",
+        num_classes=10,
+        batch_sizes=[4, 8, 16],
+        num_workers=[2],
+        steps=2,
+        warmup_steps=1,
+        amp=False,
+        simulate=CAP,
+        forward=forward,
+    )
     assert result.interrupted and len(result.rows) == 2
     assert "interrupted" in str(result).lower()
     assert children() <= before_children
@@ -151,23 +182,35 @@ def test_ctrl_c_returns_the_partial_table_and_leaves_no_worker():
 
 
 def test_cpu_without_cap_tracks_tensor_bytes_and_recommends_fastest():
-    result = run_benchmark(cnn(), synthetic_shape=(3, 16, 16), num_classes=10, batch_sizes="4,8", num_workers=[0],
-                           steps=1, warmup_steps=0, amp=False, device="cpu")
+    result = run_benchmark(
+        cnn(),
+        synthetic_shape=(3, 16, 16),
+        num_classes=10,
+        batch_sizes="4,8",
+        num_workers=[0],
+        steps=1,
+        warmup_steps=0,
+        amp=False,
+        device="cpu",
+    )
     assert result.engine == "cpu" and result.limit_bytes is None
     assert all(r.peak_bytes and r.status == "ok" for r in result.rows)
     assert result.picks["recommended"].row == result.picks["highest_throughput"].row
 
 
-@pytest.mark.parametrize("text, message", [
-    ("benchmark:\n  batch_size: [8]\n", "benchmark.batch_size: unknown key"),
-    ("benchmark:\n  batch_sizes: abc\n", "benchmark.batch_sizes: expected a list of positive integers, got 'abc'"),
-    ("benchmark:\n  num_workers_options: [0, -2]\n", "benchmark.num_workers_options: expected a list of integers"),
-    ("benchmark:\n  steps_per_test: 0\n", "benchmark.steps_per_test: expected a positive integer, got 0"),
-    ("benchmark:\n  test_mixed_precision: maybe\n", "benchmark.test_mixed_precision: expected true or false"),
-    ("benchmark:\n  memory_target: 1.5\n", "benchmark.memory_target: expected a fraction in (0, 1], got 1.5"),
-    ("data:\n  batch_size: 8\n", "benchmark: missing section"),
-    ("benchmark: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("benchmark:\n  batch_size: [8]\n", "benchmark.batch_size: unknown key"),
+        ("benchmark:\n  batch_sizes: abc\n", "benchmark.batch_sizes: expected a list of positive integers, got 'abc'"),
+        ("benchmark:\n  num_workers_options: [0, -2]\n", "benchmark.num_workers_options: expected a list of integers"),
+        ("benchmark:\n  steps_per_test: 0\n", "benchmark.steps_per_test: expected a positive integer, got 0"),
+        ("benchmark:\n  test_mixed_precision: maybe\n", "benchmark.test_mixed_precision: expected true or false"),
+        ("benchmark:\n  memory_target: 1.5\n", "benchmark.memory_target: expected a fraction in (0, 1], got 1.5"),
+        ("data:\n  batch_size: 8\n", "benchmark: missing section"),
+        ("benchmark: [\n", "not valid YAML"),
+    ],
+)
 def test_bad_config_is_one_line_naming_it(tmp_path, text, message):
     path = tmp_path / "cfg.yaml"
     path.write_text(text)
@@ -189,9 +232,13 @@ def test_config_file_problems_are_one_line_naming_the_file(tmp_path, monkeypatch
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", refusing_open)
-    for path, problem in ((tmp_path, "is a directory"), ("/proc/self/mem", "cannot read it"),
-                          (latin, "not UTF-8 text"), (locked, "permission denied"),
-                          ("/dev/zero", "larger than 1 MiB")):
+    for path, problem in (
+        (tmp_path, "is a directory"),
+        ("/proc/self/mem", "cannot read it"),
+        (latin, "not UTF-8 text"),
+        (locked, "permission denied"),
+        ("/dev/zero", "larger than 1 MiB"),
+    ):
         with pytest.raises(ValueError) as caught:
             load_config(str(path))
         message = str(caught.value)
@@ -215,15 +262,38 @@ def test_swapping_is_suspected_only_with_all_three_signs():
     from gpumem_kernel.benchmark import BenchmarkRow, _swapping, diagnose, pick_configurations
 
     total = 16 * GiB
-    fast = BenchmarkRow(16, 4, True, True, "ok", total_ms=100.0, samples_per_s=160.0, gpu_util=92.0,
-                        peak_bytes=11 * GiB, peak_reserved_bytes=11 * GiB, efficiency=14.5)
-    slow = BenchmarkRow(32, 4, True, True, "ok", total_ms=2000.0, samples_per_s=16.0, gpu_util=35.0,
-                        peak_bytes=int(15.9 * GiB), peak_reserved_bytes=int(15.9 * GiB), device_used_bytes=16 * GiB)
+    fast = BenchmarkRow(
+        16,
+        4,
+        True,
+        True,
+        "ok",
+        total_ms=100.0,
+        samples_per_s=160.0,
+        gpu_util=92.0,
+        peak_bytes=11 * GiB,
+        peak_reserved_bytes=11 * GiB,
+        efficiency=14.5,
+    )
+    slow = BenchmarkRow(
+        32,
+        4,
+        True,
+        True,
+        "ok",
+        total_ms=2000.0,
+        samples_per_s=16.0,
+        gpu_util=35.0,
+        peak_bytes=int(15.9 * GiB),
+        peak_reserved_bytes=int(15.9 * GiB),
+        device_used_bytes=16 * GiB,
+    )
     assert _swapping(fast, slow, total)
     assert not _swapping(fast, BenchmarkRow(**{**slow.__dict__, "gpu_util": 95.0}), total)  # still busy
     assert not _swapping(fast, BenchmarkRow(**{**slow.__dict__, "total_ms": 210.0}), total)  # not slower
-    assert not _swapping(fast, BenchmarkRow(**{**slow.__dict__, "peak_reserved_bytes": 8 * GiB,
-                                                "device_used_bytes": 9 * GiB}), total)  # memory not at the limit
+    assert not _swapping(
+        fast, BenchmarkRow(**{**slow.__dict__, "peak_reserved_bytes": 8 * GiB, "device_used_bytes": 9 * GiB}), total
+    )  # memory not at the limit
     assert not _swapping(fast, BenchmarkRow(**{**slow.__dict__, "gpu_util": None}), None)  # no GPU: never
     slow.status = "swapping-suspected"
     picks = pick_configurations([fast, slow], total, 0.8)

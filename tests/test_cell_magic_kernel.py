@@ -21,8 +21,11 @@ def kernel():
 
 
 def outputs(kernel: KernelHarness, msg_id: str) -> List[Received]:
-    return [r for r in kernel.messages() if r.parent_id == msg_id and r.msg_type in ("error", "display_data",
-                                                                                      "stream", "execute_result")]
+    return [
+        r
+        for r in kernel.messages()
+        if r.parent_id == msg_id and r.msg_type in ("error", "display_data", "stream", "execute_result")
+    ]
 
 
 def test_a_failing_cell_fails_as_without_the_magic_and_still_shows_its_peak_and_delta(kernel):

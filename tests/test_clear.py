@@ -18,9 +18,11 @@ from gpumem_kernel.oom import OOM_MIME, install_oom_handler, last_oom, uninstall
 torch = pytest.importorskip("torch")
 
 MILLION_FLOATS = 4 * 10**6  # bytes of torch.ones(10**6)
-OOM_TEXT = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which "
-            "3.06 MiB is free. Process 123 has 14.74 GiB memory in use. Of the allocated memory 14.56 GiB is allocated "
-            "by PyTorch, and 51.92 MiB is reserved by PyTorch but unallocated.")
+OOM_TEXT = (
+    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which "
+    "3.06 MiB is free. Process 123 has 14.74 GiB memory in use. Of the allocated memory 14.56 GiB is allocated "
+    "by PyTorch, and 51.92 MiB is reserved by PyTorch but unallocated."
+)
 
 
 @pytest.fixture
@@ -71,7 +73,9 @@ def test_a_tensor_held_only_by_the_traceback_is_freed(shell) -> None:
     assert not alive(shell)
     assert "sys.last_type/last_value/last_traceback" in report.traceback_sources
     assert report.traceback_frames >= 2
-    assert report.traceback_freed.bytes == MILLION_FLOATS and report.traceback_freed.by_device == {"cpu": MILLION_FLOATS}
+    assert report.traceback_freed.bytes == MILLION_FLOATS and report.traceback_freed.by_device == {
+        "cpu": MILLION_FLOATS
+    }
     assert not hasattr(sys, "last_traceback")
     assert report.gc_collected is not None and report.gc_collected >= 0
     assert not torch.cuda.is_initialized()  # clearing never initialises CUDA
@@ -111,10 +115,13 @@ def test_output_cache_entries_without_tensors_stay(shell) -> None:
 
 
 def test_user_variables_are_untouched_unless_named(shell) -> None:
-    run(shell, "keep = torch.ones(1000)\nview = keep[:10]\nbatch = {'x': torch.ones(100), 'n': 3}\n"
-               "_ = torch.ones(5)  # assigned by the user, not IPython's output cache\n"
-               "model = torch.nn.Linear(1000, 1000)\nopt = torch.optim.Adam(model.parameters())\n"
-               "model(torch.ones(2, 1000)).sum().backward()\nopt.step()")
+    run(
+        shell,
+        "keep = torch.ones(1000)\nview = keep[:10]\nbatch = {'x': torch.ones(100), 'n': 3}\n"
+        "_ = torch.ones(5)  # assigned by the user, not IPython's output cache\n"
+        "model = torch.nn.Linear(1000, 1000)\nopt = torch.optim.Adam(model.parameters())\n"
+        "model(torch.ones(2, 1000)).sum().backward()\nopt.step()",
+    )
     objects = {name: shell.user_ns[name] for name in ("keep", "view", "batch", "_", "model", "opt")}
     report = clear_gpu_memory(shell)
     assert all(shell.user_ns[name] is value for name, value in objects.items())
@@ -144,12 +151,15 @@ def test_deleting_a_variable_whose_tensor_is_shared_reports_nothing_freed(shell)
     assert report.deleted[0].bytes == 0 and "b" in shell.user_ns
 
 
-@pytest.mark.parametrize("names, words", [
-    (["nope"], ["'nope'"]),
-    (["keep", "nope", "nada"], ["'nope'", "'nada'"]),
-    (["not a name"], ["not a variable name"]),
-    (["Out"], ["'Out'", "IPython"]),
-])
+@pytest.mark.parametrize(
+    "names, words",
+    [
+        (["nope"], ["'nope'"]),
+        (["keep", "nope", "nada"], ["'nope'", "'nada'"]),
+        (["not a name"], ["not a variable name"]),
+        (["Out"], ["'Out'", "IPython"]),
+    ],
+)
 def test_bad_variable_names_give_one_line_and_change_nothing(shell, names, words) -> None:
     make_traceback_tensor(shell)
     run(shell, "keep = torch.ones(3)")
@@ -205,8 +215,9 @@ def test_clear_without_torch_objects_or_errors_reports_nothing_to_drop(shell) ->
 
 def raise_oom(sh: InteractiveShell, cls: str = "torch.OutOfMemoryError"):
     with capture_output() as captured:
-        result = sh.run_cell(f"def step():\n    big = torch.ones(10**6)\n    raise {cls}({OOM_TEXT!r})\nstep()",
-                             store_history=True)
+        result = sh.run_cell(
+            f"def step():\n    big = torch.ones(10**6)\n    raise {cls}({OOM_TEXT!r})\nstep()", store_history=True
+        )
     return result, captured
 
 

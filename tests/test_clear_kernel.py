@@ -13,9 +13,11 @@ from gpumem_kernel.clear import CLEAR_MIME, load_payload_schema
 from gpumem_kernel.oom import OOM_MIME
 from kernel_harness import KernelHarness, kernel_python
 
-OOM_TEXT = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which "
-            "3.06 MiB is free. Of the allocated memory 14.56 GiB is allocated by PyTorch, and 51.92 MiB is reserved "
-            "by PyTorch but unallocated.")
+OOM_TEXT = (
+    "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which "
+    "3.06 MiB is free. Of the allocated memory 14.56 GiB is allocated by PyTorch, and 51.92 MiB is reserved "
+    "by PyTorch but unallocated."
+)
 TENSOR_BYTES = 4 * 25 * 10**6  # torch.ones(25 * 10**6): 100 MB, large enough to show in the kernel's RSS
 
 
@@ -23,8 +25,10 @@ def _torch_in_kernel_python() -> bool:
     return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
 
 
-pytestmark = [pytest.mark.kernel,
-              pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python")]
+pytestmark = [
+    pytest.mark.kernel,
+    pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +46,9 @@ def _clear(kernel: KernelHarness, args: str = "") -> dict:
 
 
 def test_a_tensor_held_only_by_the_traceback_is_freed(kernel) -> None:
-    kernel.execute("def f():\n    t = torch.ones(25 * 10**6)\n    global w\n    w = weakref.ref(t)\n    raise ValueError('boom')")
+    kernel.execute(
+        "def f():\n    t = torch.ones(25 * 10**6)\n    global w\n    w = weakref.ref(t)\n    raise ValueError('boom')"
+    )
     assert kernel.execute("f()")["status"] == "error"
     kernel.execute("gc.collect()")
     assert kernel.evaluate("w() is not None") is True
@@ -78,7 +84,9 @@ def test_named_variables_only(kernel) -> None:
 def test_an_oom_in_a_cell_shows_the_traceback_and_the_checklist(kernel) -> None:
     assert kernel.evaluate("o.install_oom_handler(get_ipython())") == "OOM checklist installed"
     start = len(kernel.messages())
-    reply = kernel.execute(f"def step():\n    big = torch.ones(1000)\n    raise torch.OutOfMemoryError({OOM_TEXT!r})\nstep()")
+    reply = kernel.execute(
+        f"def step():\n    big = torch.ones(1000)\n    raise torch.OutOfMemoryError({OOM_TEXT!r})\nstep()"
+    )
     assert reply["status"] == "error" and reply["ename"] == "OutOfMemoryError"
     ours = [r for r in kernel.messages()[start:] if r.parent_id == reply["msg_id"]]
     kinds = [r.msg_type for r in ours if r.msg_type in ("error", "display_data")]
@@ -99,7 +107,9 @@ def test_an_oom_in_a_cell_shows_the_traceback_and_the_checklist(kernel) -> None:
 
 def test_clear_bundle_displays(kernel) -> None:
     start = len(kernel.messages())
-    reply = kernel.execute("from IPython.display import display\ndisplay(c.clear_bundle(c.clear_gpu_memory(dry_run=True)), raw=True)")
+    reply = kernel.execute(
+        "from IPython.display import display\ndisplay(c.clear_bundle(c.clear_gpu_memory(dry_run=True)), raw=True)"
+    )
     shown = [r for r in kernel.messages()[start:] if r.parent_id == reply["msg_id"] and r.msg_type == "display_data"]
     assert len(shown) == 1 and CLEAR_MIME in shown[0].content["data"]
     assert kernel.evaluate("torch.cuda.is_initialized()") is False

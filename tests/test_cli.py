@@ -67,23 +67,77 @@ def run(capsys, *argv):
 def test_seed_004_session_with_simulate(session, capsys):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     # seed 004, "특정 배치 크기만 테스트" + "Workers 수도 함께 테스트", on a tiny model without a GPU
-    code, out, err = run(capsys, "benchmark", "--config", "checking_gpu_optimization.yaml",
-                         "--model", "tiny_models:build", "--synthetic", "3x16x16", "--classes", "10",
-                         "--batch-sizes", "4", "8", "16", "32", "64", "--num-workers", "0,2", "--steps", "2",
-                         "--warmup", "1", "--simulate", "1MiB", "--save-yaml", "recommended.yaml")
+    code, out, err = run(
+        capsys,
+        "benchmark",
+        "--config",
+        "checking_gpu_optimization.yaml",
+        "--model",
+        "tiny_models:build",
+        "--synthetic",
+        "3x16x16",
+        "--classes",
+        "10",
+        "--batch-sizes",
+        "4",
+        "8",
+        "16",
+        "32",
+        "64",
+        "--num-workers",
+        "0,2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--simulate",
+        "1MiB",
+        "--save-yaml",
+        "recommended.yaml",
+    )
     assert code == 0, err
-    for heading in ("📋 BENCHMARK SUMMARY", " Batch Workers", "I/O(ms)", "Samples/s", "🏆 OPTIMAL CONFIGURATION",
-                    "🚀 Highest Throughput:", "⚡ Best Efficiency", "💡 Recommended for Training:", "OOM (sim)",
-                    "simulated"):
+    for heading in (
+        "📋 BENCHMARK SUMMARY",
+        " Batch Workers",
+        "I/O(ms)",
+        "Samples/s",
+        "🏆 OPTIMAL CONFIGURATION",
+        "🚀 Highest Throughput:",
+        "⚡ Best Efficiency",
+        "💡 Recommended for Training:",
+        "OOM (sim)",
+        "simulated",
+    ):
         assert heading in out
     assert "batch" in err and "samples/s" in err  # rows appeared on stderr as they finished
     saved = yaml.safe_load((session / "recommended.yaml").read_text())
     assert set(saved) == {"data", "training"} and saved["data"]["pin_memory"] is False
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
-    code, out, _ = run(capsys, "benchmark", "--config", "checking_gpu_optimization.yaml", "--model",
-                       "tiny_models:build", "--synthetic", "3x16x16", "--classes", "10", "--batch-sizes", "8,16",
-                       "--num-workers", "0", "--steps", "1", "--warmup", "0", "--simulate", "1MiB", "--format",
-                       "json", "--quiet")
+    code, out, _ = run(
+        capsys,
+        "benchmark",
+        "--config",
+        "checking_gpu_optimization.yaml",
+        "--model",
+        "tiny_models:build",
+        "--synthetic",
+        "3x16x16",
+        "--classes",
+        "10",
+        "--batch-sizes",
+        "8,16",
+        "--num-workers",
+        "0",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--simulate",
+        "1MiB",
+        "--format",
+        "json",
+        "--quiet",
+    )
     assert code == 0
     schema = json.loads(resources.files("gpumem_kernel").joinpath("schemas/benchmark.schema.json").read_text())
     payload = json.loads(out)
@@ -92,32 +146,51 @@ def test_seed_004_session_with_simulate(session, capsys):
 
 
 def test_autobatch_command(session, capsys):
-    code, out, err = run(capsys, "autobatch", "--model", "tiny_models:mlp", "--input", "32", "--simulate",
-                         "150000", "--classes", "10")
+    code, out, err = run(
+        capsys, "autobatch", "--model", "tiny_models:mlp", "--input", "32", "--simulate", "150000", "--classes", "10"
+    )
     assert code == 0, err
     assert "Maximum:" in out and "simulated" in out and "trial batch" in err
-    code, out, _ = run(capsys, "autobatch", "--model", "tiny_models:mlp", "--simulate", "150000", "--format",
-                       "json", "--quiet", "--start-batch", "16")
+    code, out, _ = run(
+        capsys,
+        "autobatch",
+        "--model",
+        "tiny_models:mlp",
+        "--simulate",
+        "150000",
+        "--format",
+        "json",
+        "--quiet",
+        "--start-batch",
+        "16",
+    )
     payload = json.loads(out)
     schema = json.loads(resources.files("gpumem_kernel").joinpath("schemas/autobatch.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(payload)
     assert payload["engine"] == "simulated" and payload["maximum"] > 16
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--batch-sizes", "abc"],
-     "--batch-sizes: expected a list of positive integers, got 'abc'"),
-    (["benchmark", "--model", "tiny_models", "--synthetic", "3x16x16"], "expected module:factory"),
-    (["benchmark", "--model", "tiny_models:missing", "--synthetic", "3x16x16"], "has no attribute missing"),
-    (["benchmark", "--model", "no_such_module:f", "--synthetic", "3x16x16"], "cannot import no_such_module"),
-    (["benchmark", "--model", "tiny_models:not_a_model", "--synthetic", "3x16x16"], "not a torch.nn.Module"),
-    (["benchmark", "--model", "tiny_models:build"], "one of the arguments --synthetic --dataset is required"),
-    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "bad.yaml"],
-     "benchmark.batch_size: unknown key"),
-    (["autobatch", "--model", "tiny_models:mlp"], "simulate='6GiB'"),
-    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "huge"], "cannot read memory size 'huge'"),
-    (["nonsense"], "invalid choice: 'nonsense'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--batch-sizes", "abc"],
+            "--batch-sizes: expected a list of positive integers, got 'abc'",
+        ),
+        (["benchmark", "--model", "tiny_models", "--synthetic", "3x16x16"], "expected module:factory"),
+        (["benchmark", "--model", "tiny_models:missing", "--synthetic", "3x16x16"], "has no attribute missing"),
+        (["benchmark", "--model", "no_such_module:f", "--synthetic", "3x16x16"], "cannot import no_such_module"),
+        (["benchmark", "--model", "tiny_models:not_a_model", "--synthetic", "3x16x16"], "not a torch.nn.Module"),
+        (["benchmark", "--model", "tiny_models:build"], "one of the arguments --synthetic --dataset is required"),
+        (
+            ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "bad.yaml"],
+            "benchmark.batch_size: unknown key",
+        ),
+        (["autobatch", "--model", "tiny_models:mlp"], "simulate='6GiB'"),
+        (["autobatch", "--model", "tiny_models:mlp", "--simulate", "huge"], "cannot read memory size 'huge'"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
 def test_errors_are_one_line_exit_2(session, capsys, argv, message):
     (session / "bad.yaml").write_text("benchmark:\n  batch_size: [8]\n")
     code, out, err = run(capsys, *argv)
@@ -128,24 +201,41 @@ def test_errors_are_one_line_exit_2(session, capsys, argv, message):
 BIG = "99999999999999999999"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["analyze", "--model", "tiny_models:mlp", "--device", "tpu"],
-     "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'"),
-    (["analyze", "--model", "tiny_models:mlp", "--device", "cuda:3"], "got 'cuda:3', but this kernel sees no CUDA"),
-    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--device", "tpu"],
-     "argument --device: expected cpu, auto, cuda, cuda:N or N, got 'tpu'"),
-    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--device", "3"],
-     "got '3', but this kernel sees no CUDA device"),
-    (["analyze", "--model", "tiny_models:mlp", "--batch", BIG],
-     f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'"),
-    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--start-batch", BIG],
-     "argument --start-batch: expected an integer from 1 to 2147483647"),
-    (["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--max-batch", BIG],
-     "argument --max-batch: expected an integer from 1 to 2147483647"),
-    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "."], ".: is a directory"),
-    (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "/proc/self/mem"],
-     "/proc/self/mem: cannot read it"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["analyze", "--model", "tiny_models:mlp", "--device", "tpu"],
+            "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'",
+        ),
+        (["analyze", "--model", "tiny_models:mlp", "--device", "cuda:3"], "got 'cuda:3', but this kernel sees no CUDA"),
+        (
+            ["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--device", "tpu"],
+            "argument --device: expected cpu, auto, cuda, cuda:N or N, got 'tpu'",
+        ),
+        (
+            ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--device", "3"],
+            "got '3', but this kernel sees no CUDA device",
+        ),
+        (
+            ["analyze", "--model", "tiny_models:mlp", "--batch", BIG],
+            f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'",
+        ),
+        (
+            ["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--start-batch", BIG],
+            "argument --start-batch: expected an integer from 1 to 2147483647",
+        ),
+        (
+            ["autobatch", "--model", "tiny_models:mlp", "--simulate", "1MiB", "--max-batch", BIG],
+            "argument --max-batch: expected an integer from 1 to 2147483647",
+        ),
+        (["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "."], ".: is a directory"),
+        (
+            ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "/proc/self/mem"],
+            "/proc/self/mem: cannot read it",
+        ),
+    ],
+)
 def test_device_batch_and_config_are_checked_as_in_the_magics(session, capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
@@ -153,11 +243,17 @@ def test_device_batch_and_config_are_checked_as_in_the_magics(session, capsys, a
     assert "overflow" not in err.lower() and not torch.cuda.is_initialized()
 
 
-@pytest.mark.parametrize("argv", [
-    ["analyze", "--model", "x" * 20_000], ["analyze", "--model", "tiny_models:mlp", "--target", "x" * 20_000],
-    ["analyze", "--model", "tiny_models:mlp", "--amp", "x" * 20_000], ["info", "--format", "RTX " * 5_000],
-    ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "x" * 20_000],
-], ids=["model", "target", "amp", "format", "config"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "--model", "x" * 20_000],
+        ["analyze", "--model", "tiny_models:mlp", "--target", "x" * 20_000],
+        ["analyze", "--model", "tiny_models:mlp", "--amp", "x" * 20_000],
+        ["info", "--format", "RTX " * 5_000],
+        ["benchmark", "--model", "tiny_models:build", "--synthetic", "3x16x16", "--config", "x" * 20_000],
+    ],
+    ids=["model", "target", "amp", "format", "config"],
+)
 def test_echoed_values_are_cut(session, capsys, argv):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err.count("\n") == 1
@@ -166,8 +262,9 @@ def test_echoed_values_are_cut(session, capsys, argv):
 
 def test_subcommands_register(capsys):
     seen = []
-    command = cli.Command("hello", "say hello", lambda p: p.add_argument("--name", default="x"),
-                          lambda args: seen.append(args.name) or 0)
+    command = cli.Command(
+        "hello", "say hello", lambda p: p.add_argument("--name", default="x"), lambda args: seen.append(args.name) or 0
+    )
     cli.register(command)
     try:
         assert cli.main(["hello", "--name", "gpu"]) == 0 and seen == ["gpu"]
@@ -187,8 +284,14 @@ def test_module_entry_point_info_without_a_gpu(tmp_path):
 
     root = Path(cli.__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "gpumem_kernel", "info"], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpumem_kernel", "info"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "No NVIDIA GPU visible: " in done.stdout
     for label in ("Host", "Total Memory:", "Available:", "This process:"):
@@ -207,8 +310,12 @@ def test_info_json_is_a_valid_sample(capsys):
 def test_info_lists_each_gpu(make_prober):
     from fake_nvml import FakeGpu, GiB
 
-    prober = make_prober([FakeGpu("NVIDIA GeForce RTX 4080 SUPER", "GPU-1", total=16 * GiB, used=4 * GiB),
-                          FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-2", total=80 * GiB, used=0, cc=(8, 0))])
+    prober = make_prober(
+        [
+            FakeGpu("NVIDIA GeForce RTX 4080 SUPER", "GPU-1", total=16 * GiB, used=4 * GiB),
+            FakeGpu("NVIDIA A100-SXM4-80GB", "GPU-2", total=80 * GiB, used=0, cc=(8, 0)),
+        ]
+    )
     text = cli.info_text(prober().to_dict())
 
     assert "2 GPUs visible" in text and "No NVIDIA GPU" not in text
@@ -219,13 +326,37 @@ def test_info_lists_each_gpu(make_prober):
 
 
 def test_analyze_command(session, capsys):
-    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--batch", "32", "--target",
-                         "RTX 4080 Super", "--amp", "bf16", "--optimizer", "adamw")
+    code, out, err = run(
+        capsys,
+        "analyze",
+        "--model",
+        "tiny_models:mlp",
+        "--batch",
+        "32",
+        "--target",
+        "RTX 4080 Super",
+        "--amp",
+        "bf16",
+        "--optimizer",
+        "adamw",
+    )
     assert code == 0, err
     assert "💾 Memory Analysis - planning for RTX 4080 Super" in out and "🎯 Batch Size Recommendations:" in out
     assert "Mixed Precision:  Enabled (bfloat16)" in out
-    code, out, _ = run(capsys, "analyze", "--model", "tiny_models:build", "--input", "3x16x16", "--memory",
-                       "4GiB", "--classes", "10", "--format", "json")
+    code, out, _ = run(
+        capsys,
+        "analyze",
+        "--model",
+        "tiny_models:build",
+        "--input",
+        "3x16x16",
+        "--memory",
+        "4GiB",
+        "--classes",
+        "10",
+        "--format",
+        "json",
+    )
     payload = json.loads(out)
     schema = json.loads(resources.files("gpumem_kernel").joinpath("schemas/analysis.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(payload)
@@ -233,15 +364,18 @@ def test_analyze_command(session, capsys):
     assert payload["settings"]["input"].startswith("(3, 16, 16)")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["analyze", "--model", "tiny_models:mlp", "--target", "RTX 9999"], "unknown GPU 'RTX 9999'"),
-    (["analyze", "--model", "tiny_models:mlp", "--memory", "lots"], "cannot read memory size 'lots'"),
-    (["analyze", "--model", "tiny_models:mlp", "--input", "3xq"], "bad input shape '3xq'"),
-    (["analyze", "--model", "tiny_models:mlp", "--input", "3x3"], "training step failed while tracing"),
-    (["analyze", "--model", "tiny_models:not_a_model"], "not a torch.nn.Module"),
-    (["analyze", "--model", "tiny_models:mlp", "--target", "T4", "--memory", "16GiB"], "not allowed with"),
-    (["info", "--format", "yaml"], "invalid choice: 'yaml'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["analyze", "--model", "tiny_models:mlp", "--target", "RTX 9999"], "unknown GPU 'RTX 9999'"),
+        (["analyze", "--model", "tiny_models:mlp", "--memory", "lots"], "cannot read memory size 'lots'"),
+        (["analyze", "--model", "tiny_models:mlp", "--input", "3xq"], "bad input shape '3xq'"),
+        (["analyze", "--model", "tiny_models:mlp", "--input", "3x3"], "training step failed while tracing"),
+        (["analyze", "--model", "tiny_models:not_a_model"], "not a torch.nn.Module"),
+        (["analyze", "--model", "tiny_models:mlp", "--target", "T4", "--memory", "16GiB"], "not allowed with"),
+        (["info", "--format", "yaml"], "invalid choice: 'yaml'"),
+    ],
+)
 def test_analyze_and_info_errors_are_one_line(session, capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""

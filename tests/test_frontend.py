@@ -17,9 +17,11 @@ from gpumem_kernel import frontend
 from gpumem_kernel.clear import load_payload_schema
 from gpumem_kernel.oom import install_oom_handler, uninstall_oom_handler
 
-OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-            "15.70 GiB of which 1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and "
-            "120.00 MiB is reserved by PyTorch but unallocated.")
+OOM_TEXT = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "15.70 GiB of which 1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and "
+    "120.00 MiB is reserved by PyTorch but unallocated."
+)
 
 
 @pytest.fixture

@@ -26,8 +26,14 @@ MiB = 1 << 20
 
 def _suite(out: Path, *flags: str, timeout: float) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "benchmarks.gpu", *flags, "--out", str(out)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", *flags, "--out", str(out)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _load(out: Path) -> Dict[str, Dict[str, Any]]:
@@ -49,8 +55,15 @@ def test_the_dry_run_finishes_and_prints_the_summary_table(dry) -> None:
     done, results = dry
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert set(results) == set(FILES)
-    for check in ("traced vs max_memory_allocated", "no implicit CUDA context", "clear: Out-pinned tensor",
-                  "restart and free", "sampler overhead at 1 Hz", "per-rank DDP ws=1", "autobatch "):
+    for check in (
+        "traced vs max_memory_allocated",
+        "no implicit CUDA context",
+        "clear: Out-pinned tensor",
+        "restart and free",
+        "sampler overhead at 1 Hz",
+        "per-rank DDP ws=1",
+        "autobatch ",
+    ):
         assert check in done.stdout
     assert "DRY RUN (CPU stand-ins, no GPU figure)" in done.stdout
     assert all(s["status"] == "ok" for s in results["gpu_suite"]["sections"].values())

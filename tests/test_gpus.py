@@ -7,20 +7,42 @@ from gpumem_kernel import gpus
 GiB, MiB = 1 << 30, 1 << 20
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("RTX 4080 Super", "RTX 4080 Super"), ("rtx 4080 super", "RTX 4080 Super"), ("4080s", "RTX 4080 Super"),
-    ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 Super"), ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
-    ("A100 40GB", "A100 40GB"), ("Tesla T4", "T4"), ("NVIDIA H100 80GB HBM3", "H100 80GB"),
-    ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti 16GB"), ("h200", "H200"), ("NVIDIA L4", "L4"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("RTX 4080 Super", "RTX 4080 Super"),
+        ("rtx 4080 super", "RTX 4080 Super"),
+        ("4080s", "RTX 4080 Super"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 Super"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("A100 40GB", "A100 40GB"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA H100 80GB HBM3", "H100 80GB"),
+        ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti 16GB"),
+        ("h200", "H200"),
+        ("NVIDIA L4", "L4"),
+    ],
+)
 def test_lookup_by_name_alias_and_nvml_name(name: str, expected: str) -> None:
     assert gpus.lookup(name).name == expected
 
 
 def test_table_covers_the_seeds_gpus_with_memory_and_bf16() -> None:
-    expected_gib = {"RTX 2060": 6, "RTX 3060": 12, "RTX 4060 Ti 16GB": 16, "RTX 4080 Super": 16, "RTX 3090": 24,
-                    "RTX 4090": 24, "A100 40GB": 40, "A100 80GB": 80, "T4": 15, "L4": 22, "A10": 22,
-                    "H100 80GB": 80, "H200": 140}
+    expected_gib = {
+        "RTX 2060": 6,
+        "RTX 3060": 12,
+        "RTX 4060 Ti 16GB": 16,
+        "RTX 4080 Super": 16,
+        "RTX 3090": 24,
+        "RTX 4090": 24,
+        "A100 40GB": 40,
+        "A100 80GB": 80,
+        "T4": 15,
+        "L4": 22,
+        "A10": 22,
+        "H100 80GB": 80,
+        "H200": 140,
+    }
     for name, gib in expected_gib.items():
         spec = gpus.lookup(name)
         assert round(spec.memory_bytes / GiB) == gib, name

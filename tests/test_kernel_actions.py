@@ -19,9 +19,11 @@ from kernel_harness import KernelHarness
 
 pytestmark = pytest.mark.kernel
 
-OOM_MESSAGE = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
-               "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
-               "reserved by PyTorch but unallocated.")
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
+    "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
+    "reserved by PyTorch but unallocated."
+)
 # torch.OutOfMemoryError when the kernel's Python has torch; otherwise (the ipykernel 6 test venv) a stand-in
 # with the same name and module, which is how the handler recognises it without importing torch.
 OOM_CLASS = """
@@ -57,8 +59,9 @@ def call(kernel: KernelHarness, expression: str) -> Dict[str, Any]:
     return answer
 
 
-def ask(kernel: KernelHarness, comm: Dict[str, Any], action: str, args: Dict[str, Any],
-        subshell: Any = None) -> Dict[str, Any]:
+def ask(
+    kernel: KernelHarness, comm: Dict[str, Any], action: str, args: Dict[str, Any], subshell: Any = None
+) -> Dict[str, Any]:
     comm["count"] += 1
     request_id = f"r-{action}-{comm['count']}"
     start = len(kernel.messages())
@@ -119,8 +122,16 @@ def test_children_processes_and_terminate(kernel, comm):
         assert abs(sleeper["create_time"] - psutil.Process(pid).create_time()) < 0.01
 
         state = ask(kernel, comm, "processes", pids(sleeper))["processes"]
-        assert state == [{"pid": pid, "create_time": sleeper["create_time"], "alive": True, "same_process": True,
-                          "name": "sleep", "gpu_used": None}]
+        assert state == [
+            {
+                "pid": pid,
+                "create_time": sleeper["create_time"],
+                "alive": True,
+                "same_process": True,
+                "name": "sleep",
+                "gpu_used": None,
+            }
+        ]
 
         wrong = dict(sleeper, create_time=sleeper["create_time"] - 60)
         refused = ask(kernel, comm, "terminate", pids(wrong))

@@ -166,8 +166,9 @@ def test_magic_in_the_kernel_shows_a_table(kernel):
 
     status = kernel.execute("%gpumem nonsense")
     assert status["status"] == "error" and status["ename"] == "UsageError"
-    assert status["evalue"] == ("gpumem: unknown command 'nonsense'; try: status, clear, oom, analyze, recommend, "
-                                "autobatch, benchmark")
+    assert status["evalue"] == (
+        "gpumem: unknown command 'nonsense'; try: status, clear, oom, analyze, recommend, autobatch, benchmark"
+    )
 
 
 def test_unload_closes_comms_and_stops_the_sampler_and_bootstrap_brings_it_back(kernel, comm_id):

@@ -71,8 +71,13 @@ def test_help_lists_every_command_and_its_options(ip):
     assert "%gpumem status [--json]" in overview
     assert "%gpumem clear [--vars NAME [NAME ...]] [--all-cuda-vars] [--list]" in overview
     assert "%gpumem oom" in overview
-    for line in ("%gpumem analyze MODEL [options]", "%gpumem recommend MODEL [options]",
-                 "%gpumem autobatch MODEL [options]", "%gpumem benchmark MODEL [options]", "%%gpumem [--device N]"):
+    for line in (
+        "%gpumem analyze MODEL [options]",
+        "%gpumem recommend MODEL [options]",
+        "%gpumem autobatch MODEL [options]",
+        "%gpumem benchmark MODEL [options]",
+        "%%gpumem [--device N]",
+    ):
         assert line in overview
     clear_help = run(ip, "%gpumem clear --help")
     assert clear_help.stderr == "" and clear_help.stdout.startswith("usage: %gpumem clear ")
@@ -83,8 +88,11 @@ def test_help_lists_every_command_and_its_options(ip):
 @pytest.mark.parametrize(
     "line, message",
     [
-        ("%gpumem bogus", "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom, analyze, recommend, "
-                          "autobatch, benchmark"),
+        (
+            "%gpumem bogus",
+            "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom, analyze, recommend, "
+            "autobatch, benchmark",
+        ),
         ("%gpumem status --bogus", "UsageError: gpumem status: unrecognized arguments: --bogus"),
         ("%gpumem clear --bogus", "UsageError: gpumem clear: unrecognized arguments: --bogus"),
         ("%gpumem clear --vars", "UsageError: gpumem clear: argument --vars: expected at least one argument"),
@@ -148,9 +156,11 @@ def test_html_escapes_device_and_process_names(make_prober, hostile_process):
 
 # --- %gpumem clear and %gpumem oom -------------------------------------------------------------------------------
 
-OOM_TEXT = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
-            "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is reserved "
-            "by PyTorch but unallocated.")
+OOM_TEXT = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
+    "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is reserved "
+    "by PyTorch but unallocated."
+)
 
 
 def _fail(ip, code: str = "raise ValueError('boom')") -> None:
@@ -210,7 +220,7 @@ def test_clear_all_cuda_vars_on_cpu_says_there_are_none(ip):
 
 def test_oom_shows_the_last_checklist_again(ip):
     run(ip, "%gpumem clear")  # no stale error from another test
-    shell_state = getattr(ip, "_gpumem_oom_handler")
+    shell_state = ip._gpumem_oom_handler
     shell_state.last = shell_state.last_bundle = None
     assert run(ip, "%gpumem oom").stdout.strip() == NO_OOM
 

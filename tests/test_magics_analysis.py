@@ -108,8 +108,11 @@ def test_would_it_fit_on_an_rtx_4080_super(ip):
 
 
 def test_analyze_reads_inputs_losses_and_optimizers_from_the_namespace(ip):
-    by_function = run(ip, "%gpumem analyze model -b 8 --input make_batch --loss mse_loss --optimizer momentum_sgd "
-                          "--memory 2GiB").outputs[0].data[ANALYSIS_MIME]
+    by_function = (
+        run(ip, "%gpumem analyze model -b 8 --input make_batch --loss mse_loss --optimizer momentum_sgd --memory 2GiB")
+        .outputs[0]
+        .data[ANALYSIS_MIME]
+    )
     by_sample = run(ip, "%gpumem analyze model -b 8 --input sample --memory 2GiB").outputs[0].data[ANALYSIS_MIME]
 
     assert by_function["settings"]["input"] == "make_batch(batch_size)"
@@ -128,25 +131,31 @@ def test_analyze_json_prints_the_payload(ip):
     assert captured.outputs == [] and payload["device"]["source"] == "memory"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("%gpumem analyze nope", "MODEL: no variable named 'nope' in this kernel"),
-    ("%gpumem analyze not_a_model", "not_a_model is a list, not a torch.nn.Module"),
-    ("%gpumem analyze model.missing", "MODEL: model has no attribute 'missing'"),
-    ("%gpumem analyze model --input 3xq", "--input: bad input shape '3xq'"),
-    ("%gpumem analyze model --input nothere", "--input 'nothere': no variable of that name"),
-    ("%gpumem analyze model --input 3x224x224", "training step failed while tracing"),
-    ('%gpumem analyze model --target "RTX 9999"', "--target: unknown GPU 'RTX 9999'"),
-    ("%gpumem analyze model --memory huge", "--memory: cannot read memory size 'huge'"),
-    ("%gpumem analyze model --amp fp8", "argument --amp: invalid choice: 'fp8'"),
-    ("%gpumem analyze model --optimizer lion", "--optimizer 'lion': use adamw, adam, sgd, sgd-momentum"),
-    ("%gpumem analyze model --optimizer not_a_model", "--optimizer not_a_model: a list, not a torch.optim"),
-    ("%gpumem analyze model --loss not_a_model", "--loss not_a_model: a list is not callable"),
-    ("%gpumem analyze model --batch many", "argument -b/--batch: expected an integer from 1 to 2147483647, got 'many'"),
-    ("%gpumem analyze model --strategy zero4", "argument --strategy: invalid choice: 'zero4'"),
-    ("%gpumem analyze", "the following arguments are required: MODEL"),
-    ("%gpumem analyze model --bogus", "unrecognized arguments: --bogus"),
-    ("%gpumem recommend nope", "MODEL: no variable named 'nope'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%gpumem analyze nope", "MODEL: no variable named 'nope' in this kernel"),
+        ("%gpumem analyze not_a_model", "not_a_model is a list, not a torch.nn.Module"),
+        ("%gpumem analyze model.missing", "MODEL: model has no attribute 'missing'"),
+        ("%gpumem analyze model --input 3xq", "--input: bad input shape '3xq'"),
+        ("%gpumem analyze model --input nothere", "--input 'nothere': no variable of that name"),
+        ("%gpumem analyze model --input 3x224x224", "training step failed while tracing"),
+        ('%gpumem analyze model --target "RTX 9999"', "--target: unknown GPU 'RTX 9999'"),
+        ("%gpumem analyze model --memory huge", "--memory: cannot read memory size 'huge'"),
+        ("%gpumem analyze model --amp fp8", "argument --amp: invalid choice: 'fp8'"),
+        ("%gpumem analyze model --optimizer lion", "--optimizer 'lion': use adamw, adam, sgd, sgd-momentum"),
+        ("%gpumem analyze model --optimizer not_a_model", "--optimizer not_a_model: a list, not a torch.optim"),
+        ("%gpumem analyze model --loss not_a_model", "--loss not_a_model: a list is not callable"),
+        (
+            "%gpumem analyze model --batch many",
+            "argument -b/--batch: expected an integer from 1 to 2147483647, got 'many'",
+        ),
+        ("%gpumem analyze model --strategy zero4", "argument --strategy: invalid choice: 'zero4'"),
+        ("%gpumem analyze", "the following arguments are required: MODEL"),
+        ("%gpumem analyze model --bogus", "unrecognized arguments: --bogus"),
+        ("%gpumem recommend nope", "MODEL: no variable named 'nope'"),
+    ],
+)
 def test_bad_arguments_are_one_line_without_traceback(ip, line, message):
     captured = run(ip, line)
 
@@ -159,13 +168,32 @@ def test_bad_arguments_are_one_line_without_traceback(ip, line, message):
 def test_help_documents_every_option(ip):
     text = run(ip, "%gpumem analyze --help").stdout
     assert text.startswith("usage: %gpumem analyze ")
-    for option in ("--batch", "--input", "--vocab", "--loss", "--optimizer", "--amp", "--accum", "--checkpointing",
-                   "--device", "--target", "--memory", "--multiple", "--effective-batch", "--world-size",
-                   "--strategy", "--json", '"RTX 4080 Super"', "examples:"):
+    for option in (
+        "--batch",
+        "--input",
+        "--vocab",
+        "--loss",
+        "--optimizer",
+        "--amp",
+        "--accum",
+        "--checkpointing",
+        "--device",
+        "--target",
+        "--memory",
+        "--multiple",
+        "--effective-batch",
+        "--world-size",
+        "--strategy",
+        "--json",
+        '"RTX 4080 Super"',
+        "examples:",
+    ):
         assert option in text, option
-    for command, options in (("recommend", ("--target", "--memory")),
-                             ("autobatch", ("--simulate", "--margin", "--max", "--multiple")),
-                             ("benchmark", ("--synthetic", "--loader-factory", "--dataset", "--save-yaml"))):
+    for command, options in (
+        ("recommend", ("--target", "--memory")),
+        ("autobatch", ("--simulate", "--margin", "--max", "--multiple")),
+        ("benchmark", ("--synthetic", "--loader-factory", "--dataset", "--save-yaml")),
+    ):
         text = run(ip, f"%gpumem {command} --help").stdout
         assert text.startswith(f"usage: %gpumem {command} ") and all(o in text for o in options)
 
@@ -191,9 +219,11 @@ def test_the_oom_checklist_uses_the_last_recommendation(ip):
     recommended = payload["recommendations"]["recommended"]
     assert recommended and last_recommendation(ip) == recommended
 
-    oom_text = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
-                "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
-                "reserved by PyTorch but unallocated.")
+    oom_text = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
+        "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
+        "reserved by PyTorch but unallocated."
+    )
     captured = run(ip, f"batch_size = {recommended * 4}\nraise RuntimeError({oom_text!r})")
 
     steps = {s["id"]: s for s in captured.outputs[0].data[OOM_MIME]["steps"]}
@@ -225,10 +255,14 @@ def test_autobatch_simulated_matches_brute_force_and_restores_the_model(ip):
 
 
 def test_autobatch_errors_are_one_line(ip):
-    for line, message in (("%gpumem autobatch wide", "no GPU to search on: pass --device 'cuda', or --simulate"),
-                          ("%gpumem autobatch wide --simulate lots", "--simulate: cannot read memory size 'lots'"),
-                          ("%gpumem autobatch wide --simulate 2MiB --batch 4 --input 3x3",
-                           "a training step failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied")):
+    for line, message in (
+        ("%gpumem autobatch wide", "no GPU to search on: pass --device 'cuda', or --simulate"),
+        ("%gpumem autobatch wide --simulate lots", "--simulate: cannot read memory size 'lots'"),
+        (
+            "%gpumem autobatch wide --simulate 2MiB --batch 4 --input 3x3",
+            "a training step failed: RuntimeError: mat1 and mat2 shapes cannot be multiplied",
+        ),
+    ):
         captured = run(ip, line)
         assert captured.stderr.startswith("UsageError: gpumem autobatch: ") and message in captured.stderr
         assert captured.stderr.count("\n") == 1 and "Traceback" not in captured.stdout + captured.stderr
@@ -251,8 +285,11 @@ def test_autobatch_ctrl_c_shows_the_partial_result_and_restores(ip):
 
 def test_benchmark_rows_appear_as_they_finish(ip, tmp_path):
     saved = tmp_path / "best.yaml"
-    captured = run(ip, "%gpumem benchmark cnn --synthetic 3x16x16 --classes 10 --batch-sizes 4,8,16,32 "
-                       f"--num-workers 0 --steps 1 --warmup 0 --simulate 1MiB --save-yaml {saved}")
+    captured = run(
+        ip,
+        "%gpumem benchmark cnn --synthetic 3x16x16 --classes 10 --batch-sizes 4,8,16,32 "
+        f"--num-workers 0 --steps 1 --warmup 0 --simulate 1MiB --save-yaml {saved}",
+    )
 
     assert captured.stderr == ""
     progress, final = captured.outputs[:-1], captured.outputs[-1]
@@ -269,22 +306,28 @@ def test_benchmark_rows_appear_as_they_finish(ip, tmp_path):
 
 def test_benchmark_ctrl_c_shows_the_partial_table(ip):
     ip.user_ns["calls"][0] = 0
-    captured = run(ip, "%gpumem benchmark cnn --synthetic 3x16x16 --classes 10 --batch-sizes 4,8,16 "
-                       "--num-workers 0 --steps 1 --warmup 0 --simulate 1MiB --loss interrupting_loss")
+    captured = run(
+        ip,
+        "%gpumem benchmark cnn --synthetic 3x16x16 --classes 10 --batch-sizes 4,8,16 "
+        "--num-workers 0 --steps 1 --warmup 0 --simulate 1MiB --loss interrupting_loss",
+    )
 
     payload = captured.outputs[-1].data[BENCHMARK_MIME]
     assert payload["interrupted"] and 1 <= len(payload["rows"]) < 6
     assert "Interrupted: partial table" in captured.outputs[-1].data["text/plain"]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("%gpumem benchmark cnn", "give one data source: --dataset VAR, --loader-factory VAR or --synthetic SHAPE"),
-    ("%gpumem benchmark cnn --synthetic 3x16x16 --batch-sizes a", "--batch-sizes: expected a list of positive"),
-    ("%gpumem benchmark cnn --dataset sample --classes 3", "--classes goes with --synthetic"),
-    ("%gpumem benchmark cnn --synthetic 3xq", "bad input shape '3xq'"),
-    ("%gpumem benchmark cnn --synthetic 3x16x16 --config no_such.yaml", "no_such.yaml: no such config file"),
-    ("%gpumem benchmark cnn --loader-factory sample", "--loader-factory sample: a Tensor is not callable"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%gpumem benchmark cnn", "give one data source: --dataset VAR, --loader-factory VAR or --synthetic SHAPE"),
+        ("%gpumem benchmark cnn --synthetic 3x16x16 --batch-sizes a", "--batch-sizes: expected a list of positive"),
+        ("%gpumem benchmark cnn --dataset sample --classes 3", "--classes goes with --synthetic"),
+        ("%gpumem benchmark cnn --synthetic 3xq", "bad input shape '3xq'"),
+        ("%gpumem benchmark cnn --synthetic 3x16x16 --config no_such.yaml", "no_such.yaml: no such config file"),
+        ("%gpumem benchmark cnn --loader-factory sample", "--loader-factory sample: a Tensor is not callable"),
+    ],
+)
 def test_benchmark_bad_arguments_are_one_line(ip, line, message):
     captured = run(ip, line)
     assert captured.stderr.startswith("UsageError: gpumem benchmark: ") and message in captured.stderr
@@ -297,18 +340,24 @@ HUGE = "x" * 20_000  # a pasted blob; any length past the bound shows the cut
 BIG = "99999999999999999999"
 
 
-@pytest.mark.parametrize("line, message", [
-    ("%gpumem analyze model --device tpu", "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'"),
-    ("%gpumem recommend model --device 3", "argument --device: got '3', but this kernel sees no CUDA device"),
-    ("%gpumem autobatch wide --simulate 2MiB --device cuda:3", "got 'cuda:3', but this kernel sees no CUDA device"),
-    ("%gpumem benchmark cnn --synthetic 3x16x16 --device tpu", "expected cpu, cuda, cuda:N or N, got 'tpu'"),
-    (f"%gpumem analyze model -b {BIG}", f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'"),
-    (f"%gpumem recommend model --batch {BIG}", "argument -b/--batch: expected an integer from 1 to 2147483647"),
-    (f"%gpumem autobatch wide --simulate 2MiB -b {BIG}", "argument -b/--batch: expected an integer from 1 to"),
-    (f"%gpumem autobatch wide --simulate 2MiB --max {BIG}", "argument --max: expected an integer from 1 to"),
-    ("%gpumem analyze model --batch 0", "argument -b/--batch: expected an integer from 1 to 2147483647, got '0'"),
-    ("%gpumem benchmark cnn --synthetic 3x16x16 --classes 0", "argument --classes: expected an integer from 1 to"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%gpumem analyze model --device tpu", "argument --device: expected cpu, cuda, cuda:N or N, got 'tpu'"),
+        ("%gpumem recommend model --device 3", "argument --device: got '3', but this kernel sees no CUDA device"),
+        ("%gpumem autobatch wide --simulate 2MiB --device cuda:3", "got 'cuda:3', but this kernel sees no CUDA device"),
+        ("%gpumem benchmark cnn --synthetic 3x16x16 --device tpu", "expected cpu, cuda, cuda:N or N, got 'tpu'"),
+        (
+            f"%gpumem analyze model -b {BIG}",
+            f"argument -b/--batch: expected an integer from 1 to 2147483647, got '{BIG}'",
+        ),
+        (f"%gpumem recommend model --batch {BIG}", "argument -b/--batch: expected an integer from 1 to 2147483647"),
+        (f"%gpumem autobatch wide --simulate 2MiB -b {BIG}", "argument -b/--batch: expected an integer from 1 to"),
+        (f"%gpumem autobatch wide --simulate 2MiB --max {BIG}", "argument --max: expected an integer from 1 to"),
+        ("%gpumem analyze model --batch 0", "argument -b/--batch: expected an integer from 1 to 2147483647, got '0'"),
+        ("%gpumem benchmark cnn --synthetic 3x16x16 --classes 0", "argument --classes: expected an integer from 1 to"),
+    ],
+)
 def test_device_and_batch_are_checked_alike_by_every_command(ip, line, message):
     captured = run(ip, line)
 
@@ -321,27 +370,41 @@ def test_device_and_batch_are_checked_alike_by_every_command(ip, line, message):
 
 def test_cell_magic_refuses_a_device_this_kernel_does_not_have(ip):
     captured = run(ip, "%%gpumem --device 3\nnever = 1")
-    assert captured.stderr.strip() == ("UsageError: gpumem cell: argument --device: got '3', but this kernel sees "
-                                       "no CUDA device")
+    assert captured.stderr.strip() == (
+        "UsageError: gpumem cell: argument --device: got '3', but this kernel sees no CUDA device"
+    )
     assert "never" not in ip.user_ns and captured.outputs == []
     assert run(ip, "%%gpumem --device cuda:0\nnever = 1").stderr.strip().endswith("sees no CUDA device")
     assert "never" not in ip.user_ns and not torch.cuda.is_initialized()
 
 
-@pytest.mark.parametrize("line", [
-    "{huge}", "analyze {huge}", "analyze model --target {huge}", "analyze model --amp {huge}",
-    "analyze model --device {huge}", "analyze model --input {huge}", "analyze model --optimizer {huge}",
-    "analyze model --memory {huge}", "status {huge}", "clear --vars {huge}",
-    "benchmark cnn --synthetic 3x16x16 --config {huge}", "benchmark cnn --synthetic 3x16x16 --batch-sizes {huge}",
-    'analyze model --target "{spaced}"', "CELL --device {huge}",
-], ids=lambda line: line.split("{")[0].strip() or "command")
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{huge}",
+        "analyze {huge}",
+        "analyze model --target {huge}",
+        "analyze model --amp {huge}",
+        "analyze model --device {huge}",
+        "analyze model --input {huge}",
+        "analyze model --optimizer {huge}",
+        "analyze model --memory {huge}",
+        "status {huge}",
+        "clear --vars {huge}",
+        "benchmark cnn --synthetic 3x16x16 --config {huge}",
+        "benchmark cnn --synthetic 3x16x16 --batch-sizes {huge}",
+        'analyze model --target "{spaced}"',
+        "CELL --device {huge}",
+    ],
+    ids=lambda line: line.split("{")[0].strip() or "command",
+)
 def test_echoed_values_are_cut(ip, line):
     # The magic itself: IPython's input transforms and $-expansion are quadratic in the line's length.
     line = line.format(huge=HUGE, spaced="RTX " * 5_000)
     magics = ip.magics_manager.magics
     with capture_output() as captured, pytest.raises(UsageError) as caught:
         if line.startswith("CELL "):
-            magics["cell"]["gpumem"](line[len("CELL "):], "never = 1")
+            magics["cell"]["gpumem"](line[len("CELL ") :], "never = 1")
         else:
             magics["line"]["gpumem"](line)
 
@@ -393,14 +456,25 @@ def test_unloading_removes_the_cell_magic(ip):
 def test_the_seeds_python_api_is_on_the_package_and_loads_lazily(capsys):
     import subprocess
 
-    cheap = subprocess.run([sys.executable, "-c", "import sys, gpumem_kernel; "
-                            "assert 'torch' not in sys.modules and 'gpumem_kernel.analysis' not in sys.modules"],
-                           capture_output=True, text=True, timeout=60)
+    cheap = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, gpumem_kernel; "
+            "assert 'torch' not in sys.modules and 'gpumem_kernel.analysis' not in sys.modules",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cheap.returncode == 0, cheap.stderr
 
     import gpumem_kernel
-    from gpumem_kernel import (auto_select_batch_size, get_gpu_info, monitor_gpu_memory, print_gpu_info,  # noqa: F401
-                               recommend_batch_size, run_benchmark)
+    from gpumem_kernel import (
+        get_gpu_info,
+        print_gpu_info,  # noqa: F401
+        recommend_batch_size,
+    )
 
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     picks = recommend_batch_size(model, gpu_memory_gb=2)
@@ -431,9 +505,13 @@ class FakeCuda:
 
     def install(self, monkeypatch) -> None:
         for name, value in {
-            "is_initialized": lambda: self.initialized, "device_count": lambda: 2, "current_device": lambda: 0,
-            "memory_allocated": lambda i=0: self.allocated[i], "max_memory_allocated": lambda i=0: self.peak[i],
-            "memory_reserved": lambda i=0: self.reserved[i], "synchronize": lambda i=0: self.synchronized.append(i),
+            "is_initialized": lambda: self.initialized,
+            "device_count": lambda: 2,
+            "current_device": lambda: 0,
+            "memory_allocated": lambda i=0: self.allocated[i],
+            "max_memory_allocated": lambda i=0: self.peak[i],
+            "memory_reserved": lambda i=0: self.reserved[i],
+            "synchronize": lambda i=0: self.synchronized.append(i),
             "reset_peak_memory_stats": lambda i=0: self.peak.__setitem__(i, self.allocated[i]),
         }.items():
             monkeypatch.setattr(torch.cuda, name, value)
@@ -467,5 +545,6 @@ def test_cell_magic_reports_each_cuda_device_in_use_and_leaves_unused_ones_alone
     assert "cuda:0   peak +0.00 MiB, delta +0.00 MiB" in explicit.outputs[-1].data["text/plain"]
     text = first_use.outputs[-1].data["text/plain"]
     assert "cuda:1   peak " in text and "cuda:0" not in text and fake.synchronized == []
-    assert too_far.stderr.strip() == ("UsageError: gpumem cell: argument --device: got '7', but this kernel sees "
-                                      "2 CUDA devices")
+    assert too_far.stderr.strip() == (
+        "UsageError: gpumem cell: argument --device: got '7', but this kernel sees 2 CUDA devices"
+    )

@@ -30,13 +30,28 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 MESSAGES = Path(__file__).parent / "oom_messages"
 MIB, GIB = 1024**2, 1024**3
-ORDER = ["clear", "restart", "shutdown-*", "other-processes", "batch-size", "eval-batch-size", "grad-accumulation",
-         "mixed-precision", "smaller-inputs", "host-memory", "fewer-workers", "grad-checkpointing",
-         "expandable-segments", "smaller-model"]
-V2 = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB "
-      "of which 3.06 MiB is free. Process 4242 has 2.00 GiB memory in use. Process 777 has 1.50 GiB memory in use. "
-      "Including non-PyTorch memory, this process has 11.20 GiB memory in use. Of the allocated memory 10.56 GiB is "
-      "allocated by PyTorch, and 51.92 MiB is reserved by PyTorch but unallocated.")
+ORDER = [
+    "clear",
+    "restart",
+    "shutdown-*",
+    "other-processes",
+    "batch-size",
+    "eval-batch-size",
+    "grad-accumulation",
+    "mixed-precision",
+    "smaller-inputs",
+    "host-memory",
+    "fewer-workers",
+    "grad-checkpointing",
+    "expandable-segments",
+    "smaller-model",
+]
+V2 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB "
+    "of which 3.06 MiB is free. Process 4242 has 2.00 GiB memory in use. Process 777 has 1.50 GiB memory in use. "
+    "Including non-PyTorch memory, this process has 11.20 GiB memory in use. Of the allocated memory 10.56 GiB is "
+    "allocated by PyTorch, and 51.92 MiB is reserved by PyTorch but unallocated."
+)
 
 
 def message(name: str) -> str:
@@ -54,44 +69,104 @@ def training_namespace(workers: int = 2, batch: int = 32) -> Dict[str, Any]:
         model=model,
         opt=torch.optim.SGD(model.parameters(), lr=0.1),
         loss_fn=torch.nn.CrossEntropyLoss(),
-        train_dl=DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=batch,
-                            num_workers=workers),
+        train_dl=DataLoader(
+            TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=batch, num_workers=workers
+        ),
         device="cpu",
         IMG_SIZE=224,
     )
 
 
-def sample(processes: Optional[List[Dict[str, Any]]] = None, children: int = 2, capability: str = "7.5") -> Dict[str, Any]:
+def sample(
+    processes: Optional[List[Dict[str, Any]]] = None, children: int = 2, capability: str = "7.5"
+) -> Dict[str, Any]:
     """A probe sample in the wire format (gpumem_kernel/schemas/README.md)."""
     return {
-        "type": "sample", "seq": 0, "time": 0.0,
-        "gpu": {"available": True, "reason": None, "driver_version": "550.54.15", "cuda_driver_version": "12.4",
-                "visible_devices": None, "device_order": "FASTEST_FIRST",
-                "devices": [{"nvml_index": 0, "cuda_index": 0, "name": "Tesla T4", "uuid": "GPU-1", "mig": False,
-                             "total": int(14.75 * GIB), "used": int(14.7 * GIB), "free": 3 * MIB, "util_gpu": 99,
-                             "util_mem": 50, "compute_capability": capability, "sm_count": 40,
-                             "this_kernel": int(11.2 * GIB), "allocator": None,
-                             "processes": processes if processes is not None else [
-                                 {"pid": 1000, "name": "python", "used": int(11.2 * GIB), "kernel_id": "mine",
-                                  "this_kernel": True},
-                                 {"pid": 4242, "name": "python", "used": 2 * GIB, "kernel_id": "8f0c1d2e-other",
-                                  "this_kernel": False},
-                                 {"pid": 777, "name": "<img src=x onerror=alert(1)>", "used": int(1.5 * GIB),
-                                  "kernel_id": None, "this_kernel": False},
-                             ]}]},
-        "kernel": {"pid": 1000, "gpu_used": int(11.2 * GIB),
-                   "torch": {"imported": True, "version": "2.13.0", "cuda_initialized": True}},
-        "host": {"rss": 3 * GIB, "total": 32 * GIB, "available": 20 * GIB, "children": {"count": children, "rss": GIB},
-                 "container_limit": None, "container_usage": None},
+        "type": "sample",
+        "seq": 0,
+        "time": 0.0,
+        "gpu": {
+            "available": True,
+            "reason": None,
+            "driver_version": "550.54.15",
+            "cuda_driver_version": "12.4",
+            "visible_devices": None,
+            "device_order": "FASTEST_FIRST",
+            "devices": [
+                {
+                    "nvml_index": 0,
+                    "cuda_index": 0,
+                    "name": "Tesla T4",
+                    "uuid": "GPU-1",
+                    "mig": False,
+                    "total": int(14.75 * GIB),
+                    "used": int(14.7 * GIB),
+                    "free": 3 * MIB,
+                    "util_gpu": 99,
+                    "util_mem": 50,
+                    "compute_capability": capability,
+                    "sm_count": 40,
+                    "this_kernel": int(11.2 * GIB),
+                    "allocator": None,
+                    "processes": processes
+                    if processes is not None
+                    else [
+                        {
+                            "pid": 1000,
+                            "name": "python",
+                            "used": int(11.2 * GIB),
+                            "kernel_id": "mine",
+                            "this_kernel": True,
+                        },
+                        {
+                            "pid": 4242,
+                            "name": "python",
+                            "used": 2 * GIB,
+                            "kernel_id": "8f0c1d2e-other",
+                            "this_kernel": False,
+                        },
+                        {
+                            "pid": 777,
+                            "name": "<img src=x onerror=alert(1)>",
+                            "used": int(1.5 * GIB),
+                            "kernel_id": None,
+                            "this_kernel": False,
+                        },
+                    ],
+                }
+            ],
+        },
+        "kernel": {
+            "pid": 1000,
+            "gpu_used": int(11.2 * GIB),
+            "torch": {"imported": True, "version": "2.13.0", "cuda_initialized": True},
+        },
+        "host": {
+            "rss": 3 * GIB,
+            "total": 32 * GIB,
+            "available": 20 * GIB,
+            "children": {"count": children, "rss": GIB},
+            "container_limit": None,
+            "container_usage": None,
+        },
         "errors": [],
     }
 
 
-def checklist(text: str = V2, env: Optional[Dict[str, str]] = None, recommendation: Optional[int] = None,
-              ns: Optional[Dict[str, Any]] = None, probe: Optional[Dict[str, Any]] = None):
+def checklist(
+    text: str = V2,
+    env: Optional[Dict[str, str]] = None,
+    recommendation: Optional[int] = None,
+    ns: Optional[Dict[str, Any]] = None,
+    probe: Optional[Dict[str, Any]] = None,
+):
     info = parse_oom_message(text)
-    d = diagnose(info, probe if probe is not None else sample(), shell_with(**(ns if ns is not None else training_namespace())),
-                 env={} if env is None else env)
+    d = diagnose(
+        info,
+        probe if probe is not None else sample(),
+        shell_with(**(ns if ns is not None else training_namespace())),
+        env={} if env is None else env,
+    )
     return info, d, build_checklist(info, d, recommendation, None, probe)
 
 
@@ -120,14 +195,17 @@ def test_other_jupyter_kernels_get_a_shutdown_button_and_other_processes_are_lis
     assert all(p.pid != 1000 for p in d.other_processes)  # this kernel is not "another process"
 
 
-@pytest.mark.parametrize("batch, recommendation, expected", [
-    (32, None, (16, "half of 32")),
-    (32, 12, (12, "the last %gpumem analyze recommendation")),
-    (32, 48, (16, "half of 32")),  # a stale recommendation above the batch that failed is ignored
-    (None, 8, (8, "the last %gpumem analyze recommendation")),
-    (None, None, (None, "half of your current batch")),
-    (1, None, (1, "half of 1")),
-])
+@pytest.mark.parametrize(
+    "batch, recommendation, expected",
+    [
+        (32, None, (16, "half of 32")),
+        (32, 12, (12, "the last %gpumem analyze recommendation")),
+        (32, 48, (16, "half of 32")),  # a stale recommendation above the batch that failed is ignored
+        (None, 8, (8, "the last %gpumem analyze recommendation")),
+        (None, None, (None, "half of your current batch")),
+        (1, None, (1, "half of 1")),
+    ],
+)
 def test_suggested_batch(batch: Optional[int], recommendation: Optional[int], expected) -> None:
     assert suggested_batch(recommendation, batch) == expected
 
@@ -153,9 +231,13 @@ def test_batch_from_a_variable_and_unknown_batch() -> None:
 
 
 def test_every_inserted_cell_compiles() -> None:
-    cases = [checklist(), checklist(ns={}), checklist(probe=sample(capability="8.6")),
-             checklist(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}),
-             checklist(text=message("v2_hip.txt"))]
+    cases = [
+        checklist(),
+        checklist(ns={}),
+        checklist(probe=sample(capability="8.6")),
+        checklist(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}),
+        checklist(text=message("v2_hip.txt")),
+    ]
     for _, _, steps in cases:
         for step in steps:
             if step.action in ("insert-cell", "insert-env-cell-and-restart"):
@@ -173,8 +255,13 @@ def test_accumulation_and_mixed_precision_snippets_run_with_the_users_names() ->
     for capability in ("7.5", "8.6"):  # float16 + GradScaler, then bfloat16
         ns = training_namespace(workers=0)
         _, d, steps = checklist(ns=ns, probe=sample(capability=capability))
-        assert (d.names.model, d.names.optimizer, d.names.loader, d.names.criterion, d.names.device) == \
-            ("model", "opt", "train_dl", "loss_fn", "device")
+        assert (d.names.model, d.names.optimizer, d.names.loader, d.names.criterion, d.names.device) == (
+            "model",
+            "opt",
+            "train_dl",
+            "loss_fn",
+            "device",
+        )
         before = [p.detach().clone() for p in ns["model"].parameters()]
         for step_id in ("grad-accumulation", "mixed-precision"):
             _run(next(s for s in steps if s.id == step_id).code, ns)
@@ -191,8 +278,12 @@ def test_inserted_code_names_only_identifiers_from_the_namespace() -> None:
     for probe in (sample(capability="7.5"), sample(capability="8.6")):
         _, d, steps = checklist(ns=ns, probe=probe)
         assert d.model is not None and d.model.parameters > 0  # the model is still found and described
-        assert (d.names.model, d.names.optimizer, d.names.criterion, d.names.loader) == \
-            ("model", "optimizer", "criterion", "train_loader")  # placeholders the user fills
+        assert (d.names.model, d.names.optimizer, d.names.criterion, d.names.loader) == (
+            "model",
+            "optimizer",
+            "criterion",
+            "train_loader",
+        )  # placeholders the user fills
         for step in steps:
             if step.code:
                 compile(step.code, f"<{step.id}>", "exec")
@@ -226,8 +317,13 @@ class Net(torch.nn.Module):
         return x
 
 
-@pytest.mark.parametrize("make_model, target", [(Net, "model.layers"), (lambda: torch.nn.Sequential(
-    torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)), "model")])
+@pytest.mark.parametrize(
+    "make_model, target",
+    [
+        (Net, "model.layers"),
+        (lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)), "model"),
+    ],
+)
 def test_checkpointing_snippet_wraps_the_largest_blocks_and_still_trains(make_model, target: str) -> None:
     ns = {"model": make_model()}
     _, d, steps = checklist(ns=ns)
@@ -284,8 +380,14 @@ def test_expandable_segments() -> None:
     assert step.action == "insert-env-cell-and-restart"
     assert 'os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"' in step.code
     _, _, steps = checklist(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
-    assert '"max_split_size_mb:128,expandable_segments:True"' in next(s for s in steps if s.id == "expandable-segments").code
-    for env in ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}):
+    assert (
+        '"max_split_size_mb:128,expandable_segments:True"'
+        in next(s for s in steps if s.id == "expandable-segments").code
+    )
+    for env in (
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+    ):
         _, d, steps = checklist(text=message("v2_this_process.txt"), env=env)
         assert "expandable-segments" not in ids(steps)
         assert d.fragmentation.expandable_segments_set and not d.fragmentation.suggest
@@ -293,11 +395,18 @@ def test_expandable_segments() -> None:
     assert 'os.environ["PYTORCH_HIP_ALLOC_CONF"]' in next(s for s in steps if s.id == "expandable-segments").code
 
 
-@pytest.mark.parametrize("name, suggest", [
-    ("v2_this_process.txt", True), ("v2_fragmentation.txt", True), ("v1_reserved.txt", True),
-    ("v2_docs_url_other_process.txt", False), ("v2_hip_allowed_private_pools.txt", True),
-    ("v21_capacty_wrapped.txt", True), ("v2_windows_bogus_process.txt", False),
-])
+@pytest.mark.parametrize(
+    "name, suggest",
+    [
+        ("v2_this_process.txt", True),
+        ("v2_fragmentation.txt", True),
+        ("v1_reserved.txt", True),
+        ("v2_docs_url_other_process.txt", False),
+        ("v2_hip_allowed_private_pools.txt", True),
+        ("v21_capacty_wrapped.txt", True),
+        ("v2_windows_bogus_process.txt", False),
+    ],
+)
 def test_fragmentation_threshold(name: str, suggest: bool) -> None:
     info = parse_oom_message(message(name))
     d = diagnose(info, None, shell_with(), env={})
@@ -356,10 +465,12 @@ def test_plain_text_is_a_numbered_checklist() -> None:
 
 def test_hostile_strings_are_escaped_in_html() -> None:
     hostile = V2.replace("Tried to allocate", "<script>alert('x')</script> Tried to allocate")
-    probe = sample(processes=[{"pid": 4242, "name": "python", "used": GIB, "kernel_id": '"><script>k</script>',
-                               "this_kernel": False},
-                              {"pid": 4343, "name": "<b onmouseover=alert(1)>", "used": GIB, "kernel_id": None,
-                               "this_kernel": False}])
+    probe = sample(
+        processes=[
+            {"pid": 4242, "name": "python", "used": GIB, "kernel_id": '"><script>k</script>', "this_kernel": False},
+            {"pid": 4343, "name": "<b onmouseover=alert(1)>", "used": GIB, "kernel_id": None, "this_kernel": False},
+        ]
+    )
     bundle = oom_report(hostile, shell_with(), sample=probe, env={})
     page = bundle["text/html"]
     assert "<script" not in page and "<b " not in page

@@ -21,8 +21,9 @@ from gpumem_kernel.protocol import ACTIONS, CAPABILITIES, ProcessRef, ProtocolEr
 from gpumem_kernel.sampler import Sampler
 from test_protocol import FakeComm, open_msg
 
-IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
-                   "time.sleep(60)")
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+)
 
 
 @pytest.fixture
@@ -164,11 +165,16 @@ def test_gpu_usage_sums_devices_and_counts_a_mig_slice_once():
     def device(index: int, mig: bool, procs: List[tuple]) -> Dict[str, Any]:
         return {"nvml_index": index, "mig": mig, "processes": [{"pid": p, "used": u} for p, u in procs]}
 
-    sample = {"gpu": {"available": True, "devices": [
-        device(0, False, [(10, GiB), (11, None)]),
-        device(0, True, [(10, GiB), (12, 3 * GiB)]),  # the parent already listed 10
-        device(1, False, [(10, 2 * GiB), (11, GiB)]),
-    ]}}
+    sample = {
+        "gpu": {
+            "available": True,
+            "devices": [
+                device(0, False, [(10, GiB), (11, None)]),
+                device(0, True, [(10, GiB), (12, 3 * GiB)]),  # the parent already listed 10
+                device(1, False, [(10, 2 * GiB), (11, GiB)]),
+            ],
+        }
+    }
     assert processes.gpu_usage(sample) == {10: 3 * GiB, 11: GiB, 12: 3 * GiB}
     assert processes.gpu_usage({"gpu": {"available": False, "devices": []}}) is None
     assert processes.gpu_usage(None) is None

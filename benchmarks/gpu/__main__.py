@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, TextIO, Tuple
 from benchmarks.gpu import summary
 from benchmarks.gpu.common import REPO, Context, NvmlTruth, write_result
 
+
 @dataclass(frozen=True)
 class Section:
     module: str
@@ -77,8 +78,21 @@ def install_wheels(log: "Log") -> Optional[str]:
     if not wheels:
         log.say(f"no wheels in {WHEELS}: run scripts/prepare_gpu_wheels.sh where pip reaches the registry")
         return None
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-           "--no-cache-dir", "--upgrade", "--target", str(SITE), *wheels]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        str(SITE),
+        *wheels,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     log.say(f"installed {len(wheels)} wheels into {SITE}: exit {done.returncode} {done.stderr.strip()[-500:]}")
     return str(SITE) if done.returncode == 0 else None
@@ -97,8 +111,11 @@ def environment(log: "Log", dry: bool) -> Tuple[Dict[str, str], Dict[str, Any]]:
             importlib.invalidate_caches()
             facts["installed_from_wheels"] = True
             facts["kernel_modules_missing_after"] = missing_kernel_modules()
-    env = dict(os.environ, PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), *extra, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), *extra, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     return env, facts
 
 
@@ -128,13 +145,29 @@ def _pump(name: str, proc: subprocess.Popen, log: Log) -> None:
         log.say(f"[{name}] {line.rstrip()}")
 
 
-def run_phase(names: List[str], seconds: Dict[str, float], args: argparse.Namespace, out: Path, env: Dict[str, str],
-              log: Log, command: str) -> Dict[str, Dict[str, Any]]:
+def run_phase(
+    names: List[str],
+    seconds: Dict[str, float],
+    args: argparse.Namespace,
+    out: Path,
+    env: Dict[str, str],
+    log: Log,
+    command: str,
+) -> Dict[str, Dict[str, Any]]:
     started = time.monotonic()
     running = {}
     for name in names:
-        cmd = [sys.executable, "-m", SECTIONS[name].module, "--out", str(out), "--seconds", f"{seconds[name]:.0f}",
-               "--command", command] + (["--dry-run"] if args.dry_run else [])
+        cmd = [
+            sys.executable,
+            "-m",
+            SECTIONS[name].module,
+            "--out",
+            str(out),
+            "--seconds",
+            f"{seconds[name]:.0f}",
+            "--command",
+            command,
+        ] + (["--dry-run"] if args.dry_run else [])
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         pump = threading.Thread(target=_pump, args=(name, proc, log), daemon=True)
         pump.start()
@@ -150,8 +183,12 @@ def run_phase(names: List[str], seconds: Dict[str, float], args: argparse.Namesp
             proc.kill()
             code, state = proc.wait(), "timed out"
         pump.join(5)
-        status[name] = {"status": state, "returncode": code, "budget_s": round(seconds[name]),
-                        "seconds": round(time.monotonic() - started, 1)}
+        status[name] = {
+            "status": state,
+            "returncode": code,
+            "budget_s": round(seconds[name]),
+            "seconds": round(time.monotonic() - started, 1),
+        }
         log.say(f"== {name}: {state} after {status[name]['seconds']} s")
     return status
 
@@ -189,13 +226,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         statuses.update(run_phase(names, seconds, args, out, env, log, command))
     table = summary.rows(summary.load(out))
     ctx = Context(out, args.dry_run, time.time(), command)
-    write_result(ctx, "gpu_suite", {
-        "description": "issue 10's GPU suite: per-section status and the summary table",
-        "budget_s": budget, "seconds": round(time.monotonic() - started, 1), "sections": statuses,
-        "preparation": prepared, "summary": [dict(zip(summary.HEADER, row)) for row in table]}, nvml)
+    write_result(
+        ctx,
+        "gpu_suite",
+        {
+            "description": "issue 10's GPU suite: per-section status and the summary table",
+            "budget_s": budget,
+            "seconds": round(time.monotonic() - started, 1),
+            "sections": statuses,
+            "preparation": prepared,
+            "summary": [dict(zip(summary.HEADER, row)) for row in table],
+        },
+        nvml,
+    )
     log.say("\n" + summary.text_table(table))
-    log.say(f"\n{'DRY RUN (CPU stand-ins, no GPU figure) ' if args.dry_run else ''}results in {out} "
-            f"after {time.monotonic() - started:.0f} s")
+    log.say(
+        f"\n{'DRY RUN (CPU stand-ins, no GPU figure) ' if args.dry_run else ''}results in {out} "
+        f"after {time.monotonic() - started:.0f} s"
+    )
     log.close()
     return 0 if all(s["status"] == "ok" for s in statuses.values()) else 1
 

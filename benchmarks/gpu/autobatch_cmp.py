@@ -95,11 +95,22 @@ def release(device: Any) -> None:
 def ours(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
     from gpumem_kernel.autobatch import auto_select_batch_size
 
-    result = auto_select_batch_size(built.model, device=str(device), input=lambda b: built.make_batch(b, False),
-                                    loss=built.loss, optimizer="adamw", simulate=cap)
-    return {"pick": result.recommended, "maximum": result.maximum, "trials": result.n_trials,
-            "tried": [[t.batch, t.ok] for t in result.trials], "seconds": result.seconds,
-            "start": [result.start_source, result.start_batch]}
+    result = auto_select_batch_size(
+        built.model,
+        device=str(device),
+        input=lambda b: built.make_batch(b, False),
+        loss=built.loss,
+        optimizer="adamw",
+        simulate=cap,
+    )
+    return {
+        "pick": result.recommended,
+        "maximum": result.maximum,
+        "trials": result.n_trials,
+        "tried": [[t.batch, t.ok] for t in result.trials],
+        "seconds": result.seconds,
+        "start": [result.start_source, result.start_batch],
+    }
 
 
 def _lightning() -> Any:
@@ -156,16 +167,30 @@ def lightning(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
 
     module = Module()
     with tempfile.TemporaryDirectory() as root:
-        trainer = pl.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1,
-                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, default_root_dir=root)
+        trainer = pl.Trainer(
+            accelerator="gpu" if device.type == "cuda" else "cpu",
+            devices=1,
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=root,
+        )
         started = time.perf_counter()
-        pick = pl.tuner.Tuner(trainer).scale_batch_size(module, mode="binsearch", steps_per_trial=TRIAL_STEPS,
-                                                        init_val=2, max_trials=25)
+        pick = pl.tuner.Tuner(trainer).scale_batch_size(
+            module, mode="binsearch", steps_per_trial=TRIAL_STEPS, init_val=2, max_trials=25
+        )
         seconds = time.perf_counter() - started
     tried = _runs(module.seen)
-    return {"pick": pick, "trials": len(tried), "tried": tried, "seconds": round(seconds, 3),
-            "package": pl.__name__.split(".")[0], "version": getattr(pl, "__version__", None)}
+    return {
+        "pick": pick,
+        "trials": len(tried),
+        "tried": tried,
+        "seconds": round(seconds, 3),
+        "package": pl.__name__.split(".")[0],
+        "version": getattr(pl, "__version__", None),
+    }
 
 
 def accelerate(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
@@ -184,12 +209,19 @@ def accelerate(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
 
     started = time.perf_counter()
     pick = trial()
-    return {"pick": pick, "trials": len(tried), "tried": tried, "seconds": round(time.perf_counter() - started, 3),
-            "version": acc.__version__, "start": 128}
+    return {
+        "pick": pick,
+        "trials": len(tried),
+        "tried": tried,
+        "seconds": round(time.perf_counter() - started, 3),
+        "version": acc.__version__,
+        "start": 128,
+    }
 
 
 TOOLS: Dict[str, Callable[[Any, Any, Optional[int]], Dict[str, Any]]] = {
-    "gpumem autobatch": ours, "Lightning BatchSizeFinder (binsearch)": lightning,
+    "gpumem autobatch": ours,
+    "Lightning BatchSizeFinder (binsearch)": lightning,
     "accelerate find_executable_batch_size": accelerate,
 }
 
@@ -223,8 +255,16 @@ def survival(built: Any, batch: int, device: Any, cap: Optional[int], steps: int
     reserved = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else None
     del model, optimizer
     release(device)
-    return {"batch": batch, "steps": steps, "validation_batches": val, "steps_done": done, "oom": error is not None,
-            "error": error, "max_memory_reserved": reserved, "seconds": round(time.perf_counter() - started, 2)}
+    return {
+        "batch": batch,
+        "steps": steps,
+        "validation_batches": val,
+        "steps_done": done,
+        "oom": error is not None,
+        "error": error,
+        "max_memory_reserved": reserved,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
 
 
 def compare(arch: str, dry: bool) -> Dict[str, Any]:
@@ -250,8 +290,10 @@ def compare(arch: str, dry: bool) -> Dict[str, Any]:
         release(device)
         entry["survival"] = survival(built, entry["pick"], device, cap, steps, val) if entry.get("pick") else None
         tools[name] = {"status": "ok", **entry}
-        print(f"autobatch/{arch}/{name}: pick {entry['pick']} in {entry['trials']} trials, {entry['seconds']} s",
-              flush=True)
+        print(
+            f"autobatch/{arch}/{name}: pick {entry['pick']} in {entry['trials']} trials, {entry['seconds']} s",
+            flush=True,
+        )
     return {"arch": arch, "batch_input": built.input, "tools": tools}
 
 
@@ -260,9 +302,11 @@ def compare(arch: str, dry: bool) -> Dict[str, Any]:
 
 def start_ballast(free_bytes: int) -> Tuple["subprocess.Popen[str]", Optional[int]]:
     """A process holding all of the GPU but `free_bytes` (its context included), until killed."""
-    code = ("import sys, time, torch; torch.zeros(1, device='cuda'); free, _ = torch.cuda.mem_get_info(); "
-            "n = max(0, free - int(sys.argv[1])); x = torch.empty(n, dtype=torch.uint8, device='cuda'); "
-            "print(n, flush=True); time.sleep(3600)")
+    code = (
+        "import sys, time, torch; torch.zeros(1, device='cuda'); free, _ = torch.cuda.mem_get_info(); "
+        "n = max(0, free - int(sys.argv[1])); x = torch.empty(n, dtype=torch.uint8, device='cuda'); "
+        "print(n, flush=True); time.sleep(3600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(free_bytes)], stdout=subprocess.PIPE, text=True)
     held = first_line(proc, 120)  # the bytes it holds, once it holds them
     return proc, int(held) if held and held.isdigit() else None
@@ -275,8 +319,9 @@ def _spawn(arch: str, ctx: Context, seconds: float) -> Dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="gpumem-autobatch-")) / "compare.json"  # not in <out>: it comes back whole
     cmd = [sys.executable, "-m", "benchmarks.gpu.autobatch_cmp", "--compare", arch, "--result", str(out)]
     try:
-        done = subprocess.run(cmd + (["--dry-run"] if ctx.dry_run else []), cwd=REPO, timeout=seconds,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            cmd + (["--dry-run"] if ctx.dry_run else []), cwd=REPO, timeout=seconds, capture_output=True, text=True
+        )
         sys.stdout.write(done.stdout)
         if done.returncode != 0:
             return {"arch": arch, "status": "failed", "reason": (done.stderr.strip().splitlines() or ["?"])[-1]}
@@ -299,8 +344,15 @@ def _targets(rows: List[Dict[str, Any]], dry: bool) -> Dict[str, Any]:
             continue
         survived = bool(mine.get("survival")) and not mine["survival"]["oom"]
         fewer = theirs.get("status") == "ok" and mine["trials"] <= theirs["trials"]
-        checks.append({"arch": row["arch"], "ours_survived": survived, "ours_trials": mine["trials"],
-                       "lightning_trials": theirs.get("trials"), "no_more_trials": fewer})
+        checks.append(
+            {
+                "arch": row["arch"],
+                "ours_survived": survived,
+                "ours_trials": mine["trials"],
+                "lightning_trials": theirs.get("trials"),
+                "no_more_trials": fewer,
+            }
+        )
     met = None if dry or not checks else all(c["ours_survived"] and c["no_more_trials"] for c in checks)
     return {"checks": checks, "met": met}
 
@@ -324,16 +376,23 @@ def run(ctx: Context, free_gib: float) -> Dict[str, Any]:
         if ballast is not None:
             ballast.kill()
             ballast.wait(10)
-    return {"description": "gpumem autobatch vs Lightning BatchSizeFinder (binsearch) vs accelerate "
-                           "find_executable_batch_size: trials, seconds, pick; then training steps and a "
-                           "validation pass at each pick on a fresh model (same loop for all tools)",
-            "ballast_bytes": held,
-            "free_memory": f"{free_gib} GiB (ballast process)" if not ctx.dry_run else
-            f"simulated cap of {DRY_CAP // MiB} MiB on live tensor bytes",
-            "survival": dict(zip(("steps", "validation_batches"),
-                                 DRY_SURVIVAL if ctx.dry_run else (SURVIVAL_STEPS, VAL_BATCHES))),
-            "precision": "fp32", "optimizer": "AdamW", "skipped": skipped, "rows": rows,
-            "targets": _targets(rows, ctx.dry_run)}
+    return {
+        "description": "gpumem autobatch vs Lightning BatchSizeFinder (binsearch) vs accelerate "
+        "find_executable_batch_size: trials, seconds, pick; then training steps and a "
+        "validation pass at each pick on a fresh model (same loop for all tools)",
+        "ballast_bytes": held,
+        "free_memory": f"{free_gib} GiB (ballast process)"
+        if not ctx.dry_run
+        else f"simulated cap of {DRY_CAP // MiB} MiB on live tensor bytes",
+        "survival": dict(
+            zip(("steps", "validation_batches"), DRY_SURVIVAL if ctx.dry_run else (SURVIVAL_STEPS, VAL_BATCHES))
+        ),
+        "precision": "fp32",
+        "optimizer": "AdamW",
+        "skipped": skipped,
+        "rows": rows,
+        "targets": _targets(rows, ctx.dry_run),
+    }
 
 
 def main() -> None:

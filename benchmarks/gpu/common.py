@@ -123,13 +123,20 @@ class NvmlTruth:
         for handle in self._handles():
             name = nv.nvmlDeviceGetName(handle)
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append({"name": name.decode() if isinstance(name, bytes) else name,
-                         "memory_total": int(nv.nvmlDeviceGetMemoryInfo(handle).total),
-                         "compute_capability": f"{major}.{minor}"})
+            gpus.append(
+                {
+                    "name": name.decode() if isinstance(name, bytes) else name,
+                    "memory_total": int(nv.nvmlDeviceGetMemoryInfo(handle).total),
+                    "compute_capability": f"{major}.{minor}",
+                }
+            )
         driver = nv.nvmlSystemGetDriverVersion()
         cuda = nv.nvmlSystemGetCudaDriverVersion()
-        return {"driver": driver.decode() if isinstance(driver, bytes) else driver,
-                "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}", "gpus": gpus}
+        return {
+            "driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
+            "gpus": gpus,
+        }
 
 
 def first_line(proc: "subprocess.Popen[str]", timeout: float) -> Optional[str]:
@@ -164,8 +171,12 @@ def _torch_facts() -> Dict[str, Any]:
         except metadata.PackageNotFoundError:
             return {"torch": None}
     import torch
-    return {"torch": torch.__version__, "torch_cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if torch.version.cuda else None}
+
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.version.cuda else None,
+    }
 
 
 def machine(nvml: Optional[NvmlTruth] = None) -> Dict[str, Any]:
@@ -217,8 +228,13 @@ def error_summary(values: Iterable[Optional[float]]) -> Dict[str, Any]:
     if not signed:
         return {"n": 0, "median_abs": None, "max_abs": None, "min": None, "max": None}
     magnitudes = [abs(v) for v in signed]
-    return {"n": len(signed), "median_abs": statistics.median(magnitudes), "max_abs": max(magnitudes),
-            "min": min(signed), "max": max(signed)}
+    return {
+        "n": len(signed),
+        "median_abs": statistics.median(magnitudes),
+        "max_abs": max(magnitudes),
+        "min": min(signed),
+        "max": max(signed),
+    }
 
 
 def one_line(exc: BaseException) -> str:

@@ -74,8 +74,10 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
     if not cuda:
         return None
     torch.cuda.synchronize(device)
-    return {"allocated": torch.cuda.max_memory_allocated(device) - base_a,
-            "reserved": torch.cuda.max_memory_reserved(device) - base_r}
+    return {
+        "allocated": torch.cuda.max_memory_allocated(device) - base_a,
+        "reserved": torch.cuda.max_memory_reserved(device) - base_r,
+    }
 
 
 def _predict(built: Any, batch: int, strategy: str, gpu: Dict[str, Any]) -> Dict[str, Any]:
@@ -90,13 +92,32 @@ def _predict(built: Any, batch: int, strategy: str, gpu: Dict[str, Any]) -> Dict
             where = {"target": gpu["name"]}  # the table's compute capability: its cuBLAS workspace size
     except ValueError:
         pass
-    report = analyze(built.model, batch_size=batch, input=lambda b: built.make_batch(b, False), loss=built.loss,
-                     optimizer="adamw", world_size=1, strategy=strategy, **where)
+    report = analyze(
+        built.model,
+        batch_size=batch,
+        input=lambda b: built.make_batch(b, False),
+        loss=built.loss,
+        optimizer="adamw",
+        world_size=1,
+        strategy=strategy,
+        **where,
+    )
     d = report.distributed
-    return {"engine": report.engine, "allocated": report.peak_allocated_bytes, "reserved": report.peak_reserved_bytes,
-            "per_rank": None if d is None else {"parameters": d.parameters_bytes, "gradients": d.gradients_bytes,
-                                                "optimizer": d.optimizer_bytes, "extra": d.extra_bytes,
-                                                "peak": d.peak_bytes}, "planned_for": where}
+    return {
+        "engine": report.engine,
+        "allocated": report.peak_allocated_bytes,
+        "reserved": report.peak_reserved_bytes,
+        "per_rank": None
+        if d is None
+        else {
+            "parameters": d.parameters_bytes,
+            "gradients": d.gradients_bytes,
+            "optimizer": d.optimizer_bytes,
+            "extra": d.extra_bytes,
+            "peak": d.peak_bytes,
+        },
+        "planned_for": where,
+    }
 
 
 def _one(arch: str, strategy: str, ctx: Context, device: Any, gpu: Dict[str, Any]) -> Dict[str, Any]:
@@ -129,15 +150,20 @@ def run(ctx: Context) -> Dict[str, Any]:
     if not ctx.dry_run:
         torch.cuda.set_device(device)
     archs: List[str] = ["MLP"] if ctx.dry_run else ["nanoGPT", "U-Net"]
-    dist.init_process_group("gloo" if ctx.dry_run else "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}",
-                            rank=0, world_size=1)
+    dist.init_process_group(
+        "gloo" if ctx.dry_run else "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
     try:
         rows = [_one(a, s, ctx, device, facts) for a in archs for s in STRATEGIES if ctx.left() > 5]
     finally:
         dist.destroy_process_group()
-    return {"description": "analyze(world_size=1, strategy=...) per-rank figures vs DDP / FSDP2-wrapped AdamW steps "
-                           "in a one-rank process group", "world_size": 1, "rows": rows,
-            "not_checkable_on_one_gpu": UNCHECKABLE}
+    return {
+        "description": "analyze(world_size=1, strategy=...) per-rank figures vs DDP / FSDP2-wrapped AdamW steps "
+        "in a one-rank process group",
+        "world_size": 1,
+        "rows": rows,
+        "not_checkable_on_one_gpu": UNCHECKABLE,
+    }
 
 
 def main() -> None:

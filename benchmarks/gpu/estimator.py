@@ -31,8 +31,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from benchmarks.gpu.common import (REPO, Context, NvmlTruth, error_summary, is_oom, one_line, section_context,
-                                   signed_error, write_result)
+from benchmarks.gpu.common import (
+    REPO,
+    Context,
+    NvmlTruth,
+    error_summary,
+    is_oom,
+    one_line,
+    section_context,
+    signed_error,
+    write_result,
+)
 
 NAME = "gpu_estimator"
 PRECISIONS: Dict[str, Optional[str]] = {"fp32": None, "bf16": "bf16"}
@@ -63,8 +72,11 @@ def configs(arch: str, dry: bool) -> List[Config]:
     first = [Config(arch, "fp32", "AdamW", 0)]
     if arch != DRY_FULL:
         return first
-    return first + [Config(arch, "fp32", "AdamW", 1), Config(arch, "fp32", "AdamW", 2),
-                    Config(arch, "bf16", "SGD(momentum)", 0)]
+    return first + [
+        Config(arch, "fp32", "AdamW", 1),
+        Config(arch, "fp32", "AdamW", 2),
+        Config(arch, "bf16", "SGD(momentum)", 0),
+    ]
 
 
 def _plan(arch: str, dry: bool, cfg: Config, cublas: int) -> Tuple[Any, int]:
@@ -72,8 +84,14 @@ def _plan(arch: str, dry: bool, cfg: Config, cublas: int) -> Tuple[Any, int]:
     from gpumem_kernel.analysis_trace import TracePlan
 
     built = models.build(arch, dry)
-    plan = TracePlan(built.model, OPTIMIZERS[cfg.optimizer], built.make_batch, built.loss,
-                     amp=PRECISIONS[cfg.precision], cublas_bytes=cublas)
+    plan = TracePlan(
+        built.model,
+        OPTIMIZERS[cfg.optimizer],
+        built.make_batch,
+        built.loss,
+        amp=PRECISIONS[cfg.precision],
+        cublas_bytes=cublas,
+    )
     return plan, built.batches[cfg.batch_index]
 
 
@@ -93,9 +111,15 @@ def predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
     plan, batch = _plan(arch, dry, cfg, cublas)
     started = time.perf_counter()
     traced = run_trace(plan, batch, fake=True)
-    return {"batch": batch, "allocated": traced.device.peak_allocated, "reserved": traced.device.peak_reserved,
-            "live": traced.peak_live, "cublas_bytes": traced.cublas_bytes, "cudnn_bytes": traced.cudnn_peak_bytes,
-            "trace_s": round(time.perf_counter() - started, 3)}
+    return {
+        "batch": batch,
+        "allocated": traced.device.peak_allocated,
+        "reserved": traced.device.peak_reserved,
+        "live": traced.peak_live,
+        "cublas_bytes": traced.cublas_bytes,
+        "cudnn_bytes": traced.cudnn_peak_bytes,
+        "trace_s": round(time.perf_counter() - started, 3),
+    }
 
 
 def _safe_predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
@@ -151,10 +175,15 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
         return {"status": "out of memory", "reason": oom}
     process = nvml.used_by(os.getpid())
     reserved_now = torch.cuda.memory_reserved(device)
-    return {"status": "ok", "allocated": torch.cuda.max_memory_allocated(device) - base_allocated,
-            "reserved": torch.cuda.max_memory_reserved(device) - base_reserved, "process": process,
-            "process_minus_reserved": None if process is None else process - reserved_now,
-            "baseline_allocated": base_allocated, "cublas_cleared": cleared}
+    return {
+        "status": "ok",
+        "allocated": torch.cuda.max_memory_allocated(device) - base_allocated,
+        "reserved": torch.cuda.max_memory_reserved(device) - base_reserved,
+        "process": process,
+        "process_minus_reserved": None if process is None else process - reserved_now,
+        "baseline_allocated": base_allocated,
+        "cublas_cleared": cleared,
+    }
 
 
 def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
@@ -162,9 +191,14 @@ def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
     from gpumem_kernel.analysis_trace import run_trace
 
     tracked = run_trace(plan, batch, fake=False)
-    return {"status": "ok", "allocated": tracked.device.peak_allocated, "reserved": tracked.device.peak_reserved,
-            "process": None, "process_minus_reserved": None,
-            "stand_in": "run_trace(fake=False): a real CPU step's tracked bytes (no CUDA allocator, no NVML)"}
+    return {
+        "status": "ok",
+        "allocated": tracked.device.peak_allocated,
+        "reserved": tracked.device.peak_reserved,
+        "process": None,
+        "process_minus_reserved": None,
+        "stand_in": "run_trace(fake=False): a real CPU step's tracked bytes (no CUDA allocator, no NVML)",
+    }
 
 
 def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
@@ -184,13 +218,26 @@ def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
         free, _ = torch.cuda.mem_get_info()
         reserve = max(0, free - ENGINE_LIMIT)  # bytes: whatever the concurrent processes hold
     started = time.perf_counter()
-    report = analyze(built.model, batch_size=batch, input=lambda b: built.make_batch(b, False), loss=built.loss,
-                     optimizer=OPTIMIZERS[cfg.optimizer], amp=PRECISIONS[cfg.precision],
-                     device=None if dry else "cuda", reserve=reserve)
-    return {"engine": report.engine, "batch": batch, "allocated": report.peak_allocated_bytes,
-            "reserved": report.peak_reserved_bytes, "footprint": report.peak_bytes,
-            "points": len(report.curve), "maximum": report.recommendations.maximum,
-            "seconds": round(time.perf_counter() - started, 3)}
+    report = analyze(
+        built.model,
+        batch_size=batch,
+        input=lambda b: built.make_batch(b, False),
+        loss=built.loss,
+        optimizer=OPTIMIZERS[cfg.optimizer],
+        amp=PRECISIONS[cfg.precision],
+        device=None if dry else "cuda",
+        reserve=reserve,
+    )
+    return {
+        "engine": report.engine,
+        "batch": batch,
+        "allocated": report.peak_allocated_bytes,
+        "reserved": report.peak_reserved_bytes,
+        "footprint": report.peak_bytes,
+        "points": len(report.curve),
+        "maximum": report.recommendations.maximum,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
 
 
 # --- the per-architecture measuring process -------------------------------------------------------------------
@@ -222,8 +269,7 @@ def measure(archs: List[str], dry: bool, out: Path, deadline: float, cublas: int
         out.write_text(json.dumps(result))
 
 
-def _one_truth(arch: str, dry: bool, cfg: Config, nvml: NvmlTruth, deadline: float, cublas: int
-               ) -> Dict[str, Any]:
+def _one_truth(arch: str, dry: bool, cfg: Config, nvml: NvmlTruth, deadline: float, cublas: int) -> Dict[str, Any]:
     if time.time() > deadline:
         return {"status": "not measured", "reason": "time budget"}
     try:
@@ -265,8 +311,19 @@ def _spawn_measure(archs: List[str], ctx: Context, seconds: float, cublas: int) 
     """Run `measure` in a fresh process (in this one for a dry run: no CUDA context to isolate, and two cores
     to spare); whatever it wrote before a failure or a kill is kept."""
     out = Path(tempfile.mkdtemp(prefix="gpumem-estimator-")) / "truths.json"  # not in <out>: it comes back whole
-    cmd = [sys.executable, "-m", "benchmarks.gpu.estimator", "--measure", ",".join(archs), "--result", str(out),
-           "--seconds", str(max(1.0, seconds - 5)), "--cublas", str(cublas)] + (["--dry-run"] if ctx.dry_run else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.gpu.estimator",
+        "--measure",
+        ",".join(archs),
+        "--result",
+        str(out),
+        "--seconds",
+        str(max(1.0, seconds - 5)),
+        "--cublas",
+        str(cublas),
+    ] + (["--dry-run"] if ctx.dry_run else [])
     problem = None
     try:
         if ctx.in_process:
@@ -290,8 +347,9 @@ def _workers() -> int:
     return max(1, min(10, (os.cpu_count() or 4) - 6))  # leave cores to the measuring and kernel processes
 
 
-def _in_process(live: List[str], ctx: Context, cublas: int
-                ) -> Tuple[Dict[str, "Future[Dict[str, Any]]"], Dict[str, Any]]:
+def _in_process(
+    live: List[str], ctx: Context, cublas: int
+) -> Tuple[Dict[str, "Future[Dict[str, Any]]"], Dict[str, Any]]:
     """The dry run's layout: prediction then truth, one architecture after the other, in this process (on two
     cores worker processes would only add their imports); the first architectures finish even when time is short."""
     futures: Dict[str, "Future[Dict[str, Any]]"] = {}
@@ -300,8 +358,11 @@ def _in_process(live: List[str], ctx: Context, cublas: int
         for cfg in configs(arch, ctx.dry_run):
             done: "Future[Dict[str, Any]]" = Future()
             futures[cfg.key()] = done
-            done.set_result(_safe_predict(arch, ctx.dry_run, cfg, cublas) if ctx.left() > 20
-                            else {"failed": "not measured: time budget"})
+            done.set_result(
+                _safe_predict(arch, ctx.dry_run, cfg, cublas)
+                if ctx.left() > 20
+                else {"failed": "not measured: time budget"}
+            )
         got = _measure_all([[arch]], ctx, cublas)
         for key in ("rows", "engine", "problems", "context_at_start"):
             truths[key].update(got[key])
@@ -327,16 +388,23 @@ def run(ctx: Context) -> Dict[str, Any]:
     if ctx.in_process:
         futures, truths = _in_process(live, ctx, cublas)
     else:
-        pool = ProcessPoolExecutor(1 if ctx.dry_run else _workers(), initializer=_pool_init,
-                                   mp_context=multiprocessing.get_context("spawn"))
-        futures = {cfg.key(): pool.submit(_safe_predict, a, ctx.dry_run, cfg, cublas)
-                   for a in live for cfg in configs(a, ctx.dry_run)}
+        pool = ProcessPoolExecutor(
+            1 if ctx.dry_run else _workers(), initializer=_pool_init, mp_context=multiprocessing.get_context("spawn")
+        )
+        futures = {
+            cfg.key(): pool.submit(_safe_predict, a, ctx.dry_run, cfg, cublas)
+            for a in live
+            for cfg in configs(a, ctx.dry_run)
+        }
         truths = _measure_all([live] if ctx.dry_run else [[a] for a in live], ctx, cublas)
     predictions = _collect(futures, ctx)
     if not ctx.in_process:
         pool.shutdown(wait=False, cancel_futures=True)
-    rows = [_row(a, cfg, predictions.get(cfg.key()), truths["rows"].get(cfg.key()), context)
-            for a in live for cfg in configs(a, ctx.dry_run)]
+    rows = [
+        _row(a, cfg, predictions.get(cfg.key()), truths["rows"].get(cfg.key()), context)
+        for a in live
+        for cfg in configs(a, ctx.dry_run)
+    ]
     return _result(ctx, rows, truths, skipped, cc, cublas, context)
 
 
@@ -374,8 +442,9 @@ def _collect(futures: Dict[str, "Future[Dict[str, Any]]"], ctx: Context) -> Dict
     return got
 
 
-def _row(arch: str, cfg: Config, pred: Optional[Dict[str, Any]], truth: Optional[Dict[str, Any]],
-         context: int) -> Dict[str, Any]:
+def _row(
+    arch: str, cfg: Config, pred: Optional[Dict[str, Any]], truth: Optional[Dict[str, Any]], context: int
+) -> Dict[str, Any]:
     from benchmarks.gpu import models
 
     row: Dict[str, Any] = {**asdict(cfg), "source": models.source(arch)}
@@ -387,11 +456,16 @@ def _row(arch: str, cfg: Config, pred: Optional[Dict[str, Any]], truth: Optional
     if truth.get("status") != "ok":
         return {**row, "status": truth.get("status"), "reason": truth.get("reason"), "predicted": pred}
     predicted_process = pred["reserved"] + context
-    row.update(status="ok", predicted={**pred, "process": predicted_process}, truth=truth, error={
-        "allocated": signed_error(pred["allocated"], truth["allocated"]),
-        "reserved": signed_error(pred["reserved"], truth["reserved"]),
-        "process": signed_error(predicted_process, truth.get("process")),
-    })
+    row.update(
+        status="ok",
+        predicted={**pred, "process": predicted_process},
+        truth=truth,
+        error={
+            "allocated": signed_error(pred["allocated"], truth["allocated"]),
+            "reserved": signed_error(pred["reserved"], truth["reserved"]),
+            "process": signed_error(predicted_process, truth.get("process")),
+        },
+    )
     return row
 
 
@@ -399,36 +473,67 @@ def _engine_rows(truths: Dict[str, Any], rows: List[Dict[str, Any]]) -> List[Dic
     """The measured engine's figures against the truth of the same configuration (fp32, AdamW, middle batch)."""
     out = []
     for arch, engine in truths["engine"].items():
-        truth = next((r.get("truth") for r in rows if r["arch"] == arch and r["precision"] == "fp32"
-                      and r["optimizer"] == "AdamW" and r["batch_index"] == engine["batch_index"]), None)
+        truth = next(
+            (
+                r.get("truth")
+                for r in rows
+                if r["arch"] == arch
+                and r["precision"] == "fp32"
+                and r["optimizer"] == "AdamW"
+                and r["batch_index"] == engine["batch_index"]
+            ),
+            None,
+        )
         entry: Dict[str, Any] = {"arch": arch, **engine}
         if engine.get("status") == "ok" and truth and truth.get("status") == "ok":
-            entry["error"] = {"allocated": signed_error(engine["allocated"], truth["allocated"]),
-                              "reserved": signed_error(engine["reserved"], truth["reserved"])}
+            entry["error"] = {
+                "allocated": signed_error(engine["allocated"], truth["allocated"]),
+                "reserved": signed_error(engine["reserved"], truth["reserved"]),
+            }
         out.append(entry)
     return out
 
 
-def _result(ctx: Context, rows: List[Dict[str, Any]], truths: Dict[str, Any], skipped: Dict[str, str],
-            cc: Optional[str], cublas: int, context: int) -> Dict[str, Any]:
+def _result(
+    ctx: Context,
+    rows: List[Dict[str, Any]],
+    truths: Dict[str, Any],
+    skipped: Dict[str, str],
+    cc: Optional[str],
+    cublas: int,
+    context: int,
+) -> Dict[str, Any]:
     ok = [r for r in rows if r["status"] == "ok"]
     engine = _engine_rows(truths, rows)
     summary = {kind: error_summary(r["error"][kind] for r in ok) for kind in ("allocated", "reserved", "process")}
-    engine_summary = {kind: error_summary((e.get("error") or {}).get(kind) for e in engine)
-                      for kind in ("allocated", "reserved")}
+    engine_summary = {
+        kind: error_summary((e.get("error") or {}).get(kind) for e in engine) for kind in ("allocated", "reserved")
+    }
     a, r = summary["allocated"], summary["reserved"]
-    met = None if ctx.dry_run or not a["n"] else {
-        "allocated_median": a["median_abs"] <= TARGETS["allocated_median_abs"],
-        "allocated_max": a["max_abs"] <= TARGETS["allocated_max_abs"],
-        "reserved_max": r["max_abs"] <= TARGETS["reserved_max_abs"]}
+    met = (
+        None
+        if ctx.dry_run or not a["n"]
+        else {
+            "allocated_median": a["median_abs"] <= TARGETS["allocated_median_abs"],
+            "allocated_max": a["max_abs"] <= TARGETS["allocated_max_abs"],
+            "reserved_max": r["max_abs"] <= TARGETS["reserved_max_abs"],
+        }
+    )
     return {
         "description": "traced prediction (fake tensors, no GPU) vs max_memory_allocated / max_memory_reserved of "
-                       "real steps 2-3 and NVML's per-process figure; signed error = (predicted - truth) / truth",
-        "compute_capability": cc, "cublas_workspace_bytes": cublas, "context_estimate": context,
+        "real steps 2-3 and NVML's per-process figure; signed error = (predicted - truth) / truth",
+        "compute_capability": cc,
+        "cublas_workspace_bytes": cublas,
+        "context_estimate": context,
         "context_measured_at_start": truths["context_at_start"],
-        "architectures": sorted({r["arch"] for r in rows}), "skipped": skipped,
-        "rows": rows, "summary": summary, "targets": TARGETS, "targets_met": met,
-        "measured_engine": engine, "measured_engine_summary": engine_summary,
+        "architectures": sorted({r["arch"] for r in rows}),
+        "skipped": skipped,
+        "rows": rows,
+        "summary": summary,
+        "targets": TARGETS,
+        "targets_met": met,
+        "measured_engine": engine,
+        "measured_engine_summary": engine_summary,
         "problems": truths["problems"],
         "counts": {s: sum(1 for x in rows if x["status"] == s) for s in sorted({x["status"] for x in rows})},
     }
@@ -449,8 +554,11 @@ def main() -> None:
     result = run(ctx)
     write_result(ctx, NAME, result)
     s = result["summary"]
-    print(f"estimator: {result['counts']}; allocated median |err| {s['allocated']['median_abs']}, "
-          f"reserved max |err| {s['reserved']['max_abs']}", flush=True)
+    print(
+        f"estimator: {result['counts']}; allocated median |err| {s['allocated']['median_abs']}, "
+        f"reserved max |err| {s['reserved']['max_abs']}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

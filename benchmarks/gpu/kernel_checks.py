@@ -25,8 +25,17 @@ from typing import Any, Dict, List, Optional
 
 import psutil
 
-from benchmarks.gpu.common import (GiB, MiB, REPO, Context, NvmlTruth, first_line, one_line, section_context,
-                                   write_result)
+from benchmarks.gpu.common import (
+    GiB,
+    MiB,
+    REPO,
+    Context,
+    NvmlTruth,
+    first_line,
+    one_line,
+    section_context,
+    write_result,
+)
 
 sys.path.insert(0, str(REPO / "tests"))
 try:
@@ -42,8 +51,9 @@ OPEN = {"type": "open", "protocol": 1, "interval": 1.0, "client": "gpu-suite"}
 
 
 def _display(kernel: KernelHarness, msg_id: str) -> List[Dict[str, Any]]:
-    return [r.content.get("data", {}) for r in kernel.messages()
-            if r.parent_id == msg_id and r.msg_type == "display_data"]
+    return [
+        r.content.get("data", {}) for r in kernel.messages() if r.parent_id == msg_id and r.msg_type == "display_data"
+    ]
 
 
 def _descendants(pid: int) -> List[int]:
@@ -58,8 +68,10 @@ def _descendants(pid: int) -> List[int]:
 
 def positive_control(nvml: NvmlTruth) -> Dict[str, Any]:
     """A process that creates a context must be listed, or an empty list proves nothing."""
-    code = ("import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import time, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         ready = first_line(proc, 120) == "ready"
@@ -88,12 +100,18 @@ def no_implicit_context(ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
         listed = nvml.lists(pids)
     control = None if ctx.dry_run else positive_control(nvml)
     return {
-        "kernel_pid": hello["pid"], "load_ext": loaded, "sampled_seconds": seconds, "samples": len(samples),
-        "samples_said_cuda_initialized": any(s.get("kernel", {}).get("torch", {}).get("cuda_initialized")
-                                             for s in samples),
+        "kernel_pid": hello["pid"],
+        "load_ext": loaded,
+        "sampled_seconds": seconds,
+        "samples": len(samples),
+        "samples_said_cuda_initialized": any(
+            s.get("kernel", {}).get("torch", {}).get("cuda_initialized") for s in samples
+        ),
         "status_shown": status["status"] == "ok" and any("text/plain" in d for d in shown),
-        "torch_cuda_is_initialized": initialised, "nvml_listed_pids": listed,
-        "nvml": "read" if nvml.available else nvml.reason, "positive_control": control,
+        "torch_cuda_is_initialized": initialised,
+        "nvml_listed_pids": listed,
+        "nvml": "read" if nvml.available else nvml.reason,
+        "positive_control": control,
         "ok": initialised is False and not listed and status["status"] == "ok",
     }
 
@@ -102,9 +120,11 @@ def no_implicit_context(ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
 
 
 def _figures(kernel: KernelHarness, nvml: NvmlTruth, pid: int, cuda: bool) -> Dict[str, Any]:
-    return {"nvml_process": nvml.used_by(pid),
-            "memory_reserved": kernel.evaluate("torch.cuda.memory_reserved()") if cuda else None,
-            "rss": psutil.Process(pid).memory_info().rss}
+    return {
+        "nvml_process": nvml.used_by(pid),
+        "memory_reserved": kernel.evaluate("torch.cuda.memory_reserved()") if cuda else None,
+        "rss": psutil.Process(pid).memory_info().rss,
+    }
 
 
 def _clear(kernel: KernelHarness) -> Dict[str, Any]:
@@ -118,9 +138,14 @@ def _reclaim(kernel: KernelHarness, nvml: NvmlTruth, pid: int, cuda: bool, alive
     payload = _clear(kernel)
     after = _figures(kernel, nvml, pid, cuda)
     freed = {k: (before[k] - after[k]) if before[k] is not None and after[k] is not None else None for k in before}
-    return {"before": before, "after": after, "reclaimed": freed, "tensor_alive_after": kernel.evaluate(alive),
-            "report_reclaimed": payload.get("reclaimed"), "report_host_rss": [payload.get("host_rss_before"),
-                                                                               payload.get("host_rss_after")]}
+    return {
+        "before": before,
+        "after": after,
+        "reclaimed": freed,
+        "tensor_alive_after": kernel.evaluate(alive),
+        "report_reclaimed": payload.get("reclaimed"),
+        "report_host_rss": [payload.get("host_rss_before"), payload.get("host_rss_after")],
+    }
 
 
 def clear_reclaim(kernel: KernelHarness, ctx: Context, nvml: NvmlTruth, pid: int) -> Dict[str, Any]:
@@ -130,8 +155,10 @@ def clear_reclaim(kernel: KernelHarness, ctx: Context, nvml: NvmlTruth, pid: int
     kernel.execute("import gc, weakref, torch\n%load_ext gpumem_kernel")
     if cuda:
         kernel.execute("torch.zeros(1, device='cuda'); None")  # the context, so 'before' holds only the tensor
-    kernel.execute(f"def f():\n    t = torch.ones({size}, dtype=torch.uint8, device='{device}')\n"
-                   "    global w\n    w = weakref.ref(t)\n    raise ValueError('pinned by this traceback')")
+    kernel.execute(
+        f"def f():\n    t = torch.ones({size}, dtype=torch.uint8, device='{device}')\n"
+        "    global w\n    w = weakref.ref(t)\n    raise ValueError('pinned by this traceback')"
+    )
     kernel.execute("f()")
     traceback = _reclaim(kernel, nvml, pid, cuda, "w() is not None")
     reply = kernel.execute(f"torch.ones({size}, dtype=torch.uint8, device='{device}')")
@@ -194,8 +221,12 @@ def restart_and_free(kernel: KernelHarness, ctx: Context, nvml: NvmlTruth) -> Di
     usage = gpu_usage(sample)
     released = poll.released if poll else None
     return {
-        "tensor_bytes": size, "old_pid": old, "new_pid": new, "nvml_before": held,
-        "restart_returned_s": round(restarted, 3), "old_process_alive": psutil.pid_exists(old),
+        "tensor_bytes": size,
+        "old_pid": old,
+        "new_pid": new,
+        "nvml_before": held,
+        "restart_returned_s": round(restarted, 3),
+        "old_process_alive": psutil.pid_exists(old),
         "nvml_released_s": None if released is None else round(released, 3),
         "new_kernel_first_sample_s": round(first_sample, 3),
         "panel_lists_old_pid": None if usage is None else old in usage,
@@ -218,8 +249,10 @@ def _guarded(name: str, fn: Any, *args: Any) -> Dict[str, Any]:
 def _clear_then_restart(ctx: Context, nvml: NvmlTruth) -> Dict[str, Dict[str, Any]]:
     with KernelHarness() as kernel:
         pid = kernel.evaluate("__import__('os').getpid()")
-        return {"clear": _guarded("clear", clear_reclaim, kernel, ctx, nvml, pid),
-                "restart_and_free": _guarded("restart_and_free", restart_and_free, kernel, ctx, nvml)}
+        return {
+            "clear": _guarded("clear", clear_reclaim, kernel, ctx, nvml, pid),
+            "restart_and_free": _guarded("restart_and_free", restart_and_free, kernel, ctx, nvml),
+        }
 
 
 def run(ctx: Context) -> Dict[str, Any]:
@@ -231,9 +264,12 @@ def run(ctx: Context) -> Dict[str, Any]:
         rest = _clear_then_restart(ctx, nvml)
     except Exception as exc:  # the kernel itself would not start
         rest = {k: {"ok": False, "failed": one_line(exc)} for k in ("clear", "restart_and_free")}
-    return {"description": "a real ipykernel (jupyter_client): no CUDA context from the extension, clear "
-                           "reclaiming pinned tensors, restart-and-free; truths from NVML (pynvml) outside the kernel",
-            "no_implicit_context": context, **rest}
+    return {
+        "description": "a real ipykernel (jupyter_client): no CUDA context from the extension, clear "
+        "reclaiming pinned tensors, restart-and-free; truths from NVML (pynvml) outside the kernel",
+        "no_implicit_context": context,
+        **rest,
+    }
 
 
 def main() -> None:

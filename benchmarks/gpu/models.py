@@ -55,8 +55,11 @@ def _need(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except Exception as exc:  # a broken install (e.g. a CUDA torchvision on CPU torch) is unavailable too
-        raise Unavailable(f"{module} not importable: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                          if str(exc) else f"{module} not importable: {type(exc).__name__}") from None
+        raise Unavailable(
+            f"{module} not importable: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+            if str(exc)
+            else f"{module} not importable: {type(exc).__name__}"
+        ) from None
 
 
 # --- library models ------------------------------------------------------------------------------------------
@@ -67,16 +70,22 @@ def resnet50(dry: bool) -> Built:
     if dry:
         from torchvision.models.resnet import Bottleneck, ResNet as TvResNet
 
-        return Built(TvResNet(Bottleneck, [1, 1, 1, 1], num_classes=10), images(32), default_loss, (2, 4, 8),
-                     "3x32x32 (one Bottleneck per stage)")  # batch 2 at least: BatchNorm of a 1x1 map
+        return Built(
+            TvResNet(Bottleneck, [1, 1, 1, 1], num_classes=10),
+            images(32),
+            default_loss,
+            (2, 4, 8),
+            "3x32x32 (one Bottleneck per stage)",
+        )  # batch 2 at least: BatchNorm of a 1x1 map
     return Built(tv.models.resnet50(), images(224), default_loss, (16, 32, 64), "3x224x224")
 
 
 def vit_b_16(dry: bool) -> Built:
     tv = _need("torchvision")
     if dry:
-        model = tv.models.VisionTransformer(image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=32,
-                                            mlp_dim=64, num_classes=10)
+        model = tv.models.VisionTransformer(
+            image_size=32, patch_size=16, num_layers=1, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+        )
         return Built(model, images(32), default_loss, (1, 2, 4), "3x32x32 (1 layer, width 32)")
     return Built(tv.models.vit_b_16(), images(224), default_loss, (8, 16, 32), "3x224x224")
 
@@ -93,8 +102,14 @@ def gpt2(dry: bool) -> Built:
 def bert(dry: bool) -> Built:
     tf = _need("transformers")
     if dry:
-        config = tf.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                               vocab_size=128, max_position_embeddings=32)
+        config = tf.BertConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            vocab_size=128,
+            max_position_embeddings=32,
+        )
         return Built(tf.BertForMaskedLM(config), tokens(128, 16), lm_loss, (1, 2, 4), "16 tokens (tiny config)")
     config = tf.BertConfig()  # BERT-base, 110M
     return Built(tf.BertForMaskedLM(config), tokens(config.vocab_size, 128), lm_loss, (8, 16, 32), "128 tokens")
@@ -103,10 +118,16 @@ def bert(dry: bool) -> Built:
 def efficientnet(dry: bool) -> Built:
     timm = _need("timm")
     if dry:
-        return Built(timm.create_model("test_efficientnet", pretrained=False, num_classes=10), images(32),
-                     default_loss, (2, 4, 8), "3x32x32 (timm test_efficientnet)")
-    return Built(timm.create_model("efficientnet_b0", pretrained=False), images(224), default_loss, (16, 32, 64),
-                 "3x224x224")
+        return Built(
+            timm.create_model("test_efficientnet", pretrained=False, num_classes=10),
+            images(32),
+            default_loss,
+            (2, 4, 8),
+            "3x32x32 (timm test_efficientnet)",
+        )
+    return Built(
+        timm.create_model("efficientnet_b0", pretrained=False), images(224), default_loss, (16, 32, 64), "3x224x224"
+    )
 
 
 # --- the plain-torch zoo -------------------------------------------------------------------------------------
@@ -119,20 +140,31 @@ def unet(dry: bool) -> Built:
 
 
 def mlp(dry: bool) -> Built:
-    return Built(MLP(), lambda b, fake: torch.randn(b, 256), default_loss,
-                 (2, 4, 8) if dry else (256, 1024, 4096), "256 features")
+    return Built(
+        MLP(),
+        lambda b, fake: torch.randn(b, 256),
+        default_loss,
+        (2, 4, 8) if dry else (256, 1024, 4096),
+        "256 features",
+    )
 
 
 def gpt_plain(dry: bool) -> Built:
     if dry:
-        return Built(GPT(vocab=64, context=16, dim=32, depth=1, heads=2), tokens(64, 16), default_loss, (1, 2, 4),
-                     "16 tokens, width 32")
+        return Built(
+            GPT(vocab=64, context=16, dim=32, depth=1, heads=2),
+            tokens(64, 16),
+            default_loss,
+            (1, 2, 4),
+            "16 tokens, width 32",
+        )
     model = GPT(vocab=8192, context=256, dim=384, depth=6, heads=6)
     return Built(model, tokens(8192, 256), default_loss, (8, 16, 32), "256 tokens, width 384, 6 blocks")
 
 
-def _zoo(cls: Callable[[], nn.Module], make: MakeBatch, batches: Tuple[int, int, int], text: str
-         ) -> Callable[[bool], Built]:
+def _zoo(
+    cls: Callable[[], nn.Module], make: MakeBatch, batches: Tuple[int, int, int], text: str
+) -> Callable[[bool], Built]:
     return lambda dry: Built(cls(), make, default_loss, (1, 2, 4) if dry else batches, text)
 
 

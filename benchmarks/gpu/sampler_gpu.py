@@ -46,14 +46,16 @@ def ab_rounds(step: Callable[[], None], rounds: int, window: float) -> Dict[str,
     ratios: Dict[str, List[float]] = {n: [] for n in names if n != "none"}
     steps: Dict[str, int] = {n: 0 for n in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]  # no setting always first
+        order = names[r % len(names) :] + names[: r % len(names)]  # no setting always first
         got = {n: so.measure_setting(step, so.SETTINGS[n], window) for n in order}
         for n in ratios:
             ratios[n].append(got[n]["mean"] / got["none"]["mean"] - 1)
         for n in names:
             steps[n] += got[n]["steps"]
-    return {n: {"overhead_median": statistics.median(v), "per_round": v, "spread": [min(v), max(v)],
-                "steps": steps[n]} for n, v in ratios.items()} | {"none": {"steps": steps["none"]}}
+    return {
+        n: {"overhead_median": statistics.median(v), "per_round": v, "spread": [min(v), max(v)], "steps": steps[n]}
+        for n, v in ratios.items()
+    } | {"none": {"steps": steps["none"]}}
 
 
 def run(ctx: Context) -> Dict[str, Any]:
@@ -73,10 +75,15 @@ def run(ctx: Context) -> Dict[str, Any]:
     overhead = local["overhead"]
     return {
         "description": "sampler overhead on a training loop (A/B ratio of mean step times within each round; "
-                       "attributed excess around samples) and the probe's cost per call",
-        "loop": "CPU MLP 256-512-512-10, batch 64 (sampler_overhead.py)" if dry else
-                "CUDA ResNet-18/4 (zoo), batch 256, SGD momentum, synchronised per step",
-        "rounds": rounds, "window_s": window, "ab": ab, "attributed_1hz": local, "probe": probe,
+        "attributed excess around samples) and the probe's cost per call",
+        "loop": "CPU MLP 256-512-512-10, batch 64 (sampler_overhead.py)"
+        if dry
+        else "CUDA ResNet-18/4 (zoo), batch 256, SGD momentum, synchronised per step",
+        "rounds": rounds,
+        "window_s": window,
+        "ab": ab,
+        "attributed_1hz": local,
+        "probe": probe,
         "target": {"overhead_1hz_max": TARGET_1HZ, "met": None if dry else overhead < TARGET_1HZ},
     }
 
@@ -85,9 +92,11 @@ def main() -> None:
     ctx = section_context(__doc__.splitlines()[0])
     result = run(ctx)
     write_result(ctx, NAME, result)
-    print(f"sampler: A/B 1 Hz {result['ab']['1 Hz']['overhead_median']:+.3%}, attributed "
-          f"{result['attributed_1hz']['overhead']:+.3%}; probe {result['probe']['probe']['median_ms']:.3f} ms",
-          flush=True)
+    print(
+        f"sampler: A/B 1 Hz {result['ab']['1 Hz']['overhead_median']:+.3%}, attributed "
+        f"{result['attributed_1hz']['overhead']:+.3%}; probe {result['probe']['probe']['median_ms']:.3f} ms",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

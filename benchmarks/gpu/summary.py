@@ -45,8 +45,10 @@ def _status(data: Dict[str, Any], met: Optional[bool], yes: str = "met", no: str
 def _errors(summary: Dict[str, Any]) -> str:
     if not summary.get("n"):
         return "no configuration measured"
-    return (f"median |err| {summary['median_abs']:.2%}, max |err| {summary['max_abs']:.2%} "
-            f"(signed {pct(summary['min'])} … {pct(summary['max'])}), n={summary['n']}")
+    return (
+        f"median |err| {summary['median_abs']:.2%}, max |err| {summary['max_abs']:.2%} "
+        f"(signed {pct(summary['min'])} … {pct(summary['max'])}), n={summary['n']}"
+    )
 
 
 def estimator_rows(d: Dict[str, Any]) -> List[Row]:
@@ -55,10 +57,18 @@ def estimator_rows(d: Dict[str, Any]) -> List[Row]:
     both = None if not met else met.get("allocated_median") and met.get("allocated_max")
     skipped = f"; skipped: {', '.join(d['skipped'])}" if d.get("skipped") else ""
     return [
-        ("traced vs max_memory_allocated", _errors(s["allocated"]) + skipped, "≤ 3 % median, ≤ 5 % max",
-         _status(d, both)),
-        ("traced vs max_memory_reserved", _errors(s["reserved"]), "≤ 10 % max",
-         _status(d, met.get("reserved_max") if met else None)),
+        (
+            "traced vs max_memory_allocated",
+            _errors(s["allocated"]) + skipped,
+            "≤ 3 % median, ≤ 5 % max",
+            _status(d, both),
+        ),
+        (
+            "traced vs max_memory_reserved",
+            _errors(s["reserved"]),
+            "≤ 10 % max",
+            _status(d, met.get("reserved_max") if met else None),
+        ),
         ("traced footprint vs NVML per process", _errors(s["process"]), "—", _status(d, None)),
         ("measured engine vs max_memory_allocated", _errors(engine.get("allocated", {})), "—", _status(d, None)),
         ("measured engine vs max_memory_reserved", _errors(engine.get("reserved", {})), "—", _status(d, None)),
@@ -104,28 +114,49 @@ def kernel_rows(d: Dict[str, Any]) -> List[Row]:
         return f"{mib(got.get(key))} of {mib(cl.get('tensor_bytes'))} ({key})"
 
     return [
-        ("no implicit CUDA context", c.get("failed") or
-         f"is_initialized {c.get('torch_cuda_is_initialized')}, NVML lists kernel: {c.get('nvml_listed_pids')}, "
-         f"{c.get('samples')} samples in {c.get('sampled_seconds')} s, status shown {c.get('status_shown')}",
-         "no context", _ok(d, c)),
-        ("clear: traceback-pinned tensor", cl.get("failed") or freed("traceback"), "returned to the driver",
-         _ok(d, cl)),
+        (
+            "no implicit CUDA context",
+            c.get("failed")
+            or f"is_initialized {c.get('torch_cuda_is_initialized')}, NVML lists kernel: {c.get('nvml_listed_pids')}, "
+            f"{c.get('samples')} samples in {c.get('sampled_seconds')} s, status shown {c.get('status_shown')}",
+            "no context",
+            _ok(d, c),
+        ),
+        (
+            "clear: traceback-pinned tensor",
+            cl.get("failed") or freed("traceback"),
+            "returned to the driver",
+            _ok(d, cl),
+        ),
         ("clear: Out-pinned tensor", cl.get("failed") or freed("out"), "returned to the driver", _ok(d, cl)),
-        ("restart and free", r.get("failed") or
-         f"old PID left NVML after {r.get('nvml_released_s')} s; restart {r.get('restart_returned_s')} s; "
-         f"panel lists old PID: {r.get('panel_lists_old_pid')}", "old PID leaves NVML", _ok(d, r)),
+        (
+            "restart and free",
+            r.get("failed")
+            or f"old PID left NVML after {r.get('nvml_released_s')} s; restart {r.get('restart_returned_s')} s; "
+            f"panel lists old PID: {r.get('panel_lists_old_pid')}",
+            "old PID leaves NVML",
+            _ok(d, r),
+        ),
     ]
 
 
 def sampler_rows(d: Dict[str, Any]) -> List[Row]:
     ab, local, probe = d["ab"], d["attributed_1hz"], d["probe"]
     return [
-        ("sampler overhead at 1 Hz", f"A/B {pct(ab['1 Hz']['overhead_median'])} (10 Hz "
-         f"{pct(ab['10 Hz']['overhead_median'])}); attributed {local['overhead']:+.3%}", "< 0.5 %",
-         _status(d, (d.get("target") or {}).get("met"))),
-        ("probe cost per call", f"{probe['probe']['median_ms']:.3f} ms; with JSON "
-         f"{probe['probe + to_dict + json']['median_ms']:.3f} ms; GPU seen: {probe['gpu_available']}", "—",
-         _status(d, None)),
+        (
+            "sampler overhead at 1 Hz",
+            f"A/B {pct(ab['1 Hz']['overhead_median'])} (10 Hz "
+            f"{pct(ab['10 Hz']['overhead_median'])}); attributed {local['overhead']:+.3%}",
+            "< 0.5 %",
+            _status(d, (d.get("target") or {}).get("met")),
+        ),
+        (
+            "probe cost per call",
+            f"{probe['probe']['median_ms']:.3f} ms; with JSON "
+            f"{probe['probe + to_dict + json']['median_ms']:.3f} ms; GPU seen: {probe['gpu_available']}",
+            "—",
+            _status(d, None),
+        ),
     ]
 
 
@@ -142,8 +173,13 @@ def distributed_rows(d: Dict[str, Any]) -> List[Row]:
     return rows
 
 
-RENDERERS = {"gpu_estimator": estimator_rows, "gpu_autobatch": autobatch_rows, "gpu_kernel": kernel_rows,
-             "gpu_sampler": sampler_rows, "gpu_distributed": distributed_rows}
+RENDERERS = {
+    "gpu_estimator": estimator_rows,
+    "gpu_autobatch": autobatch_rows,
+    "gpu_kernel": kernel_rows,
+    "gpu_sampler": sampler_rows,
+    "gpu_distributed": distributed_rows,
+}
 
 
 def rows(results: Dict[str, Dict[str, Any]]) -> List[Row]:
