@@ -57,18 +57,21 @@ _SPELLED = {CPU: ("cpu",), AUTO: ("auto",), CUDA: ("cuda",), INDEX: ("cuda:N", "
 
 def cuda_device_count() -> int:
     """How many `cuda:N` this kernel has, without creating a CUDA context: torch's own count once CUDA is
-    initialised, else NVML's view through CUDA_VISIBLE_DEVICES (the probe); without NVML (ROCm, Jetson) torch's
-    device_count, which asks NVML/amdsmi or the driver but creates no context (0 on a CPU build)."""
-    from .analysis import _torch_cuda_ready
-
-    torch = sys.modules.get("torch")
-    if torch is not None and _torch_cuda_ready():
-        return int(torch.cuda.device_count())
+    initialised, else NVML's view through CUDA_VISIBLE_DEVICES (the sampler's latest sample when the extension
+    is loaded: the shared prober is single-threaded and the sampler owns it); without NVML (ROCm, Jetson)
+    torch's device_count, which asks NVML/amdsmi or the driver but creates no context (0 on a CPU build)."""
+    from . import extension
     from .probe import probe
+    from .torchstats import _initialised_cuda
 
-    gpu = probe().gpu
-    if gpu.available:
-        return sum(1 for device in gpu.devices if device.cuda_index is not None)
+    cuda = _initialised_cuda()
+    if cuda is not None:
+        return int(cuda.device_count())
+    loaded = extension.current()
+    gpu = loaded.sampler.latest()["gpu"] if loaded is not None else probe().to_dict()["gpu"]
+    if gpu["available"]:
+        return sum(1 for device in gpu["devices"] if device["cuda_index"] is not None)
+    torch = sys.modules.get("torch")
     try:
         return int(torch.cuda.device_count()) if torch is not None else 0
     except Exception:  # a broken driver: no device to name
