@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpumem_kernel.analysis_trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
 
 # --- the zoo ----------------------------------------------------------------------------------------------
 
@@ -288,7 +288,7 @@ def _error(predicted: int, measured: int) -> float:
 def _gpu_columns(plan: TracePlan, batch: int, traced: TraceResult) -> Dict[str, Any]:
     if not torch.cuda.is_available():
         return {"gpu": "not measured"}
-    from gpumem_kernel.analysis import measure_step_peaks
+    from gpumem_kernel.analysis.analyze import measure_step_peaks
 
     device = torch.device("cuda", torch.cuda.current_device())
     measured = measure_step_peaks(plan, batch, device)

@@ -39,8 +39,8 @@ from _common import write_result  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpumem_kernel.probe import Prober  # noqa: E402
-from gpumem_kernel.sampler import Sampler  # noqa: E402
+from gpumem_kernel.probe.prober import Prober  # noqa: E402
+from gpumem_kernel.probe.sampler import Sampler  # noqa: E402
 
 SETTINGS: Dict[str, Optional[float]] = {"none": None, "1 Hz": 1.0, "10 Hz": 0.1}
 

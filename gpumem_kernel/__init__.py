@@ -11,12 +11,12 @@ from typing import Any, Dict, List
 
 # The browser calls `__import__('gpumem_kernel').frontend.<action>()`: the submodule must be an attribute
 # after a plain import. It imports nothing heavy until called.
-from . import frontend
+from gpumem_kernel.channel import frontend
 
 
 def _read_version() -> str:
     try:
-        from ._version import __version__ as version  # written by the wheel build
+        from gpumem_kernel._version import __version__ as version  # written by the wheel build
 
         return str(version)
     except ImportError:
@@ -37,13 +37,13 @@ def _jupyter_labextension_paths() -> List[Dict[str, str]]:
 
 
 def load_ipython_extension(ip: Any) -> None:
-    from . import extension
+    from gpumem_kernel import extension
 
     extension.load(ip, __version__)
 
 
 def unload_ipython_extension(ip: Any) -> None:
-    from . import extension
+    from gpumem_kernel import extension
 
     extension.unload(ip)
 
@@ -56,8 +56,8 @@ def _bootstrap() -> str:
     """
     from IPython import get_ipython
 
-    from . import extension
-    from .protocol import PROTOCOL_VERSION
+    from gpumem_kernel import extension
+    from gpumem_kernel.wire.protocol import PROTOCOL_VERSION
 
     ip = get_ipython()
     if ip is not None and extension.current() is None:
@@ -69,30 +69,30 @@ def _bootstrap() -> str:
 
 def get_status() -> Dict[str, Any]:
     """GPU and host memory now, as the wire format's `sample` object."""
-    from .status import get_status as _get_status
+    from gpumem_kernel.magics.status import get_status as _get_status
 
     return _get_status()
 
 
 def print_status() -> None:
     """Print GPU and host memory now, in the console layout."""
-    from .status import print_status as _print_status
+    from gpumem_kernel.magics.status import print_status as _print_status
 
     _print_status()
 
 
 # The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
 _LAZY = {
-    "analyze": "analysis",
-    "get_gpu_info": "analysis",
-    "print_gpu_info": "analysis",
-    "print_memory_analysis": "analysis",
-    "recommend_batch_size": "analysis",
-    "monitor_gpu_memory": "analysis",
-    "MemoryMonitor": "analysis",
-    "auto_select_batch_size": "autobatch",
-    "run_benchmark": "benchmark",
-    "load_config": "benchmark",
+    "analyze": "analysis.analyze",
+    "get_gpu_info": "analysis.analyze",
+    "print_gpu_info": "analysis.analyze",
+    "print_memory_analysis": "analysis.analyze",
+    "recommend_batch_size": "analysis.analyze",
+    "monitor_gpu_memory": "analysis.analyze",
+    "MemoryMonitor": "analysis.analyze",
+    "auto_select_batch_size": "autobatch.search",
+    "run_benchmark": "benchmark.sweep",
+    "load_config": "benchmark.sweep",
 }
 
 

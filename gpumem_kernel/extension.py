@@ -9,12 +9,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import oom
-from .channel import Channel
-from .lineage import Lineage
-from .processes import own_create_time
-from .probe import default_prober
-from .sampler import Sampler
+from gpumem_kernel.oom import checklist as oom
+from gpumem_kernel.channel.comm import Channel
+from gpumem_kernel.probe.lineage import Lineage
+from gpumem_kernel.probe.processes import own_create_time
+from gpumem_kernel.probe.prober import default_prober
+from gpumem_kernel.probe.sampler import Sampler
 
 
 @dataclass
@@ -39,8 +39,8 @@ def load(ip: Any, version: str) -> Loaded:
     """Start the sampler, register the `gpumem` comm target, the OOM handler and the magics; a second call
     changes nothing."""
     global _loaded, _atexit_registered
-    from .magics import GpumemMagics  # IPython is only needed once the extension is loaded
-    from .magics_analysis import last_recommendation
+    from gpumem_kernel.magics.gpumem import GpumemMagics  # IPython is only needed once the extension is loaded
+    from gpumem_kernel.magics.analysis import last_recommendation
 
     with _lock:
         if _loaded is not None:

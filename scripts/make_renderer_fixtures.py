@@ -16,9 +16,9 @@ import sys
 import torch
 import torch.nn as nn
 
-from gpumem_kernel.analysis import analyze
-from gpumem_kernel.autobatch import auto_select_batch_size
-from gpumem_kernel.benchmark import run_benchmark
+from gpumem_kernel.analysis.analyze import analyze
+from gpumem_kernel.autobatch.search import auto_select_batch_size
+from gpumem_kernel.benchmark.sweep import run_benchmark
 
 OUT = (
     sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src", "__tests__", "fixtures")

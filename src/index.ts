@@ -25,27 +25,27 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
 import { Signal } from '@lumino/signaling';
 
-import { actionsPlugin } from './actionsplugin';
-import { statusSummary } from './statussummary';
-import { CurrentSession } from './current';
-import { TRANSLATION_DOMAIN } from './i18n';
-import { gpuIcon } from './icons';
-import { GpuMemModel } from './model';
-import { GpuMemPanel } from './panel';
+import { actionsPlugin } from './actions/plugin';
+import { statusSummary } from './panel/statussummary';
+import { CurrentSession } from './channel/current';
+import { TRANSLATION_DOMAIN } from './ui/i18n';
+import { gpuIcon } from './ui/icons';
+import { GpuMemModel } from './channel/model';
+import { GpuMemPanel } from './panel/panel';
 import { readSettings } from './settings';
-import { GpuMemStatusItem, OPEN_PANEL_COMMAND } from './statusitem';
+import { GpuMemStatusItem, OPEN_PANEL_COMMAND } from './panel/statusitem';
 import { IGpuMemActions, IGpuMemModel } from './tokens';
 import { CLIENT } from './version';
 
 export { IGpuMemActions, IGpuMemModel } from './tokens';
 export * from './commandids';
-export type { IKernelProblem } from './bridge';
-export { RequestError } from './bridge';
-export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './model';
-export * from './protocol';
+export type { IKernelProblem } from './channel/bridge';
+export { RequestError } from './channel/bridge';
+export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './channel/model';
+export * from './wire/protocol';
 export type { IGpuMemSettings } from './settings';
-export type { IBridgeState, StateName } from './state';
-export { formatBytes, formatBytesPair, formatPercent } from './format';
+export type { IBridgeState, StateName } from './channel/state';
+export { formatBytes, formatBytesPair, formatPercent } from './ui/format';
 
 const modelPlugin: JupyterFrontEndPlugin<IGpuMemModel> = {
   id: 'jupyterlab-gpumem:plugin',

@@ -4,7 +4,7 @@
  * The settings registry validates against the schema, but a hand-edited or outdated settings file must not
  * break the panel: each value is clamped to its range and falls back to its default.
  */
-import { isSizeUnit, type SizeUnit } from './format';
+import { isSizeUnit, type SizeUnit } from './ui/format';
 
 export interface IGpuMemSettings {
   /** Seconds between samples (0.1–60). */
@@ -66,9 +66,7 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
     units: isSizeUnit(composite.units) ? composite.units : DEFAULT_SETTINGS.units,
     autoLoad: typeof composite.autoLoad === 'boolean' ? composite.autoLoad : DEFAULT_SETTINGS.autoLoad,
     showStatusBar:
-      typeof composite.showStatusBar === 'boolean'
-        ? composite.showStatusBar
-        : DEFAULT_SETTINGS.showStatusBar,
+      typeof composite.showStatusBar === 'boolean' ? composite.showStatusBar : DEFAULT_SETTINGS.showStatusBar,
     confirmRestart: boolOr(composite.confirmRestart, DEFAULT_SETTINGS.confirmRestart),
     clearOutputsOnRestart: boolOr(composite.clearOutputsOnRestart, DEFAULT_SETTINGS.clearOutputsOnRestart),
     restartTimeoutSeconds: numberIn(

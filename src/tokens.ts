@@ -7,8 +7,8 @@ import type { Kernel } from '@jupyterlab/services';
 import { Token } from '@lumino/coreutils';
 import type { ISignal } from '@lumino/signaling';
 
-import type { IKernelProblem } from './bridge';
-import type { IKernelSession } from './model';
+import type { IKernelProblem } from './channel/bridge';
+import type { IKernelSession } from './channel/model';
 import type {
   IGpuProcess,
   IHello,
@@ -16,11 +16,11 @@ import type {
   IRequestResults,
   ISample,
   RequestAction
-} from './protocol';
-import type { IBridgeView, SessionActions } from './sessionactions';
+} from './wire/protocol';
+import type { IBridgeView, SessionActions } from './actions/sessionactions';
 import type { IGpuMemSettings } from './settings';
-import type { IBridgeState } from './state';
-import type { TickStore } from './ticks';
+import type { IBridgeState } from './channel/state';
+import type { TickStore } from './actions/ticks';
 
 /** The live GPU memory of the current notebook's (or console's) kernel. */
 export interface IGpuMemModel {

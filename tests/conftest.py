@@ -12,9 +12,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from fake_nvml import FakeGpu, FakeNvml
-from gpumem_kernel.host import CgroupReader, HostReader
-from gpumem_kernel.nvml import Nvml
-from gpumem_kernel.probe import Prober
+from gpumem_kernel.probe.host import CgroupReader, HostReader
+from gpumem_kernel.probe.nvml import Nvml
+from gpumem_kernel.probe.prober import Prober
 
 KERNEL_PYTHON = os.environ.get("GPUMEM_TEST_KERNEL_PYTHON") or sys.executable
 

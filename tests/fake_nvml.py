@@ -170,8 +170,9 @@ def install_in_running_kernel(gpus: List[FakeGpu]) -> None:
     Re-initialises the kernel's shared Prober in place, under the sampler's probe lock, so the sampler
     thread, snapshots and the OOM handler all see the fake from their next sample on.
     """
-    from gpumem_kernel import extension, probe
-    from gpumem_kernel.nvml import Nvml
+    from gpumem_kernel import extension
+    from gpumem_kernel.probe import prober as probe
+    from gpumem_kernel.probe.nvml import Nvml
 
     loaded = extension.current()
     if loaded is None:

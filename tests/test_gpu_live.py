@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gpumem_kernel.protocol import validate
+from gpumem_kernel.wire.protocol import validate
 from kernel_harness import REPO_ROOT, KernelHarness
 
 pytestmark = [pytest.mark.gpu, pytest.mark.kernel]

@@ -45,7 +45,7 @@ def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
     for module in ("__init__", "probe", "sampler", "channel", "magics", "clear", "oom", "analysis"):
         assert f"gpumem_kernel/{module}.py" in names
     for schema in ("open", "request", "hello", "history", "sample", "reply", "error", "oom", "clear"):
-        assert f"gpumem_kernel/schemas/{schema}.schema.json" in names
+        assert f"gpumem_kernel/wire/schemas/{schema}.schema.json" in names
 
 
 def test_torch_is_not_a_requirement() -> None:

@@ -49,7 +49,7 @@ def device_guard(cap: Optional[int], model: Any, optimizer: Any, data: Any = Non
     if cap is None:
         yield
         return
-    from gpumem_kernel.autobatch import SimulatedOOM, make_tracker, register_states
+    from gpumem_kernel.autobatch.search import SimulatedOOM, make_tracker, register_states
 
     tracker = make_tracker(cap)
     register_states(tracker, model, optimizer)
@@ -93,7 +93,7 @@ def release(device: Any) -> None:
 
 
 def ours(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
-    from gpumem_kernel.autobatch import auto_select_batch_size
+    from gpumem_kernel.autobatch.search import auto_select_batch_size
 
     result = auto_select_batch_size(
         built.model,
@@ -247,7 +247,7 @@ def survival(built: Any, batch: int, device: Any, cap: Optional[int], steps: int
                 with device_guard(cap, model, optimizer):
                     model(built.make_batch(batch, False).to(device))
     except RuntimeError as exc:
-        from gpumem_kernel.autobatch import is_oom
+        from gpumem_kernel.autobatch.search import is_oom
 
         if not is_oom(exc):
             raise

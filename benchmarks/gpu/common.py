@@ -1,6 +1,6 @@
 """What every section of the GPU suite shares: its arguments, provenance, result files, NVML truths, errors.
 
-Truths are read with pynvml directly, not through gpumem_kernel.probe: the probe is one of the things under test.
+Truths are read with pynvml directly, not through gpumem_kernel.probe.prober: the probe is one of the things under test.
 Nothing here imports torch at module level or initialises CUDA (the runner and the context check rely on that).
 """
 
@@ -243,6 +243,6 @@ def one_line(exc: BaseException) -> str:
 
 
 def is_oom(exc: BaseException) -> bool:
-    from gpumem_kernel.autobatch import is_oom as _is_oom
+    from gpumem_kernel.autobatch.search import is_oom as _is_oom
 
     return _is_oom(exc)

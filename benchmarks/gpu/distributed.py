@@ -81,11 +81,11 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
 
 
 def _predict(built: Any, batch: int, strategy: str, gpu: Dict[str, Any]) -> Dict[str, Any]:
-    from gpumem_kernel.analysis import analyze
+    from gpumem_kernel.analysis.analyze import analyze
 
     where: Dict[str, Any] = {"memory": gpu.get("memory_total") or "80GiB"}
     try:
-        from gpumem_kernel import gpus
+        from gpumem_kernel.analysis import gpus
 
         if gpu.get("name"):
             gpus.lookup(gpu["name"])

@@ -81,7 +81,7 @@ def configs(arch: str, dry: bool) -> List[Config]:
 
 def _plan(arch: str, dry: bool, cfg: Config, cublas: int) -> Tuple[Any, int]:
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis_trace import TracePlan
+    from gpumem_kernel.analysis.trace import TracePlan
 
     built = models.build(arch, dry)
     plan = TracePlan(
@@ -106,7 +106,7 @@ def _pool_init() -> None:
 
 
 def predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
-    from gpumem_kernel.analysis_trace import run_trace
+    from gpumem_kernel.analysis.trace import run_trace
 
     plan, batch = _plan(arch, dry, cfg, cublas)
     started = time.perf_counter()
@@ -146,7 +146,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
     """Peaks of steps 2-3 over an emptied baseline, and NVML's process figure before the cache is emptied."""
     import torch
 
-    from gpumem_kernel.analysis import run_real_steps
+    from gpumem_kernel.analysis.analyze import run_real_steps
 
     device = torch.device("cuda", torch.cuda.current_device())
 
@@ -188,7 +188,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
 
 def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
     """Dry-run stand-in: live bytes of a real CPU step, replayed through the allocator model."""
-    from gpumem_kernel.analysis_trace import run_trace
+    from gpumem_kernel.analysis.trace import run_trace
 
     tracked = run_trace(plan, batch, fake=False)
     return {
@@ -204,7 +204,7 @@ def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
 def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
     """analyze() end to end at `cfg`: on CUDA the measured engine; on the CPU whichever engine it picks."""
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis import analyze
+    from gpumem_kernel.analysis.analyze import analyze
 
     built = models.build(arch, dry)
     batch = built.batches[cfg.batch_index]
@@ -370,7 +370,7 @@ def _in_process(
 
 
 def _device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], int, int]:
-    from gpumem_kernel import gpus
+    from gpumem_kernel.analysis import gpus
 
     facts = nvml.facts().get("gpus") or [{}]
     cc = facts[0].get("compute_capability")

@@ -198,7 +198,7 @@ class _Poll:
 
 
 def restart_and_free(kernel: KernelHarness, ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
-    from gpumem_kernel.processes import gpu_usage
+    from gpumem_kernel.probe.processes import gpu_usage
 
     size = 64 * MiB if ctx.dry_run else 2 * GiB
     kernel.bootstrap()

@@ -5,15 +5,19 @@
 import type { Kernel } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import type { IOomError } from '../oomdetect';
-import type { IHello, IRequestArgs, IRequestResults, ISample, RequestAction } from '../protocol';
-import type { CellPlace, IActionHost, IBridgeView, SessionActions } from '../sessionactions';
+import type { IOomError } from '../actions/oom/detect';
+import type { IHello, IRequestArgs, IRequestResults, ISample, RequestAction } from '../wire/protocol';
+import type { CellPlace, IActionHost, IBridgeView, SessionActions } from '../actions/sessionactions';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
-import { untranslated } from '../i18n';
+import { untranslated } from '../ui/i18n';
 import { FakeKernel, FakeSessionContext } from './fakes';
 
 /** An IOPub message of the failing cell `parent`. */
-export function iopub(msgType: string, parent: string, content: unknown): {
+export function iopub(
+  msgType: string,
+  parent: string,
+  content: unknown
+): {
   header: { msg_type: string };
   parent_header: { msg_id: string };
   content: unknown;

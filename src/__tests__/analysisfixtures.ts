@@ -9,7 +9,11 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { act } from 'react';
 
-import { createGpumemRendererFactories, type GpumemAnalysisRenderer, type IGpumemRendererOptions } from '../renderers';
+import {
+  createGpumemRendererFactories,
+  type GpumemAnalysisRenderer,
+  type IGpumemRendererOptions
+} from '../outputs/renderers';
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 

@@ -14,7 +14,10 @@ function future(): { done: Promise<undefined> } {
 }
 
 export class FakeComm {
-  constructor(readonly targetName: string, readonly commId: string) {}
+  constructor(
+    readonly targetName: string,
+    readonly commId: string
+  ) {}
 
   isDisposed = false;
   opened: unknown[] = [];

@@ -1,5 +1,5 @@
 /**
- * Messages exactly as `gpumem_kernel/schemas/README.md` (protocol v1) describes them. The lead cross-checks
+ * Messages exactly as `gpumem_kernel/wire/schemas/README.md` (protocol v1) describes them. The lead cross-checks
  * these against the Python JSON Schemas: keep every field present, null where "not measured".
  */
 import type {
@@ -10,7 +10,7 @@ import type {
   IReply,
   IRequestResults,
   ISample
-} from '../protocol';
+} from '../wire/protocol';
 
 export const GIB = 1024 ** 3;
 export const MIB = 1024 ** 2;
@@ -221,7 +221,14 @@ export const childrenResult = (): IRequestResults['children'] => ({
 
 export const processesResult = (): IRequestResults['processes'] => ({
   processes: [
-    { pid: 4321, create_time: 1763855000.25, alive: true, same_process: true, name: 'python', gpu_used: 536870912 },
+    {
+      pid: 4321,
+      create_time: 1763855000.25,
+      alive: true,
+      same_process: true,
+      name: 'python',
+      gpu_used: 536870912
+    },
     { pid: 4322, create_time: 1763855000.31, alive: true, same_process: false, name: null, gpu_used: null },
     { pid: 4323, create_time: 1763855000.4, alive: false, same_process: false, name: null, gpu_used: null }
   ]

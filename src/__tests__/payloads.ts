@@ -4,7 +4,7 @@
  * OOM message, `frontend.oom_from_text()` of a PyTorch 1.x message, `frontend.clear()`, `%gpumem clear`).
  * The GPU variants are built from them by hand, field by field as clear.schema.json describes.
  */
-import type { IClearPayload, IOomPayload, IOomStep } from '../protocol';
+import type { IClearPayload, IOomPayload, IOomStep } from '../wire/protocol';
 import clearCpuJson from './data/clear_cpu.json';
 import clearHoldersJson from './data/clear_holders_cpu.json';
 import oom1xJson from './data/oom_1x.json';
@@ -41,7 +41,14 @@ export function shutdownStep(): IOomStep {
 export function oomWithOtherKernel(): IOomPayload {
   const payload = oom2x();
   payload.diagnosis.other_processes = [
-    { pid: 2345, used: 4 * GIB, name: 'python', kernel_id: OTHER_KERNEL_ID, child_of_kernel: false, source: 'probe' }
+    {
+      pid: 2345,
+      used: 4 * GIB,
+      name: 'python',
+      kernel_id: OTHER_KERNEL_ID,
+      child_of_kernel: false,
+      source: 'probe'
+    }
   ];
   payload.steps.splice(2, 1, shutdownStep());
   return payload;

@@ -66,7 +66,9 @@ test('frontend figures', async ({ page, tmpPath }) => {
     return { ms: m1 - m0, samples: s1 - s0 };
   };
   const visible = await busy();
-  await page.evaluate(() => (window.jupyterapp.shell as unknown as { collapseRight(): void }).collapseRight());
+  await page.evaluate(() =>
+    (window.jupyterapp.shell as unknown as { collapseRight(): void }).collapseRight()
+  );
   const hidden = await busy(); // the sequence attribute is not updated while hidden: count by time instead
   await page.evaluate(async () => {
     await window.jupyterapp.commands.execute('gpumem:open-panel');
@@ -78,7 +80,11 @@ test('frontend figures', async ({ page, tmpPath }) => {
     name: 'frontend',
     date: new Date().toISOString(),
     command: 'cd ui-tests && jlpm playwright test -c playwright.bench.config.js',
-    machine: { platform: `${os.platform()} ${os.release()}`, cpu_count: os.cpus().length, browser: 'Debian chromium' },
+    machine: {
+      platform: `${os.platform()} ${os.release()}`,
+      cpu_count: os.cpus().length,
+      browser: 'Debian chromium'
+    },
     bundle_bytes: bundleBytes,
     first_sample_seconds: firstSample,
     first_sample_median_seconds: median(firstSample),

@@ -12,7 +12,16 @@ test('panel goes live, shows the no-GPU state and keeps updating in the newest J
   request
 }) => {
   const nb = {
-    cells: [{ id: 'c0', cell_type: 'code', source: 'import time\ntime.sleep(8)', metadata: {}, outputs: [], execution_count: null }],
+    cells: [
+      {
+        id: 'c0',
+        cell_type: 'code',
+        source: 'import time\ntime.sleep(8)',
+        metadata: {},
+        outputs: [],
+        execution_count: null
+      }
+    ],
     metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
     nbformat: 4,
     nbformat_minor: 5

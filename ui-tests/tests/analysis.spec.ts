@@ -28,7 +28,11 @@ async function outputData(page: IJupyterLabPageFixture, cell: number, mime: stri
   );
 }
 
-test('analyze renders the breakdown, the picks and YAML that parses back', async ({ page, tmpPath, context }) => {
+test('analyze renders the breakdown, the picks and YAML that parses back', async ({
+  page,
+  tmpPath,
+  context
+}) => {
   await context.grantPermissions(['clipboard-read', 'clipboard-write']);
   await openNew(page, `${tmpPath}/analyze.ipynb`);
   await page.notebook.setCell(

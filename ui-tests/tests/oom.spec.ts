@@ -63,9 +63,9 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
   const checklist = panel.locator('.jp-GpuMem-oom .jp-GpuMem-oomChecklist');
   await expect(checklist).toBeVisible();
   await expect(checklist.locator('.jp-GpuMem-oomHeadline')).toContainText('tried to allocate 2.00 GiB');
-  const stepIds = await checklist.locator('.jp-GpuMem-oomStep').evaluateAll(items =>
-    items.map(item => item.getAttribute('data-step-id'))
-  );
+  const stepIds = await checklist
+    .locator('.jp-GpuMem-oomStep')
+    .evaluateAll(items => items.map(item => item.getAttribute('data-step-id')));
   expect(stepIds.slice(0, 2)).toEqual(['clear', 'restart']);
   expect(stepIds).toContain('grad-accumulation');
   expect(stepIds).toContain('expandable-segments');
@@ -94,7 +94,9 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
 
   // "Insert cell below" from the gradient-accumulation step: a new cell, not run, holding the snippet.
   const cellsBefore = await page.notebook.getCellCount();
-  await checklist.locator('.jp-GpuMem-oomStep[data-step-id="grad-accumulation"] .jp-GpuMem-oomAction').click();
+  await checklist
+    .locator('.jp-GpuMem-oomStep[data-step-id="grad-accumulation"] .jp-GpuMem-oomAction')
+    .click();
   await expect.poll(() => page.notebook.getCellCount()).toBe(cellsBefore + 1);
   const inserted = await page.evaluate(() => {
     const nb = (window as any).galata.app.shell.currentWidget.content;

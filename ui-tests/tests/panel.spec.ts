@@ -24,9 +24,7 @@ test.describe('GPU Memory panel', () => {
     await page.notebook.createNew('nogpu.ipynb');
     await openPanel(page);
     const panel = page.locator('#jp-GpuMem-panel');
-    await expect(panel.locator('.jp-GpuMem-nogpu')).toContainText(
-      'No NVIDIA GPU visible to this kernel'
-    );
+    await expect(panel.locator('.jp-GpuMem-nogpu')).toContainText('No NVIDIA GPU visible to this kernel');
     await expect(panel.locator('.jp-GpuMem-host')).toContainText('Host memory');
     await expect(page.locator('.jp-GpuMem-statusItem')).toBeVisible();
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);

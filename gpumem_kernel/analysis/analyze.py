@@ -1,0 +1,1715 @@
+"""Model memory analysis and batch-size recommendations: `analyze()` and the seeds' Python API.
+
+Two engines, one report (see shared/notes/memory-estimation.md):
+- *traced* (no GPU needed, or planning for another GPU): two training steps on fake CPU tensors, every
+  storage followed by category, the event stream replayed through a model of the CUDA caching allocator
+  (analysis_trace.py, allocator_model.py), plus the CUDA context and workspaces;
+- *measured* (CUDA already initialised by the user, or `device="cuda"` asked explicitly): three real steps on
+  a copy of the model at 2–3 batch sizes from a clean allocator, peaks of steps 2–3, linear fit, residuals.
+
+The user's model, optimizer and RNG state are never touched: every run works on copies, and the RNG state
+is restored. torch is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.trace import (
+    TraceError,
+    TracePlan,
+    TraceResult,
+    TensorCopier,
+    _autocast_factory,
+    _NullTracker,
+    checkpoint_blocks,
+    copy_model,
+    copy_optimizer,
+    default_loss,
+    make_optimizer,
+    run_trace,
+    train_steps,
+)
+
+MIME = "application/vnd.gpumem.analysis.v1+json"
+MiB = 1 << 20
+GiB = 1 << 30
+OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
+OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD (momentum 0.9)"}
+STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+AMP_MODES = ("fp16", "bf16")
+MAX_BATCH = 1 << 20  # search cap: past this the answer is "at least"
+RECOMMENDED_SHARE, SAFE_SHARE = 0.6, 0.4  # seed 000's picks, as shares of the maximum
+TIGHT_SHARE = 0.9  # a current batch above 90% of the usable memory is "tight"
+TRACED_RELATIVE_ERROR = 0.10  # CPU-validated 5% on live bytes + GPU kernels and allocator model
+CONTEXT_UNCERTAINTY = 160 * MiB
+
+
+# --- report -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Figure:
+    """One labelled number of the report: which engine produced it, and how to read it."""
+
+    name: str
+    bytes: Optional[int]
+    engine: str  # read | traced | measured | modelled | estimate | nvml | source
+    note: str = ""
+
+
+@dataclass
+class CurvePoint:
+    batch_size: int
+    peak_bytes: int  # device footprint: reserved + a CUDA context not yet created (per rank)
+    peak_allocated_bytes: int
+    peak_reserved_bytes: Optional[int]
+    engine: str
+
+
+@dataclass
+class Fit:
+    intercept_bytes: float
+    slope_bytes_per_sample: float
+    max_relative_residual: Optional[float]
+    points: int
+
+
+@dataclass
+class DeviceInfo:
+    name: Optional[str]
+    source: str  # nvml | target | memory | none
+    total_bytes: Optional[int]
+    free_bytes: Optional[int]
+    reclaimable_bytes: int  # this process's memory the training would reuse (the model already there, cache)
+    reserve_bytes: Optional[int]
+    limit_bytes: Optional[int]  # what a training step may use: free + reclaimable - reserve
+    compute_capability: Optional[str]
+    bf16: Optional[bool]
+    context_bytes: int
+    context_source: str  # estimate (added to the footprint) | nvml (measured, already in use) | in use | none
+
+    @property
+    def context_to_add(self) -> int:
+        """A context that does not exist yet will take memory; one in use is already outside `free`."""
+        return self.context_bytes if self.context_source == "estimate" else 0
+
+
+@dataclass
+class Current:
+    batch_size: int
+    peak_bytes: int
+    status: str  # fits | tight | will-not-fit | unknown
+    fraction_of_limit: Optional[float]
+
+
+@dataclass
+class Accumulation:
+    """Accumulation steps per pick to reach the target effective batch (given, or the current one)."""
+
+    target_effective_batch: int
+    explicit_target: bool  # given by the caller: picks above it are capped to it
+    maximum: Optional[int]
+    recommended: Optional[int]
+    safe: Optional[int]
+
+
+@dataclass
+class LrScaling:
+    from_effective_batch: int
+    to_effective_batch: Optional[int]
+    linear: Optional[float]
+    sqrt: Optional[float]
+    hint: str
+
+
+@dataclass
+class Recommendations:
+    maximum: Optional[int]
+    recommended: Optional[int]
+    safe: Optional[int]
+    rounding: str
+    extrapolated: bool
+    note: str
+    current: Current
+    accumulation: Accumulation
+    lr: LrScaling
+
+
+@dataclass
+class Distributed:
+    world_size: int
+    strategy: str
+    parameters_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    extra_bytes: int
+    extra_note: str
+    activations_bytes: int
+    peak_bytes: int
+    note: str
+
+
+@dataclass
+class ErrorBound:
+    relative: float
+    absolute_bytes: int
+    statement: str
+
+
+@dataclass
+class AnalysisReport:
+    engine: str  # traced | measured
+    model_name: str
+    parameter_count: int
+    trainable_parameter_count: int
+    parameters_by_dtype: Dict[str, int]
+    buffers_by_dtype: Dict[str, int]
+    largest_layer: Dict[str, Any]
+    settings: Dict[str, Any]
+    parameters_bytes: int
+    buffers_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    optimizer_host_bytes: int
+    optimizer_transient_bytes: int
+    activations_bytes: int
+    input_bytes: int
+    autocast_cache_bytes: int
+    temporary_bytes: int
+    peak_live_bytes: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: Optional[int]
+    context_bytes: int
+    workspace_bytes: int
+    peak_bytes: int
+    figures: List[Figure]
+    breakdown_at_peak: Optional[Dict[str, int]]
+    phase_peaks: Optional[Dict[str, int]]
+    peak_phase: Optional[str]
+    amp_saved_bytes: Optional[int]
+    allocator: Optional[Dict[str, Any]]
+    device: DeviceInfo
+    curve: List[CurvePoint]
+    fit: Optional[Fit]
+    recommendations: Recommendations
+    distributed: Optional[Distributed]
+    error_bound: ErrorBound
+    notes: List[str] = field(default_factory=list)
+    elapsed_seconds: float = 0.0
+    version: int = 1
+
+    def to_payload(self) -> Dict[str, Any]:
+        """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json)."""
+        data = asdict(self)
+        model = {
+            "name": data.pop("model_name"),
+            "parameter_count": data.pop("parameter_count"),
+            "trainable_parameter_count": data.pop("trainable_parameter_count"),
+            "parameters_by_dtype": data.pop("parameters_by_dtype"),
+            "buffers_by_dtype": data.pop("buffers_by_dtype"),
+            "largest_layer": data.pop("largest_layer"),
+        }
+        return {"version": data.pop("version"), "model": model, **data}
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
+        from gpumem_kernel.analysis.render import analysis_bundle
+
+        return analysis_bundle(self)
+
+    def __str__(self) -> str:
+        from gpumem_kernel.analysis.render import render_text
+
+        return render_text(self.to_payload())
+
+
+# --- argument checking ---------------------------------------------------------------------------------
+
+
+def _check_model(model: Any) -> None:
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if not any(True for _ in model.parameters()):
+        raise ValueError(f"{type(model).__name__} has no parameters: nothing to train")
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_shape(value: Any) -> Tuple[int, ...]:
+    """(3, 224, 224), [512], '3x224x224', '512', '(3,224,224)', '(512,)' -> a shape without the batch dimension."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] + text[-1:] in ("()", "[]"):  # the tuple form a hint or a Python user writes
+            text = text[1:-1]
+        parts = text.lower().replace("×", "x").replace(",", "x").split("x")
+        try:
+            value = tuple(int(p) for p in parts if p.strip())
+        except ValueError:
+            raise ValueError(f"bad input shape {value!r}: write e.g. 3x224x224, (3,224,224) or 512") from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if (
+        not isinstance(value, (tuple, list))
+        or not value
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
+    ):
+        raise ValueError(f"bad input shape {value!r}: a tuple of positive sizes without the batch, e.g. (3, 224, 224)")
+    return tuple(value)
+
+
+def _check_choice(value: Optional[str], choices: Sequence[str], name: str) -> Optional[str]:
+    if value is None:
+        return None
+    text = str(value).lower()
+    if text not in choices:
+        raise ValueError(f"unknown {name} {value!r}; use one of {', '.join(choices)}")
+    return text
+
+
+def _amp_mode(amp: Any) -> Optional[str]:
+    if amp in (None, False, "off", "none", "fp32"):
+        return None
+    if amp is True:
+        return "fp16"
+    text = str(amp).lower().replace("float16", "fp16").replace("bfloat16", "bf16")
+    return _check_choice(text, AMP_MODES, "amp mode")
+
+
+def _optimizer_kind(optimizer: Any) -> Union[str, Any]:
+    import torch
+
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if isinstance(optimizer, str):
+        kind = optimizer.lower().replace("_", "-")
+        kind = {"sgdm": "sgd-momentum", "momentum": "sgd-momentum"}.get(kind, kind)
+        if kind in OPTIMIZERS:
+            return kind
+    raise ValueError(f"unknown optimizer {optimizer!r}; use adamw, adam, sgd, sgd-momentum or an optimizer object")
+
+
+# --- what the model holds ---------------------------------------------------------------------------------
+
+
+def _storage_key(t: Any, keep: List[Any]) -> Any:
+    """Identity of a tensor's storage: shared parameters (tied weights, views) count once."""
+    st = t.untyped_storage()
+    keep.append(st)
+    ptr = st.data_ptr() if t.device.type not in ("meta",) else 0
+    return (str(t.device), ptr) if ptr else ("id", id(st))
+
+
+def bytes_by_dtype(tensors: Sequence[Any]) -> Dict[str, int]:
+    """Bytes per dtype over unique storages."""
+    keep: List[Any] = []
+    seen = set()
+    result: Dict[str, int] = {}
+    for t in tensors:
+        key = _storage_key(t, keep)
+        if key in seen:
+            continue
+        seen.add(key)
+        dtype = str(t.dtype).replace("torch.", "")
+        result[dtype] = result.get(dtype, 0) + int(t.untyped_storage().nbytes())
+    return result
+
+
+def unique_bytes(tensors: Sequence[Any]) -> int:
+    return sum(bytes_by_dtype(tensors).values())
+
+
+def _largest_layer(model: Any) -> Dict[str, Any]:
+    """The module with the most parameter bytes of its own (what ZeRO-3/FSDP gathers at once, roughly)."""
+    best_name, best = "", 0
+    for name, module in model.named_modules():
+        own = unique_bytes(list(module.parameters(recurse=False)))
+        if own > best:
+            best_name, best = name or type(module).__name__, own
+    return {"name": best_name, "bytes": best}
+
+
+@dataclass
+class OptimizerModel:
+    """Optimizer state as modelled from the parameters (before any step)."""
+
+    state_bytes: int  # device-resident state
+    host_bytes: int  # `step` scalars kept on the host (non-fused, non-capturable)
+    transient_bytes: int  # extra bytes during step(): foreach temporaries
+    known: bool = True
+
+
+def _optimizer_settings(optimizer: Any) -> Tuple[str, List[Dict[str, Any]]]:
+    """(kind, param groups) for a kind string or an optimizer object (groups keep their own settings)."""
+    import torch
+
+    if isinstance(optimizer, str):
+        defaults = {"adamw": {"weight_decay": 0.01}, "adam": {}, "sgd": {}, "sgd-momentum": {"momentum": 0.9}}
+        return optimizer, [dict(defaults[optimizer], foreach=True)]
+    if isinstance(optimizer, torch.optim.AdamW):
+        kind = "adamw"
+    elif isinstance(optimizer, torch.optim.Adam):
+        kind = "adamw" if optimizer.defaults.get("decoupled_weight_decay") else "adam"
+    elif isinstance(optimizer, torch.optim.SGD):
+        kind = "sgd-momentum" if any(g.get("momentum") for g in optimizer.param_groups) else "sgd"
+    else:
+        kind = type(optimizer).__name__
+    return kind, [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+
+
+def model_optimizer_state(params: Sequence[Any], optimizer: Any) -> OptimizerModel:
+    """State bytes a torch optimizer creates at its first step, and its foreach temporaries.
+
+    Adam/AdamW: exp_avg + exp_avg_sq (+ max_exp_avg_sq with amsgrad) like each parameter, and a `step`
+    scalar (float32; on the host unless fused/capturable). SGD with momentum: momentum_buffer; plain SGD: 0.
+    Foreach temporaries: `_foreach_sqrt(exp_avg_sq)` holds one copy of a (device, dtype) group's parameters
+    (two for Adam with coupled weight decay, which first makes `grad + wd * param`); the for-loop
+    implementation holds one parameter's worth; fused kernels none.
+    """
+    import torch
+
+    kind, groups = _optimizer_settings(optimizer)
+    if isinstance(optimizer, str):
+        param_groups = [list(params)]
+    else:
+        param_groups = [list(g["params"]) for g in optimizer.param_groups]
+    scalar = torch.tensor(0.0).element_size() if torch.get_default_dtype() != torch.float64 else 8
+    state = host = transient = 0
+    for settings, group in zip(groups, param_groups):
+        trainable = [p for p in group if p.requires_grad]
+        sizes = [p.numel() * p.element_size() for p in trainable]
+        fused = bool(settings.get("fused"))
+        on_device_step = fused or bool(settings.get("capturable"))
+        foreach = settings.get("foreach") is not False and not fused
+        if kind in ("adam", "adamw"):
+            copies = 3 if settings.get("amsgrad") else 2
+            state += copies * sum(sizes)
+            if on_device_step:
+                state += scalar * len(sizes)
+            else:
+                host += scalar * len(sizes)
+            temps = 1 + (1 if kind == "adam" and settings.get("weight_decay") else 0)
+        elif kind == "sgd-momentum":
+            state += sum(sizes)
+            temps = (1 if settings.get("weight_decay") else 0) + (1 if settings.get("nesterov") else 0)
+        elif kind == "sgd":
+            temps = 1 if settings.get("weight_decay") else 0
+        else:
+            return OptimizerModel(0, 0, 0, known=False)
+        if fused:
+            temps = 0
+        by_group: Dict[Tuple[str, str], int] = {}
+        for p, size in zip(trainable, sizes):
+            key = (str(p.device), str(p.dtype))
+            by_group[key] = by_group.get(key, 0) + size
+        widest = max(by_group.values(), default=0) if foreach else max(sizes, default=0)
+        transient = max(transient, temps * widest)
+    return OptimizerModel(state, host, transient)
+
+
+def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
+    """(device bytes, host `step` bytes) of a stepped optimizer's state; None if it has not stepped."""
+    from gpumem_kernel.analysis.trace import optimizer_uses_device_step
+
+    if not optimizer.state:
+        return None
+    device_step = optimizer_uses_device_step(optimizer)
+    on_device, on_host = [], []
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if hasattr(value, "untyped_storage"):
+                (on_host if key == "step" and not device_step else on_device).append(value)
+    return unique_bytes(on_device), unique_bytes(on_host)
+
+
+# --- inputs -----------------------------------------------------------------------------------------------
+
+
+def _first_leaf(model: Any) -> Any:
+    for module in model.modules():
+        if not list(module.children()) and any(True for _ in module.parameters(recurse=False)):
+            return module
+    return None
+
+
+def _float_dtype(model: Any) -> Any:
+    import torch
+
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+def infer_input(model: Any) -> Tuple[int, ...]:
+    """A shape for models whose first layer says it (Linear); others must pass input=."""
+    import torch
+
+    leaf = _first_leaf(model)
+    if isinstance(leaf, torch.nn.Linear):
+        return (leaf.in_features,)
+    what, example = _input_hint(leaf)
+    message = f"cannot tell {type(model).__name__}'s input shape: pass input= with {what}"
+    raise ValueError(message + (f", e.g. input={example}" if example else ""))
+
+
+def _input_hint(leaf: Any) -> Tuple[str, Optional[str]]:
+    """(what input= needs, an example accepted as written), from the model's first layer. The example has no
+    spaces, so the magic's `--input (3,224,224)` reads it as one word too."""
+    import torch
+
+    if isinstance(leaf, torch.nn.Embedding):
+        return "the token sequence's length", "(512,)"
+    if isinstance(leaf, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+        sizes = {1: ("length", "1024"), 2: ("height, width", "224,224"), 3: ("depth, height, width", "16,112,112")}
+        names, example = sizes[len(leaf.kernel_size)]
+        return f"one sample's shape (channels, {names})", f"({leaf.in_channels},{example})"
+    return "one sample's shape without the batch, a sample batch, or a function batch_size -> batch", None
+
+
+def _fake_cpu_leaves(batch: Any) -> Any:
+    """In a fake trace everything must be a fake CPU tensor; values do not matter."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._pytree import tree_map
+
+    def convert(t: Any) -> Any:
+        if isinstance(t, torch.Tensor) and not (isinstance(t, FakeTensor) and t.device.type == "cpu"):
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+        return t
+
+    return tree_map(convert, batch)
+
+
+def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tuple[Callable[[int, bool], Any], str]:
+    """(make_batch(batch_size, fake), description) for the accepted input forms."""
+    import torch
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    if input is None:
+        input = infer_input(model)
+    if callable(input) and not isinstance(input, torch.Tensor):
+
+        def from_callable(b: int, fake: bool) -> Any:
+            batch = input(b)
+            return _fake_cpu_leaves(batch) if fake else batch
+
+        return from_callable, f"{getattr(input, '__name__', 'callable')}(batch_size)"
+    if isinstance(input, (torch.Tensor, dict)) or (
+        isinstance(input, (tuple, list)) and input and all(isinstance(t, torch.Tensor) for t in input)
+    ):
+        samples = [t for t in tree_leaves(input) if isinstance(t, torch.Tensor)]
+        if not samples or any(t.dim() == 0 for t in samples):
+            raise ValueError("input tensors must have a batch dimension first")
+
+        def resize(t: Any, b: int, fake: bool) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t
+            if fake:
+                return torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
+            rows = torch.arange(b, device=t.device) % t.shape[0]  # real rows, cycled: valid token ids
+            return t.detach()[rows]
+
+        described = ", ".join(f"{tuple(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in samples)
+        return (lambda b, fake: tree_map(lambda t: resize(t, b, fake), input)), f"sample: {described}"
+    shape = parse_shape(input)
+    leaf = _first_leaf(model)
+    if vocab_size is None and len(shape) == 1 and isinstance(leaf, torch.nn.Embedding):
+        vocab_size = leaf.num_embeddings
+    if vocab_size is not None:
+        vocab = _positive_int(vocab_size, "vocab_size")
+        return (
+            (lambda b, fake: torch.randint(0, vocab, (b,) + shape, device="cpu")),
+            f"tokens {shape} (vocab {vocab})",
+        )
+    dtype = _float_dtype(model)
+    return (
+        (lambda b, fake: torch.randn((b,) + shape, dtype=dtype, device="cpu")),
+        f"{shape} {str(dtype).replace('torch.', '')}",
+    )
+
+
+# --- the device ---------------------------------------------------------------------------------------------
+
+
+def _device_index(device: Any) -> int:
+    if device is None:
+        return 0
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    text = str(device)
+    if ":" in text:
+        try:
+            return int(text.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"bad device {device!r}; use e.g. 'cuda:0'") from None
+    return 0
+
+
+def _reserve(total: int, reserve: Union[None, int, float]) -> int:
+    """Safety reserve: 5% of the device or 512 MiB, whichever is larger (or the caller's bytes / fraction)."""
+    if reserve is None:
+        return max(int(0.05 * total), 512 * MiB)
+    if isinstance(reserve, float) and 0 <= reserve < 1:
+        return int(reserve * total)
+    if isinstance(reserve, (int, float)) and reserve >= 0:
+        return int(reserve)
+    raise ValueError(f"reserve must be bytes or a fraction below 1, got {reserve!r}")
+
+
+def _local_gpu(index: int) -> Optional[Any]:
+    """NVML's view of CUDA device `index` (no CUDA initialisation), or None."""
+    try:
+        from gpumem_kernel.probe.prober import probe
+
+        sample = probe()
+    except Exception:
+        return None
+    for device in sample.gpu.devices:
+        if device.cuda_index == index and device.total is not None:
+            return device
+    return None
+
+
+def _torch_cuda_ready() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and torch.cuda.is_initialized()
+    except Exception:
+        return False
+
+
+def _resident_bytes(model: Any, optimizer: Any, device_type: str, index: int) -> int:
+    """Bytes of model states already on that GPU: a training step reuses them, so they count as available."""
+    tensors = [t for t in list(model.parameters()) + list(model.buffers())]
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
+    if optimizer is not None and not isinstance(optimizer, str):
+        tensors += [v for s in optimizer.state.values() for v in s.values() if hasattr(v, "untyped_storage")]
+    return unique_bytes([t for t in tensors if t.device.type == device_type and (t.device.index or 0) == index])
+
+
+def device_limit(
+    *,
+    target: Optional[str],
+    memory: Any,
+    device: Any,
+    reserve: Union[None, int, float],
+    model: Any = None,
+    optimizer: Any = None,
+) -> DeviceInfo:
+    """Where the limit comes from: --memory, --target, this machine's GPU (NVML), or nowhere."""
+    spec = gpus.lookup(target) if target else None
+    if memory is not None:
+        total = gpus.parse_memory(memory)
+        cc = spec.compute_capability if spec else None
+        name = spec.name if spec else f"{total / GiB:.1f} GiB device"
+        return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None)
+    if spec is not None:
+        return _limit_info(
+            spec.name,
+            "target",
+            spec.memory_bytes,
+            spec.memory_bytes,
+            0,
+            reserve,
+            spec.compute_capability,
+            spec.bf16,
+            None,
+        )
+    index = _device_index(device)
+    if str(device or "").startswith("cpu"):
+        return DeviceInfo(None, "none", None, None, 0, None, None, None, None, 0, "none")
+    local = _local_gpu(index)
+    if local is None:
+        return DeviceInfo(None, "none", None, None, 0, None, None, None, None, 0, "none")
+    reclaimable, torch_reserved = 0, 0
+    if _torch_cuda_ready():
+        import torch
+
+        torch_reserved = torch.cuda.memory_reserved(index)
+        if model is not None:
+            reclaimable = _resident_bytes(model, optimizer, "cuda", index)
+            reclaimable += max(0, torch_reserved - torch.cuda.memory_allocated(index))
+    cc = local.compute_capability
+    bf16 = None if cc is None else int(cc.split(".")[0]) >= 8
+    return _limit_info(
+        local.name,
+        "nvml",
+        local.total,
+        local.free,
+        reclaimable,
+        reserve,
+        cc,
+        bf16,
+        _context_in_use(local, torch_reserved),
+    )
+
+
+def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]]:
+    """This kernel's NVML usage minus torch's reserved memory = its CUDA context (and other non-torch
+    allocations); None when this kernel has no context on the device yet."""
+    if local is not None and local.this_kernel:
+        return max(0, local.this_kernel - torch_reserved), "nvml"
+    if _torch_cuda_ready():
+        return 0, "in use"  # NVML cannot see per-process usage here (containers, WDDM)
+    return None
+
+
+def _limit_info(
+    name: Optional[str],
+    source: str,
+    total: int,
+    free: int,
+    reclaimable: int,
+    reserve: Union[None, int, float],
+    cc: Optional[str],
+    bf16: Optional[bool],
+    context: Optional[Tuple[int, str]],
+) -> DeviceInfo:
+    """`context`: None -> estimate by GPU generation; else (bytes, "nvml" | "in use")."""
+    reserve_bytes = _reserve(total, reserve)
+    context_bytes, context_source = (gpus.context_estimate(cc), "estimate") if context is None else context
+    return DeviceInfo(
+        name=name,
+        source=source,
+        total_bytes=total,
+        free_bytes=free,
+        reclaimable_bytes=reclaimable,
+        reserve_bytes=reserve_bytes,
+        limit_bytes=max(0, free + reclaimable - reserve_bytes),
+        compute_capability=cc,
+        bf16=bf16,
+        context_bytes=context_bytes,
+        context_source=context_source,
+    )
+
+
+# --- distributed ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Sharding:
+    world_size: int
+    strategy: Optional[str]
+    largest_layer: int
+    gradients_total: int
+
+    def factors(self) -> Tuple[float, float, float]:
+        """Per-rank shares of (parameters, gradients, optimizer state)."""
+        n = self.world_size
+        return {
+            None: (1.0, 1.0, 1.0),
+            "ddp": (1.0, 1.0, 1.0),
+            "zero1": (1.0, 1.0, 1 / n),
+            "zero2": (1.0, 1 / n, 1 / n),
+            "zero3": (1 / n, 1 / n, 1 / n),
+            "fsdp": (1 / n, 1 / n, 1 / n),
+        }[self.strategy]
+
+    def extra(self) -> Tuple[int, str]:
+        if self.strategy == "ddp" and self.world_size > 1:
+            return self.gradients_total, "DDP gradient buckets (a second copy of the gradients)"
+        if self.strategy in ("zero3", "fsdp") and self.world_size > 1:
+            return self.largest_layer, "the largest layer's parameters, gathered in full"
+        return 0, ""
+
+    def saving(self, params: int, grads: int, optimizer: int) -> int:
+        """Bytes a rank does not hold (of those live at the peak) minus what the strategy adds."""
+        fp, fg, fo = self.factors()
+        return int(params * (1 - fp) + grads * (1 - fg) + optimizer * (1 - fo)) - self.extra()[0]
+
+
+# --- engines -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Point:
+    batch_size: int
+    allocated: int
+    reserved: Optional[int]
+    footprint: int  # reserved (or allocated) + context, per rank
+    engine: str
+    trace: Optional[TraceResult] = None
+
+
+class _TracedEngine:
+    name = "traced"
+
+    def __init__(self, plan: TracePlan, context: int, sharding: _Sharding) -> None:
+        self.plan, self.context, self.sharding = plan, context, sharding
+        self.cache: Dict[int, Optional[_Point]] = {}
+        self.errors: Dict[int, str] = {}
+
+    def point(self, batch: int) -> Optional[_Point]:
+        if batch not in self.cache:
+            try:
+                trace = run_trace(self.plan, batch, fake=True)
+            except TraceError as exc:
+                if not self.cache:
+                    raise  # the user's own batch size must trace
+                self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
+                self.cache[batch] = None
+                return None
+            b = trace.breakdown
+            saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
+            allocated = trace.device.peak_allocated - saving
+            reserved = trace.device.peak_reserved - saving
+            self.cache[batch] = _Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
+        return self.cache[batch]
+
+
+class _MeasuredEngine:
+    """Real steps on a copy of the model on the GPU. Written for CUDA builds; tested with the `gpu` marker."""
+
+    name = "measured"
+
+    def __init__(self, plan: TracePlan, device: Any, sharding: _Sharding, states: Tuple[int, int, int]) -> None:
+        self.plan, self.device, self.sharding, self.states = plan, device, sharding, states
+        self.cache: Dict[int, Optional[_Point]] = {}
+
+    def point(self, batch: int) -> Optional[_Point]:
+        if batch not in self.cache:
+            measured = measure_step_peaks(self.plan, batch, self.device)
+            if measured is None:
+                self.cache[batch] = None
+            else:
+                allocated, reserved = measured
+                saving = self.sharding.saving(*self.states)
+                self.cache[batch] = _Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
+        return self.cache[batch]
+
+
+def _preserved_rng() -> Any:
+    """Save and restore torch's CPU (and initialised CUDA) RNG state around a run."""
+    import torch
+
+    @contextlib.contextmanager
+    def manager() -> Any:
+        cpu = torch.get_rng_state()
+        cuda = torch.cuda.get_rng_state_all() if _torch_cuda_ready() else None
+        try:
+            yield
+        finally:
+            torch.set_rng_state(cpu)
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+
+    return manager()
+
+
+def run_real_steps(
+    plan: TracePlan, batch: int, device: Any, steps: int = 3, on_step: Optional[Callable[[int], None]] = None
+) -> None:
+    """`steps` real training steps at `batch` on a copy of the model and optimizer placed on `device`."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def to_device(batch_value: Any) -> Any:
+        return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch_value)
+
+    copier = TensorCopier(fake=False, device=str(device))
+    model, mapping, _ = copy_model(plan.model, copier)
+    if plan.checkpointing:
+        checkpoint_blocks(model)  # the same blocks as the trace, so both engines measure one step
+    if isinstance(plan.optimizer, str):
+        optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
+    else:
+        optimizer = copy_optimizer(plan.optimizer, mapping, copier, cuda_defaults=False)
+    del mapping
+    device_type = torch.device(device).type
+    scaler = torch.amp.GradScaler(device_type) if plan.amp == "fp16" and device_type == "cuda" else None
+    train_steps(
+        model,
+        optimizer,
+        lambda: to_device(plan.make_batch(batch, False)),
+        plan.loss_fn,
+        steps=steps,
+        micro=min(plan.grad_accum, 2),
+        grad_accum=plan.grad_accum,
+        autocast=_autocast_factory(plan.amp, device_type),
+        tracker=_NullTracker(),
+        scaler=scaler,
+        on_step=on_step,
+    )
+
+
+def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tuple[int, int]]:
+    """(peak allocated, peak reserved) of steps 2–3 at `batch` on a copy, over the baseline; None on OOM."""
+    import torch
+
+    def reset_at_step_two(step: int) -> None:
+        if step == 2:  # optimizer state exists from step 1 on: steps 2-3 are the steady state
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+
+    out_of_memory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+    result: Optional[Tuple[int, int]] = None
+    with _preserved_rng():
+        gc.collect()
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        base_allocated = torch.cuda.memory_allocated(device)
+        base_reserved = torch.cuda.memory_reserved(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        try:
+            try:
+                run_real_steps(plan, batch, device, steps=3, on_step=reset_at_step_two)
+                torch.cuda.synchronize(device)
+                result = (
+                    torch.cuda.max_memory_allocated(device) - base_allocated,
+                    torch.cuda.max_memory_reserved(device) - base_reserved,
+                )
+            except out_of_memory:
+                pass  # leaving the except clause drops the traceback and the frames that pin the tensors
+        finally:
+            gc.collect()  # the copies died with run_real_steps' frame; cycles go now
+            torch.cuda.empty_cache()
+    return result
+
+
+def _measured_device(device: Any, target: Optional[str], memory: Any) -> Optional[Any]:
+    """The CUDA device to measure on, or None: only if the user initialised CUDA or named a CUDA device."""
+    if target is not None or memory is not None:
+        return None
+    import torch
+
+    explicit = device is not None and str(device).startswith("cuda")
+    if explicit:
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for, but this torch build or machine has no CUDA")
+        return torch.device(device if isinstance(device, str) else str(device))
+    if device is None and _torch_cuda_ready() and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+# --- fitting and searching ------------------------------------------------------------------------------------
+
+
+def _fit(points: Sequence[_Point]) -> Optional[Fit]:
+    """Least-squares line of footprint against batch size, with the worst relative residual."""
+    xs = [p.batch_size for p in points]
+    if len(set(xs)) < 2:
+        return None
+    ys = [p.footprint for p in points]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    intercept = my - slope * mx
+    residual = None
+    if n > 2:
+        residual = max(abs(y - (intercept + slope * x)) / y for x, y in zip(xs, ys) if y)
+    return Fit(intercept, slope, residual, n)
+
+
+@dataclass
+class _Search:
+    points: List[_Point]
+    maximum: Optional[int]
+    extrapolated: bool
+    note: str
+    fit: Optional[Fit]
+
+
+SEARCH_STEPS = 8  # runs after the first two points
+CLOSE_ENOUGH = 0.97  # a fitting point within 3% of the limit ends the search
+
+
+def search_maximum(engine: Any, batch: int, limit: Optional[int], verify_up_to: Optional[int] = None) -> _Search:
+    """Points at batch and 2×batch, then a bracketing search (secant steps alternating with bisection) for
+    the largest batch whose footprint fits `limit`; every candidate is run, none is taken from the line alone.
+    Real GPU runs above `verify_up_to` are not made: the answer is then extrapolated and says so."""
+    first = engine.point(batch)
+    if first is None:
+        return _Search([], 0 if limit is not None else None, False, f"batch {batch} ran out of memory", None)
+    second = engine.point(2 * batch)
+    points: Dict[int, _Point] = {first.batch_size: first}
+    if second is None:
+        note = f"batch {2 * batch} ran out of memory; the maximum lies between {batch} and {2 * batch - 1}"
+        return _Search([first], batch if limit is not None and first.footprint <= limit else 0, False, note, None)
+    points[second.batch_size] = second
+    if limit is None:
+        return _Search(
+            sorted(points.values(), key=lambda p: p.batch_size),
+            None,
+            False,
+            "no device limit: pass target= or memory= to get batch sizes",
+            _fit(list(points.values())),
+        )
+    failed: set = set()
+    maximum, extrapolated = _bracket(engine, points, failed, limit, verify_up_to)
+    ordered = sorted(points.values(), key=lambda p: p.batch_size)
+    note = ""
+    if extrapolated:
+        note = (
+            f"maximum {maximum} is extrapolated along the line through the largest runs "
+            f"(up to batch {ordered[-1].batch_size})"
+        )
+    elif maximum >= MAX_BATCH:
+        note = f"memory allows at least {MAX_BATCH}: the search stops there"
+    elif maximum == 0:
+        note = "even batch 1 does not fit: try amp, checkpointing, a sharded strategy or a smaller model"
+    return _Search(ordered, maximum, extrapolated, note, _fit(ordered))
+
+
+def _line_solve(a: _Point, b: _Point, limit: int) -> Optional[int]:
+    if b.batch_size == a.batch_size or b.footprint <= a.footprint:
+        return None
+    slope = (b.footprint - a.footprint) / (b.batch_size - a.batch_size)
+    return int(math.floor(a.batch_size + (limit - a.footprint) / slope))
+
+
+def _bracket(
+    engine: Any, points: Dict[int, _Point], failed: set, limit: int, verify_up_to: Optional[int]
+) -> Tuple[int, bool]:
+    for step in range(SEARCH_STEPS):
+        fits = [p for p in points.values() if p.footprint <= limit]
+        over = [p for p in points.values() if p.footprint > limit] + [
+            _Point(b, 0, None, limit + 1, "oom") for b in failed
+        ]
+        lo = max(fits, key=lambda p: p.batch_size) if fits else None
+        hi = min(over, key=lambda p: p.batch_size) if over else None
+        if lo is None:
+            if hi is None or hi.batch_size <= 1:
+                return 0, False
+            candidate = max(1, hi.batch_size // 2)
+        elif hi is None:
+            if lo.batch_size >= MAX_BATCH or lo.footprint >= CLOSE_ENOUGH * limit:
+                return min(lo.batch_size, MAX_BATCH), False
+            a, b = sorted(points.values(), key=lambda p: p.batch_size)[-2:]
+            candidate = _line_solve(a, b, limit) or MAX_BATCH
+            candidate = min(max(candidate, lo.batch_size + 1), MAX_BATCH)
+        else:
+            if hi.batch_size - lo.batch_size <= max(1, lo.batch_size // 100) or lo.footprint >= CLOSE_ENOUGH * limit:
+                return lo.batch_size, False
+            secant = _line_solve(lo, hi, limit) if hi.engine != "oom" else None
+            middle = (lo.batch_size + hi.batch_size) // 2
+            candidate = secant if secant is not None and step % 2 == 0 else middle
+            candidate = min(max(candidate, lo.batch_size + 1), hi.batch_size - 1)
+        if verify_up_to is not None and candidate > verify_up_to:
+            return candidate, lo is not None and candidate > lo.batch_size
+        point = engine.point(candidate)
+        if point is None:
+            failed.add(candidate)
+        else:
+            points[candidate] = point
+    fits = [p.batch_size for p in points.values() if p.footprint <= limit]
+    return (max(fits) if fits else 0), False
+
+
+# --- recommendations ----------------------------------------------------------------------------------------------
+
+
+def round_batch(value: float, multiple: Optional[int]) -> int:
+    """Round down to a power of two, or to a multiple of `multiple` (values below it stay as they are)."""
+    v = int(math.floor(value))
+    if v < 1:
+        return 0
+    if multiple:
+        return v if v < multiple else (v // multiple) * multiple
+    return 1 << (v.bit_length() - 1)
+
+
+def recommend(
+    maximum: Optional[int],
+    current: _Point,
+    limit: Optional[int],
+    reserve: Optional[int],
+    *,
+    batch_size: int,
+    grad_accum: int,
+    effective_batch: Optional[int],
+    multiple: Optional[int],
+    extrapolated: bool,
+    note: str,
+) -> Recommendations:
+    picks: Dict[str, Optional[int]] = {"maximum": maximum, "recommended": None, "safe": None}
+    if maximum is not None and maximum >= 1:
+        picks["recommended"] = max(1, round_batch(RECOMMENDED_SHARE * maximum, multiple))
+        picks["safe"] = max(1, round_batch(SAFE_SHARE * maximum, multiple))
+        if picks["safe"] == picks["recommended"] and picks["recommended"] > 1:  # rounding merged them
+            step = multiple if multiple and picks["recommended"] > multiple else picks["recommended"] // 2
+            picks["safe"] = picks["recommended"] - step
+    status, fraction = "unknown", None
+    if limit:
+        fraction = current.footprint / limit
+        if current.footprint <= TIGHT_SHARE * limit:
+            status = "fits"
+        elif current.footprint <= limit + (reserve or 0):
+            status = "tight"
+        else:
+            status = "will-not-fit"
+    target = effective_batch or batch_size * grad_accum
+
+    def micro_batch(pick: Optional[int]) -> Optional[int]:
+        # with a target effective batch, a pick above it is capped to it (no accumulation needed)
+        return min(pick, target) if pick and effective_batch else pick
+
+    steps = {k: (math.ceil(target / micro_batch(v)) if v else None) for k, v in picks.items()}
+    lr = _lr_scaling(batch_size * grad_accum, micro_batch(picks["recommended"]), steps["recommended"])
+    rounding = f"multiple of {multiple}" if multiple else "power of two"
+    return Recommendations(
+        maximum=picks["maximum"],
+        recommended=picks["recommended"],
+        safe=picks["safe"],
+        rounding=rounding,
+        extrapolated=extrapolated,
+        note=note,
+        current=Current(batch_size, current.footprint, status, fraction),
+        accumulation=Accumulation(
+            target, effective_batch is not None, steps["maximum"], steps["recommended"], steps["safe"]
+        ),
+        lr=lr,
+    )
+
+
+def _lr_scaling(current_effective: int, batch: Optional[int], steps: Optional[int]) -> LrScaling:
+    if not batch or not steps:
+        return LrScaling(current_effective, None, None, None, "no recommendation: learning rate unchanged")
+    new = batch * steps
+    plan = f"{batch} x {steps} accumulation steps" if steps > 1 else f"batch {batch}"
+    if new == current_effective:
+        hint = f"effective batch stays {new} ({plan}): keep the learning rate"
+        return LrScaling(current_effective, new, 1.0, 1.0, hint)
+    k = new / current_effective
+    hint = (
+        f"effective batch {current_effective} -> {new} ({plan}): scale the learning rate by {k:.3g} "
+        f"(linear rule, SGD) or {math.sqrt(k):.3g} (square-root rule, Adam-family), with warm-up"
+    )
+    return LrScaling(current_effective, new, k, math.sqrt(k), hint)
+
+
+# --- analyze ------------------------------------------------------------------------------------------------------
+
+
+def analyze(
+    model: Any,
+    *,
+    batch_size: int,
+    input: Any = None,
+    loss: Optional[Callable[[Any, Any], Any]] = None,
+    optimizer: Any = "adamw",
+    amp: Any = None,
+    grad_accum: int = 1,
+    checkpointing: bool = False,
+    device: Any = None,
+    target: Optional[str] = None,
+    memory: Any = None,
+    world_size: int = 1,
+    strategy: Optional[str] = None,
+    multiple: Optional[int] = None,
+    effective_batch: Optional[int] = None,
+    reserve: Union[None, int, float] = None,
+    vocab_size: Optional[int] = None,
+) -> AnalysisReport:
+    """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
+
+    input: a shape without the batch ((3, 224, 224), '3x224x224', (512,) tokens for a model starting with
+    an Embedding), a sample batch tensor (or tuple / dict of them), or a callable batch_size -> batch.
+    loss: callable(output, batch) -> scalar (default: mean of the squared floating outputs).
+    optimizer: adamw | adam | sgd | sgd-momentum, or your optimizer (its class, settings and state are used).
+    target / memory: plan for a GPU from gpus.py or a memory size ('16GiB'); the traced engine is used.
+    reserve: safety reserve in bytes or as a fraction (default max(5%, 512 MiB)).
+    Raises ValueError with a one-line message on bad arguments.
+    """
+    started = time.perf_counter()
+    _check_model(model)
+    batch_size = _positive_int(batch_size, "batch_size")
+    grad_accum = _positive_int(grad_accum, "grad_accum")
+    world_size = _positive_int(world_size, "world_size")
+    if multiple is not None:
+        multiple = _positive_int(multiple, "multiple")
+    if effective_batch is not None:
+        effective_batch = _positive_int(effective_batch, "effective_batch")
+    strategy = _check_choice(strategy, STRATEGIES, "strategy")
+    amp_mode = _amp_mode(amp)
+    kind = _optimizer_kind(optimizer)
+    if loss is not None and not callable(loss):
+        raise ValueError("loss must be a callable (output, batch) -> scalar")
+    make_batch, input_text = batch_maker(model, input, vocab_size)
+    info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=kind)
+    notes: List[str] = []
+    plan = TracePlan(
+        model=model,
+        optimizer=kind,
+        make_batch=make_batch,
+        loss_fn=loss or default_loss,
+        amp=amp_mode,
+        grad_accum=grad_accum,
+        checkpointing=bool(checkpointing),
+        cublas_bytes=gpus.cublas_workspace_bytes(info.compute_capability, os.environ.get("CUBLAS_WORKSPACE_CONFIG")),
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grads_total = unique_bytes(trainable)
+    sharding = _Sharding(world_size, strategy, _largest_layer(model)["bytes"], grads_total)
+    if strategy is None and world_size > 1:
+        sharding.strategy = "ddp"
+        notes.append("world_size > 1 without a strategy: DDP assumed")
+
+    measured_on = _measured_device(device, target, memory)
+    try:
+        traced = _TracedEngine(plan, info.context_to_add, sharding)
+        current_trace = traced.point(batch_size)
+        if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
+            raise TraceError(f"batch {batch_size} could not be traced")
+        if measured_on is not None:
+            states = _state_totals(current_trace.trace)
+            engine: Any = _MeasuredEngine(plan, measured_on, sharding, states)
+            info = _measured_limit(info, measured_on, model, kind, reserve)
+        else:
+            engine = traced
+        found = search_maximum(
+            engine, batch_size, info.limit_bytes, verify_up_to=None if engine is traced else 8 * batch_size
+        )
+        current = engine.point(batch_size)
+        if current is None:  # the user's batch ran out of memory on the GPU itself
+            over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
+            current = _Point(
+                batch_size,
+                current_trace.allocated,
+                current_trace.reserved,
+                max(current_trace.footprint, over),
+                "measured",
+            )
+            notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
+        amp_saved = None
+        if amp_mode is not None and engine is traced:
+            plain = _TracedEngine(TracePlan(**{**asdict_shallow(plan), "amp": None}), info.context_to_add, sharding)
+            plain_point = plain.point(batch_size)
+            amp_saved = plain_point.footprint - current_trace.footprint if plain_point else None
+    except TraceError as exc:
+        raise ValueError(str(exc)) from None
+    notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
+    trace = current_trace.trace
+    notes += trace.notes + _plan_notes(plan, info, trace, amp_mode, model)
+    recs = recommend(
+        found.maximum,
+        current,
+        info.limit_bytes,
+        info.reserve_bytes,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        effective_batch=effective_batch,
+        multiple=multiple,
+        extrapolated=found.extrapolated,
+        note=found.note,
+    )
+    return _report(
+        model,
+        kind,
+        plan,
+        info,
+        engine.name,
+        trace,
+        current,
+        found,
+        recs,
+        sharding,
+        amp_saved,
+        notes,
+        input_text,
+        batch_size,
+        target,
+        memory,
+        device,
+        time.perf_counter() - started,
+    )
+
+
+def asdict_shallow(plan: TracePlan) -> Dict[str, Any]:
+    return {f: getattr(plan, f) for f in plan.__dataclass_fields__}
+
+
+def _state_totals(trace: TraceResult) -> Tuple[int, int, int]:
+    return trace.parameters, trace.gradients, trace.optimizer_state
+
+
+def _measured_limit(
+    info: DeviceInfo, device: Any, model: Any, optimizer: Any, reserve: Union[None, int, float]
+) -> DeviceInfo:
+    """On the GPU itself: free memory after emptying the cache, plus the model states already there."""
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    resident = _resident_bytes(model, optimizer, "cuda", index)
+    name = torch.cuda.get_device_name(device)
+    major, minor = torch.cuda.get_device_capability(device)
+    context = _context_in_use(_local_gpu(index), torch.cuda.memory_reserved(device)) or (0, "in use")
+    return _limit_info(name, "nvml", total, free, resident, reserve, f"{major}.{minor}", major >= 8, context)
+
+
+def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Optional[str], model: Any) -> List[str]:
+    notes: List[str] = []
+    if amp is not None:
+        notes.append("AMP traced with CPU autocast, whose op lists differ slightly from CUDA's")
+    if amp == "fp16":
+        notes.append("fp16 AMP traced with bf16 (same 2-byte width) on CPU; GradScaler's few scalars not counted")
+    if amp == "bf16" and info.bf16 is False:
+        notes.append(f"{info.name} has no bf16 support: use amp='fp16'")
+    if trace.dropped_hooks:
+        notes.append(f"{trace.dropped_hooks} user hook(s) left out of the trace copy")
+    if plan.grad_accum > 1:
+        notes.append(f"gradient accumulation: 2 of {plan.grad_accum} micro-batches traced (memory repeats)")
+    notes += _mode_notes(model)
+    if any(type(m).__name__ in ("LSTM", "GRU", "RNN") for m in model.modules()):
+        notes.append("RNNs: CUDA runs cuDNN RNN kernels whose reserve space differs from the CPU trace")
+    return notes
+
+
+def _mode_notes(model: Any) -> List[str]:
+    """The trace keeps every module's mode: say so where a mode is not train()."""
+    if not model.training:
+        return [
+            "the model is in eval mode: traced as you left it (dropout off, BatchNorm on running statistics); "
+            "call model.train() first to analyse a training-mode step"
+        ]
+    in_eval: List[str] = []
+
+    def walk(module: Any, prefix: str) -> None:
+        for name, child in module.named_children():
+            if not child.training:
+                in_eval.append(f"{prefix}{name} ({type(child).__name__})")  # its whole subtree, once
+            else:
+                walk(child, f"{prefix}{name}.")
+
+    walk(model, "")
+    if not in_eval:
+        return []
+    shown = ", ".join(in_eval[:4]) + (f", … {len(in_eval) - 4} more" if len(in_eval) > 4 else "")
+    return [f"{len(in_eval)} submodule(s) in eval mode, traced as you left them: {shown}"]
+
+
+def _figures(
+    engine: str,
+    trace: TraceResult,
+    info: DeviceInfo,
+    user_opt: Optional[Tuple[int, int]],
+    modelled: OptimizerModel,
+    point: _Point,
+    plan: TracePlan,
+) -> List[Figure]:
+    act_engine = "traced"
+    opt_figure = (
+        Figure("optimizer", user_opt[0], "read", "your optimizer's state tensors")
+        if user_opt
+        else Figure(
+            "optimizer",
+            trace.optimizer_state,
+            "traced",
+            f"modelled: {modelled.state_bytes} B" if modelled.known else "traced only",
+        )
+    )
+    return [
+        Figure("parameters", trace.parameters, "read", "unique storages (tied weights once)"),
+        Figure("buffers", trace.buffers, "read", ""),
+        Figure("gradients", trace.gradients, "traced", "one per trainable parameter"),
+        opt_figure,
+        Figure(
+            "optimizer_transient",
+            trace.optimizer_transient,
+            "traced",
+            f"temporaries during step(); modelled {modelled.transient_bytes} B"
+            if modelled.known
+            else "temporaries during step()",
+        ),
+        Figure("activations", trace.activations, act_engine, "kept by the forward pass for backward"),
+        Figure("input", trace.input, "traced", "one batch"),
+        Figure("peak_allocated", point.allocated, engine, "steady state: step 2"),
+        Figure(
+            "peak_reserved",
+            point.reserved,
+            engine,
+            "caching-allocator model" if engine == "traced" else "torch.cuda.max_memory_reserved",
+        ),
+        Figure(
+            "cublas_workspace",
+            trace.cublas_bytes,
+            "source",
+            "CublasHandlePool.cpp default, one per thread (forward, autograd)",
+        ),
+        Figure("cudnn_workspace", trace.cudnn_peak_bytes, "estimate", "per convolution, capped at 128 MiB"),
+        Figure(
+            "context",
+            info.context_bytes,
+            "estimate" if info.context_source == "estimate" else "nvml",
+            {
+                "estimate": "CUDA context + kernels, by GPU generation",
+                "nvml": "this kernel's, already in use",
+                "in use": "already in use, size not visible to NVML",
+                "none": "no GPU",
+            }[info.context_source],
+        ),
+        Figure(
+            "peak",
+            point.footprint,
+            engine,
+            "peak_reserved + context: the step's device footprint"
+            if info.context_to_add
+            else "peak_reserved: the step's device footprint (no context added: "
+            + ("none counted without a GPU)" if info.context_source == "none" else "already in use)"),
+        ),
+    ]
+
+
+def _report(
+    model: Any,
+    kind: Any,
+    plan: TracePlan,
+    info: DeviceInfo,
+    engine: str,
+    trace: TraceResult,
+    point: _Point,
+    found: _Search,
+    recs: Recommendations,
+    sharding: _Sharding,
+    amp_saved: Optional[int],
+    notes: List[str],
+    input_text: str,
+    batch_size: int,
+    target: Any,
+    memory: Any,
+    device: Any,
+    elapsed: float,
+) -> AnalysisReport:
+    params = list(model.parameters())
+    trainable = [p for p in params if p.requires_grad]
+    user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
+    modelled = model_optimizer_state(trainable, kind)
+    opt_name, _ = _optimizer_settings(kind)
+    settings = {
+        "batch_size": batch_size,
+        "input": input_text,
+        "loss": _loss_setting(plan, trace),
+        "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name) if isinstance(kind, str) else type(kind).__name__,
+        "amp": plan.amp,
+        "grad_accum": plan.grad_accum,
+        "checkpointing": plan.checkpointing,
+        "device": None if device is None else str(device),
+        "target": target,
+        "memory": None if memory is None else str(memory),
+        "world_size": sharding.world_size,
+        "strategy": sharding.strategy,
+        "multiple": None,
+        "effective_batch": recs.accumulation.target_effective_batch,
+    }
+    if recs.rounding.startswith("multiple"):
+        settings["multiple"] = int(recs.rounding.rsplit(" ", 1)[1])
+    distributed = _distributed(sharding, trace, point, recs) if sharding.world_size > 1 or sharding.strategy else None
+    device_result = trace.device
+    figures = _figures(engine, trace, info, user_opt, modelled, point, plan)
+    if engine == "measured":
+        notes.append("breakdown figures are from a trace of the same step; peaks are measured on the GPU")
+    return AnalysisReport(
+        engine=engine,
+        model_name=type(model).__name__,
+        parameter_count=sum(p.numel() for p in _unique(params)),
+        trainable_parameter_count=sum(p.numel() for p in _unique(trainable)),
+        parameters_by_dtype=bytes_by_dtype(params),
+        buffers_by_dtype=bytes_by_dtype(list(model.buffers())),
+        largest_layer=_largest_layer(model),
+        settings=settings,
+        parameters_bytes=unique_bytes(params),
+        buffers_bytes=unique_bytes(list(model.buffers())),
+        gradients_bytes=trace.gradients,
+        optimizer_bytes=user_opt[0] if user_opt else trace.optimizer_state,
+        optimizer_host_bytes=user_opt[1] if user_opt else trace.optimizer_host,
+        optimizer_transient_bytes=trace.optimizer_transient,
+        activations_bytes=trace.activations,
+        input_bytes=trace.input,
+        autocast_cache_bytes=trace.autocast_cache,
+        temporary_bytes=trace.breakdown["temporary"],
+        peak_live_bytes=trace.peak_live,
+        peak_allocated_bytes=point.allocated,
+        peak_reserved_bytes=point.reserved,
+        context_bytes=info.context_bytes,
+        workspace_bytes=trace.cublas_bytes + trace.cudnn_peak_bytes,
+        peak_bytes=point.footprint,
+        figures=figures,
+        breakdown_at_peak=dict(trace.breakdown),
+        phase_peaks=dict(trace.phase_peaks),
+        peak_phase=trace.peak_phase,
+        amp_saved_bytes=amp_saved,
+        allocator={
+            "segments": len(device_result.segments),
+            "small_segments": sum(1 for s in device_result.segments if s.pool == "small"),
+            "large_segments": sum(1 for s in device_result.segments if s.pool == "large"),
+            "fragmentation": round(device_result.fragmentation, 4),
+        },
+        device=info,
+        curve=[CurvePoint(p.batch_size, p.footprint, p.allocated, p.reserved, p.engine) for p in found.points],
+        fit=found.fit,
+        recommendations=recs,
+        distributed=distributed,
+        error_bound=_error_bound(engine, info, found),
+        notes=notes,
+        elapsed_seconds=round(elapsed, 3),
+    )
+
+
+def _loss_setting(plan: TracePlan, trace: TraceResult) -> str:
+    if plan.loss_fn is not default_loss:
+        return getattr(plan.loss_fn, "__name__", "custom")
+    return "the model's own (output.loss)" if trace.loss_source == "model" else "default"
+
+
+def _unique(params: Sequence[Any]) -> List[Any]:
+    keep: List[Any] = []
+    seen, result = set(), []
+    for p in params:
+        key = _storage_key(p, keep)
+        if key not in seen:
+            seen.add(key)
+            result.append(p)
+    return result
+
+
+def _distributed(sharding: _Sharding, trace: TraceResult, point: _Point, recs: Recommendations) -> Distributed:
+    fp, fg, fo = sharding.factors()
+    extra, extra_note = sharding.extra()
+    note = (
+        "per-rank model states by the strategy's sharding, activations of this rank's batch (not sharded); "
+        "communication buffers (NCCL) are not counted"
+    )
+    return Distributed(
+        world_size=sharding.world_size,
+        strategy=sharding.strategy or "ddp",
+        parameters_bytes=int(trace.parameters * fp),
+        gradients_bytes=int(trace.gradients * fg),
+        optimizer_bytes=int(trace.optimizer_state * fo),
+        extra_bytes=extra,
+        extra_note=extra_note,
+        activations_bytes=trace.activations,
+        peak_bytes=point.footprint,
+        note=note,
+    )
+
+
+def _error_bound(engine: str, info: DeviceInfo, found: _Search) -> ErrorBound:
+    residual = found.fit.max_relative_residual if found.fit and found.fit.max_relative_residual else 0.0
+    absolute = CONTEXT_UNCERTAINTY if info.context_source == "estimate" else 0
+    if engine == "measured":
+        relative = round(residual + 0.02, 4)
+        statement = (
+            f"measured peaks of steps 2-3 on this GPU; linear fit residual {residual:.1%}; "
+            f"expect within ±{relative:.0%} for runs like these"
+        )
+    else:
+        relative = TRACED_RELATIVE_ERROR
+        statement = (
+            "traced on fake CPU tensors: live tensor bytes agree with a real CPU step within 5% "
+            "(MLP, CNN, ResNet, Transformer, LSTM); CUDA kernels (cuDNN workspaces, fused attention) "
+            "and the caching-allocator model add uncertainty: expect within ±10%"
+        )
+        if absolute:
+            statement += f", plus ±{absolute // MiB} MiB for the estimated CUDA context"
+    return ErrorBound(relative, absolute, statement)
+
+
+# --- the seeds' Python API -------------------------------------------------------------------------------------
+
+
+def get_gpu_info() -> List[Dict[str, Any]]:
+    """One dict per GPU visible to this kernel (NVML; never initialises CUDA)."""
+    try:
+        from gpumem_kernel.probe.prober import probe
+
+        sample = probe()
+    except Exception:
+        return []
+    result = []
+    for d in sample.gpu.devices:
+        if d.cuda_index is None:
+            continue
+        result.append(
+            {
+                "index": d.cuda_index,
+                "name": d.name,
+                "uuid": d.uuid,
+                "mig": d.mig,
+                "total_memory": d.total,
+                "used_memory": d.used,
+                "free_memory": d.free,
+                "compute_capability": d.compute_capability,
+                "multi_processor_count": d.sm_count,
+                "this_kernel": d.this_kernel,
+            }
+        )
+    return sorted(result, key=lambda r: r["index"])
+
+
+def print_gpu_info() -> None:
+    from gpumem_kernel.analysis.render import render_gpu_info
+
+    print(render_gpu_info(get_gpu_info()))
+
+
+def print_memory_analysis(
+    model: Any, batch_size: int = 32, device_id: int = 0, mixed_precision: bool = False, **options: Any
+) -> AnalysisReport:
+    """Seed 000's analysis block, printed; also returns the report. `options` go to analyze()."""
+    if "amp" not in options:
+        options["amp"] = "fp16" if mixed_precision else None
+    if "device" not in options and _torch_cuda_ready():
+        options["device"] = f"cuda:{device_id}"
+    report = analyze(model, batch_size=batch_size, **options)
+    print(str(report))
+    return report
+
+
+def recommend_batch_size(
+    model: Any,
+    gpu_memory_gb: Optional[float] = None,
+    safety_margin: float = 0.1,
+    mixed_precision: bool = False,
+    batch_size: int = 8,
+    **options: Any,
+) -> Dict[str, Any]:
+    """{'maximum', 'recommended', 'safe'} for `model`.
+
+    gpu_memory_gb: plan for this much memory (GiB, as seed 000 prints 'GB'); default: this machine's GPU.
+    safety_margin: fraction of the device kept free (0.1 = 10%). Seed 000 documented 0.7 as "use 70%";
+    values above 0.5 are read that way (reserve 1 - value).
+    """
+    if not 0 <= safety_margin < 1:
+        raise ValueError(f"safety_margin must be in [0, 1), got {safety_margin!r}")
+    reserve = 1 - safety_margin if safety_margin > 0.5 else safety_margin
+    if gpu_memory_gb is not None:
+        options.setdefault("memory", int(float(gpu_memory_gb) * GiB))
+    options.setdefault("amp", "fp16" if mixed_precision else None)
+    report = analyze(model, batch_size=batch_size, reserve=float(reserve), **options)
+    recs = report.recommendations
+    return {
+        "maximum": recs.maximum,
+        "recommended": recs.recommended,
+        "safe": recs.safe,
+        "current": recs.current.status,
+        "engine": report.engine,
+    }
+
+
+def _synchronize_used(torch: Any, device_id: int) -> None:
+    """Wait for the device's queued work, but only on a device this process has allocated on: synchronising
+    a device it never used would create a CUDA context there (~300-500 MiB of someone's GPU)."""
+    if torch.cuda.memory_reserved(device_id) > 0:
+        torch.cuda.synchronize(device_id)
+
+
+@dataclass
+class MonitorResult:
+    device: str  # "cuda:N" or "host"
+    peak_bytes: Optional[int]  # peak over the block's start (GPU); None on the host
+    delta_bytes: int
+    reserved_bytes: Optional[int]
+    note: str
+
+    def text(self, label: str = "") -> str:
+        from gpumem_kernel.render.units import format_bytes
+
+        head = f"🔍 {label + ': ' if label else ''}{self.device}"
+        if self.device == "host":
+            return f"{head} RSS delta {format_bytes(self.delta_bytes, 'auto')} ({self.note})"
+        peak, delta = format_bytes(self.peak_bytes, "auto"), format_bytes(self.delta_bytes, "auto")
+        return f"{head} peak +{peak}, delta {delta}, reserved {format_bytes(self.reserved_bytes, 'auto')}"
+
+
+class MemoryMonitor:
+    """`with monitor_gpu_memory(0): ...` or `@monitor_gpu_memory(0)`: the block's peak and delta.
+
+    GPU figures are read only if CUDA is initialised (by the block or before); otherwise the host RSS delta
+    is reported, and the report says so.
+    """
+
+    def __init__(
+        self, device_id: int = 0, reset: bool = True, label: str = "", printer: Optional[Callable[[str], None]] = print
+    ) -> None:
+        self.device_id, self.reset, self.label, self.printer = device_id, reset, label, printer
+        self.result: Optional[MonitorResult] = None
+        self._start_allocated = 0
+        self._start_rss = 0
+        self._cuda_at_start = False
+
+    def __enter__(self) -> "MemoryMonitor":
+        import psutil
+
+        self._cuda_at_start = _torch_cuda_ready()
+        self._start_rss = psutil.Process().memory_info().rss
+        if self._cuda_at_start:
+            import torch
+
+            _synchronize_used(torch, self.device_id)
+            if self.reset:
+                torch.cuda.reset_peak_memory_stats(self.device_id)
+            self._start_allocated = torch.cuda.memory_allocated(self.device_id)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import psutil
+
+        if _torch_cuda_ready():
+            import torch
+
+            _synchronize_used(torch, self.device_id)
+            start = self._start_allocated if self._cuda_at_start else 0
+            self.result = MonitorResult(
+                f"cuda:{self.device_id}",
+                torch.cuda.max_memory_allocated(self.device_id) - start,
+                torch.cuda.memory_allocated(self.device_id) - start,
+                torch.cuda.memory_reserved(self.device_id),
+                "" if self.reset or not self._cuda_at_start else "peak since the last reset",
+            )
+        else:
+            delta = psutil.Process().memory_info().rss - self._start_rss
+            self.result = MonitorResult("host", None, delta, None, "host RSS: CUDA is not initialised in this kernel")
+        if self.printer is not None:
+            self.printer(self.result.text(self.label))
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with MemoryMonitor(self.device_id, self.reset, self.label or fn.__name__, self.printer):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    def __repr__(self) -> str:
+        from gpumem_kernel.render.units import format_bytes
+
+        if _torch_cuda_ready():
+            import torch
+
+            index = self.device_id
+            return (
+                f"GPU {index}: allocated {format_bytes(torch.cuda.memory_allocated(index), 'auto')}, "
+                f"reserved {format_bytes(torch.cuda.memory_reserved(index), 'auto')}, "
+                f"peak {format_bytes(torch.cuda.max_memory_allocated(index), 'auto')}"
+            )
+        return "CUDA is not initialised in this kernel: no GPU memory in use (use it as `with` or a decorator)"
+
+
+def monitor_gpu_memory(device_id: int = 0, reset: bool = True, label: str = "") -> MemoryMonitor:
+    """Seed 000/001's monitor: a context manager and a decorator; shown bare, it reports the current state."""
+    return MemoryMonitor(device_id, reset, label)
+
+
+def analysis_bundle(report: AnalysisReport) -> Dict[str, Any]:
+    from gpumem_kernel.analysis.render import analysis_bundle as bundle
+
+    return bundle(report)

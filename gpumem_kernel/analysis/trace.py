@@ -1,0 +1,971 @@
+"""The traced engine: run two training steps and follow every tensor storage's life, by category.
+
+With `fake=True` the step runs on a copy of the model whose parameters, buffers and optimizer state are
+FakeTensors on the CPU (shapes, dtypes and strides, no memory), so a model of any size traces in seconds
+without a GPU. With `fake=False` the same loop runs on a real deep copy with real CPU tensors: that is what
+the tests compare the fake trace against.
+
+A `TorchDispatchMode` sees every op's outputs; a new storage is an allocation, and a `weakref.finalize` on
+the storage object (PyTorch keeps one Python object per live storage) is its free. Roles that are only known
+later (a backward output that becomes `.grad`, a zeros_like that becomes optimizer state) are assigned once
+known and apply to the storage's whole life. The event stream is then replayed through the caching-allocator
+model, with cuBLAS and cuDNN workspaces inserted where CUDA would allocate them.
+
+torch is imported inside functions only: the kernel shim must load without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel
+
+CATEGORIES = (
+    "parameter",
+    "buffer",
+    "gradient",
+    "optimizer_state",
+    "input",
+    "activation",
+    "autocast_cache",
+    "temporary",
+)
+PHASES = ("input", "forward", "backward", "optimizer", "zero_grad")
+
+# ops that run through cuBLAS on CUDA (first use on a thread allocates that thread's workspace)
+_MATMUL_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "_addmm_activation",
+        "addmv",
+        "mv",
+        "dot",
+        "vdot",
+        "addr",
+        "_int_mm",
+        "linear",
+    }
+)
+_CONV_OPS = frozenset(
+    {
+        "convolution",
+        "convolution_backward",
+        "_convolution",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "mkldnn_convolution",
+    }
+)
+CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks algorithms by workspace size)
+
+
+class TraceError(ValueError):
+    """The model cannot be traced (data-dependent control flow, lazy parameters, ...): one line."""
+
+
+# --- records ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    sid: int
+    nbytes: int
+    phase: str
+    step: int
+    micro: int
+    alloc_index: int  # position of its alloc event in the stream
+    free_index: Optional[int] = None
+    role: Optional[str] = None
+    host: bool = False  # lives in host memory on CUDA too (optimizer `step` scalars of non-fused optimizers)
+
+
+@dataclass
+class Marker:
+    index: int  # events before it
+    kind: str  # "cublas" | "cudnn"
+    phase: str
+    nbytes: int = 0
+
+
+class _NullTracker:
+    """Stands in for the tracker when nothing is tracked (the measured engine)."""
+
+    @contextlib.contextmanager
+    def span(self, phase: str, step: int, micro: int) -> Iterator[None]:
+        yield
+
+    def register(self, tensor: Any, role: str, host: bool = False) -> None:
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _tracker_class() -> type:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    class StorageTracker(TorchDispatchMode):
+        def __init__(self, cast_cache: bool = False, fake: bool = False) -> None:
+            super().__init__()
+            self._fake = fake
+            self.records: List[Record] = []
+            self.events: List[Tuple[str, int]] = []  # ("alloc" | "free", sid)
+            self.markers: List[Marker] = []
+            self.spans: Dict[Tuple[int, int, str], Tuple[int, int]] = {}
+            self.phase, self.step, self.micro = "setup", 0, 0
+            self._sids: Any = WeakIdKeyDictionary()
+            self._finalizers: List[weakref.finalize] = []
+            self._cast_cache = cast_cache
+            self._closed = False
+
+        # storages -------------------------------------------------------------------------------
+
+        def _storage(self, t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or t.is_sparse or t.layout != torch.strided:
+                return None
+            try:
+                return t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                return None
+
+        def _new(self, st: Any, role: Optional[str], host: bool = False) -> Record:
+            record = Record(
+                sid=len(self.records),
+                nbytes=int(st.nbytes()),
+                phase=self.phase,
+                step=self.step,
+                micro=self.micro,
+                alloc_index=len(self.events),
+                role=role,
+                host=host,
+            )
+            self.records.append(record)
+            self.events.append(("alloc", record.sid))
+            self._sids[st] = record.sid
+            self._finalizers.append(weakref.finalize(st, self._on_free, record.sid))
+            return record
+
+        def _on_free(self, sid: int) -> None:
+            if not self._closed and self.records[sid].free_index is None:
+                self.records[sid].free_index = len(self.events)
+                self.events.append(("free", sid))
+
+        def track(self, t: Any, role: Optional[str] = None, host: bool = False) -> Optional[Record]:
+            st = self._storage(t)
+            if st is None:
+                return None
+            sid = self._sids.get(st)
+            if sid is None:
+                return self._new(st, role, host)
+            record = self.records[sid]
+            if int(st.nbytes()) != record.nbytes:  # resized in place: a new allocation of the new size
+                self._on_free(sid)
+                return self._new(st, role or record.role, host or record.host)
+            return record
+
+        def register(self, tensor: Any, role: str, host: bool = False) -> None:
+            for t in tree_leaves(tensor):
+                record = self.track(t)
+                if record is not None:
+                    record.role = role
+                    record.host = record.host or host
+
+        def role_of(self, t: Any) -> Optional[str]:
+            st = self._storage(t)
+            sid = self._sids.get(st) if st is not None else None
+            return self.records[sid].role if sid is not None else None
+
+        # phases ---------------------------------------------------------------------------------
+
+        @contextlib.contextmanager
+        def span(self, phase: str, step: int, micro: int) -> Iterator[None]:
+            saved = (self.phase, self.step, self.micro)
+            self.phase, self.step, self.micro = phase, step, micro
+            start = len(self.events)
+            try:
+                yield
+            finally:
+                self.spans[(step, micro, phase)] = (start, len(self.events))
+                self.phase, self.step, self.micro = saved
+
+        def close(self) -> None:
+            self._closed = True
+            for fin in self._finalizers:
+                fin.detach()
+            self._finalizers.clear()
+
+        # the dispatch hook ----------------------------------------------------------------------
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if self._fake and name == "mkldnn_rnn_layer":
+                out = _with_rnn_workspace(args, out)
+            role = None
+            if self._cast_cache and name == "_to_copy" and self.phase == "forward" and args:
+                if self.role_of(args[0]) == "parameter":
+                    role = "autocast_cache"  # autocast's cached low-precision copy of a weight
+            for t in tree_leaves(out):
+                self.track(t, role)
+            if name in _MATMUL_OPS:
+                self.markers.append(Marker(len(self.events), "cublas", self.phase))
+            elif name in _CONV_OPS:
+                sizes = [t.nbytes for t in tree_leaves((args, out)) if isinstance(t, torch.Tensor)]
+                self.markers.append(Marker(len(self.events), "cudnn", self.phase, max(sizes, default=0)))
+            return out
+
+    return StorageTracker
+
+
+def _with_rnn_workspace(args: Sequence[Any], out: Any) -> Any:
+    """The meta kernel of `mkldnn_rnn_layer` returns an empty workspace; the real kernel keeps ~16 B per
+    (time step, sample, hidden unit) for backward. Size it from the real kernel on a small slice, scaled."""
+    import torch
+
+    output, hy, cy, workspace = out
+    if workspace.numel() > 0:
+        return out
+    size = _rnn_workspace_bytes(tuple(_shape_key(a) for a in args))
+    return output, hy, cy, torch.empty(size, dtype=torch.uint8, device=workspace.device)
+
+
+def _shape_key(arg: Any) -> Any:
+    import torch
+
+    if isinstance(arg, torch.Tensor):
+        return ("tensor", tuple(arg.shape), arg.dtype)
+    if isinstance(arg, list):
+        return ("list", tuple(arg))
+    return arg
+
+
+@functools.lru_cache(maxsize=64)
+def _rnn_workspace_bytes(key: Tuple[Any, ...]) -> int:
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # args: input, w0..w3, hx, cx, reverse, batch_sizes, mode, hidden_size, num_layers, has_biases,
+    # bidirectional, batch_first, train. The input arrives time-major whatever batch_first says.
+    t_dim, b_dim = 0, 1
+    steps, batch = key[0][1][t_dim], key[0][1][b_dim]
+    small_steps, small_batch = max(min(steps, 16), 1), max(min(batch, 8), 1)
+
+    def real(k: Any, index: int) -> Any:
+        if isinstance(k, tuple) and k and k[0] == "tensor":
+            shape = list(k[1])
+            if index == 0:
+                shape[t_dim], shape[b_dim] = small_steps, small_batch
+            elif index in (5, 6) and len(shape) == 2:  # hx, cx: (B, H)
+                shape[0] = small_batch
+            return torch.zeros(shape, dtype=k[2])
+        if isinstance(k, tuple) and k and k[0] == "list":
+            return list(k[1])
+        return k
+
+    with unset_fake_temporarily():  # not under no_grad: the kernel then skips the workspace
+        out = torch.ops.aten.mkldnn_rnn_layer.default(*[real(k, i) for i, k in enumerate(key)])
+    measured = int(out[3].untyped_storage().nbytes())
+    scale = (steps / small_steps) * (batch / small_batch)
+    return int(-(-measured * scale // 4096) * 4096)
+
+
+# --- copying the model and the optimizer ----------------------------------------------------------
+
+
+def _tensor_attributes(model: Any) -> List[Tuple[Any, str, Any]]:
+    """Tensors kept as plain module attributes (not parameters or buffers), e.g. cached masks."""
+    import torch
+
+    found = []
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                found.append((module, name, value))
+    return found
+
+
+class TensorCopier:
+    """Maps the user's tensors to stand-ins (fake CPU tensors, or real copies), keeping storage sharing."""
+
+    def __init__(self, fake: bool, device: Optional[str] = None) -> None:
+        self.fake = fake
+        self.device = device
+        self._storages: Dict[int, Tuple[Any, Any]] = {}  # id(user storage) -> (storage, base stand-in)
+
+    def copy(self, t: Any) -> Any:
+        import torch
+
+        if self.fake:
+            st = t.untyped_storage()
+            entry = self._storages.get(id(st))
+            if entry is None or entry[1].dtype != t.dtype:
+                count = max(st.nbytes() // max(t.element_size(), 1), t.storage_offset() + _extent(t))
+                base = torch.empty(count, dtype=t.dtype, device="cpu")
+                if entry is None:
+                    self._storages[id(st)] = (st, base)
+            else:
+                base = entry[1]
+            out = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        elif self.device is not None:
+            out = t.detach().to(self.device, copy=True)  # one copy, straight onto the device
+        else:
+            out = t.detach().clone()
+        if isinstance(t, torch.nn.Parameter):
+            out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
+        return out
+
+    def scalar(self, t: Any) -> Any:
+        """A one-element state tensor (an optimizer's `step`): under fake mode it must keep its value, since
+        optimizers read it with .item()."""
+        import torch
+
+        if not self.fake:
+            return t.detach().clone()  # stays where it is: non-capturable optimizers keep `step` on the host
+        if t.numel() != 1 or t.device.type == "meta":
+            return self.copy(t)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # read the user's real value, not a fake of it
+            number = t.item()
+        value = torch.tensor(number, dtype=t.dtype)  # a fake tensor that remembers its constant
+        return value if value.shape == t.shape else value.reshape(t.shape)
+
+
+def _extent(t: Any) -> int:
+    """Elements spanned by a strided tensor (1 + sum((size-1) * stride))."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+_TORCH_HOOK_MODULES = ("torch.",)
+
+
+def _strip_user_hooks(model: Any) -> int:
+    """Drop forward/backward hooks defined outside torch on the copy: they may write into the user's objects.
+
+    torch's own hooks (weight_norm, spectral_norm, pruning, ...) compute weights, so they stay.
+    """
+    dropped = 0
+    for module in model.modules():
+        for attr in (
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+            "_state_dict_hooks",
+            "_load_state_dict_pre_hooks",
+        ):
+            hooks = getattr(module, attr, None)
+            if not isinstance(hooks, dict):
+                continue
+            for key in list(hooks):
+                hook = hooks[key]
+                owner = getattr(hook, "__module__", None) or type(hook).__module__
+                if hook is not True and hook is not False and not str(owner).startswith(_TORCH_HOOK_MODULES):
+                    del hooks[key]
+                    dropped += 1
+    return dropped
+
+
+def copy_model(model: Any, copier: TensorCopier) -> Tuple[Any, Dict[int, Any], int]:
+    """A structural copy of `model` whose tensors are the copier's stand-ins; never touches the user's tensors.
+
+    Returns (copy, {id(user tensor): stand-in}, dropped hooks).
+    """
+    import torch
+
+    for p in model.parameters():
+        if isinstance(p, torch.nn.parameter.UninitializedParameter):
+            raise TraceError("the model has uninitialised lazy parameters: run one forward pass first")
+    memo: Dict[int, Any] = {}
+    mapping: Dict[int, Any] = {}
+    tensors = [t for t in model.parameters()] + [t for t in model.buffers()]
+    tensors += [value for _, _, value in _tensor_attributes(model)]
+    for t in tensors:
+        if id(t) not in memo:
+            stand_in = copier.copy(t)
+            memo[id(t)] = stand_in
+            mapping[id(t)] = stand_in
+    try:
+        clone = copy.deepcopy(model, memo)
+    except Exception as exc:  # modules holding locks, files, generators ...
+        raise TraceError(f"cannot copy the model's structure ({type(exc).__name__}: {exc})") from None
+    for p in clone.parameters():
+        p.grad = None  # steady state: zero_grad(set_to_none=True) ran before the step
+    dropped = _strip_user_hooks(clone)
+    # no clone.train(): deepcopy keeps every module's mode, and a submodule the user put in eval() (dropout off,
+    # a frozen BatchNorm) must run in the trace as it will in their loop
+    return clone, mapping, dropped
+
+
+def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier, cuda_defaults: bool = True) -> Any:
+    """A new optimizer of the user's class over the copied parameters, with the same hyper-parameters and a
+    copy of its state. Never a deepcopy: an LR scheduler patches `optimizer.step` with a closure that would
+    step the user's optimizer."""
+    groups = []
+    for group in optimizer.param_groups:
+        params = []
+        for p in group["params"]:
+            if id(p) not in mapping:
+                raise TraceError("the optimizer holds parameters that are not the model's")
+            params.append(mapping[id(p)])
+        settings = {k: v for k, v in group.items() if k != "params"}
+        if cuda_defaults and settings.get("foreach") is None and not settings.get("fused") and "foreach" in group:
+            settings["foreach"] = True  # what torch picks on CUDA; on CPU it would pick the for-loop
+        groups.append({"params": params, **settings})
+    cls = type(optimizer)
+    try:
+        new = cls(groups)
+    except TypeError:
+        try:
+            new = cls(groups, **{k: v for k, v in optimizer.defaults.items()})
+        except Exception as exc:
+            raise TraceError(f"cannot re-create optimizer {cls.__name__} ({exc})") from None
+    for p, state in optimizer.state.items():
+        if id(p) not in mapping:
+            continue
+        copied = {}
+        for key, value in state.items():
+            if _is_tensor(value):
+                keep_value = value.numel() == 1 and (key == "step" or copier.fake)
+                copied[key] = copier.scalar(value) if keep_value else copier.copy(value)
+            else:
+                copied[key] = copy.deepcopy(value)
+        new.state[mapping[id(p)]] = copied
+    return new
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def make_optimizer(kind: str, params: Sequence[Any], lr: float = 1e-3) -> Any:
+    """The optimizer a plan names, as CUDA would run it by default (foreach implementations)."""
+    import torch
+
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, foreach=True)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, foreach=True)
+    if kind == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
+    raise ValueError(f"unknown optimizer {kind!r}; use adamw, adam, sgd, sgd-momentum or an optimizer object")
+
+
+def optimizer_uses_device_step(optimizer: Any) -> bool:
+    """Fused and capturable optimizers keep `step` on the device; the others keep a CPU scalar."""
+    return any(group.get("fused") or group.get("capturable") for group in optimizer.param_groups)
+
+
+# --- the training loop -------------------------------------------------------------------------------
+
+
+def feed(model: Any, batch: Any) -> Any:
+    """tensor -> model(x); tuple/list -> model(*xs); dict -> model(**xs)."""
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def model_loss(output: Any) -> Any:
+    """The loss the model computed itself (HF `ModelOutput.loss`, `output["loss"]`; set when the batch has
+    labels), or None. A training loop backpropagates that one, so the trace must too."""
+    import torch
+
+    loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.is_floating_point() and loss.requires_grad and loss.numel() == 1:
+        return loss if loss.dim() == 0 else loss.reshape(())
+    return None
+
+
+def default_loss(output: Any, batch: Any) -> Any:
+    """The model's own loss if it returns one; else the sum over the output's floating tensors that need grad of
+    mean(x.float()**2), which touches every output."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    own = model_loss(output)
+    if own is not None:
+        return own
+    leaves = [
+        t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad
+    ]
+    if not leaves:
+        raise TraceError("the model's output has no floating tensor that requires grad: pass loss=")
+    total = leaves[0].float().pow(2).mean()
+    for t in leaves[1:]:
+        total = total + t.float().pow(2).mean()
+    return total
+
+
+def train_steps(
+    model: Any,
+    optimizer: Any,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[Any, Any], Any],
+    *,
+    steps: int,
+    micro: int,
+    grad_accum: int,
+    autocast: Callable[[], Any],
+    tracker: Any,
+    scaler: Any = None,
+    on_step: Optional[Callable[[int], None]] = None,
+) -> None:
+    """The loop users write: new batch, forward + loss under autocast, backward, step, zero_grad(None).
+
+    `out` and `loss` stay bound until the next forward replaces them, as in a user's loop.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    out = loss = batch = None
+    for step in range(1, steps + 1):
+        if on_step is not None:
+            on_step(step)
+        for m in range(micro):
+            with tracker.span("input", step, m):
+                batch = make_batch()
+                tracker.register(batch, "input")
+            with tracker.span("forward", step, m):
+                with autocast():
+                    out = feed(model, batch)
+                    loss = loss_fn(out, batch)
+                if grad_accum > 1:
+                    loss = loss / grad_accum
+            with tracker.span("backward", step, m):
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                for p in params:
+                    if p.grad is not None:
+                        tracker.register(p.grad, "gradient")
+        with tracker.span("optimizer", step, 0):
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            device_step = optimizer_uses_device_step(optimizer)
+            for state in optimizer.state.values():
+                for key, value in state.items():
+                    if _is_tensor(value):
+                        tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+        with tracker.span("zero_grad", step, 0):
+            optimizer.zero_grad(set_to_none=True)
+    del out, loss, batch
+
+
+# --- running a trace ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TracePlan:
+    """Everything a trace needs besides the batch size; built once by analysis.analyze."""
+
+    model: Any
+    optimizer: Any  # str kind or the user's optimizer
+    make_batch: Callable[[int, bool], Any]  # (batch size, fake) -> batch
+    loss_fn: Callable[[Any, Any], Any]
+    amp: Optional[str] = None  # "bf16" | "fp16": traced as bf16 on CPU
+    grad_accum: int = 1
+    checkpointing: bool = False
+    steps: int = 2
+    cublas_bytes: int = 8_519_680
+    cudnn: bool = True
+
+
+@dataclass
+class TraceResult:
+    batch_size: int
+    fake: bool
+    peak_live: int  # max live storage bytes in the last step (all storages, as the CPU sees them)
+    peak_phase: str
+    step_peaks: List[int]
+    phase_peaks: Dict[str, int]
+    breakdown: Dict[str, int]  # live bytes by category at the last step's peak
+    parameters: int
+    buffers: int
+    gradients: int
+    optimizer_state: int  # device-resident state
+    optimizer_host: int  # `step` scalars that stay on the host with CUDA
+    optimizer_transient: int  # extra bytes at the step's peak over its start (foreach temporaries)
+    activations: int  # forward outputs of the last step still alive when its forward ended
+    autocast_cache: int
+    input: int
+    device: AllocatorResult  # the replay through the caching-allocator model, workspaces included
+    cublas_bytes: int
+    cudnn_peak_bytes: int
+    dropped_hooks: int = 0
+    loss_source: str = "custom"  # model (output.loss) | default (mean of squares) | custom (the caller's)
+    notes: List[str] = field(default_factory=list)
+
+
+def _has_parameters(module: Any) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def repeated_blocks(model: Any) -> List[Tuple[str, Any]]:
+    """(name, module) of the blocks a user means by "checkpoint the model": children of ModuleList/Sequential
+    containers, grouped by class. The group that wins is repeated, made of composite blocks rather than single
+    layers or containers, and covers the most parameters: a ResNet's bottlenecks across all four stages, a
+    transformer's layers. Blocks nested inside another of the group are left to it."""
+    import torch
+
+    containers = (torch.nn.ModuleList, torch.nn.Sequential)
+    groups: Dict[type, Dict[int, Any]] = {}
+    for container in model.modules():
+        if isinstance(container, containers):
+            for child in container.children():
+                if _has_parameters(child):
+                    groups.setdefault(type(child), {})[id(child)] = child
+    if not groups:
+        return []
+
+    def score(item: Tuple[type, Dict[int, Any]]) -> Tuple[bool, bool, bool, int, int]:
+        kind, members = item
+        blocks = list(members.values())
+        composite = any(True for b in blocks for _ in b.children())
+        covered = {id(p): p.numel() for b in blocks for p in b.parameters()}
+        return len(blocks) > 1, composite, not issubclass(kind, containers), sum(covered.values()), len(blocks)
+
+    members = max(groups.items(), key=score)[1]
+    nested = {id(m) for block in members.values() for m in block.modules() if m is not block}
+    return [(name, m) for name, m in model.named_modules() if id(m) in members and id(m) not in nested]
+
+
+def _name_span(names: Sequence[str]) -> str:
+    """['layer1.0', 'layer1.1', 'layer2.0'] -> 'layer1.0-1, layer2.0': consecutive indices of one parent."""
+    runs: List[List[str]] = []  # [parent, first, last]
+    for name in names:
+        parent, _, index = name.rpartition(".")
+        run = runs[-1] if runs else None
+        if run and run[0] == parent and index.isdigit() and run[2].isdigit() and int(index) == int(run[2]) + 1:
+            run[2] = index
+        else:
+            runs.append([parent, index, index])
+    return ", ".join((f"{p}." if p else "") + (a if a == b else f"{a}-{b}") for p, a, b in runs)
+
+
+def checkpoint_blocks(model: Any) -> List[str]:
+    """Wrap every repeated block of the (copied) model in non-reentrant activation checkpointing, and turn a
+    KV cache off as Hugging Face's gradient checkpointing does; returns what was done, for the report."""
+    from torch.utils.checkpoint import checkpoint
+
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return ["checkpointing: no ModuleList/Sequential of blocks found; traced without it"]
+    for _, block in blocks:
+        inner = block.forward
+
+        def forward(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
+            return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
+    kind = type(blocks[0][1]).__name__  # one class: repeated_blocks picks one group
+    notes = [f"checkpointing: wrapped {len(blocks)} {kind} blocks ({_name_span([n for n, _ in blocks])})"]
+    if _disable_kv_cache(model):
+        notes.append(
+            "checkpointing: use_cache turned off on the copy, as Hugging Face's gradient checkpointing "
+            "does (no KV cache kept through backward)"
+        )
+    return notes
+
+
+def _disable_kv_cache(model: Any) -> bool:
+    """config.use_cache = False on the copy's configs (a deep copy: the user's config keeps its value)."""
+    changed = False
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", None) is True:
+            config.use_cache = False
+            changed = True
+    return changed
+
+
+def _recording_loss(loss_fn: Callable[[Any, Any], Any], sources: List[str]) -> Callable[[Any, Any], Any]:
+    """The plan's loss, noting whether the default loss found the model's own (for the report)."""
+    if loss_fn is not default_loss:
+        return loss_fn
+
+    def loss(output: Any, batch: Any) -> Any:
+        if not sources:
+            sources.append("model" if model_loss(output) is not None else "default")
+        return default_loss(output, batch)
+
+    return loss
+
+
+def _autocast_factory(amp: Optional[str], device_type: str) -> Callable[[], Any]:
+    import torch
+
+    if amp is None:
+        return contextlib.nullcontext
+    if device_type == "cpu":
+        dtype = torch.bfloat16  # CPU autocast: fp16 traced with bf16's equal 2-byte width
+    else:
+        dtype = torch.float16 if amp == "fp16" else torch.bfloat16
+    return functools.partial(torch.autocast, device_type, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """FakeTensorMode logs a traceback at ERROR before re-raising a failed meta kernel; we report the error
+    as one line instead, so that log stays silent during a trace."""
+    import logging
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    previous = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = previous
+
+
+def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceResult:
+    """Two training steps at `batch_size` on a copy (fake or real CPU); the user's objects stay untouched."""
+    import torch
+
+    rng = torch.get_rng_state()
+    tracker = _tracker_class()(cast_cache=plan.amp is not None, fake=fake)
+    notes: List[str] = []
+    loss_sources: List[str] = []
+    try:
+        mode: Any = contextlib.nullcontext()
+        if fake:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode, _quiet_fake_tensor_log():
+            copier = TensorCopier(fake=fake)
+            model, mapping, dropped = copy_model(plan.model, copier)
+            if plan.checkpointing:
+                notes += checkpoint_blocks(model)
+            if isinstance(plan.optimizer, str):
+                optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
+            else:
+                optimizer = copy_optimizer(plan.optimizer, mapping, copier)
+            loss_fn = _recording_loss(plan.loss_fn, loss_sources)
+            with tracker:
+                _register_model(tracker, model, optimizer)
+                try:
+                    train_steps(
+                        model,
+                        optimizer,
+                        lambda: plan.make_batch(batch_size, fake),
+                        loss_fn,
+                        steps=plan.steps,
+                        micro=min(plan.grad_accum, 2),
+                        grad_accum=plan.grad_accum,
+                        autocast=_autocast_factory(plan.amp, "cpu"),
+                        tracker=tracker,
+                    )
+                except TraceError:
+                    raise
+                except Exception as exc:
+                    raise TraceError(_explain(exc)) from None
+                del model, optimizer, mapping, copier
+        result = summarize(tracker, batch_size, fake, plan)
+        result.dropped_hooks = dropped
+        result.loss_source = loss_sources[0] if loss_sources else "custom"
+        if result.loss_source == "model":
+            notes.append(
+                "loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
+                "backpropagates it; pass loss= for another"
+            )
+        result.notes += notes
+        return result
+    finally:
+        tracker.close()
+        torch.set_rng_state(rng)
+
+
+def _register_model(tracker: Any, model: Any, optimizer: Any) -> None:
+    for p in model.parameters():
+        tracker.register(p, "parameter")
+    for b in model.buffers():
+        tracker.register(b, "buffer")
+    for _, _, value in _tensor_attributes(model):
+        tracker.register(value, "buffer")
+    device_step = optimizer_uses_device_step(optimizer)
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if _is_tensor(value):
+                tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+
+
+def _explain(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    name = type(exc).__name__
+    if "DataDependent" in name or "data-dependent" in text or "DynamicOutputShape" in name:
+        return (
+            "the model's forward depends on tensor values (e.g. .item(), masking, nonzero), which the "
+            "traced engine cannot follow: run on a GPU for a measured analysis"
+        )
+    return f"training step failed while tracing: {name}: {text[:200]}"
+
+
+# --- reading a trace -------------------------------------------------------------------------------------
+
+
+def _category(record: Record, forward_end: Dict[Tuple[int, int], int]) -> str:
+    if record.role is not None:
+        return record.role
+    if record.phase == "forward":
+        end = forward_end.get((record.step, record.micro))
+        if end is not None and _alive(record, end):
+            return "activation"
+    return "temporary"
+
+
+def _alive(record: Record, index: int) -> bool:
+    """Alive just after event `index - 1`, i.e. at stream position `index`."""
+    return record.alloc_index < index and (record.free_index is None or record.free_index >= index)
+
+
+def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> TraceResult:
+    records: List[Record] = tracker.records
+    spans = tracker.spans
+    last = plan.steps
+    forward_end = {(s, m): end for (s, m, phase), (_, end) in spans.items() if phase == "forward"}
+
+    # live bytes along the stream; per-step and per-phase peaks of the last step
+    step_range = {
+        s: (min(v[0] for k, v in spans.items() if k[0] == s), max(v[1] for k, v in spans.items() if k[0] == s))
+        for s in range(1, last + 1)
+    }
+    phase_of = _phase_index(spans, last)
+    live = 0
+    step_peaks = [0] * (last + 1)
+    phase_peaks: Dict[str, int] = {}
+    peak_index, peak_value = 0, -1
+    first_last = step_range[last][0]
+    live_at: List[int] = []
+    for index, (kind, sid) in enumerate(tracker.events):
+        live += records[sid].nbytes if kind == "alloc" else -records[sid].nbytes
+        live_at.append(live)
+        position = index + 1
+        for s, (start, end) in step_range.items():
+            if start < position <= end:
+                step_peaks[s] = max(step_peaks[s], live)
+        if position > first_last and position <= step_range[last][1]:
+            phase = phase_of.get(index, "other")
+            phase_peaks[phase] = max(phase_peaks.get(phase, 0), live)
+            if live > peak_value:
+                peak_value, peak_index = live, position
+    if peak_value < 0:  # a step without any event: the live set never changed
+        peak_index, peak_value = first_last, live_at[first_last - 1] if first_last else 0
+
+    breakdown = {c: 0 for c in CATEGORIES}
+    for record in records:
+        if _alive(record, peak_index):
+            breakdown[_category(record, forward_end)] += record.nbytes
+
+    def alive_bytes(index: int, role: str, device_only: bool = True) -> int:
+        return sum(r.nbytes for r in records if r.role == role and _alive(r, index) and not (device_only and r.host))
+
+    end = step_range[last][1]
+    opt_start, opt_end = spans[(last, 0, "optimizer")]
+    fwd_start, fwd_end = spans[(last, min(plan.grad_accum, 2) - 1, "forward")]
+    activations = sum(
+        r.nbytes
+        for r in records
+        if r.phase == "forward"
+        and r.step == last
+        and r.micro == min(plan.grad_accum, 2) - 1
+        and r.role is None
+        and _alive(r, fwd_end)
+    )
+    cast = sum(r.nbytes for r in records if r.role == "autocast_cache" and r.step == last and _alive(r, fwd_end))
+    opt_live_start = live_at[opt_start - 1] if opt_start else 0
+    device, cublas, cudnn = replay_device(tracker, plan)
+    return TraceResult(
+        batch_size=batch_size,
+        fake=fake,
+        peak_live=peak_value,
+        peak_phase=phase_of.get(peak_index - 1, "other"),
+        step_peaks=step_peaks[1:],
+        phase_peaks=phase_peaks,
+        breakdown=breakdown,
+        parameters=alive_bytes(end, "parameter"),
+        buffers=alive_bytes(end, "buffer"),
+        gradients=alive_bytes(opt_start, "gradient"),
+        optimizer_state=alive_bytes(end, "optimizer_state"),
+        optimizer_host=sum(r.nbytes for r in records if r.role == "optimizer_state" and r.host and _alive(r, end)),
+        optimizer_transient=max(0, phase_peaks.get("optimizer", 0) - opt_live_start),
+        activations=activations,
+        autocast_cache=cast,
+        input=sum(r.nbytes for r in records if r.role == "input" and r.step == last and _alive(r, fwd_start)),
+        device=device,
+        cublas_bytes=cublas,
+        cudnn_peak_bytes=cudnn,
+    )
+
+
+def _phase_index(spans: Dict[Tuple[int, int, str], Tuple[int, int]], last: int) -> Dict[int, str]:
+    """event index -> phase name, for the last step."""
+    result: Dict[int, str] = {}
+    for (step, _, phase), (start, end) in spans.items():
+        if step == last:
+            for index in range(start, end):
+                result[index] = phase
+    return result
+
+
+def replay_device(tracker: Any, plan: TracePlan) -> Tuple[AllocatorResult, int, int]:
+    """Replay the device-side events through the allocator model, adding the cuBLAS workspace (one per
+    thread that runs a matmul: the forward thread and the autograd engine's device thread) and a cuDNN
+    workspace around each convolution (an estimate, capped)."""
+    model = CachingAllocatorModel()
+    records: List[Record] = tracker.records
+    markers = sorted(tracker.markers, key=lambda m: m.index)
+    cublas_threads: set = set()
+    cudnn_peak = 0
+    marker_at = 0
+    synthetic = 0
+
+    def apply_markers(upto: int) -> None:
+        nonlocal marker_at, cudnn_peak, synthetic
+        while marker_at < len(markers) and markers[marker_at].index <= upto:
+            marker = markers[marker_at]
+            marker_at += 1
+            thread = "backward" if marker.phase == "backward" else "main"
+            if marker.kind == "cublas" and thread not in cublas_threads and plan.cublas_bytes:
+                cublas_threads.add(thread)
+                model.malloc(("cublas", thread), plan.cublas_bytes)
+            elif marker.kind == "cudnn" and plan.cudnn and marker.nbytes:
+                size = min(marker.nbytes, CUDNN_WORKSPACE_CAP)
+                cudnn_peak = max(cudnn_peak, size)
+                synthetic += 1
+                model.malloc(("cudnn", synthetic), size)
+                model.free(("cudnn", synthetic))
+
+    for index, (kind, sid) in enumerate(tracker.events):
+        apply_markers(index)
+        record = records[sid]
+        if record.host:
+            continue
+        if kind == "alloc":
+            model.malloc(sid, record.nbytes)
+        else:
+            model.free(sid)
+    apply_markers(len(tracker.events))
+    return model.result(), len(cublas_threads) * plan.cublas_bytes, cudnn_peak

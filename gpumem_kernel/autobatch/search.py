@@ -1,0 +1,960 @@
+"""Auto batch size: the largest batch that runs full training steps without running out of memory.
+
+`auto_select_batch_size(model, device, start_batch)` (seed 000's name) starts from the analysis prediction,
+verifies it with real training steps (forward, loss, backward, optimizer step; at least two steps, so the
+optimizer state exists), then grows or bisects until the boundary is exact: batch N runs, N + 1 does not.
+It avoids the anchors' failures (shared/notes/memory-estimation.md): no extrapolation from small probes
+(every answer is a batch that ran), every trial starts from a clean allocator, an OOM is recovered outside
+the `except` block (its frames pin the tensors), and the recommended batch keeps a margin below the maximum.
+
+The user's model (parameters, buffers, gradients, train/eval flags), optimizer (state, param-group settings)
+and RNG states (torch CPU + CUDA, python `random`, numpy if imported) are snapshotted to CPU memory before
+and restored after, also on Ctrl-C. Without a GPU, `simulate="6GiB"` runs the same search on the CPU against
+a cap on tracked live tensor bytes (a TorchDispatchMode that raises `SimulatedOOM` past the cap); every
+figure it produces is labelled "simulated".
+
+Shared with benchmark.py: the tracker, the snapshot, the OOM test and the clean-allocator helper.
+torch is imported inside functions only; CUDA is touched only when the device is a CUDA device.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import gc
+import math
+import random
+import sys
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+MIME = "application/vnd.gpumem.autobatch.v1+json"
+MiB = 1 << 20
+MAX_TRIALS = 64  # a monotone search over 2**16 needs < 40; past this something is wrong
+SLOPE_PROBE = 16  # with one fitting point, probe lo + lo/16 to learn the per-sample slope
+OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUDA error: out of memory")
+
+
+class SimulatedOOM(RuntimeError):
+    """Raised by the simulated device the moment tracked live tensor bytes exceed the cap."""
+
+
+# --- OOM handling -----------------------------------------------------------------------------------------
+
+
+def is_oom(exc: BaseException) -> bool:
+    """A CUDA (or simulated) out-of-memory error, whatever wrapper it arrives in."""
+    if isinstance(exc, SimulatedOOM):
+        return True
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in OOM_MARKERS)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def clean_allocator(device: Any) -> None:
+    """gc, then give cached blocks back and reset the peak, so a trial measures only itself. On the CPU
+    (simulated) a young-generation gc is enough: a trial counts only what it allocates itself, and a full
+    collection costs ~0.2 s with torch loaded."""
+    cuda = device is not None and getattr(device, "type", None) == "cuda"
+    gc.collect() if cuda else gc.collect(1)
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def parse_cap(simulate: Any) -> Optional[int]:
+    """None, bytes, or a size such as '6GiB' -> bytes."""
+    if simulate is None or simulate is False:
+        return None
+    from gpumem_kernel.analysis.gpus import parse_memory
+
+    try:
+        return parse_memory(simulate)
+    except ValueError as exc:
+        raise ValueError(f"simulate: {exc}") from None
+
+
+# --- tracked tensor bytes (the simulated device) -------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _tracker_class() -> type:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    class MemoryTracker(TorchDispatchMode):
+        """Live bytes of every storage created while active (plus those registered), with an optional cap.
+
+        A new storage seen in an op's outputs is an allocation; a `weakref.finalize` on the storage object
+        (PyTorch keeps one Python object per live storage) is its free, whenever and wherever it happens.
+        """
+
+        def __init__(self, cap: Optional[int] = None) -> None:
+            super().__init__()
+            self.cap = cap
+            self.live = 0
+            self.peak = 0
+            self._sizes: Any = WeakIdKeyDictionary()  # storage -> [bytes] (mutable: resize_ changes it)
+            self._finalizers: List[weakref.finalize] = []
+            self._lock = threading.Lock()
+            self._closed = False
+
+        def _storage(self, t: Any) -> Any:
+            if not isinstance(t, torch.Tensor) or t.is_sparse or t.layout != torch.strided or t.is_meta:
+                return None
+            try:
+                return t.untyped_storage()
+            except (RuntimeError, NotImplementedError):
+                return None
+
+        def _free(self, cell: List[int]) -> None:
+            if not self._closed:
+                with self._lock:
+                    self.live -= cell[0]
+
+        def track(self, t: Any, check: bool = True) -> None:
+            st = self._storage(t)
+            if st is None:
+                return
+            size = int(st.nbytes())
+            cell = self._sizes.get(st)
+            with self._lock:
+                if cell is None:
+                    cell = [size]
+                    self._sizes[st] = cell
+                    self._finalizers.append(weakref.finalize(st, self._free, cell))
+                    self.live += size
+                elif cell[0] != size:  # resized in place
+                    self.live += size - cell[0]
+                    cell[0] = size
+                else:
+                    return
+                live = self.live
+            if check and self.cap is not None and live > self.cap:
+                raise SimulatedOOM(
+                    f"CUDA out of memory (simulated). Tried to allocate {_mib(size)}; {_mib(live - size)} of the "
+                    f"{_mib(self.cap)} simulated cap already in use by tracked tensors"
+                )
+            self.peak = max(self.peak, live)
+
+        def register(self, tree: Any, check: bool = False) -> None:
+            for t in tree_leaves(tree):
+                self.track(t, check=check)
+
+        def check_baseline(self) -> None:
+            if self.cap is not None and self.live > self.cap:
+                raise SimulatedOOM(
+                    f"CUDA out of memory (simulated): the model's states alone take "
+                    f"{_mib(self.live)}, over the {_mib(self.cap)} simulated cap"
+                )
+
+        def close(self) -> None:
+            self._closed = True
+            for fin in self._finalizers:
+                fin.detach()
+            self._finalizers.clear()
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                self.track(t)
+            return out
+
+    return MemoryTracker
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.2f} MiB"
+
+
+def make_tracker(cap: Optional[int] = None) -> Any:
+    """A fresh tracker (a TorchDispatchMode); enter it with `with tracker:`, `close()` it when done."""
+    return _tracker_class()(cap)
+
+
+def register_states(tracker: Any, model: Any, optimizer: Any = None) -> None:
+    """Count what already lives on the (simulated) device: parameters, buffers, gradients, optimizer state."""
+    tracker.register([p for p in model.parameters()] + [b for b in model.buffers()])
+    tracker.register([p.grad for p in model.parameters() if p.grad is not None])
+    if optimizer is not None and not isinstance(optimizer, str):
+        for state in optimizer.state.values():
+            tracker.register([v for v in state.values() if _is_tensor(v)])
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+# --- snapshots: the user's objects are byte-identical afterwards -----------------------------------------------
+
+
+@dataclass
+class RngSnapshot:
+    torch_cpu: Any
+    torch_cuda: Optional[List[Any]]
+    python: Any
+    numpy: Any
+
+    @classmethod
+    def take(cls, cuda: bool) -> "RngSnapshot":
+        """`cuda`: also the CUDA generators (only when CUDA is in use: reading them initialises CUDA)."""
+        import torch
+
+        np = sys.modules.get("numpy")
+        return cls(
+            torch_cpu=torch.get_rng_state(),
+            torch_cuda=torch.cuda.get_rng_state_all() if cuda else None,
+            python=random.getstate(),
+            numpy=np.random.get_state() if np is not None and hasattr(np, "random") else None,
+        )
+
+    def restore(self) -> None:
+        import torch
+
+        torch.set_rng_state(self.torch_cpu)
+        if self.torch_cuda is not None:
+            torch.cuda.set_rng_state_all(self.torch_cuda)
+        random.setstate(self.python)
+        np = sys.modules.get("numpy")
+        if self.numpy is not None and np is not None:
+            np.random.set_state(self.numpy)
+
+
+def _host_copy(t: Any) -> Any:
+    return t.detach().to("cpu", copy=True)
+
+
+@dataclass
+class _SavedTensor:
+    host: Any  # the copy in CPU memory
+    device: Any  # where the original lived
+
+    def back(self) -> Any:
+        return self.host.to(self.device, copy=True)  # copy=True: the snapshot must survive the next restore
+
+
+_OPTIMIZER_ATTRS = ("_opt_called", "_step_count")  # set by LR schedulers' step wrappers
+
+
+class StateSnapshot:
+    """Model tensors, gradients, train flags and optimizer state, copied to CPU memory; restored in place."""
+
+    def __init__(self, model: Any, optimizer: Any = None) -> None:
+        named = dict(model.named_parameters())
+        named.update({f"buffer:{k}": v for k, v in model.named_buffers()})
+        self.model = model
+        self.tensors = [(t, _host_copy(t)) for t in named.values()]
+        self.grads = [(p, None if p.grad is None else _host_copy(p.grad)) for p in model.parameters()]
+        self.training = [(m, m.training) for m in model.modules()]
+        self.optimizer = optimizer if optimizer is not None and not isinstance(optimizer, str) else None
+        self.opt_state: Dict[Any, Dict[str, Any]] = {}
+        self.opt_groups: List[Dict[str, Any]] = []
+        self.opt_attrs: Dict[str, Any] = {}
+        if self.optimizer is not None:
+            for p, state in self.optimizer.state.items():
+                self.opt_state[p] = {
+                    k: _SavedTensor(_host_copy(v), v.device) if _is_tensor(v) else copy.deepcopy(v)
+                    for k, v in state.items()
+                }
+            self.opt_groups = [
+                copy.deepcopy({k: v for k, v in g.items() if k != "params"}) for g in self.optimizer.param_groups
+            ]
+            self.opt_attrs = {a: getattr(self.optimizer, a) for a in _OPTIMIZER_ATTRS if hasattr(self.optimizer, a)}
+
+    def restore(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for t, saved in self.tensors:
+                if t.shape != saved.shape or t.dtype != saved.dtype:
+                    t.data = saved.to(t.device, copy=True)  # replaced by user code during the run
+                else:
+                    t.copy_(saved)
+        for p, grad in self.grads:
+            p.grad = None if grad is None else grad.to(p.device, copy=True)
+        for module, flag in self.training:
+            module.training = flag
+        if self.optimizer is not None:
+            self._restore_optimizer()
+
+    def _restore_optimizer(self) -> None:
+        opt = self.optimizer
+        opt.state.clear()
+        for p, state in self.opt_state.items():
+            opt.state[p] = {k: v.back() if isinstance(v, _SavedTensor) else copy.deepcopy(v) for k, v in state.items()}
+        for group, saved in zip(opt.param_groups, self.opt_groups):
+            for key in [k for k in group if k != "params" and k not in saved]:
+                del group[key]
+            group.update(copy.deepcopy(saved))
+        for attr in _OPTIMIZER_ATTRS:
+            if attr in self.opt_attrs:
+                setattr(opt, attr, self.opt_attrs[attr])
+            elif hasattr(opt, attr):
+                delattr(opt, attr)
+
+
+# --- where the training steps run ------------------------------------------------------------------------------
+
+
+def resolve_device(device: Any, model: Any, simulated: bool) -> Any:
+    """torch.device to train on. Simulated runs are on the CPU; otherwise the named device, 'auto', or the
+    model's own device. CUDA is initialised only when the caller names it (or the model already lives there)."""
+    import torch
+
+    if simulated:
+        return torch.device("cpu")
+    if device is None:
+        first = next(iter(model.parameters()), None)
+        return first.device if first is not None else torch.device("cpu")
+    text = str(device)
+    if text == "auto":
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    try:
+        resolved = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"bad device {device!r}; use cpu, cuda, cuda:0 or auto") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {text!r} asked for, but this torch build or machine has no CUDA; "
+                "use simulate='6GiB' to run the search without a GPU"
+            )
+        if resolved.index is None:
+            resolved = torch.device("cuda", torch.cuda.current_device())
+    elif resolved.type != "cpu":
+        raise ValueError(f"device {text!r} is not supported; use cpu or cuda[:N]")
+    return resolved
+
+
+def _on_device(model: Any, device: Any) -> bool:
+    return all(t.device == device for t in list(model.parameters()) + list(model.buffers()))
+
+
+class Workbench:
+    """The model and optimizer the steps run on: the user's own when they already live on the device
+    (snapshot, then restore after every trial and at the end), else a copy placed on the device."""
+
+    def __init__(self, model: Any, optimizer: Any, device: Any) -> None:
+        from gpumem_kernel.analysis.trace import TensorCopier, copy_model, copy_optimizer
+
+        self.device = device
+        self.in_place = _on_device(model, device)
+        if self.in_place:
+            self.model, self.optimizer = model, optimizer
+        else:
+            copier = TensorCopier(fake=False, device=str(device))
+            self.model, mapping, _ = copy_model(model, copier)
+            self.optimizer = (
+                optimizer
+                if isinstance(optimizer, str)
+                else copy_optimizer(optimizer, mapping, copier, cuda_defaults=False)
+            )
+            del mapping
+        self.snapshot = StateSnapshot(self.model, self.optimizer)
+
+    def new_optimizer(self) -> Any:
+        from gpumem_kernel.analysis.trace import make_optimizer
+
+        if isinstance(self.optimizer, str):
+            return make_optimizer(self.optimizer, [p for p in self.model.parameters() if p.requires_grad])
+        return self.optimizer
+
+    def reset(self) -> None:
+        self.snapshot.restore()
+
+    def close(self) -> None:
+        self.reset()
+        if not self.in_place:
+            self.model = self.optimizer = None
+        self.snapshot = None  # type: ignore[assignment]
+
+
+def to_device(batch: Any, device: Any, non_blocking: bool = False) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    if device.type == "cpu":
+        return batch
+    return tree_map(lambda t: t.to(device, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t, batch)
+
+
+def grad_scaler(amp: Optional[str], device: Any) -> Any:
+    import torch
+
+    return torch.amp.GradScaler("cuda") if amp == "fp16" and device.type == "cuda" else None
+
+
+def optimizer_step(optimizer: Any, scaler: Any) -> None:
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+# --- result ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trial:
+    batch: int
+    ok: bool
+    peak_bytes: Optional[int]  # CUDA max_memory_allocated, or the tracked live-bytes peak (simulated)
+    seconds: float
+    reserved_bytes: Optional[int] = None  # CUDA max_memory_reserved; None when simulated
+    phase: str = "start"  # start | predicted | grow | shrink | slope | secant | edge | bisect | scan
+    error: Optional[str] = None
+
+
+@dataclass
+class AutobatchResult:
+    maximum: int  # largest batch that ran `steps` full training steps; 0: not even batch 1
+    recommended: int  # maximum x (1 - margin), rounded down
+    margin: float
+    rounding: str
+    trials: List[Trial]
+    n_trials: int
+    seconds: float
+    engine: str  # cuda | simulated
+    device: str
+    limit_bytes: Optional[int]  # the simulated cap, or free + reserved at the start (CUDA: what the secant aims at)
+    steps: int
+    start_batch: int
+    start_source: str  # start_batch | analysis | default
+    predicted: Optional[int]  # the analysis prediction, when there was one
+    model_name: str
+    optimizer: str
+    amp: Optional[str]
+    at_least: bool = False  # the search stopped at max_batch: the true maximum may be higher
+    interrupted: bool = False
+    notes: List[str] = field(default_factory=list)
+    version: int = 1
+
+    def __int__(self) -> int:
+        return self.maximum
+
+    __index__ = __int__
+
+    def to_payload(self) -> Dict[str, Any]:
+        """The JSON of `application/vnd.gpumem.autobatch.v1+json` (schemas/autobatch.schema.json)."""
+        return asdict(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
+        return autobatch_bundle(self)
+
+    def __str__(self) -> str:
+        return render_text(self.to_payload())
+
+
+# --- the search ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    bench: Workbench
+    make_batch: Callable[[int], Any]
+    forward: Callable[[Any, Any], Any]
+    loss_fn: Callable[[Any, Any], Any]
+    amp: Optional[str]
+    steps: int
+    cap: Optional[int]
+
+
+def _train(plan: _Plan, batch: int, tracker: Any) -> None:
+    """`steps` full training steps at `batch`; raises on OOM. Locals die with this frame."""
+    from gpumem_kernel.analysis.trace import _autocast_factory
+
+    bench = plan.bench
+    model = bench.model
+    model.train()
+    optimizer = bench.new_optimizer()
+    scaler = grad_scaler(plan.amp, bench.device)
+    autocast = _autocast_factory(plan.amp, bench.device.type)
+    for _ in range(plan.steps):
+        data = to_device(plan.make_batch(batch), bench.device)
+        tracker.register(data, check=True)
+        with autocast():
+            out = plan.forward(model, data)
+            loss = plan.loss_fn(out, data)
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        optimizer_step(optimizer, scaler)  # out, loss, data stay bound until the next batch, as in a user's loop
+
+
+def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
+    """One trial from a clean allocator; an OOM is recovered outside the `except` block."""
+    import torch
+
+    device = plan.bench.device
+    cuda = device.type == "cuda"
+    clean_allocator(device)
+    tracker = make_tracker(plan.cap) if plan.cap is not None else _NoTracker()
+    started = time.perf_counter()
+    error: Optional[str] = None
+    try:
+        register_states(tracker, plan.bench.model, plan.bench.optimizer)
+        with tracker:
+            tracker.check_baseline()
+            _train(plan, batch, tracker)
+        if cuda:
+            torch.cuda.synchronize(device)
+    except RuntimeError as exc:
+        if not is_oom(exc):
+            raise
+        error = first_line(exc)  # only the text: the exception and its frames go when this block ends
+    finally:
+        tracker.close()
+    seconds = time.perf_counter() - started
+    peak = reserved = None
+    if cuda:
+        peak, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
+    elif plan.cap is not None:
+        peak = tracker.peak
+    plan.bench.reset()
+    if error is not None:  # outside the except block: the failed step's frames are gone, their tensors can go
+        clean_allocator(device)
+    return Trial(
+        batch,
+        error is None,
+        peak if error is None else None,
+        round(seconds, 4),
+        reserved if error is None else None,
+        phase,
+        error,
+    )
+
+
+class _NoTracker:
+    """Stands in for the tracker on a real GPU (CUDA counts its own bytes)."""
+
+    peak = 0
+
+    def __enter__(self) -> "_NoTracker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def register(self, tree: Any, check: bool = False) -> None:
+        pass
+
+    def check_baseline(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _measure(trial: Trial, cuda: bool) -> Optional[int]:
+    """The figure compared against the limit: reserved on CUDA (what the allocator asks the device for)."""
+    return trial.reserved_bytes if cuda else trial.peak_bytes
+
+
+class _Search:
+    """Bracket the boundary, then close it: secant steps along the measured peaks (when the limit is known),
+    alternating with bisection, so a poor line costs a few trials and never a wrong answer."""
+
+    def __init__(
+        self,
+        run: Callable[[int, str], Trial],
+        limit: Optional[int],
+        cuda: bool,
+        max_batch: int,
+        progress: Optional[Callable[[Trial], None]],
+    ) -> None:
+        self.run, self.limit, self.cuda, self.max_batch, self.progress = run, limit, cuda, max_batch, progress
+        self.trials: List[Trial] = []
+        self.lo: Optional[Trial] = None  # largest batch that ran
+        self.hi: Optional[int] = None  # smallest batch that ran out of memory
+
+    def trial(self, batch: int, phase: str) -> Trial:
+        result = self.run(batch, phase)
+        self.trials.append(result)
+        if result.ok and (self.lo is None or batch > self.lo.batch):
+            self.lo = result
+        if not result.ok and (self.hi is None or batch < self.hi):
+            self.hi = batch
+        if self.progress is not None:
+            self.progress(result)
+        return result
+
+    def done(self) -> bool:
+        lo = self.lo.batch if self.lo else 0
+        if self.hi is not None and self.hi - lo <= 1:
+            return True
+        return self.lo is not None and self.hi is None and lo >= self.max_batch
+
+    def _slope(self) -> Optional[Tuple[Trial, float]]:
+        """(largest fitting trial, bytes per sample) from the two largest fitting trials with figures."""
+        fits = sorted(
+            {t.batch: t for t in self.trials if t.ok and _measure(t, self.cuda) is not None}.values(),
+            key=lambda t: t.batch,
+        )
+        if len(fits) < 2 or self.limit is None:
+            return None
+        a, b = fits[-2], fits[-1]
+        slope = (_measure(b, self.cuda) - _measure(a, self.cuda)) / (b.batch - a.batch)
+        return (b, slope) if slope > 0 else None
+
+    def _secant(self) -> Optional[int]:
+        line = self._slope()
+        if line is None:
+            return None
+        point, slope = line
+        return int(math.floor(point.batch + (self.limit - _measure(point, self.cuda)) / slope))
+
+    def next_batch(self, last: Trial) -> Tuple[int, str]:
+        lo, hi = self.lo, self.hi
+        if lo is None:  # nothing ran yet: a predicted start is likely close, step down a little first
+            step = max(1, hi // SLOPE_PROBE) if last.phase == "predicted" else hi - max(1, hi // 2)
+            return max(1, hi - step), "shrink"
+        if last.ok and last.phase in ("secant", "predicted"):
+            return lo.batch + 1, "edge"  # the line says this is the last fitting batch: check the next one
+        secant = self._secant()  # a secant at or below a batch that ran means the line is off: ignore it
+        if hi is None:  # nothing failed yet: grow, at most doubling
+            if secant is not None and secant > lo.batch:
+                if secant < 2 * lo.batch and secant <= self.max_batch:
+                    return secant, "secant"
+                return min(2 * lo.batch, self.max_batch), "grow"
+            if self.limit is not None and last.phase != "slope":
+                return min(lo.batch + max(1, lo.batch // SLOPE_PROBE), self.max_batch), "slope"
+            return min(2 * lo.batch, self.max_batch), "grow"
+        if secant is not None and lo.batch < secant < hi and last.phase != "secant":
+            return secant, "secant"
+        return (lo.batch + hi) // 2, "bisect"
+
+    def search(self, start: int, predicted: bool = False) -> None:
+        last = self.trial(start, "predicted" if predicted else "start")
+        while not self.done() and not (self.lo is None and self.hi == 1) and len(self.trials) < MAX_TRIALS:
+            batch, phase = self.next_batch(last)
+            last = self.trial(batch, phase)
+
+
+# --- public API ---------------------------------------------------------------------------------------------
+
+
+class _LiveBytesEngine:
+    """analysis.search_maximum's engine interface over fake traces, measuring live tensor bytes: the figure
+    the simulated cap counts (analyze()'s own figures add allocator rounding, workspaces and a context)."""
+
+    name = "traced"
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.cache: Dict[int, Any] = {}
+
+    def point(self, batch: int) -> Any:
+        from gpumem_kernel.analysis.analyze import _Point
+        from gpumem_kernel.analysis.trace import TraceError, run_trace
+
+        if batch not in self.cache:
+            try:
+                live = run_trace(self.plan, batch, fake=True).peak_live
+            except TraceError:
+                if not self.cache:
+                    raise
+                self.cache[batch] = None
+                return None
+            self.cache[batch] = _Point(batch, live, None, live, "traced")
+        return self.cache[batch]
+
+
+def _predict(
+    model: Any, optimizer: Any, input: Any, loss: Any, amp: Optional[str], device: Any, cap: Optional[int], hint: int
+) -> Tuple[Optional[int], str]:
+    """The analysis engines' maximum, or None and why; only where the verified search starts.
+
+    Simulated: analysis.search_maximum over fake traces (a few, each ~50 ms for small models) against the
+    cap. CUDA: analyze() on the device (measured, with its safety reserve: a conservative start)."""
+    from gpumem_kernel.analysis.analyze import analyze, batch_maker, search_maximum
+    from gpumem_kernel.analysis.trace import TracePlan, default_loss
+
+    try:
+        if cap is None:
+            report = analyze(
+                model, batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device
+            )
+            maximum = report.recommendations.maximum
+            return maximum, f"analysis ({report.engine}) predicted {maximum}"
+        make, _ = batch_maker(model, input)
+        plan = TracePlan(model=model, optimizer=optimizer, make_batch=make, loss_fn=loss or default_loss, amp=amp)
+        found = search_maximum(_LiveBytesEngine(plan), hint, cap)
+    except (ValueError, RuntimeError) as exc:
+        return None, f"no analysis prediction ({first_line(exc)})"
+    return found.maximum, f"analysis (traced live bytes, {len(found.points)} traces) predicted {found.maximum}"
+
+
+def _cuda_limit(device: Any) -> int:
+    """Free memory plus what torch already holds: where the allocator's reserved peak would hit the wall."""
+    import torch
+
+    clean_allocator(device)
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device))
+
+
+def _check_args(
+    model: Any, margin: float, max_batch: int, steps: int, start_batch: Optional[int], multiple: Optional[int]
+) -> None:
+    from gpumem_kernel.analysis.analyze import _check_model, _positive_int
+
+    _check_model(model)
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < 1:
+        raise ValueError(f"margin must be a fraction in [0, 1), got {margin!r}")
+    _positive_int(max_batch, "max_batch")
+    if _positive_int(steps, "steps") < 2:
+        raise ValueError("steps must be at least 2: the optimizer state appears at the first step")
+    if start_batch is not None:
+        _positive_int(start_batch, "start_batch")
+    if multiple is not None:
+        _positive_int(multiple, "multiple")
+
+
+def _optimizer_name(optimizer: Any) -> str:
+    return optimizer if isinstance(optimizer, str) else type(optimizer).__name__
+
+
+def _batch_source(model: Any, input: Any) -> Callable[[int], Any]:
+    from gpumem_kernel.analysis.analyze import batch_maker
+
+    make, _ = batch_maker(model, input)
+    return lambda b: make(b, False)
+
+
+def auto_select_batch_size(
+    model: Any,
+    device: Any = None,
+    start_batch: Optional[int] = None,
+    *,
+    input: Any = None,
+    loss: Optional[Callable[[Any, Any], Any]] = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+    optimizer: Any = "adamw",
+    amp: Any = None,
+    margin: float = 0.10,
+    multiple: Optional[int] = None,
+    max_batch: int = 2**16,
+    simulate: Any = None,
+    steps: int = 2,
+    predict: bool = True,
+    progress: Optional[Callable[[Trial], None]] = None,
+) -> AutobatchResult:
+    """The largest batch that runs `steps` full training steps on `device` without OOM, and a recommended
+    batch `margin` below it (rounded down to a power of two, or to a multiple of `multiple`).
+
+    input: shape without the batch ('3x224x224', (512,)), a sample batch, or a callable batch_size -> batch
+    (as in analyze()). loss(output, batch) -> scalar; forward(model, batch) -> output (default: model(x),
+    model(*xs), model(**xs)). optimizer: adamw | adam | sgd | sgd-momentum, or your optimizer (stepped in
+    place and restored). simulate: a cap such as '6GiB' on tracked tensor bytes, run on the CPU.
+    progress(trial) is called after each trial. Ctrl-C stops the search: the result is partial and
+    `interrupted`. The model, optimizer and RNG states are restored exactly in every case.
+    """
+    import torch
+
+    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind, round_batch
+    from gpumem_kernel.analysis.trace import default_loss, feed
+
+    started = time.perf_counter()
+    _check_args(model, margin, max_batch, steps, start_batch, multiple)
+    cap = parse_cap(simulate)
+    amp_mode = _amp_mode(amp)
+    kind = _optimizer_kind(optimizer)
+    if loss is not None and not callable(loss):
+        raise ValueError("loss must be a callable (output, batch) -> scalar")
+    target = resolve_device(device, model, cap is not None)
+    cuda = target.type == "cuda"
+    if not cuda and cap is None:
+        raise ValueError(
+            "no GPU to search on: pass device='cuda', or simulate='6GiB' to search against a "
+            "simulated memory cap on the CPU"
+        )
+    make_batch = _batch_source(model, input)
+    notes: List[str] = []
+    rng = RngSnapshot.take(cuda or torch.cuda.is_initialized())
+    predicted, start_source = None, "default"
+    if start_batch is not None:
+        start, start_source = start_batch, "start_batch"
+    elif predict and forward is None:
+        predicted, why = _predict(model, kind, input, loss, amp_mode, target, cap, hint=min(8, max_batch))
+        notes.append(why)
+        start = max(1, predicted) if predicted else 1
+        start_source = "analysis" if predicted else "default"
+    else:
+        start = 1
+    start = min(start, max_batch)
+    bench = Workbench(model, kind, target)
+    if not bench.in_place:
+        notes.append(f"the model is not on {target}: the trials ran on a copy placed there")
+    plan = _Plan(bench, make_batch, forward or feed, loss or default_loss, amp_mode, steps, cap)
+    limit = cap if cap is not None else _cuda_limit(target)
+    search = _Search(lambda b, phase: run_trial(plan, b, phase), limit, cuda, max_batch, progress)
+    interrupted = False
+    try:
+        search.search(start, predicted=start_source == "analysis")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bench.close()
+        rng.restore()
+        clean_allocator(target)
+    maximum = search.lo.batch if search.lo else 0
+    if interrupted:
+        notes.append("search interrupted: the maximum is the largest batch verified so far (a lower bound)")
+    at_least = search.lo is not None and search.hi is None and maximum >= max_batch
+    if at_least:
+        notes.append(f"batch {max_batch} (max_batch) fits: the true maximum may be higher")
+    if maximum == 0 and not interrupted:
+        notes.append("even batch 1 does not fit: try amp, checkpointing or a smaller model")
+    if cap is not None:
+        notes.append(
+            f"simulated: a cap of {_mib(cap)} on tracked live tensor bytes on the CPU; a real GPU adds "
+            "the CUDA context, cuBLAS/cuDNN workspaces and allocator rounding"
+        )
+    recommended = max(1, round_batch(maximum * (1 - margin), multiple)) if maximum else 0
+    return AutobatchResult(
+        maximum=maximum,
+        recommended=recommended,
+        margin=float(margin),
+        rounding=f"multiple of {multiple}" if multiple else "power of two",
+        trials=search.trials,
+        n_trials=len(search.trials),
+        seconds=round(time.perf_counter() - started, 3),
+        engine="cuda" if cuda else "simulated",
+        device=str(target),
+        limit_bytes=limit,
+        steps=steps,
+        start_batch=start,
+        start_source=start_source,
+        predicted=predicted,
+        model_name=type(model).__name__,
+        optimizer=_optimizer_name(kind),
+        amp=amp_mode,
+        at_least=at_least,
+        interrupted=interrupted,
+        notes=notes,
+    )
+
+
+def scan_batch_sizes(
+    model: Any,
+    batch_sizes: Sequence[int],
+    device: Any = None,
+    *,
+    input: Any = None,
+    loss: Optional[Callable[[Any, Any], Any]] = None,
+    forward: Optional[Callable[[Any, Any], Any]] = None,
+    optimizer: Any = "adamw",
+    amp: Any = None,
+    simulate: Any = None,
+    steps: int = 2,
+) -> List[Trial]:
+    """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
+    import torch
+
+    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind
+    from gpumem_kernel.analysis.trace import default_loss, feed
+
+    _check_args(model, 0.0, max(batch_sizes), steps, None, None)
+    cap = parse_cap(simulate)
+    target = resolve_device(device, model, cap is not None)
+    rng = RngSnapshot.take(target.type == "cuda" or torch.cuda.is_initialized())
+    bench = Workbench(model, _optimizer_kind(optimizer), target)
+    plan = _Plan(bench, _batch_source(model, input), forward or feed, loss or default_loss, _amp_mode(amp), steps, cap)
+    try:
+        return [run_trial(plan, b, "scan") for b in batch_sizes]
+    finally:
+        bench.close()
+        rng.restore()
+
+
+# --- rendering ------------------------------------------------------------------------------------------------
+
+
+def _label(payload: Dict[str, Any]) -> str:
+    return "simulated" if payload["engine"] == "simulated" else payload["device"]
+
+
+def render_text(payload: Dict[str, Any]) -> str:
+    from gpumem_kernel.render.units import format_bytes
+
+    sim = payload["engine"] == "simulated"
+    cap = payload["limit_bytes"]
+    where = (
+        f"simulated: {format_bytes(cap, 'auto')} cap on tracked tensor bytes (CPU)"
+        if sim
+        else f"{payload['device']}, limit {format_bytes(cap, 'auto')}"
+    )
+    lines = ["=" * 70, f"🔎 Auto Batch Size - {payload['model_name']} ({where})", "=" * 70]
+    if payload["interrupted"]:
+        lines.append("⚠️  Interrupted: partial result")
+    maximum = payload["maximum"]
+    more = "+ (max_batch reached)" if payload["at_least"] else ""
+    lines += [
+        f"  Maximum:          {maximum}{more} (ran {payload['steps']} full training steps"
+        f"{', simulated' if sim else ''})",
+        f"  Recommended:      {payload['recommended']} ({payload['margin']:.0%} margin, {payload['rounding']})",
+        f"  Start:            {payload['start_batch']} ({payload['start_source']})",
+        f"  Trials:           {payload['n_trials']} in {payload['seconds']:.1f} s",
+        "",
+        f"  {'#':>3} {'batch':>7} {'phase':<8} {'result':<14} {'peak':>12} {'seconds':>8}",
+    ]
+    for i, t in enumerate(payload["trials"], 1):
+        result = "✅ ok" if t["ok"] else ("❌ OOM (sim)" if sim else "❌ OOM")
+        lines.append(
+            f"  {i:>3} {t['batch']:>7} {t['phase']:<8} {result:<14} "
+            f"{format_bytes(t['peak_bytes'], 'auto'):>12} {t['seconds']:>8.3f}"
+        )
+    if payload["notes"]:
+        lines += ["", "Notes:"] + [f"  - {n}" for n in payload["notes"]]
+    lines.append("=" * 70)
+    return "\n".join(lines)
+
+
+def render_html(payload: Dict[str, Any]) -> str:
+    import html
+
+    from gpumem_kernel.render.units import format_bytes
+
+    def e(value: Any) -> str:
+        return html.escape(str(value), quote=True)
+
+    sim = payload["engine"] == "simulated"
+    rows = "".join(
+        f"<tr><td>{i}</td><td>{t['batch']}</td><td>{e(t['phase'])}</td>"
+        f"<td>{'ok' if t['ok'] else ('OOM (simulated)' if sim else 'OOM')}</td>"
+        f"<td>{e(format_bytes(t['peak_bytes'], 'auto'))}</td><td>{t['seconds']:.3f}</td></tr>"
+        for i, t in enumerate(payload["trials"], 1)
+    )
+    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("#", "batch", "phase", "result", "peak", "s"))
+    notes = "".join(f"<li>{e(n)}</li>" for n in payload["notes"])
+    flag = "<p><b>Interrupted: partial result</b></p>" if payload["interrupted"] else ""
+    return (
+        f"<div class='gpumem-autobatch'><p><b>Auto batch size — {e(payload['model_name'])}</b> "
+        f"({e(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
+        f"<b>{payload['recommended']}</b> ({payload['margin']:.0%} margin, {e(payload['rounding'])}); "
+        f"{payload['n_trials']} trials in {payload['seconds']:.1f} s</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
+    )
+
+
+def autobatch_bundle(result: Any) -> Dict[str, Any]:
+    """{MIME: payload, text/html, text/plain} for IPython.display.display(..., raw=True)."""
+    payload = result.to_payload() if hasattr(result, "to_payload") else dict(result)
+    return {MIME: payload, "text/html": render_html(payload), "text/plain": render_text(payload)}

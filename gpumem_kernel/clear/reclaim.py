@@ -1,0 +1,837 @@
+"""Clear GPU memory: free what pins memory after an error, then say what still holds memory.
+
+Seed 001's `clear_gpu_memory()` (gc.collect + empty_cache) frees nothing while the last traceback or
+IPython's output cache still references the tensors, which is the usual state right after an OOM. The
+safe clear drops exactly those hidden references, collects, and — only when the user's code already
+initialised CUDA — returns the allocator's cache to the driver. User variables are deleted only when
+named (`variables=[...]`) or with `all_cuda_vars=True`.
+
+Never imports torch and never initialises CUDA: torch is looked up in `sys.modules` only.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import html
+import itertools
+import json
+import re
+import sys
+import types
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+from gpumem_kernel.render.units import format_bytes
+
+CLEAR_MIME = "application/vnd.gpumem.clear.v1+json"
+PAYLOAD_VERSION = 1
+TOP_HOLDERS = 15
+# Items looked at per list/dict: a million-element dataset list must not stall the kernel.
+_CONTAINER_LIMIT = 10_000
+# IPython's own names in user_ns: output cache, input history, helpers.
+_IPYTHON_NAMES = re.compile(r"^(_+|_\d+|_i+|_i\d+|_ih|_oh|_dh|In|Out|exit|quit|get_ipython)$")
+_OUT_NAME = re.compile(r"^_(\d+)$")
+_UNDERS = ("_", "__", "___")
+_EXCEPTION_ATTRS = ("last_type", "last_value", "last_traceback", "last_exc")  # last_exc: Python 3.12+
+
+
+# --- torch, looked up without importing it -------------------------------------------------------
+
+
+def loaded_torch() -> Optional[Any]:
+    """The torch module if the user imported it and the import has finished, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
+def cuda_initialised() -> bool:
+    """True only when the user's code already initialised CUDA (never initialises it)."""
+    if loaded_torch() is None:
+        return False
+    cuda = sys.modules.get("torch.cuda")  # not torch.cuda: attribute access could import it
+    try:
+        return bool(cuda is not None and cuda.is_initialized())
+    except Exception:
+        return False
+
+
+@dataclass(frozen=True)
+class TorchKinds:
+    """The torch classes a value is checked against; optional ones are None until their module is imported."""
+
+    tensor: type
+    module: Optional[type]
+    optimizer: Optional[type]
+
+    def holds_torch(self, obj: Any) -> bool:
+        """A tensor, Module or Optimizer, itself or one level deep in a list/tuple/set/dict."""
+        if self._is_torch(obj):
+            return True
+        return any(self._is_torch(item) for item in _container_items(obj))
+
+    def _is_torch(self, obj: Any) -> bool:
+        classes = tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None)
+        try:
+            return isinstance(obj, classes)
+        except Exception:  # proxies whose __class__ raises
+            return False
+
+
+def torch_kinds() -> Optional[TorchKinds]:
+    """The classes to look for, or None when torch is not imported (then nothing can hold a tensor)."""
+    torch = loaded_torch()
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    if not isinstance(tensor, type):
+        return None
+    module = getattr(sys.modules.get("torch.nn"), "Module", None)
+    optimizer = getattr(sys.modules.get("torch.optim"), "Optimizer", None)
+    return TorchKinds(
+        tensor, module if isinstance(module, type) else None, optimizer if isinstance(optimizer, type) else None
+    )
+
+
+# --- walking objects to their tensors ----------------------------------------------------------------
+
+
+def _container_items(obj: Any) -> List[Any]:
+    """Elements of a plain container (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O)."""
+    try:
+        if isinstance(obj, (dict, collections.UserDict)):
+            values: Iterable[Any] = obj.values()
+        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            values = obj
+        else:
+            return []
+        return list(itertools.islice(values, _CONTAINER_LIMIT))
+    except Exception:  # a container mutated by another thread, or a broken subclass
+        return []
+
+
+def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
+    """Every tensor `obj` keeps alive: itself, a Module's parameters/gradients/buffers, an Optimizer's
+    state and parameters, or those of the elements of a container `depth` levels deep."""
+    try:
+        if isinstance(obj, kinds.tensor):
+            yield obj
+            grad = getattr(obj, "grad", None)
+            if grad is not None:
+                yield grad
+            return
+        if kinds.module is not None and isinstance(obj, kinds.module):
+            for parameter in obj.parameters():
+                yield from _tensors(parameter, kinds, 0)
+            yield from obj.buffers()
+            return
+        if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+            for state in list(obj.state.values()):
+                for value in state.values() if isinstance(state, dict) else ():
+                    if isinstance(value, kinds.tensor):
+                        yield value
+            for group in obj.param_groups:
+                for parameter in group.get("params", ()):
+                    yield from _tensors(parameter, kinds, 0)
+            return
+    except Exception:  # a half-built Module, a user subclass with odd attributes
+        return
+    if depth > 0:
+        for item in _container_items(obj):
+            yield from _tensors(item, kinds, depth - 1)
+
+
+def _storage(tensor: Any) -> Tuple[Any, int, str]:
+    """(identity of the memory, its size in bytes, device) — views of one storage count once."""
+    device = str(tensor.device)
+    try:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        size = int(storage.nbytes())
+        key: Any = (device, pointer) if pointer else ("id", id(tensor))
+    except Exception:  # sparse and other layouts without a storage
+        key, size = ("id", id(tensor)), int(tensor.element_size() * tensor.nelement())
+    return key, size, device
+
+
+@dataclass
+class Holder:
+    """A name that keeps tensors alive, and how much memory only it keeps (bytes per device)."""
+
+    name: str
+    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
+    type_name: str
+    bytes: int
+    by_device: Dict[str, int]
+    tensors: int
+    shape: Optional[List[int]] = None
+    dtype: Optional[str] = None
+
+    def on_cuda(self) -> int:
+        return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
+
+
+def _kind(obj: Any, kinds: TorchKinds) -> str:
+    if isinstance(obj, kinds.tensor):
+        return "tensor"
+    if kinds.module is not None and isinstance(obj, kinds.module):
+        return "module"
+    if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+        return "optimizer"
+    for cls, name in (
+        (dict, "dict"),
+        (collections.UserDict, "dict"),
+        (list, "list"),
+        (tuple, "tuple"),
+        (set, "set"),
+        (frozenset, "set"),
+        (collections.deque, "list"),
+    ):
+        if isinstance(obj, cls):
+            return name
+    return "other"
+
+
+def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
+    """The memory `obj` keeps alive that no earlier-measured object (`seen`) already accounts for."""
+    by_device: Dict[str, int] = {}
+    count = 0
+    for tensor in _tensors(obj, kinds):
+        try:
+            key, size, device = _storage(tensor)
+        except Exception:
+            continue
+        if device == "meta" or key in seen:
+            continue
+        seen.add(key)
+        count += 1
+        by_device[device] = by_device.get(device, 0) + size
+    if count == 0 and not keep_empty:
+        return None
+    kind = _kind(obj, kinds)
+    shape = dtype = None
+    if kind == "tensor":
+        try:
+            shape, dtype = [int(n) for n in obj.shape], str(obj.dtype).replace("torch.", "")
+        except Exception:
+            pass
+    return Holder(name, kind, type(obj).__name__, sum(by_device.values()), by_device, count, shape, dtype)
+
+
+def has_cuda_tensor(obj: Any, kinds: TorchKinds) -> bool:
+    for tensor in _tensors(obj, kinds):
+        try:
+            if str(tensor.device).startswith("cuda"):
+                return True
+        except Exception:
+            continue
+    return False
+
+
+# --- the namespace and IPython's hidden references ---------------------------------------------------
+
+
+def resolve_shell(shell: Any = None) -> Any:
+    """The given shell, else the running IPython shell, else None (plain Python)."""
+    if shell is not None:
+        return shell
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython.get_ipython() if ipython is not None else None
+    except Exception:
+        return None
+
+
+def _namespace(shell: Any) -> Tuple[MutableMapping[str, Any], Mapping[str, Any]]:
+    """(user namespace, IPython's hidden names) — __main__ outside IPython."""
+    if shell is not None and isinstance(getattr(shell, "user_ns", None), dict):
+        return shell.user_ns, getattr(shell, "user_ns_hidden", {}) or {}
+    return sys.modules["__main__"].__dict__, {}
+
+
+def _is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
+    return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
+
+
+def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
+    """The user's own variables: IPython's names, modules, classes and functions left out."""
+    namespace, hidden = _namespace(resolve_shell(shell))
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    return [
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(name, str) and not _is_ipython_name(name, value, hidden) and not isinstance(value, skip)
+    ]
+
+
+def _walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
+    # Modules claim their parameters first, so an optimizer is charged only for its own state.
+    return {"module": 0, "tensor": 1, "optimizer": 3}.get(_kind(item[1], kinds), 2)
+
+
+def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[Any]] = None) -> List[Holder]:
+    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall."""
+    kinds = torch_kinds()
+    if kinds is None:
+        return []
+    seen = set() if seen is None else seen
+    found = [
+        h
+        for h in (
+            measure(name, value, kinds, seen)
+            for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
+            if name not in exclude
+        )
+        if h is not None
+    ]
+    return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
+
+
+def _exception_tracebacks(value: Any, limit: int = 50) -> List[Any]:
+    """Tracebacks of an exception and of its causes/contexts (chained exceptions pin frames too)."""
+    found, pending, seen = [], [value], set()
+    while pending and len(seen) < limit:
+        exc = pending.pop()
+        if not isinstance(exc, BaseException) or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            found.append(exc.__traceback__)
+        pending.extend((exc.__cause__, exc.__context__))
+    return found
+
+
+def traceback_frames(tracebacks: Iterable[Any]) -> List[Any]:
+    """The distinct frames of some tracebacks, in order."""
+    frames: Dict[int, Any] = {}
+    for tb in tracebacks:
+        while tb is not None:
+            frames.setdefault(id(tb.tb_frame), tb.tb_frame)
+            tb = tb.tb_next
+    return list(frames.values())
+
+
+def frame_holder(frames: Sequence[Any], kinds: TorchKinds, seen: Set[Any], name: str = "traceback") -> Holder:
+    """The tensors held only by the local variables of some frames (module-level frames are the user
+    namespace itself and are skipped)."""
+    total = Holder(name, "traceback", "traceback", 0, {}, 0)
+    for frame in frames:
+        try:
+            if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
+                continue
+            local_values = list(frame.f_locals.values())
+        except Exception:
+            continue
+        for value in local_values:
+            part = measure(name, value, kinds, seen)
+            if part is not None:
+                total.tensors += part.tensors
+                for device, size in part.by_device.items():
+                    total.by_device[device] = total.by_device.get(device, 0) + size
+        del local_values
+    total.bytes = sum(total.by_device.values())
+    return total
+
+
+@dataclass
+class _TracebackRefs:
+    """Where the last error's traceback is referenced from (names for the report, and how to drop them)."""
+
+    sources: List[str]
+    tracebacks: List[Any]
+    drops: List[Callable[[], None]]
+
+
+def _find_traceback_refs(shell: Any) -> _TracebackRefs:
+    sources: List[str] = []
+    tracebacks: List[Any] = []
+    drops: List[Callable[[], None]] = []
+    names = [attr for attr in _EXCEPTION_ATTRS if getattr(sys, attr, None) is not None]
+    if names:
+        sources.append("sys." + "/".join(names))
+        if getattr(sys, "last_traceback", None) is not None:
+            tracebacks.append(sys.last_traceback)
+        for attr in ("last_value", "last_exc"):
+            tracebacks.extend(_exception_tracebacks(getattr(sys, attr, None)))
+        drops.append(lambda: [delattr(sys, attr) for attr in _EXCEPTION_ATTRS if hasattr(sys, attr)])
+    # IPython's traceback formatter keeps the last traceback for %debug.
+    formatter = getattr(shell, "InteractiveTB", None)
+    if getattr(formatter, "tb", None) is not None:
+        sources.append("InteractiveTB.tb")
+        tracebacks.append(formatter.tb)
+        drops.append(lambda: setattr(formatter, "tb", None))
+    # The last cell's ExecutionResult keeps the exception it raised.
+    result = getattr(shell, "last_execution_result", None)
+    for attr in ("error_in_exec", "error_before_exec"):
+        error = getattr(result, attr, None)
+        if isinstance(error, BaseException):
+            sources.append(f"last_execution_result.{attr}")
+            tracebacks.extend(_exception_tracebacks(error))
+            drops.append(lambda attr=attr: setattr(result, attr, None))
+    return _TracebackRefs(sources, tracebacks, drops)
+
+
+@dataclass
+class _CacheEntry:
+    """One object in IPython's output cache and every name it is cached under."""
+
+    names: List[str]
+    value: Any
+    drops: List[Callable[[], None]] = field(default_factory=list)
+
+
+def _find_output_cache(shell: Any, kinds: TorchKinds) -> List[_CacheEntry]:
+    """Output-cache entries (Out[N], _N, _, __, ___, the last result) whose value holds torch objects."""
+    if shell is None:
+        return []
+    namespace, hidden = _namespace(shell)
+    entries: Dict[int, _CacheEntry] = {}
+
+    def add(name: Optional[str], value: Any, drop: Callable[[], None]) -> None:
+        if not kinds.holds_torch(value):
+            return
+        entry = entries.setdefault(id(value), _CacheEntry([], value))
+        if name is not None and name not in entry.names:
+            entry.names.append(name)
+        entry.drops.append(drop)
+
+    output = getattr(getattr(shell, "history_manager", None), "output_hist", None)
+    if not isinstance(output, dict):
+        output = namespace.get("Out") if isinstance(namespace.get("Out"), dict) else {}
+    for number, value in list(output.items()):
+        add(f"Out[{number}]", value, lambda number=number: output.pop(number, None))
+    # IPython pushes _N, _, __, ___ with interactive=False, so user_ns_hidden keeps a second reference.
+    for space in (namespace, hidden):
+        for name, value in list(space.items()):
+            match = _OUT_NAME.match(name) if isinstance(name, str) else None
+            # _N is IPython's only when it is still the cached object (a user may assign _5 themselves).
+            if match and (int(match.group(1)) not in output or output[int(match.group(1))] is value):
+                add(
+                    name if space is namespace else None,
+                    value,
+                    lambda space=space, name=name, value=value: _pop_if(space, name, value),
+                )
+    hook = getattr(shell, "displayhook", None)
+    for name in _UNDERS:
+        value = getattr(hook, name, None)
+        if value is None:
+            continue
+        # Reset both copies to IPython's initial '' so IPython keeps updating _ (it stops when they differ).
+        mine = [space for space in (namespace, hidden) if space.get(name, None) is value]
+
+        def drop(name: str = name, mine: List[MutableMapping[str, Any]] = mine) -> None:
+            setattr(hook, name, "")
+            for space in mine:
+                space[name] = ""
+
+        add(name, value, drop)
+    result = getattr(shell, "last_execution_result", None)
+    if getattr(result, "result", None) is not None:
+        add("last result", result.result, lambda: setattr(result, "result", None))
+    for entry in entries.values():
+        entry.names = entry.names or ["hidden output cache"]
+    return list(entries.values())
+
+
+def _pop_if(space: MutableMapping[str, Any], name: str, value: Any) -> None:
+    if space.get(name, None) is value:
+        del space[name]
+
+
+# --- before/after figures --------------------------------------------------------------------------
+
+
+@dataclass
+class DeviceMemory:
+    """One CUDA device before and after: torch allocator (when CUDA is initialised) and NVML's figure
+    for this process (includes the CUDA context). None: not measurable."""
+
+    device: str
+    name: Optional[str] = None
+    allocated_before: Optional[int] = None
+    allocated_after: Optional[int] = None
+    reserved_before: Optional[int] = None
+    reserved_after: Optional[int] = None
+    this_kernel_before: Optional[int] = None
+    this_kernel_after: Optional[int] = None
+
+    def reclaimed(self) -> Optional[int]:
+        """Bytes returned to the driver: NVML's figure when known, else the allocator's reserved."""
+        pairs = ((self.this_kernel_before, self.this_kernel_after), (self.reserved_before, self.reserved_after))
+        for before, after in pairs:
+            if before is not None and after is not None:
+                return before - after
+        return None
+
+
+def take_sample() -> Optional[Dict[str, Any]]:
+    """A fresh probe sample (wire format dict), or None when probing fails. Goes through the running
+    sampler when the extension is loaded: its lock keeps the shared prober's caches single-threaded."""
+    try:
+        from gpumem_kernel import extension
+
+        loaded = extension.current()
+        if loaded is not None:
+            return loaded.sampler.snapshot()
+        from gpumem_kernel.probe.prober import probe
+
+        return probe().to_dict()
+    except Exception:
+        return None
+
+
+@dataclass
+class _Snapshot:
+    devices: Dict[str, Dict[str, Any]]
+    host_rss: Optional[int]
+
+
+def _snapshot() -> _Snapshot:
+    devices: Dict[str, Dict[str, Any]] = {}
+    host_rss: Optional[int] = None
+    try:
+        from gpumem_kernel.probe.torchstats import allocator_stats
+
+        for index, stats in allocator_stats().items():
+            devices[f"cuda:{index}"] = {"allocated": stats.allocated, "reserved": stats.reserved}
+    except Exception:
+        pass
+    sample = take_sample()
+    if sample is not None:
+        host_rss = (sample.get("host") or {}).get("rss")
+        for device in (sample.get("gpu") or {}).get("devices") or []:
+            if device.get("cuda_index") is not None:
+                entry = devices.setdefault(f"cuda:{device['cuda_index']}", {})
+                entry.update(name=device.get("name"), this_kernel=device.get("this_kernel"))
+    if host_rss is None:
+        try:
+            import psutil
+
+            host_rss = psutil.Process().memory_info().rss
+        except Exception:
+            pass
+    return _Snapshot(devices, host_rss)
+
+
+def _device_table(before: _Snapshot, after: Optional[_Snapshot]) -> List[DeviceMemory]:
+    rows = []
+    for device in sorted(set(before.devices) | set(after.devices if after else {})):
+        b = before.devices.get(device, {})
+        a = after.devices.get(device, {}) if after else {}
+        rows.append(
+            DeviceMemory(
+                device=device,
+                name=b.get("name") or a.get("name"),
+                allocated_before=b.get("allocated"),
+                allocated_after=a.get("allocated"),
+                reserved_before=b.get("reserved"),
+                reserved_after=a.get("reserved"),
+                this_kernel_before=b.get("this_kernel"),
+                this_kernel_after=a.get("this_kernel"),
+            )
+        )
+    return rows
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ClearReport:
+    """What the clear dropped (or, on a dry run, would drop), what it reclaimed and what still holds memory."""
+
+    dry_run: bool
+    torch_imported: bool
+    cuda_initialized: bool
+    traceback_sources: List[str]
+    traceback_frames: int
+    traceback_freed: Optional[Holder]
+    output_cache: List[Holder]
+    output_cache_entries: int
+    deleted: List[Holder]
+    gc_collected: Optional[int]
+    emptied_cache: bool
+    devices: List[DeviceMemory]
+    host_rss_before: Optional[int]
+    host_rss_after: Optional[int]
+    holders: List[Holder]
+    holders_more: int
+    notes: List[str]
+
+    def to_payload(self) -> Dict[str, Any]:
+        payload = asdict(self)
+        payload = {"version": PAYLOAD_VERSION, **payload}
+        payload["reclaimed"] = {row.device: row.reclaimed() for row in self.devices}
+        return payload
+
+
+def _check_variables(names: Sequence[Any], namespace: Mapping[str, Any], hidden: Mapping[str, Any]) -> List[str]:
+    """The names to delete, or a one-line ValueError naming the bad ones."""
+    if isinstance(names, str):
+        names = [names]
+    bad_type = [repr(n) for n in names if not isinstance(n, str) or not n.isidentifier()]
+    if bad_type:
+        raise ValueError(f"not a variable name: {', '.join(bad_type)}")
+    unknown = [n for n in names if n not in namespace]
+    if unknown:
+        raise ValueError(f"no variable named {', '.join(repr(n) for n in unknown)} in this kernel")
+    ipython_owned = [n for n in names if _is_ipython_name(n, namespace[n], hidden)]
+    if ipython_owned:
+        raise ValueError(
+            f"{', '.join(repr(n) for n in ipython_owned)} belongs to IPython, not to your code; "
+            "the safe clear already drops cached outputs"
+        )
+    return list(dict.fromkeys(names))
+
+
+def clear_gpu_memory(
+    shell: Any = None,
+    *,
+    variables: Optional[Sequence[str]] = None,
+    all_cuda_vars: bool = False,
+    dry_run: bool = False,
+) -> ClearReport:
+    """Drop the last traceback and the output-cache entries that hold torch objects, delete the named
+    variables (or all holding CUDA memory), gc.collect(), and empty the CUDA cache when CUDA is initialised.
+
+    `dry_run=True` touches nothing and reports what would be dropped. Bad `variables` → ValueError (one line).
+    """
+    shell = resolve_shell(shell)
+    namespace, hidden = _namespace(shell)
+    to_delete = _check_variables(variables or [], namespace, hidden)
+    kinds = torch_kinds()
+    notes: List[str] = []
+    before = _snapshot()
+
+    refs = _find_traceback_refs(shell)
+    frames = traceback_frames(refs.tracebacks)
+    traceback_sources, frame_count = list(refs.sources), len(frames)
+    if all_cuda_vars:
+        cuda_vars = (
+            [name for name, value in user_variables(shell) if name not in to_delete and has_cuda_tensor(value, kinds)]
+            if kinds is not None
+            else []
+        )
+        if not cuda_vars:
+            notes.append("no user variable holds CUDA memory: none to delete")
+        to_delete += cuda_vars
+    cache = _find_output_cache(shell, kinds) if kinds is not None else []
+
+    # Charge each dropped reference only for what no remaining user variable keeps alive.
+    traceback_freed: Optional[Holder] = None
+    cache_holders: List[Holder] = []
+    deleted: List[Holder] = []
+    if kinds is not None:
+        kept: Set[Any] = set()
+        holders(shell, exclude=to_delete, seen=kept)
+        deleted = [measure(name, namespace[name], kinds, kept, keep_empty=True) for name in to_delete]  # type: ignore[misc]
+        cache_holders = [
+            measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True)  # type: ignore[misc]
+            for entry in cache
+        ]
+        traceback_freed = frame_holder(frames, kinds, kept) if frames else None
+    else:
+        deleted = [Holder(name, "other", type(namespace[name]).__name__, 0, {}, 0) for name in to_delete]
+    cache_names = sum(len(entry.names) for entry in cache)
+
+    gc_collected: Optional[int] = None
+    emptied = False
+    after: Optional[_Snapshot] = None
+    if not dry_run:
+        for drop in refs.drops + [d for entry in cache for d in entry.drops]:
+            drop()
+        for name in to_delete:
+            namespace.pop(name, None)
+        # Drop this function's own references before collecting.
+        del refs, frames, cache
+        gc_collected = gc.collect()
+        emptied = _empty_cuda_cache(notes)
+        after = _snapshot()
+    if kinds is None:
+        notes.append("torch is not imported in this kernel: no tensors to free")
+    elif not cuda_initialised():
+        notes.append("CUDA is not initialised in this kernel: there is no GPU memory of this kernel to return")
+
+    still = holders(shell, exclude=to_delete if dry_run else ())
+    return ClearReport(
+        dry_run=dry_run,
+        torch_imported=kinds is not None,
+        cuda_initialized=cuda_initialised(),
+        traceback_sources=traceback_sources,
+        traceback_frames=frame_count,
+        traceback_freed=traceback_freed,
+        output_cache=cache_holders,
+        output_cache_entries=cache_names,
+        deleted=deleted,
+        gc_collected=gc_collected,
+        emptied_cache=emptied,
+        devices=_device_table(before, after),
+        host_rss_before=before.host_rss,
+        host_rss_after=after.host_rss if after else None,
+        holders=still[:TOP_HOLDERS],
+        holders_more=max(0, len(still) - TOP_HOLDERS),
+        notes=notes,
+    )
+
+
+def _empty_cuda_cache(notes: List[str]) -> bool:
+    """empty_cache + ipc_collect, only when CUDA is already initialised (never initialise it here)."""
+    if not cuda_initialised():
+        return False
+    cuda = sys.modules["torch.cuda"]
+    for function in ("empty_cache", "ipc_collect"):
+        try:
+            getattr(cuda, function)()
+        except Exception as exc:
+            notes.append(f"torch.cuda.{function}() failed: {type(exc).__name__}: {exc}".splitlines()[0])
+    return True
+
+
+# --- rendering -------------------------------------------------------------------------------------
+
+
+def human(n: Optional[int]) -> str:
+    """Bytes in the largest unit that keeps the number ≥ 1: "1.50 GiB", "448.00 KiB", "0 bytes"."""
+    if n is None:
+        return "n/a"
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= factor:
+            return format_bytes(n, unit)
+    return f"{n} bytes"
+
+
+def _what(h: Holder) -> str:
+    if h.shape is not None:
+        return f"{h.dtype} {list(h.shape)}"
+    return f"{h.type_name}, {h.tensors} tensor{'s' if h.tensors != 1 else ''}"
+
+
+def _holder_line(h: Holder, device_filter: Callable[[str], bool]) -> str:
+    size = sum(n for d, n in h.by_device.items() if device_filter(d))
+    devices = ", ".join(d for d in h.by_device if device_filter(d))
+    what = _what(h)
+    return f"{h.name:<24} {human(size):>12}  {devices}  ({what})"
+
+
+def _holder_groups(report: ClearReport) -> List[Tuple[str, List[str]]]:
+    cuda = [_holder_line(h, lambda d: d.startswith("cuda")) for h in report.holders if h.on_cuda()]
+    host = [
+        _holder_line(h, lambda d: not d.startswith("cuda"))
+        for h in sorted(report.holders, key=lambda h: -(h.bytes - h.on_cuda()))
+        if h.bytes - h.on_cuda()
+    ]
+    return [(title, lines) for title, lines in (("CUDA", cuda), ("host", host)) if lines]
+
+
+def _dropped_lines(report: ClearReport) -> List[str]:
+    verb = "would drop" if report.dry_run else "dropped"
+    lines = []
+    if report.traceback_sources:
+        freed = report.traceback_freed
+        size = (
+            f", {freed.tensors} tensor{'' if freed.tensors == 1 else 's'} only it kept alive: {human(freed.bytes)}"
+            if freed and freed.tensors
+            else ""
+        )
+        lines.append(
+            f"{verb} the last error's traceback ({report.traceback_frames} frames{size}) "
+            f"from {', '.join(report.traceback_sources)}"
+        )
+    for h in report.output_cache:
+        lines.append(f"{verb} cached output {h.name} ({human(h.bytes)})")
+    for h in report.deleted:
+        lines.append(f"{'would delete' if report.dry_run else 'deleted'} variable {h.name} ({human(h.bytes)})")
+    if not lines:
+        lines.append("nothing to drop: no traceback and no cached output holding tensors")
+    if report.gc_collected is not None:
+        lines.append(f"gc.collect() found {report.gc_collected} unreachable objects")
+    if report.emptied_cache:
+        lines.append("torch.cuda.empty_cache() and ipc_collect() returned cached blocks to the driver")
+    return lines
+
+
+def _device_lines(report: ClearReport) -> List[str]:
+    lines = []
+    for row in report.devices:
+        parts = []
+        for label, before, after in (
+            ("reserved", row.reserved_before, row.reserved_after),
+            ("allocated", row.allocated_before, row.allocated_after),
+            ("this kernel (NVML)", row.this_kernel_before, row.this_kernel_after),
+        ):
+            if before is not None or after is not None:
+                parts.append(f"{label} {human(before)}" + ("" if report.dry_run else f" → {human(after)}"))
+        if parts:
+            lines.append(f"{row.device}{' ' + row.name if row.name else ''}: " + "; ".join(parts))
+    if report.host_rss_before is not None:
+        after = "" if report.dry_run or report.host_rss_after is None else f" → {human(report.host_rss_after)}"
+        lines.append(f"host: kernel RSS {human(report.host_rss_before)}{after}")
+    return lines
+
+
+def clear_text(report: ClearReport) -> str:
+    title = "GPU memory clear — dry run (nothing changed)" if report.dry_run else "GPU memory clear"
+    lines = [title] + [f"  {line}" for line in _dropped_lines(report) + _device_lines(report) + report.notes]
+    groups = _holder_groups(report)
+    lines.append("Still holding memory (largest first):" if groups else "No user variable holds tensors.")
+    for heading, rows in groups:
+        lines.append(f"  {heading}")
+        lines.extend(f"    {row}" for row in rows)
+    if report.holders_more:
+        lines.append(f"  … and {report.holders_more} more")
+    return "\n".join(lines)
+
+
+def clear_html(report: ClearReport) -> str:
+    e = html.escape
+    title = "GPU memory clear — dry run (nothing changed)" if report.dry_run else "GPU memory clear"
+    items = "".join(f"<li>{e(line)}</li>" for line in _dropped_lines(report) + _device_lines(report) + report.notes)
+    parts = [f'<div class="gpumem-clear"><h4>{e(title)}</h4><ul>{items}</ul>']
+    groups = _holder_groups(report)
+    if not groups:
+        parts.append("<p>No user variable holds tensors.</p>")
+    for heading, _ in groups:
+        on = (lambda d: d.startswith("cuda")) if heading == "CUDA" else (lambda d: not d.startswith("cuda"))
+        rows = "".join(
+            f"<tr><td><code>{e(h.name)}</code></td><td>{e(h.type_name)}</td>"
+            f"<td>{e(', '.join(d for d in h.by_device if on(d)))}</td>"
+            f"<td>{e(_what(h))}</td>"
+            f'<td style="text-align:right">{e(human(sum(n for d, n in h.by_device.items() if on(d))))}</td></tr>'
+            for h in report.holders
+            if any(on(d) for d in h.by_device)
+        )
+        parts.append(
+            f"<h5>Still holding memory — {e(heading)}</h5><table><thead><tr><th>variable</th><th>type</th>"
+            f"<th>device</th><th>what</th><th>bytes</th></tr></thead><tbody>{rows}</tbody></table>"
+        )
+    if report.holders_more:
+        parts.append(f"<p>… and {report.holders_more} more</p>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def clear_bundle(report: ClearReport) -> Dict[str, Any]:
+    """MIME bundle for display(..., raw=True): the rich payload plus static HTML and console text."""
+    return {CLEAR_MIME: report.to_payload(), "text/html": clear_html(report), "text/plain": clear_text(report)}
+
+
+def load_payload_schema(name: str) -> Dict[str, Any]:
+    """JSON Schema of an inline payload: "clear", "oom", "analysis", "autobatch" or "benchmark"."""
+    if name not in ("clear", "oom", "analysis", "autobatch", "benchmark"):
+        raise ValueError(f"no payload schema named {name!r}")
+    text = resources.files("gpumem_kernel").joinpath("wire", "schemas", f"{name}.schema.json").read_text("utf-8")
+    return json.loads(text)

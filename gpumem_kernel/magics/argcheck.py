@@ -1,0 +1,120 @@
+"""One check per kind of argument, shared by every `%gpumem` magic and `python -m gpumem_kernel`.
+
+`--device` and the batch-size-like counts are argparse `type=` functions, so a bad value is argparse's one line
+(`argument --device: ...`) wherever it is typed. Values echoed back in a message are cut (`shown`), and every
+one-line error is bounded (`one_line`): a pasted megabyte must not come back as a megabyte of error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, Callable, Collection, Optional
+
+ECHO_LIMIT = 80  # characters of a value echoed in a message
+LINE_LIMIT = 400  # characters of a whole one-line error
+MAX_COUNT = 2**31 - 1  # no batch this large fits a device; 10**20 would overflow torch's int64 sizes
+_LONG_RUN = re.compile(r"\S{%d,}" % (ECHO_LIMIT + 1))
+_INDEX = re.compile(r"(?:cuda:)?(\d+)\Z")
+
+
+def cut(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text`, or its first `limit` - 1 characters and an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it (its repr), cut."""
+    return cut(repr(value))
+
+
+def one_line(text: str) -> str:
+    """The first line of a message, every over-long word (an echoed value) cut, and the whole bounded."""
+    lines = str(text).strip().splitlines()
+    return cut(_LONG_RUN.sub(lambda match: cut(match.group()), lines[0] if lines else ""), LINE_LIMIT)
+
+
+# --- counts ------------------------------------------------------------------------------------------------------
+
+
+def count(text: str) -> int:
+    """argparse type of a batch size (or another count of things): an integer from 1 to MAX_COUNT."""
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = 0
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected an integer from 1 to {MAX_COUNT}, got {shown(text)}")
+    return value
+
+
+# --- devices -----------------------------------------------------------------------------------------------------
+
+CPU, AUTO, CUDA, INDEX = "cpu", "auto", "cuda", "cuda:N"  # the forms a command may accept
+_SPELLED = {CPU: ("cpu",), AUTO: ("auto",), CUDA: ("cuda",), INDEX: ("cuda:N", "N")}
+
+
+def cuda_device_count() -> int:
+    """How many `cuda:N` this kernel has, without creating a CUDA context: torch's own count once CUDA is
+    initialised, else NVML's view through CUDA_VISIBLE_DEVICES (the sampler's latest sample when the extension
+    is loaded: the shared prober is single-threaded and the sampler owns it); without NVML (ROCm, Jetson)
+    torch's device_count, which asks NVML/amdsmi or the driver but creates no context (0 on a CPU build)."""
+    from gpumem_kernel import extension
+    from gpumem_kernel.probe.prober import probe
+    from gpumem_kernel.probe.torchstats import _initialised_cuda
+
+    cuda = _initialised_cuda()
+    if cuda is not None:
+        return int(cuda.device_count())
+    loaded = extension.current()
+    gpu = loaded.sampler.latest()["gpu"] if loaded is not None else probe().to_dict()["gpu"]
+    if gpu["available"]:
+        return sum(1 for device in gpu["devices"] if device["cuda_index"] is not None)
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.cuda.device_count()) if torch is not None else 0
+    except Exception:  # a broken driver: no device to name
+        return 0
+
+
+def _spelled(accept: Collection[str]) -> str:
+    words = [word for form in (CPU, AUTO, CUDA, INDEX) if form in accept for word in _SPELLED[form]]
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+
+
+def _sees(n: int) -> str:
+    return "no CUDA device" if n == 0 else f"{n} CUDA device{'s' if n > 1 else ''}"
+
+
+def check_device(text: str, accept: Collection[str]) -> str:
+    """`text` as 'cpu', 'auto', 'cuda' or 'cuda:N' if it is a form in `accept` and names a device this kernel
+    has; else a one-line ValueError. CUDA itself is never initialised here."""
+    value = str(text).strip().lower()
+    index = _INDEX.match(value)
+    if index and INDEX in accept:
+        value = f"cuda:{int(index.group(1))}"
+    elif value not in accept:
+        raise ValueError(f"expected {_spelled(accept)}, got {shown(text)}")
+    if value.startswith(CUDA):
+        available = cuda_device_count()
+        if available <= (int(index.group(1)) if index else 0):
+            raise ValueError(f"got {shown(text)}, but this kernel sees {_sees(available)}")
+    return value
+
+
+def device(*accept: str) -> Callable[[str], str]:
+    """argparse type of `--device` accepting these forms (CPU, AUTO, CUDA, INDEX)."""
+
+    def parse(text: str) -> str:
+        try:
+            return check_device(text, accept)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def device_index(value: Optional[str]) -> Optional[int]:
+    """N of a checked 'cuda:N' (None stays None)."""
+    return None if value is None else int(value.split(":", 1)[1])

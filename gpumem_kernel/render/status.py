@@ -1,0 +1,178 @@
+"""The status snapshot as a MIME bundle: text/plain in the seeds' console layout, and a static HTML table.
+
+Every string that comes from the system (device and process names, reasons, errors) is escaped in the
+HTML: a process name is chosen by whoever started the process.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from gpumem_kernel.render.units import format_bytes, format_percent
+
+BANNER = "=" * 60
+Row = Tuple[str, str]
+
+
+def _gib(n: Optional[int]) -> str:
+    return format_bytes(n, "GiB")
+
+
+def _auto(n: Optional[int]) -> str:
+    return format_bytes(n, "auto")
+
+
+def _share(part: Optional[int], whole: Optional[int]) -> str:
+    return f"{_gib(part)} ({format_percent(part, whole)})" if part is not None and whole else _gib(part)
+
+
+def _owner(process: Mapping[str, Any]) -> str:
+    if process.get("this_kernel"):
+        return "this kernel"
+    kernel_id = process.get("kernel_id")
+    return f"kernel {kernel_id[:8]}" if kernel_id else "external"
+
+
+def _device_title(device: Mapping[str, Any]) -> str:
+    name = device.get("name") or "unknown GPU"
+    if device.get("cuda_index") is None:
+        return f"GPU (NVML {device['nvml_index']}, hidden by CUDA_VISIBLE_DEVICES): {name}"
+    kind = "MIG slice " if device.get("mig") else ""
+    return f"GPU {device['cuda_index']}: {kind}{name}"
+
+
+def _device_rows(device: Mapping[str, Any]) -> List[Row]:
+    total = device.get("total")
+    rows: List[Row] = [
+        ("Total", _gib(total)),
+        ("Used", _share(device.get("used"), total)),
+        ("Free", _share(device.get("free"), total)),
+    ]
+    details = []
+    if device.get("compute_capability"):
+        details.append(f"compute {device['compute_capability']}")
+    if device.get("sm_count") is not None:
+        details.append(f"{device['sm_count']} SMs")
+    if device.get("util_gpu") is not None:
+        details.append(f"{device['util_gpu']}% busy")
+    if details:
+        rows.append(("Device", ", ".join(details)))
+    if device.get("this_kernel") is not None:
+        rows.append(("This kernel", _share(device["this_kernel"], total)))
+    allocator = device.get("allocator")
+    if allocator:
+        rows.append(("Allocated", _share(allocator["allocated"], total)))
+        rows.append(("Reserved", _share(allocator["reserved"], total)))
+        rows.append(("Peak allocated", _gib(allocator["peak_allocated"])))
+    return rows
+
+
+def _process_rows(device: Mapping[str, Any]) -> List[Tuple[str, str, str, str]]:
+    return [
+        (str(p["pid"]), p.get("name") or "?", _gib(p.get("used")), _owner(p))
+        for p in sorted(device.get("processes", []), key=lambda p: -(p.get("used") or 0))
+    ]
+
+
+def _host_rows(host: Mapping[str, Any]) -> List[Row]:
+    children = host["children"]
+    rows: List[Row] = [
+        ("Kernel RSS", _auto(host["rss"])),
+        ("Workers", f"{children['count']} child processes, {_auto(children['rss'])}"),
+        ("System available", f"{_gib(host['available'])} of {_gib(host['total'])}"),
+    ]
+    limit = host.get("container_limit")
+    if limit is None:
+        rows.append(("Container limit", "none"))
+    else:
+        rows.append(("Container limit", f"{_gib(limit)} (using {_share(host.get('container_usage'), limit)})"))
+    return rows
+
+
+def _gpu_problem(sample: Mapping[str, Any]) -> Optional[str]:
+    """Why this kernel cannot use a GPU, or None when at least one is visible."""
+    gpu = sample["gpu"]
+    if not gpu["available"]:
+        return f"No NVIDIA GPU visible to this kernel: {gpu.get('reason') or 'unknown reason'}"
+    if not any(d.get("cuda_index") is not None for d in gpu["devices"]):
+        return (
+            f"No NVIDIA GPU visible to this kernel: CUDA_VISIBLE_DEVICES={gpu.get('visible_devices')!r} hides every GPU"
+        )
+    return None
+
+
+# --- text/plain ---------------------------------------------------------------------------------
+
+
+def _text_rows(rows: Sequence[Row]) -> List[str]:
+    return [f"{label + ':':<18}{value}" for label, value in rows]
+
+
+def _text_device(device: Mapping[str, Any]) -> List[str]:
+    lines = [BANNER, _device_title(device), BANNER]
+    if device.get("cuda_index") is None:
+        return lines[1:2]
+    lines += _text_rows(_device_rows(device))
+    processes = _process_rows(device)
+    if processes:
+        lines.append("Processes:")
+        lines += [f"  PID {pid:<8} {name:<16} {used:>11}  {owner}" for pid, name, used, owner in processes]
+    return lines
+
+
+def render_text(sample: Mapping[str, Any]) -> str:
+    lines: List[str] = []
+    problem = _gpu_problem(sample)
+    if problem:
+        lines.append(problem)
+    for device in sample["gpu"]["devices"]:
+        lines += _text_device(device)
+    lines += [BANNER, "Host", BANNER] + _text_rows(_host_rows(sample["host"])) + [BANNER]
+    if sample.get("errors"):
+        lines += ["Problems:"] + [f"  {e}" for e in sample["errors"]]
+    return "\n".join(lines)
+
+
+# --- text/html ----------------------------------------------------------------------------------
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _html_table(title: str, rows: Sequence[Row]) -> str:
+    body = "".join(
+        f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:right'>{_e(v)}</td></tr>" for k, v in rows
+    )
+    return f"<table class='gpumem-status'><caption style='text-align:left'><b>{_e(title)}</b></caption>{body}</table>"
+
+
+def _html_processes(device: Mapping[str, Any]) -> str:
+    rows = _process_rows(device)
+    if not rows:
+        return ""
+    head = "<tr><th>PID</th><th>Name</th><th>GPU memory</th><th>Owner</th></tr>"
+    body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table class='gpumem-processes'>{head}{body}</table>"
+
+
+def render_html(sample: Mapping[str, Any]) -> str:
+    parts: List[str] = []
+    problem = _gpu_problem(sample)
+    if problem:
+        parts.append(f"<p><b>{_e(problem)}</b></p>")
+    for device in sample["gpu"]["devices"]:
+        if device.get("cuda_index") is None:
+            parts.append(f"<p>{_e(_device_title(device))}</p>")
+            continue
+        parts.append(_html_table(_device_title(device), _device_rows(device)) + _html_processes(device))
+    parts.append(_html_table("Host", _host_rows(sample["host"])))
+    if sample.get("errors"):
+        parts.append("<ul>" + "".join(f"<li>{_e(e)}</li>" for e in sample["errors"]) + "</ul>")
+    return "<div class='gpumem-snapshot'>" + "".join(parts) + "</div>"
+
+
+def status_bundle(sample: Mapping[str, Any]) -> Dict[str, str]:
+    """The MIME bundle `%gpumem status` displays."""
+    return {"text/plain": render_text(sample), "text/html": render_html(sample)}

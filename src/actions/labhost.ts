@@ -1,0 +1,209 @@
+/**
+ * JupyterLab's side of the actions: the confirm dialogs, the OOM notification, inserting cells, clearing
+ * outputs and shutting down other kernels — everything `SessionActions` asks of `IActionHost`, and what the
+ * inline checklist asks of `IInlineHost`.
+ *
+ * Kept apart from the pure action logic because it needs JupyterLab at runtime (dialogs, notifications,
+ * notebook actions), which the unit tests do not load.
+ */
+import type { ILabShell, JupyterFrontEnd } from '@jupyterlab/application';
+import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
+
+import type { GpuMemActions } from './actions';
+import { OPEN_OOM_COMMAND } from '../commandids';
+import type { Trans } from '../ui/i18n';
+import type { IInlineHost } from './inline';
+import type { IOomError } from './oom/detect';
+import { PANEL_ID } from '../panel/panel';
+import type { IOomStep } from '../wire/protocol';
+import type { CellPlace, IActionHost, SessionActions } from './sessionactions';
+import type { IGpuMemSettings } from '../settings';
+import type { IGpuMemModel } from '../tokens';
+
+export namespace LabActionHost {
+  export interface IOptions {
+    app: JupyterFrontEnd;
+    shell: ILabShell;
+    notebooks: INotebookTracker;
+    model: IGpuMemModel;
+    trans: Trans;
+  }
+}
+
+/** Actions whose result the panel shows: running one from a cell output opens the panel. */
+const SHOWN_IN_PANEL: ReadonlyArray<IOomStep['action']> = ['clear', 'restart', 'insert-env-cell-and-restart'];
+
+export class LabActionHost implements IActionHost {
+  constructor(options: LabActionHost.IOptions) {
+    this._app = options.app;
+    this._shell = options.shell;
+    this._notebooks = options.notebooks;
+    this._model = options.model;
+    this.trans = options.trans;
+  }
+
+  readonly trans: Trans;
+
+  /** Set once the manager exists (it needs this host to be created). */
+  manager: GpuMemActions | null = null;
+
+  settings(): IGpuMemSettings {
+    return this._model.settings;
+  }
+
+  async confirmRestart(actions: SessionActions, clearOutputs: boolean): Promise<boolean> {
+    const trans = this.trans;
+    const name = actions.sessionContext.name || actions.path;
+    const body = clearOutputs
+      ? trans.__(
+          'Restart the kernel of %1 and clear all outputs? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
+          name
+        )
+      : trans.__(
+          'Restart the kernel of %1? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
+          name
+        );
+    const result = await showDialog({
+      title: trans.__('Restart and free GPU memory?'),
+      body,
+      buttons: [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        Dialog.warnButton({ label: trans.__('Restart') })
+      ]
+    });
+    return result.button.accept;
+  }
+
+  notifyOom(actions: SessionActions, error: IOomError): void {
+    const trans = this.trans;
+    const file = actions.path.split('/').pop() || actions.path;
+    Notification.error(trans.__('CUDA out of memory in %1', file), {
+      autoClose: 20000,
+      actions: [
+        {
+          label: trans.__('Open checklist'),
+          caption: `${error.ename}: ${error.evalue}`.slice(0, 300),
+          displayType: 'accent',
+          callback: () => {
+            void this._app.commands.execute(OPEN_OOM_COMMAND, { widgetId: actions.widgetId ?? '' });
+          }
+        }
+      ]
+    });
+  }
+
+  clearOutputs(actions: SessionActions): void {
+    const panel = this._notebookOf(actions);
+    if (panel !== null) {
+      NotebookActions.clearAllOutputs(panel.content);
+    }
+  }
+
+  insertCell(actions: SessionActions, code: string, place: CellPlace): boolean {
+    const panel = this._notebookOf(actions);
+    const notebook = panel?.content ?? null;
+    if (notebook === null || notebook.model === null) {
+      return false;
+    }
+    const below = notebook.activeCell ? notebook.activeCellIndex + 1 : notebook.widgets.length;
+    const index = place === 'top' ? 0 : below;
+    // A code cell holding the checklist's snippet, not run: the user reads and adapts it first.
+    notebook.model.sharedModel.insertCell(index, { cell_type: 'code', source: code, metadata: {} });
+    notebook.activeCellIndex = index;
+    notebook.deselectAll();
+    void notebook.scrollToItem(index, 'smart').catch(() => undefined);
+    return true;
+  }
+
+  async shutDownKernel(kernelId: string): Promise<boolean> {
+    const trans = this.trans;
+    const session = this._model.sessions.get(kernelId);
+    if (session === undefined) {
+      Notification.warning(
+        trans.__('Kernel %1 is not a kernel of this Jupyter server.', kernelId.slice(0, 8))
+      );
+      return false;
+    }
+    const result = await showDialog({
+      title: trans.__('Shut down kernel?'),
+      body: trans.__(
+        'Shut down the kernel of %1? Its variables are lost and its GPU memory is freed; the notebook stays open.',
+        session.path
+      ),
+      buttons: [
+        Dialog.cancelButton({ label: trans.__('Cancel') }),
+        Dialog.warnButton({ label: trans.__('Shut Down') })
+      ]
+    });
+    if (!result.button.accept) {
+      return false;
+    }
+    try {
+      await this._app.serviceManager.sessions.shutdown(session.id);
+      Notification.success(trans.__('Shut down the kernel of %1.', session.path), { autoClose: 5000 });
+      return true;
+    } catch (error) {
+      Notification.error(
+        trans.__(
+          'Could not shut down the kernel of %1: %2',
+          session.path,
+          error instanceof Error ? error.message : String(error)
+        )
+      );
+      return false;
+    }
+  }
+
+  /** What the inline checklist in cell outputs can do. */
+  /** "Insert code" of an inline output (analysis renderer): a code cell in the notebook that shows it. */
+  insertCodeFrom(node: HTMLElement, code: string): boolean {
+    const panel = this._notebookContaining(node);
+    const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
+    return actions !== null && this.insertCell(actions, code, 'below-active');
+  }
+
+  inlineHost(): IInlineHost {
+    return {
+      ticks: this._requireManager().ticks,
+      pathOf: node => this._notebookContaining(node)?.context.path ?? null,
+      run: (node, step) => {
+        const panel = this._notebookContaining(node);
+        const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
+        if (actions === null) {
+          return;
+        }
+        if (SHOWN_IN_PANEL.includes(step.action)) {
+          this._shell.activateById(PANEL_ID);
+        }
+        void actions.runStep(step);
+      },
+      busy: node => {
+        const panel = this._notebookContaining(node);
+        return panel !== null && (this._requireManager().forWidget(panel.id)?.busy ?? false);
+      },
+      labelKernel: kernelId => this._requireManager().labelKernel(kernelId),
+      copy: text => Clipboard.copyToSystem(text)
+    };
+  }
+
+  private _requireManager(): GpuMemActions {
+    if (this.manager === null) {
+      throw new Error('jupyterlab-gpumem: the actions are not ready');
+    }
+    return this.manager;
+  }
+
+  private _notebookOf(actions: SessionActions): NotebookPanel | null {
+    return this._notebooks.find(panel => panel.sessionContext === actions.sessionContext) ?? null;
+  }
+
+  private _notebookContaining(node: HTMLElement): NotebookPanel | null {
+    return this._notebooks.find(panel => panel.node.contains(node)) ?? null;
+  }
+
+  private readonly _app: JupyterFrontEnd;
+  private readonly _shell: ILabShell;
+  private readonly _notebooks: INotebookTracker;
+  private readonly _model: IGpuMemModel;
+}

@@ -1,0 +1,91 @@
+/**
+ * @jest-environment node
+ *
+ * Recognising a GPU out-of-memory error on IOPub: PyTorch 2.x's OutOfMemoryError, 1.x's RuntimeError, CUDA
+ * errors outside the allocator, other backends — and leaving every other error alone.
+ */
+import { isOomError, type IIopubLike, oomErrorOf, oomText } from '../detect';
+
+const V2 =
+  'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
+  'Including non-PyTorch memory, this process has 14.58 GiB memory in use. Of the allocated memory 13.90 GiB is ' +
+  'allocated by PyTorch, and 412.00 MiB is reserved by PyTorch but unallocated.';
+const V1 =
+  'CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 5.80 GiB total capacity; 4.10 GiB already allocated; ' +
+  '10.00 MiB free; 4.20 GiB reserved in total by PyTorch)';
+
+function error(ename: string, evalue: string, parent = 'cell-1'): IIopubLike {
+  return {
+    header: { msg_type: 'error' },
+    parent_header: { msg_id: parent },
+    content: { ename, evalue, traceback: [] }
+  };
+}
+
+describe('isOomError', () => {
+  it.each<[string, string, string]>([
+    ['torch.OutOfMemoryError (2.x)', 'OutOfMemoryError', V2],
+    ['torch.cuda.OutOfMemoryError with an empty message', 'OutOfMemoryError', ''],
+    ['a qualified name', 'torch.cuda.OutOfMemoryError', 'x'],
+    ['RuntimeError of PyTorch 1.x', 'RuntimeError', V1],
+    ['1.x wording without numbers', 'RuntimeError', 'CUDA out of memory.'],
+    [
+      'a CUDA call outside the allocator',
+      'RuntimeError',
+      'CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported'
+    ],
+    ['a ROCm build', 'OutOfMemoryError', 'HIP out of memory. Tried to allocate 1.00 GiB'],
+    ['a ROCm build as RuntimeError', 'RuntimeError', 'HIP out of memory. Tried to allocate 1.00 GiB'],
+    ['an XPU build', 'RuntimeError', 'XPU out of memory. Tried to allocate 1.00 GiB'],
+    [
+      'PyTorch 0.x',
+      'RuntimeError',
+      'cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510'
+    ],
+    ['a library that re-raises it', 'AcceleratorError', `wrapped: ${V2}`]
+  ])('%s', (_, ename, evalue) => {
+    expect(isOomError(ename, evalue)).toBe(true);
+  });
+
+  it.each<[string, string, string]>([
+    ['a host MemoryError', 'MemoryError', ''],
+    ['a device-side assert', 'RuntimeError', 'CUDA error: device-side assert triggered'],
+    ['a shape error', 'RuntimeError', 'mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)'],
+    ['a ValueError that mentions memory', 'ValueError', 'out of memory budget'],
+    ['lower-case wording', 'RuntimeError', 'cuda out of memory'],
+    ['a name that only contains the word', 'NotAnOutOfMemoryErrorReally', 'x'],
+    ['an interrupt', 'KeyboardInterrupt', '']
+  ])('ignores %s', (_, ename, evalue) => {
+    expect(isOomError(ename, evalue)).toBe(false);
+  });
+});
+
+describe('oomErrorOf', () => {
+  it('keeps the failing request id', () => {
+    expect(oomErrorOf(error('OutOfMemoryError', V2, 'abc-1'))).toEqual({
+      ename: 'OutOfMemoryError',
+      evalue: V2,
+      parentId: 'abc-1'
+    });
+  });
+
+  it('ignores other message types and malformed content', () => {
+    expect(
+      oomErrorOf({ header: { msg_type: 'stream' }, parent_header: {}, content: { text: V2 } })
+    ).toBeNull();
+    expect(
+      oomErrorOf({ header: { msg_type: 'error' }, parent_header: {}, content: { ename: 3, evalue: V2 } })
+    ).toBeNull();
+    expect(oomErrorOf({ header: { msg_type: 'error' }, parent_header: {}, content: null })).toBeNull();
+    expect(oomErrorOf(error('ZeroDivisionError', 'division by zero'))).toBeNull();
+  });
+
+  it('has no parent id when the header has none', () => {
+    expect(oomErrorOf({ ...error('OutOfMemoryError', V2), parent_header: {} })?.parentId).toBeNull();
+  });
+
+  it('gives the text the kernel parses', () => {
+    expect(oomText({ ename: 'RuntimeError', evalue: V1, parentId: null })).toBe(`RuntimeError: ${V1}`);
+    expect(oomText({ ename: 'OutOfMemoryError', evalue: '', parentId: null })).toBe('OutOfMemoryError');
+  });
+});

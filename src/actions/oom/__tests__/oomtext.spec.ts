@@ -1,0 +1,123 @@
+/**
+ * @jest-environment node
+ *
+ * The checklist as text: diagnosis lines and the "Copy as Markdown" export.
+ */
+import { untranslated } from '../../../ui/i18n';
+import { checklistMarkdown, diagnosisLines, fenceFor, stepActionLabel } from '../text';
+import { TickStore, ticksKey } from '../../ticks';
+import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
+import { oom1x, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
+
+describe('diagnosisLines', () => {
+  it('names fragmentation, other processes, the traceback pin and the batch size', () => {
+    const p = oomWithOtherKernel();
+    p.diagnosis.traceback = { frames: 3, tensors: 2, bytes: 1073741824, by_device: { 'cuda:0': 1073741824 } };
+    p.diagnosis.batch_size = 32;
+    p.diagnosis.batch_size_source = 'train_loader.batch_size';
+    p.diagnosis.notes = ['The request alone is larger than the GPU.'];
+    expect(diagnosisLines(p, untranslated)).toEqual([
+      'The request alone is larger than the GPU.',
+      'Other processes: PID 2345 (4.00 GiB)',
+      "The failed call's traceback keeps 2 tensors (1.00 GiB) alive",
+      'Batch size in use: 32 (train_loader.batch_size)'
+    ]);
+    expect(diagnosisLines(oom1x(), untranslated)).toEqual([
+      'Fragmentation: 102 MiB reserved but unallocated'
+    ]);
+  });
+});
+
+describe('checklistMarkdown', () => {
+  it('exports summary, diagnosis and the ordered task list with ticks and code', () => {
+    const payload = oom1x();
+    const md = checklistMarkdown(payload, new Set(['clear', 'batch-size']), untranslated);
+    const lines = md.split('\n');
+    expect(lines.slice(0, 4)).toEqual([
+      '### CUDA out of memory — checklist',
+      '',
+      'CUDA out of memory on GPU 0: tried to allocate 20.00 MiB; 10.00 MiB free of 5.80 GiB  ',
+      'PyTorch: 4.10 GiB allocated, 102.40 MiB reserved but unallocated  '
+    ]);
+    expect(md).toContain('**Diagnosis**\n\n- Fragmentation: 102 MiB reserved but unallocated\n');
+    expect(md).toContain(
+      '**Checklist (cheapest first)**\n\n1. [x] **Clear GPU memory** — Drops the last traceback'
+    );
+    expect(md).toContain('2. [ ] **Restart the kernel and free its memory** — ');
+    expect(md).toContain('4. [x] **Halve the batch size** — ');
+    // Step numbers follow the payload's order (cheapest first), code indented under its item.
+    const accum = payload.steps.findIndex(s => s.id === 'grad-accumulation') + 1;
+    expect(md).toContain(`${accum}. [ ] **Accumulate gradients over 2 batches**`);
+    expect(md).toContain('\n\n   ```python\n   # Gradient accumulation: make each batch smaller');
+    expect(md).toContain('\n   ACCUM_STEPS = 2\n');
+    expect(md.endsWith('\n')).toBe(true);
+    expect(md).not.toMatch(/\n{3}/);
+    const numbered = lines.filter(l => /^\d+\. \[[ x]\] /.test(l));
+    expect(numbered).toHaveLength(payload.steps.length);
+  });
+
+  it('names the notebook of a kernel to shut down', () => {
+    const md = checklistMarkdown(oomWithOtherKernel(), new Set(), untranslated, id =>
+      id === OTHER_KERNEL_ID ? 'notebook: experiments/big.ipynb' : null
+    );
+    expect(md).toContain('(notebook: experiments/big.ipynb)');
+  });
+
+  it('keeps hostile strings from breaking the list or the fences', () => {
+    const p = oom2x();
+    p.steps[0].title = 'two\nlines';
+    p.steps[5].code = 'x = "```"\nprint("````")\n';
+    const md = checklistMarkdown(p, new Set(), untranslated);
+    expect(md).toContain('1. [ ] **two lines**');
+    expect(md).toContain('   `````python\n   x = "```"\n   print("````")\n   `````');
+    expect(fenceFor('no ticks')).toBe('```');
+  });
+});
+
+describe('stepActionLabel', () => {
+  it('names each action', () => {
+    const labels = oomWithOtherKernel().steps.map(s => stepActionLabel(s, untranslated));
+    expect(labels.filter(Boolean)).toEqual([
+      'Clear GPU memory',
+      'Restart and free',
+      'Shut down kernel',
+      'Insert cell below',
+      'Insert cell below',
+      'Insert cell below',
+      'Insert at top and restart'
+    ]);
+  });
+});
+
+describe('TickStore', () => {
+  it('remembers ticks per notebook in the state database', async () => {
+    const saved = new Map<string, unknown>([[ticksKey('b.ipynb'), ['restart']]]);
+    const db = {
+      fetch: async (id: string) => saved.get(id),
+      save: async (id: string, value: string[]) => void saved.set(id, value),
+      remove: async (id: string) => void saved.delete(id)
+    };
+    const store = new TickStore(db);
+    const changes: string[] = [];
+    store.changed.connect((_, path) => changes.push(path));
+    expect([...store.ticks('b.ipynb')]).toEqual([]);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect([...store.ticks('b.ipynb')]).toEqual(['restart']);
+    store.set('a.ipynb', 'clear', true);
+    store.set('a.ipynb', 'batch-size', true);
+    store.set('a.ipynb', 'clear', false);
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(saved.get(ticksKey('a.ipynb'))).toEqual(['batch-size']);
+    expect([...store.ticks('b.ipynb')]).toEqual(['restart']);
+    store.reset('b.ipynb');
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(saved.has(ticksKey('b.ipynb'))).toBe(false);
+    expect(changes).toEqual(['b.ipynb', 'a.ipynb', 'a.ipynb', 'a.ipynb', 'b.ipynb']);
+  });
+
+  it('works without a database', () => {
+    const store = new TickStore(null);
+    store.set('a.ipynb', 'clear', true);
+    expect(store.ticks('a.ipynb').has('clear')).toBe(true);
+  });
+});

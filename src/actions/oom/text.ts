@@ -1,0 +1,139 @@
+/**
+ * The OOM checklist as words: the diagnosis lines the panel shows under the summary, the label of each
+ * step's button, and the "Copy as Markdown" export (for an issue, a chat with a colleague, a lab notebook).
+ *
+ * Pure, so the export is tested as text. Kernel strings pass through unchanged (the kernel writes them as
+ * Markdown-friendly prose with `names` in backticks); only line breaks are folded so a list item stays one.
+ */
+import { formatBytes } from '../../ui/format';
+import type { Trans } from '../../ui/i18n';
+import type { IOomPayload, IOomStep } from '../../wire/protocol';
+
+/** What the diagnosis says beyond the summary, one finding a line (mirrors the kernel's text output). */
+export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
+  const d = payload.diagnosis;
+  const lines = [...d.notes];
+  const f = d.fragmentation;
+  if (f !== null && f.suggest) {
+    lines.push(
+      trans.__('Fragmentation: %1 reserved but unallocated', formatBytes(f.reserved_unallocated, 'auto'))
+    );
+  } else if (f !== null && f.expandable_segments_set) {
+    lines.push(trans.__('Expandable segments are already on (%1)', d.alloc_conf_var));
+  }
+  const holders = d.other_processes.filter(p => p.used !== null && p.used > 0);
+  if (holders.length > 0) {
+    const shown = holders
+      .slice(0, 6)
+      .map(p => trans.__('PID %1 (%2)', p.pid, formatBytes(p.used, 'auto')))
+      .join(', ');
+    lines.push(trans.__('Other processes: %1', shown));
+  }
+  if (d.traceback !== null && d.traceback.tensors > 0) {
+    lines.push(
+      trans._n(
+        "The failed call's traceback keeps %1 tensor (%2) alive",
+        "The failed call's traceback keeps %1 tensors (%2) alive",
+        d.traceback.tensors,
+        d.traceback.tensors,
+        formatBytes(d.traceback.bytes, 'auto')
+      )
+    );
+  }
+  if (d.batch_size !== null) {
+    lines.push(
+      d.batch_size_source
+        ? trans.__('Batch size in use: %1 (%2)', d.batch_size, d.batch_size_source)
+        : trans.__('Batch size in use: %1', d.batch_size)
+    );
+  }
+  if (d.host !== null && d.host.low) {
+    lines.push(trans.__('Host memory is nearly exhausted'));
+  }
+  return lines;
+}
+
+/** The words on a step's button; null for advice-only steps. */
+export function stepActionLabel(step: IOomStep, trans: Trans): string | null {
+  switch (step.action) {
+    case 'clear':
+      return trans.__('Clear GPU memory');
+    case 'restart':
+      return trans.__('Restart and free');
+    case 'shutdown-kernel':
+      return trans.__('Shut down kernel');
+    case 'insert-cell':
+      return trans.__('Insert cell below');
+    case 'insert-env-cell-and-restart':
+      return trans.__('Insert at top and restart');
+    case null:
+      return null;
+  }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s*[\r\n]+\s*/g, ' ').trim();
+}
+
+/** A code fence longer than any run of backticks in `code`, so the code cannot close it. */
+export function fenceFor(code: string): string {
+  const longest = Math.max(0, ...(code.match(/`+/g) ?? []).map(run => run.length));
+  return '`'.repeat(Math.max(3, longest + 1));
+}
+
+/**
+ * The checklist with its diagnosis as Markdown: the summary, the findings, then the steps in order as a
+ * task list (ticked ones `[x]`), each step's code in a fenced block.
+ *
+ * @param kernelLabel - names the notebook of a `shutdown-kernel` step's kernel ("notebook: a.ipynb").
+ */
+export function checklistMarkdown(
+  payload: IOomPayload,
+  ticks: ReadonlySet<string>,
+  trans: Trans,
+  kernelLabel: (kernelId: string) => string | null = () => null
+): string {
+  const out: string[] = [];
+  out.push(`### ${trans.__('%1 out of memory — checklist', payload.info.backend)}`, '');
+  for (const line of payload.summary) {
+    out.push(`${oneLine(line)}  `);
+  }
+  out.push('');
+  const findings = diagnosisLines(payload, trans);
+  if (findings.length > 0) {
+    out.push(`**${trans.__('Diagnosis')}**`, '');
+    for (const line of findings) {
+      out.push(`- ${oneLine(line)}`);
+    }
+    out.push('');
+  }
+  out.push(`**${trans.__('Checklist (cheapest first)')}**`, '');
+  payload.steps.forEach((step, i) => {
+    const box = ticks.has(step.id) ? '[x]' : '[ ]';
+    const number = `${i + 1}.`;
+    const indent = ' '.repeat(number.length + 1);
+    let text = `${number} ${box} **${oneLine(step.title)}**`;
+    if (step.detail) {
+      text += ` — ${oneLine(step.detail)}`;
+    }
+    if (step.action === 'shutdown-kernel' && step.kernel_id !== null) {
+      const where = kernelLabel(step.kernel_id);
+      if (where !== null) {
+        text += ` (${oneLine(where)})`;
+      }
+    }
+    out.push(text);
+    if (step.code) {
+      const fence = fenceFor(step.code);
+      out.push('', `${indent}${fence}python`);
+      for (const line of step.code.replace(/\n$/, '').split('\n')) {
+        out.push(line === '' ? '' : `${indent}${line}`);
+      }
+      out.push(`${indent}${fence}`, '');
+    }
+  });
+  return `${out
+    .join('\n')
+    .replace(/\n{3,}/g, '\n\n')
+    .trim()}\n`;
+}

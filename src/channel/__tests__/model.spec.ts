@@ -1,0 +1,255 @@
+import * as fs from 'fs';
+import * as path from 'path';
+
+import { SampleHistory } from '../history';
+import {
+  barTotal,
+  deviceKey,
+  deviceSegments,
+  type IKernelSession,
+  kernelTotal,
+  labelProcess,
+  primaryDevice
+} from '../model';
+import type { IDevice, IGpuProcess } from '../../wire/protocol';
+import { DEFAULT_SETTINGS, historySeconds, readSettings, usageLevel } from '../../settings';
+import { VERSION } from '../../version';
+import * as fx from '../../__tests__/fixtures';
+
+const { GIB, MIB } = fx;
+
+describe('labelProcess', () => {
+  const sessions = new Map<string, IKernelSession>([
+    [
+      fx.OTHER_KERNEL_ID,
+      { id: 'session-big', path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }
+    ],
+    ['c0ffee00-0000', { id: 'session-console', path: 'Console 1', type: 'console', name: 'Console 1' }]
+  ]);
+  const proc = (over: Partial<IGpuProcess>): IGpuProcess => ({
+    pid: 1,
+    name: 'python',
+    used: GIB,
+    kernel_id: null,
+    this_kernel: false,
+    ...over
+  });
+
+  it('names this kernel', () => {
+    expect(labelProcess(proc({ this_kernel: true, kernel_id: fx.KERNEL_ID }), sessions)).toBe('this kernel');
+  });
+
+  it('names other kernels of this server by their notebook or console', () => {
+    expect(labelProcess(proc({ kernel_id: fx.OTHER_KERNEL_ID }), sessions)).toBe(
+      'notebook: experiments/big.ipynb'
+    );
+    expect(labelProcess(proc({ kernel_id: 'c0ffee00-0000' }), sessions)).toBe('console: Console 1');
+  });
+
+  it('shortens unknown kernel ids', () => {
+    expect(labelProcess(proc({ kernel_id: fx.UNKNOWN_KERNEL_ID }), sessions)).toBe('kernel deadbeef');
+  });
+
+  it('calls the rest external', () => {
+    expect(labelProcess(proc({}), sessions)).toBe('external');
+  });
+});
+
+describe('deviceSegments', () => {
+  const sum = (device: IDevice): number => deviceSegments(device).reduce((a, s) => a + s.bytes, 0);
+
+  it('splits the allocator, the context, other processes and free', () => {
+    const d = fx.device0();
+    expect(deviceSegments(d)).toEqual([
+      { key: 'allocated', bytes: 4 * GIB },
+      { key: 'cached', bytes: 2 * GIB },
+      { key: 'context', bytes: 512 * MIB },
+      { key: 'others', bytes: 12 * GIB - (6 * GIB + 512 * MIB) },
+      { key: 'free', bytes: fx.DEVICE_TOTAL - 12 * GIB }
+    ]);
+    expect(sum(d)).toBe(d.total);
+  });
+
+  it('shows one "this kernel" segment before torch uses CUDA', () => {
+    const d: IDevice = { ...fx.device0(), allocator: null, this_kernel: 300 * MIB, used: 2 * GIB };
+    expect(deviceSegments(d)).toEqual([
+      { key: 'kernel', bytes: 300 * MIB },
+      { key: 'others', bytes: 2 * GIB - 300 * MIB },
+      { key: 'free', bytes: fx.DEVICE_TOTAL - 2 * GIB }
+    ]);
+  });
+
+  it('treats an unlisted kernel (containers) as its reserved memory', () => {
+    const d: IDevice = { ...fx.device0(), this_kernel: null };
+    expect(kernelTotal(d)).toBe(6 * GIB);
+    const segs = deviceSegments(d);
+    expect(segs.find(s => s.key === 'context')?.bytes).toBe(0);
+    expect(segs.find(s => s.key === 'others')?.bytes).toBe(6 * GIB);
+    expect(sum(d)).toBe(d.total);
+  });
+
+  it('never goes negative when readings disagree', () => {
+    const d: IDevice = {
+      ...fx.device0(),
+      used: 5 * GIB, // read before the kernel's figure grew
+      this_kernel: 5 * GIB, // less than reserved
+      allocator: { ...fx.device0().allocator!, allocated: 4 * GIB, reserved: 6 * GIB }
+    };
+    for (const s of deviceSegments(d)) {
+      expect(s.bytes).toBeGreaterThanOrEqual(0);
+    }
+    expect(sum(d)).toBe(d.total);
+  });
+
+  it('leaves out what NVML could not read', () => {
+    const d: IDevice = { ...fx.device0(), used: null, total: null };
+    expect(deviceSegments(d).map(s => s.key)).toEqual(['allocated', 'cached', 'context']);
+    expect(barTotal(d, deviceSegments(d))).toBe(6 * GIB + 512 * MIB);
+    expect(deviceSegments(fx.unreadableDevice())).toEqual([{ key: 'kernel', bytes: 0 }]);
+  });
+
+  it('tells MIG slices from their GPU', () => {
+    const gpu = { ...fx.device0(), nvml_index: 1, uuid: null, cuda_index: null };
+    const slice = { ...fx.migSlice(), uuid: null };
+    expect(deviceKey(gpu)).not.toBe(deviceKey(slice));
+    expect(deviceKey(fx.migSlice())).toBe('MIG-0a1b2c3d-4e5f-6789-abcd-ef0123456789');
+  });
+
+  it('shows a hidden device as other processes and free', () => {
+    const d = fx.device1();
+    expect(deviceSegments(d)).toEqual([
+      { key: 'kernel', bytes: 0 },
+      { key: 'others', bytes: 300 * MIB },
+      { key: 'free', bytes: fx.DEVICE_TOTAL - 300 * MIB }
+    ]);
+  });
+});
+
+describe('primaryDevice', () => {
+  it('picks the device this kernel uses most', () => {
+    const s = fx.sample();
+    s.gpu.devices = [fx.device1(), { ...fx.device0(), nvml_index: 5, cuda_index: 1 }];
+    expect(primaryDevice(s)?.nvml_index).toBe(5);
+  });
+
+  it('falls back to cuda:0, then to the first device', () => {
+    const s = fx.sample();
+    s.gpu.devices = [
+      { ...fx.device1(), nvml_index: 0 },
+      { ...fx.device0(), this_kernel: null, allocator: null, nvml_index: 1 }
+    ];
+    expect(primaryDevice(s)?.nvml_index).toBe(1);
+    s.gpu.devices = [fx.device1()];
+    expect(primaryDevice(s)?.nvml_index).toBe(1);
+    expect(primaryDevice(fx.noGpuSample())).toBeNull();
+    expect(primaryDevice(null)).toBeNull();
+  });
+});
+
+describe('SampleHistory', () => {
+  it('keeps the window and merges overlapping history', () => {
+    const h = new SampleHistory(10);
+    expect(h.merge([fx.sample(1, 100), fx.sample(2, 101)])).toBe(2);
+    expect(h.push(fx.sample(2, 101))).toBe(false); // duplicate
+    expect(h.merge([fx.sample(1, 100), fx.sample(2, 101), fx.sample(3, 102)])).toBe(1);
+    expect(h.toArray().map(s => s.seq)).toEqual([1, 2, 3]);
+    h.push(fx.sample(4, 111.5));
+    expect(h.toArray().map(s => s.seq)).toEqual([3, 4]);
+    expect(h.latest?.seq).toBe(4);
+  });
+
+  it('keeps samples across a restart (seq starts again, time does not)', () => {
+    const h = new SampleHistory(600);
+    h.push(fx.sample(500, 1000));
+    h.push(fx.sample(0, 1003));
+    expect(h.length).toBe(2);
+  });
+
+  it('caps its length and compacts', () => {
+    const h = new SampleHistory(1e9, 100);
+    for (let i = 0; i < 5000; i++) {
+      h.push(fx.sample(i, i));
+    }
+    expect(h.length).toBe(100);
+    expect(h.toArray()[0].seq).toBe(4900);
+    h.windowSeconds = 10;
+    expect(h.length).toBe(11);
+    h.clear();
+    expect(h.length).toBe(0);
+    expect(h.latest).toBeNull();
+  });
+
+  it('returns the same array until something changes', () => {
+    const h = new SampleHistory(60);
+    h.push(fx.sample(1, 1));
+    const a = h.toArray();
+    expect(h.toArray()).toBe(a);
+    h.push(fx.sample(2, 2));
+    expect(h.toArray()).not.toBe(a);
+  });
+});
+
+describe('settings', () => {
+  it('has the documented defaults', () => {
+    expect(readSettings({})).toEqual(DEFAULT_SETTINGS);
+    expect(DEFAULT_SETTINGS).toEqual({
+      interval: 1,
+      historyMinutes: 10,
+      warnThreshold: 85,
+      criticalThreshold: 95,
+      units: 'GiB',
+      autoLoad: true,
+      showStatusBar: true,
+      confirmRestart: true,
+      clearOutputsOnRestart: false,
+      restartTimeoutSeconds: 30
+    });
+  });
+
+  it('matches schema/plugin.json', () => {
+    const schema = JSON.parse(
+      fs.readFileSync(path.join(__dirname, '..', '..', '..', 'schema', 'plugin.json'), 'utf8')
+    ) as { properties: Record<string, { default: unknown }> };
+    const defaults = Object.fromEntries(
+      Object.entries(schema.properties).map(([key, p]) => [key, p.default])
+    );
+    expect(defaults).toEqual(DEFAULT_SETTINGS);
+  });
+
+  it('clamps and falls back', () => {
+    const s = readSettings({
+      interval: 0,
+      historyMinutes: 500,
+      warnThreshold: 90,
+      criticalThreshold: 50,
+      units: 'KB',
+      autoLoad: 'no',
+      confirmRestart: 'yes',
+      restartTimeoutSeconds: 1
+    });
+    expect(s.confirmRestart).toBe(true);
+    expect(s.restartTimeoutSeconds).toBe(5);
+    expect(s.interval).toBe(0.1);
+    expect(s.historyMinutes).toBe(60);
+    expect(s.criticalThreshold).toBe(90);
+    expect(s.units).toBe('GiB');
+    expect(s.autoLoad).toBe(true);
+    expect(historySeconds(s)).toBe(3600);
+  });
+
+  it('computes usage levels', () => {
+    expect(usageLevel(50, DEFAULT_SETTINGS)).toBe('ok');
+    expect(usageLevel(85, DEFAULT_SETTINGS)).toBe('warn');
+    expect(usageLevel(95, DEFAULT_SETTINGS)).toBe('critical');
+    expect(usageLevel(null, DEFAULT_SETTINGS)).toBe('ok');
+  });
+});
+
+describe('version', () => {
+  it('matches package.json', () => {
+    const pkg = JSON.parse(
+      fs.readFileSync(path.join(__dirname, '..', '..', '..', 'package.json'), 'utf8')
+    ) as { version: string };
+    expect(VERSION).toBe(pkg.version);
+  });
+});

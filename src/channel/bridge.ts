@@ -1,0 +1,706 @@
+/**
+ * The connection between one notebook's (or console's) session and the kernel side of jupyterlab-gpumem.
+ *
+ * One bridge per session context: the plugin creates a bridge the first time a notebook becomes current and
+ * keeps it while the notebook is open, so switching back to a notebook whose kernel is busy training shows its
+ * data at once (re-opening the comm would queue behind the running cell). The model shows the current
+ * notebook's bridge.
+ *
+ * A bridge follows its session's kernel (changes, restarts, death), checks the kernel's language, runs the
+ * silent bootstrap, opens the `gpumem` comm, validates every message, keeps the sample history, notices when
+ * samples stop (stale), and matches requests to replies. All state changes go through the pure `next()`.
+ */
+import type { ISessionContext } from '@jupyterlab/apputils';
+import type { Kernel, KernelMessage as JupyterMessage } from '@jupyterlab/services';
+import type { JSONObject } from '@lumino/coreutils';
+import type { IDisposable } from '@lumino/disposable';
+import { type ISignal, Signal } from '@lumino/signaling';
+
+import {
+  BOOTSTRAP_EXPRESSION,
+  type BootstrapOutcome,
+  interpretBootstrapReply,
+  interpretLoadedReply,
+  LOADED_EXPRESSION,
+  silentRequest
+} from './bootstrap';
+import { SampleHistory } from './history';
+import {
+  COMM_TARGET,
+  type ErrorCode,
+  type IHello,
+  type IReply,
+  type IRequestArgs,
+  type IRequestMessage,
+  type IRequestResults,
+  type ISample,
+  makeOpen,
+  parseKernelMessage,
+  parseResult,
+  ProtocolProblem,
+  type RequestAction
+} from '../wire/protocol';
+import { type IGpuMemSettings, historySeconds } from '../settings';
+import { type BridgeEvent, type IBridgeState, INITIAL_STATE, isPythonLanguage, next } from './state';
+import { isRecord } from '../wire/validate';
+
+/** Why a request failed: the kernel's error code, or what went wrong on the way. */
+export type RequestErrorCode = ErrorCode | 'timeout' | 'disconnected' | 'invalid-reply';
+
+/** A request that did not get a valid reply. */
+export class RequestError extends Error {
+  constructor(
+    readonly code: RequestErrorCode,
+    message: string
+  ) {
+    super(message);
+    this.name = 'RequestError';
+  }
+}
+
+/** A problem the kernel side reported outside any request (`errors` of a sample, `error` with id null). */
+export interface IKernelProblem {
+  /** Seconds since the epoch (the sample's time, or when it arrived). */
+  readonly time: number;
+  readonly text: string;
+}
+
+/** How many kernel problems are kept for the panel. */
+export const MAX_PROBLEMS = 20;
+
+export namespace KernelBridge {
+  export interface IOptions {
+    /** The notebook's or console's session context. */
+    sessionContext: ISessionContext;
+    settings: IGpuMemSettings;
+    /** Sent in the `open` message, e.g. "jupyterlab-gpumem 0.1.0". */
+    client: string;
+    /** Milliseconds between stale checks (default 1000). */
+    tickMs?: number;
+    /** Default request timeout in milliseconds (default 30 s: requests queue behind a busy kernel). */
+    requestTimeoutMs?: number;
+    /** Delay before retrying a bootstrap the kernel aborted (default 1000 ms). */
+    retryDelayMs?: number;
+    /** Milliseconds between pings that tell the kernel this comm is still wanted (default 15 s). */
+    pingMs?: number;
+  }
+}
+
+/** How often an aborted bootstrap (a cell before it failed) is retried. */
+const BOOTSTRAP_ATTEMPTS = 3;
+
+interface IPending {
+  readonly action: RequestAction;
+  readonly timer: ReturnType<typeof setTimeout>;
+  settle(reply: IReply): void;
+  fail(error: RequestError): void;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The `reason` of a kernel's comm_close (`{"reason": "quiet"}`), or null. */
+function closeReason(data: unknown): string | null {
+  return isRecord(data) && typeof data.reason === 'string' ? data.reason : null;
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+export class KernelBridge implements IDisposable {
+  constructor(options: KernelBridge.IOptions) {
+    this.sessionContext = options.sessionContext;
+    this._settings = options.settings;
+    this._client = options.client;
+    this._requestTimeoutMs = options.requestTimeoutMs ?? 30000;
+    this._retryDelayMs = options.retryDelayMs ?? 1000;
+    this._pingMs = options.pingMs ?? 15000;
+    this._history = new SampleHistory(options.settings.historyMinutes * 60);
+
+    const ctx = this.sessionContext;
+    ctx.kernelChanged.connect(this._onKernelChanged, this);
+    ctx.statusChanged.connect(this._onStatus, this);
+    ctx.iopubMessage.connect(this._onIopub, this);
+    this._timer = setInterval(() => this._onTick(), options.tickMs ?? 1000);
+    void this._start({ restart: false, force: false });
+  }
+
+  /** The session this bridge follows. */
+  readonly sessionContext: ISessionContext;
+
+  /** Emitted when the state changes. */
+  get stateChanged(): ISignal<this, IBridgeState> {
+    return this._stateChanged;
+  }
+
+  /** Emitted when data changes: hello, samples, history, problems, pending requests, kernel status. */
+  get dataChanged(): ISignal<this, void> {
+    return this._dataChanged;
+  }
+
+  get state(): IBridgeState {
+    return this._state;
+  }
+
+  /** The kernel's `hello`, once the comm is open. */
+  get hello(): IHello | null {
+    return this._hello;
+  }
+
+  /** The newest sample (even one older than the history's newest, after a clock step). */
+  get latest(): ISample | null {
+    return this._latest;
+  }
+
+  /** The samples of the last `historyMinutes`, oldest first. */
+  get history(): ReadonlyArray<ISample> {
+    return this._history.toArray();
+  }
+
+  /** Recent problems the kernel side reported, oldest first. */
+  get problems(): ReadonlyArray<IKernelProblem> {
+    return this._problems;
+  }
+
+  /** The kernel's execution status as last reported. */
+  get kernelStatus(): Kernel.Status {
+    return this._kernelStatus;
+  }
+
+  /** Requests sent and not yet answered (they wait in the kernel's queue while a cell runs). */
+  get pendingRequests(): number {
+    return this._pending.size;
+  }
+
+  get isDisposed(): boolean {
+    return this._isDisposed;
+  }
+
+  /** Apply new settings: the history window at once, the sampler's interval via a `configure` request. */
+  updateSettings(settings: IGpuMemSettings): void {
+    const old = this._settings;
+    this._settings = settings;
+    this._history.windowSeconds = settings.historyMinutes * 60;
+    const samplerChanged =
+      old.interval !== settings.interval || historySeconds(old) !== historySeconds(settings);
+    if (samplerChanged && this._comm !== null && this._isConnectedState()) {
+      this.request('configure', {
+        interval: settings.interval,
+        history_seconds: historySeconds(settings)
+      }).catch((error: unknown) => {
+        console.warn(`jupyterlab-gpumem: could not reconfigure the sampler: ${messageOf(error)}`);
+      });
+    }
+    if (!old.autoLoad && settings.autoLoad && this._state.name === 'autoload-off') {
+      void this._start({ restart: true, force: false });
+    }
+  }
+
+  /** Start over with the current kernel (the Retry button). */
+  retry(): void {
+    void this._start({ restart: true, force: false });
+  }
+
+  /** Load the shim even though autoload is off (the user clicked "Load now"). */
+  loadNow(): void {
+    void this._start({ restart: true, force: true });
+  }
+
+  /**
+   * Send a request over the comm and wait for its reply.
+   *
+   * Rejects with a `RequestError`: the kernel's error code, 'timeout', 'disconnected' (no open comm, or the
+   * kernel restarted meanwhile) or 'invalid-reply' (the result does not match the wire format).
+   */
+  request<A extends RequestAction>(
+    action: A,
+    args?: IRequestArgs[A],
+    timeoutMs: number = this._requestTimeoutMs
+  ): Promise<IRequestResults[A]> {
+    const comm = this._comm;
+    if (comm === null || comm.isDisposed || !this._isConnectedState()) {
+      return Promise.reject(new RequestError('disconnected', 'not connected to the kernel'));
+    }
+    const id = `r-${++this._requestCount}`;
+    const message: IRequestMessage = {
+      type: 'request',
+      id,
+      action,
+      args: (args ?? {}) as unknown as JSONObject
+    };
+    return new Promise<IRequestResults[A]>((resolve, reject) => {
+      const finish = (): void => {
+        clearTimeout(this._pending.get(id)?.timer);
+        this._pending.delete(id);
+        this._dataChanged.emit();
+      };
+      const timer = setTimeout(() => {
+        if (this._pending.has(id)) {
+          finish();
+          reject(
+            new RequestError('timeout', `no reply to "${action}" within ${Math.round(timeoutMs / 1000)} s`)
+          );
+        }
+      }, timeoutMs);
+      this._pending.set(id, {
+        action,
+        timer,
+        settle: reply => {
+          finish();
+          if (reply.action !== action) {
+            reject(new RequestError('invalid-reply', `reply to "${action}" says "${reply.action}"`));
+            return;
+          }
+          const result = parseResult(action, reply.result);
+          if (result instanceof ProtocolProblem) {
+            reject(new RequestError('invalid-reply', result.message));
+          } else {
+            if (action === 'configure') {
+              this._apply({ type: 'interval', interval: (result as IRequestResults['configure']).interval });
+            }
+            resolve(result);
+          }
+        },
+        fail: error => {
+          finish();
+          reject(error);
+        }
+      });
+      this._dataChanged.emit();
+      try {
+        comm.send(message as unknown as JSONObject).done.catch(() => undefined);
+      } catch (error) {
+        this._pending.get(id)?.fail(new RequestError('disconnected', messageOf(error)));
+      }
+    });
+  }
+
+  dispose(): void {
+    if (this._isDisposed) {
+      return;
+    }
+    this._isDisposed = true;
+    clearInterval(this._timer);
+    this._cancel('the notebook was closed', true);
+    Signal.clearData(this);
+  }
+
+  // -------------------------------------------------------------------------------------------------------
+
+  private _isConnectedState(): boolean {
+    const name = this._state.name;
+    return name === 'live' || name === 'stale' || name === 'error';
+  }
+
+  private _apply(event: BridgeEvent): void {
+    const previous = this._state;
+    const state = next(previous, event);
+    if (state === previous) {
+      return;
+    }
+    this._state = state;
+    // Every sample moves `lastSampleAt`; that alone is not a state change worth a signal.
+    const keys = Object.keys(state) as Array<keyof IBridgeState>;
+    if (keys.some(key => key !== 'lastSampleAt' && state[key] !== previous[key])) {
+      this._stateChanged.emit(state);
+    }
+  }
+
+  /** Invalidate everything in flight: newer generation, no comm, failed requests. */
+  private _cancel(reason: string, closeComm: boolean): number {
+    this._generation++;
+    const comm = this._comm;
+    this._comm = null;
+    if (closeComm && comm !== null && !comm.isDisposed) {
+      try {
+        // Tell the kernel to stop sampling for us (it may be shared by other clients).
+        comm.close().done.catch(() => undefined);
+      } catch {
+        // The kernel connection is gone already.
+      }
+    }
+    for (const pending of [...this._pending.values()]) {
+      pending.fail(new RequestError('disconnected', reason));
+    }
+    return this._generation;
+  }
+
+  private _isCurrent(generation: number, kernel: Kernel.IKernelConnection): boolean {
+    return (
+      generation === this._generation &&
+      !this._isDisposed &&
+      !kernel.isDisposed &&
+      this.sessionContext.session?.kernel === kernel
+    );
+  }
+
+  private _onTick(): void {
+    this._apply({ type: 'tick', now: Date.now() });
+    this._ping();
+    // No samples although the kernel is idle: the sampler is gone (say, the kernel was restarted in a way
+    // JupyterLab did not report). Reconnect once per episode; a busy kernel may just be holding the GIL.
+    if (this._state.name === 'stale' && this._kernelStatus === 'idle' && !this._autoRetried) {
+      this._autoRetried = true;
+      void this._start({ restart: true, force: false });
+    }
+  }
+
+  /**
+   * Tell the kernel this comm is still wanted: it drops comms it has not heard from (a crashed or reloaded
+   * tab never closes its comm). Sent without waiting for the reply: on a busy kernel without subshells it
+   * waits behind the cell, and the kernel does not count that time.
+   */
+  private _ping(): void {
+    const comm = this._comm;
+    const now = Date.now();
+    if (
+      comm === null ||
+      comm.isDisposed ||
+      !this._isConnectedState() ||
+      now - this._lastPing < this._pingMs
+    ) {
+      return;
+    }
+    this._lastPing = now;
+    const message: IRequestMessage = {
+      type: 'request',
+      id: `p-${++this._requestCount}`,
+      action: 'ping',
+      args: {}
+    };
+    try {
+      comm.send(message as unknown as JSONObject).done.catch(() => undefined);
+    } catch {
+      // The kernel connection is gone: the state machine reports that.
+    }
+  }
+
+  private _onKernelChanged(): void {
+    this._needsStart = false;
+    void this._start({ restart: false, force: false });
+  }
+
+  private _onStatus(_: ISessionContext, status: Kernel.Status): void {
+    if (status === this._kernelStatus) {
+      return;
+    }
+    this._kernelStatus = status;
+    const before = this._state;
+    this._apply({ type: 'kernel-status', status });
+    const after = this._state;
+    const restarted = after.name === 'waiting' && after.phase === 'restarting' && before !== after;
+    if (restarted || (status === 'dead' && before.name !== 'dead')) {
+      // The kernel process is gone: its comm is dead, its requests will never be answered. JupyterLab
+      // disposes comms on a restart it started itself, not on one it only hears about ('starting').
+      const comm = this._comm;
+      this._cancel(status === 'dead' ? 'the kernel died' : 'the kernel restarted', false);
+      comm?.dispose();
+      this._needsStart = true;
+    }
+    switch (status) {
+      case 'idle':
+      case 'busy':
+        if (this._needsStart) {
+          this._needsStart = false;
+          void this._start({ restart: true, force: false });
+        } else if (status === 'idle' && this._userRanCode) {
+          this._userRanCode = false;
+          const name = this._state.name;
+          // The user may just have run `%load_ext gpumem_kernel` or `%pip install jupyterlab-gpumem`.
+          if (name === 'autoload-off' || name === 'not-installed') {
+            void this._start({ restart: true, force: false });
+          }
+        }
+        break;
+    }
+    this._dataChanged.emit();
+  }
+
+  private _onIopub(_: ISessionContext, msg: JupyterMessage.IMessage): void {
+    // Only non-silent executions (the user's cells) broadcast `execute_input`; our bootstrap does not.
+    if (msg.header.msg_type === 'execute_input') {
+      this._userRanCode = true;
+    }
+  }
+
+  /** (Re)connect to the session's current kernel, from the language check on. */
+  private async _start(options: { restart: boolean; force: boolean }): Promise<void> {
+    if (this._isDisposed) {
+      return;
+    }
+    // A comm that JupyterLab disposed (restart) is skipped; a live one (Retry, kernel change) is closed.
+    const generation = this._cancel('reconnecting', true);
+    const ctx = this.sessionContext;
+    let kernel = ctx.session?.kernel ?? null;
+    if (kernel === null && !ctx.isReady && !ctx.isDisposed) {
+      // The session is still being created (a notebook that just opened).
+      this._apply({ type: 'kernel-changed', kernelName: ctx.kernelDisplayName || '…', hasSession: true });
+      try {
+        await ctx.ready;
+      } catch {
+        // Reported through the session's own signals.
+      }
+      if (generation !== this._generation || this._isDisposed) {
+        return;
+      }
+      kernel = ctx.session?.kernel ?? null;
+    }
+    if (kernel?.id !== this._kernelId) {
+      // Another kernel process: the old samples describe something else.
+      this._kernelId = kernel?.id ?? null;
+      this._history.clear();
+      this._latest = null;
+      this._hello = null;
+      this._problems = [];
+      this._dataChanged.emit();
+    }
+    if (!options.restart || kernel === null) {
+      this._apply({
+        type: 'kernel-changed',
+        kernelName: kernel === null ? null : ctx.kernelDisplayName,
+        hasSession: true
+      });
+    }
+    if (kernel === null) {
+      return;
+    }
+    this._kernelStatus = kernel.status;
+    if (kernel.status === 'dead') {
+      this._apply({ type: 'kernel-status', status: 'dead' });
+      this._needsStart = true;
+      return;
+    }
+    let language: string;
+    try {
+      const info = await kernel.info;
+      language = info.language_info?.name ?? '';
+    } catch (error) {
+      if (this._isCurrent(generation, kernel)) {
+        this._apply({ type: 'bootstrap-failed', message: `no kernel info: ${messageOf(error)}` });
+      }
+      return;
+    }
+    if (!this._isCurrent(generation, kernel)) {
+      return;
+    }
+    this._apply({ type: 'language', name: language });
+    if (!isPythonLanguage(language)) {
+      return;
+    }
+    await this._bootstrap(generation, kernel, options.force);
+  }
+
+  /** Evaluate one expression silently; returns the raw reply content (validated by the caller). */
+  private async _evaluate(kernel: Kernel.IKernelConnection, expression: string): Promise<unknown> {
+    const future = kernel.requestExecute(silentRequest(expression), true);
+    const reply = await future.done;
+    return reply.content;
+  }
+
+  private async _bootstrap(
+    generation: number,
+    kernel: Kernel.IKernelConnection,
+    force: boolean
+  ): Promise<void> {
+    try {
+      if (!this._settings.autoLoad && !force) {
+        const loaded = interpretLoadedReply(await this._evaluate(kernel, LOADED_EXPRESSION));
+        if (!this._isCurrent(generation, kernel)) {
+          return;
+        }
+        if (loaded.kind === 'failed') {
+          this._apply({ type: 'bootstrap-failed', message: loaded.message });
+          return;
+        }
+        if (loaded.kind === 'aborted' || !loaded.loaded) {
+          this._apply({ type: 'bootstrap-off' });
+          return;
+        }
+      }
+      let outcome: BootstrapOutcome = { kind: 'aborted' };
+      for (let attempt = 1; attempt <= BOOTSTRAP_ATTEMPTS; attempt++) {
+        outcome = interpretBootstrapReply(await this._evaluate(kernel, BOOTSTRAP_EXPRESSION));
+        if (!this._isCurrent(generation, kernel)) {
+          return;
+        }
+        if (outcome.kind !== 'aborted' || attempt === BOOTSTRAP_ATTEMPTS) {
+          break;
+        }
+        // A cell queued before ours failed and the kernel aborted the rest of its queue: try again.
+        await delay(this._retryDelayMs);
+        if (!this._isCurrent(generation, kernel)) {
+          return;
+        }
+      }
+      switch (outcome.kind) {
+        case 'ok':
+          this._apply({ type: 'bootstrap-ok', version: outcome.version, protocol: outcome.protocol });
+          if (this._state.name === 'waiting') {
+            this._openComm(generation, kernel);
+          }
+          return;
+        case 'missing':
+          this._apply({ type: 'bootstrap-missing', detail: outcome.detail });
+          return;
+        case 'failed':
+          this._apply({ type: 'bootstrap-failed', message: outcome.message });
+          return;
+        case 'aborted':
+          this._apply({
+            type: 'bootstrap-failed',
+            message: 'the kernel aborted the bootstrap request repeatedly; use Retry'
+          });
+          return;
+      }
+    } catch (error) {
+      if (this._isCurrent(generation, kernel)) {
+        this._apply({ type: 'bootstrap-failed', message: `bootstrap: ${messageOf(error)}` });
+      }
+    }
+  }
+
+  private _openComm(generation: number, kernel: Kernel.IKernelConnection): void {
+    let comm: Kernel.IComm;
+    try {
+      comm = kernel.createComm(COMM_TARGET);
+    } catch (error) {
+      this._apply({ type: 'bootstrap-failed', message: `could not create the comm: ${messageOf(error)}` });
+      return;
+    }
+    this._comm = comm;
+    this._lastPing = Date.now();
+    comm.onMsg = msg => {
+      // Drop anything from a comm that is no longer ours (a restart or reconnect replaced it).
+      if (this._comm === comm && generation === this._generation) {
+        this._onData(msg.content.data);
+      }
+    };
+    comm.onClose = msg => {
+      if (this._comm !== comm) {
+        return;
+      }
+      this._comm = null;
+      for (const pending of [...this._pending.values()]) {
+        pending.fail(new RequestError('disconnected', 'the kernel closed the channel'));
+      }
+      this._apply({ type: 'comm-closed' });
+      // The kernel had not heard from us for long (a throttled background tab): we are here, reconnect.
+      if (closeReason(msg?.content?.data) === 'quiet' && !this._isDisposed) {
+        void this._start({ restart: true, force: false });
+      }
+    };
+    const settings = this._settings;
+    try {
+      const open = makeOpen(settings.interval, historySeconds(settings), this._client);
+      comm.open(open as unknown as JSONObject).done.catch(() => undefined);
+    } catch (error) {
+      this._comm = null;
+      this._apply({ type: 'bootstrap-failed', message: `could not open the comm: ${messageOf(error)}` });
+    }
+  }
+
+  private _addProblem(time: number, text: string): void {
+    this._problems = [...this._problems, { time, text }].slice(-MAX_PROBLEMS);
+  }
+
+  private _onData(data: unknown): void {
+    const message = parseKernelMessage(data);
+    if (message instanceof ProtocolProblem) {
+      this._onProblem(message, data);
+      return;
+    }
+    switch (message.type) {
+      case 'hello':
+        this._hello = message;
+        this._apply({
+          type: 'hello',
+          protocol: message.protocol,
+          version: message.version,
+          interval: message.interval,
+          now: Date.now()
+        });
+        break;
+      case 'history':
+        this._history.merge(message.samples);
+        if (this._latest === null || (this._history.latest?.time ?? 0) > this._latest.time) {
+          this._latest = this._history.latest;
+        }
+        break;
+      case 'sample':
+        this._history.push(message);
+        this._latest = message;
+        for (const text of message.errors) {
+          this._addProblem(message.time, text);
+        }
+        this._apply({ type: 'sample', now: Date.now() });
+        this._autoRetried = false;
+        break;
+      case 'reply':
+        // A reply to a request that timed out or was cancelled is ignored.
+        this._pending.get(message.id)?.settle(message);
+        return;
+      case 'error':
+        if (message.id !== null && this._pending.has(message.id)) {
+          this._pending.get(message.id)?.fail(new RequestError(message.code, message.message));
+          return;
+        }
+        this._addProblem(Date.now() / 1000, `${message.code}: ${message.message}`);
+        console.warn(`jupyterlab-gpumem: kernel reported ${message.code}: ${message.message}`);
+        break;
+    }
+    this._dataChanged.emit();
+  }
+
+  private _onProblem(problem: ProtocolProblem, data: unknown): void {
+    if (problem.kernelProtocol !== null) {
+      this._apply({
+        type: 'hello',
+        protocol: problem.kernelProtocol,
+        version: isRecord(data) && typeof data.version === 'string' ? data.version : '?',
+        interval: this._state.interval,
+        now: Date.now()
+      });
+      // Nothing more we can understand will come: stop the kernel's sampler.
+      this._cancel(problem.message, true);
+      return;
+    }
+    console.warn(`jupyterlab-gpumem: ignored a kernel message: ${problem.message}`);
+    if (problem.unknownType) {
+      return; // a newer kernel's additional message: harmless
+    }
+    const id = isRecord(data) ? data.id : undefined;
+    if (typeof id === 'string' && this._pending.has(id)) {
+      this._pending.get(id)?.fail(new RequestError('invalid-reply', problem.message));
+      return;
+    }
+    this._apply({ type: 'protocol-problem', message: problem.message });
+    this._dataChanged.emit();
+  }
+
+  private _state: IBridgeState = INITIAL_STATE;
+  private _settings: IGpuMemSettings;
+  private readonly _client: string;
+  private readonly _requestTimeoutMs: number;
+  private readonly _retryDelayMs: number;
+  private readonly _pingMs: number;
+  private _lastPing = 0;
+  private readonly _history: SampleHistory;
+  private readonly _timer: ReturnType<typeof setInterval>;
+  private readonly _pending = new Map<string, IPending>();
+  private _hello: IHello | null = null;
+  private _latest: ISample | null = null;
+  private _problems: ReadonlyArray<IKernelProblem> = [];
+  private _comm: Kernel.IComm | null = null;
+  private _kernelId: string | null = null;
+  private _kernelStatus: Kernel.Status = 'unknown';
+  private _generation = 0;
+  private _requestCount = 0;
+  private _needsStart = false;
+  private _userRanCode = false;
+  private _autoRetried = false;
+  private _isDisposed = false;
+  private readonly _stateChanged = new Signal<this, IBridgeState>(this);
+  private readonly _dataChanged = new Signal<this, void>(this);
+}

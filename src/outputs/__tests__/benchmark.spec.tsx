@@ -1,0 +1,258 @@
+/**
+ * @jest-environment jsdom
+ * @jest-environment-options {"customExportConditions": ["node", "node-addons"]}
+ *
+ * The `%gpumem benchmark` renderer with real payloads (a simulated sweep of a small MLP: batch 16…4096 ×
+ * workers 0/2 × AMP off/on, and one stopped after three rows).
+ */
+import '../../__tests__/domshim';
+
+import { act } from 'react';
+import { parse } from 'yaml';
+
+import { type IBenchmarkPayload, PICK_KINDS } from '../../wire/analysispayload';
+import { benchmarkChartData, pickRows } from '../benchmark/view';
+import { untranslated } from '../../ui/i18n';
+import { BENCHMARK_MIME } from '../renderers';
+import { benchmarkYaml } from '../yaml';
+import {
+  fixture,
+  harness,
+  HOSTILE,
+  type IHarness,
+  type Json,
+  mutate,
+  texts
+} from '../../__tests__/analysisfixtures';
+
+let h: IHarness;
+let copied: string[];
+
+beforeEach(() => {
+  copied = [];
+  h = harness(BENCHMARK_MIME, { copy: text => void copied.push(text) });
+});
+
+afterEach(() => h.dispose());
+
+function payload(name: string): IBenchmarkPayload {
+  return fixture(name) as unknown as IBenchmarkPayload;
+}
+
+async function show(data: unknown): Promise<HTMLElement> {
+  await h.render(data);
+  return h.node;
+}
+
+describe('benchmark: a full simulated sweep', () => {
+  const p = payload('benchmark_simulated');
+
+  it('shows one table row per configuration with every column', async () => {
+    const node = await show(p);
+    const rows = node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr');
+    expect(rows).toHaveLength(p.rows.length);
+    expect(p.rows).toHaveLength(20);
+    expect(texts(node, '.jp-GpuMem-benchmarkTable thead th')).toEqual([
+      'Batch',
+      'Workers',
+      'AMP',
+      'Pin memory',
+      'I/O wait ms',
+      'H2D ms',
+      'Forward ms',
+      'Backward ms',
+      'Optimizer ms',
+      'Step ms',
+      'Samples/s',
+      'GPU util',
+      'Peak memory',
+      'Status',
+      'Pick'
+    ]);
+    const first = texts(rows[0], 'td');
+    expect(first.slice(0, 4)).toEqual([String(p.rows[0].batch_size), '0', 'no', 'no']);
+    expect(first[10]).toBe((p.rows[0].samples_per_s as number).toFixed(1));
+    expect(first[11]).toBe('n/a'); // no GPU utilisation on the CPU
+    expect(first[13]).toBe('ok');
+    const oom = p.rows.findIndex(r => r.status === 'oom');
+    expect(texts(rows[oom], 'td')[13]).toBe('OOM');
+    expect(rows[oom].querySelector('td[title]')?.getAttribute('title')).toBe(p.rows[oom].error);
+    expect(rows[oom].classList).toContain('jp-GpuMem-benchRow-oom');
+  });
+
+  it('highlights the three picks in the table and shows their cards', async () => {
+    const node = await show(p);
+    const rows = node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr');
+    for (const kind of PICK_KINDS) {
+      const pick = p.picks[kind];
+      expect(pick).not.toBeNull();
+      const row = rows[pick?.row as number];
+      expect(row.classList).toContain(`jp-GpuMem-pickRow-${kind}`);
+      expect(row.getAttribute('data-picks')?.split(' ')).toContain(kind);
+      expect(
+        node.querySelector(`.jp-GpuMem-card[data-card="${kind}"] .jp-GpuMem-cardValue`)?.textContent
+      ).toBe(`batch ${pick?.batch_size}`);
+    }
+    const highlighted = node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr.jp-GpuMem-pickRow');
+    expect(highlighted.length).toBe(new Set(PICK_KINDS.map(k => p.picks[k]?.row)).size);
+    expect(node.querySelectorAll('.jp-GpuMem-pickCell .jp-GpuMem-richBadge')).toHaveLength(3);
+  });
+
+  it('draws throughput and memory per workers/AMP combination, the picks and the OOM rows', async () => {
+    const node = await show(p);
+    const svg = node.querySelector('.jp-GpuMem-benchmarkChart svg.jp-GpuMem-chartSvg') as SVGElement;
+    expect(svg).not.toBeNull();
+    const combos = new Set(p.rows.map(r => `${r.num_workers}-${r.amp}-${r.pin_memory}`));
+    expect(combos.size).toBe(4);
+    const series = new Set([...svg.querySelectorAll('polyline')].map(l => l.getAttribute('data-series')));
+    expect(series.size).toBe(2 * combos.size); // samples/s + peak memory per combination
+    const kinds = [...svg.querySelectorAll('.jp-GpuMem-chartMarker')].map(m => m.getAttribute('data-kind'));
+    const ooms = p.rows.filter(r => r.status === 'oom').length;
+    expect(kinds.filter(k => k === 'oom')).toHaveLength(ooms);
+    expect(kinds.filter(k => k !== 'oom')).toEqual([...PICK_KINDS]);
+    expect(kinds).toHaveLength(ooms + 3);
+    expect(svg.querySelector('[data-rule="limit"]')).not.toBeNull();
+    expect(svg.querySelector('[data-rule="target"]')).not.toBeNull();
+    expect(texts(node, '.jp-GpuMem-benchmarkChart .jp-GpuMem-chartLegendItem')).toContain(
+      '0 workers · fp32: samples/s'
+    );
+  });
+
+  it('says simulated, lists the diagnostics and notes', async () => {
+    const node = await show(p);
+    expect(node.querySelector('.jp-GpuMem-richBadge-simulated')?.textContent).toBe('simulated');
+    expect(node.querySelector('.jp-GpuMem-richBadge-interrupted')).toBeNull();
+    expect(texts(node, '.jp-GpuMem-diagnostics li')).toEqual(p.diagnostics);
+    expect(texts(node, '.jp-GpuMem-richNotes li')).toEqual(p.notes);
+    expect(node.querySelector('.jp-GpuMem-leftoverWorkers')).toBeNull();
+  });
+
+  it('copies the recommended configuration as YAML that parses back to the pick', async () => {
+    const node = await show(p);
+    const button = node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement;
+    const config = parse(button.getAttribute('data-yaml') as string) as {
+      data: { batch_size: number; num_workers: number; pin_memory: boolean };
+      training: { use_amp: boolean; amp_dtype?: string };
+    };
+    const pick = p.picks.recommended as NonNullable<IBenchmarkPayload['picks']['recommended']>;
+    expect(config.data).toEqual({
+      batch_size: pick.batch_size,
+      num_workers: pick.num_workers,
+      pin_memory: pick.pin_memory
+    });
+    expect(config.training.use_amp).toBe(pick.amp);
+    expect(config.training.amp_dtype).toBe(pick.amp ? p.amp_dtype : undefined);
+    await act(async () => button.click());
+    expect(copied).toEqual([benchmarkYaml(p)]);
+  });
+});
+
+describe('benchmark: rows arriving and an interrupted sweep', () => {
+  it('re-renders cleanly as the same output is updated with more rows', async () => {
+    const full = payload('benchmark_simulated');
+    const partial = (n: number): Json => ({
+      ...(full as unknown as Json),
+      rows: full.rows.slice(0, n),
+      picks: { highest_throughput: null, best_efficiency: null, recommended: null },
+      diagnostics: [],
+      interrupted: false
+    });
+    let node = await show(partial(0));
+    expect(node.querySelector('.jp-GpuMem-benchmarkTable tbody')?.textContent).toBe(
+      'No configuration has finished yet.'
+    );
+    expect(node.querySelector('.jp-GpuMem-benchmarkChart')).toBeNull();
+    expect((node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement).disabled).toBe(true);
+    expect(node.querySelector('.jp-GpuMem-copyYaml')?.hasAttribute('data-yaml')).toBe(false);
+    for (const n of [1, 3, 7, 20]) {
+      node = await show(partial(n));
+      expect(node.querySelectorAll('.jp-GpuMem-benchmark')).toHaveLength(1);
+      expect(node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr')).toHaveLength(n);
+      expect(node.querySelectorAll('.jp-GpuMem-benchmarkChart')).toHaveLength(1);
+      expect(node.querySelectorAll('.jp-GpuMem-pickRow')).toHaveLength(0);
+    }
+    node = await show(full);
+    expect(node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr')).toHaveLength(20);
+    expect(node.querySelectorAll('.jp-GpuMem-pickRow').length).toBeGreaterThan(0);
+    expect((node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement).disabled).toBe(false);
+  });
+
+  it('shows an interrupted sweep as partial', async () => {
+    const p = payload('benchmark_interrupted');
+    const node = await show(p);
+    expect(p.interrupted).toBe(true);
+    expect(node.querySelector('.jp-GpuMem-richBadge-interrupted')?.textContent).toBe('interrupted');
+    expect(node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr')).toHaveLength(p.rows.length);
+    expect(node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml')).toContain(
+      '(interrupted sweep)'
+    );
+  });
+
+  it('a pick whose row index is stale is found by its configuration, or not highlighted', () => {
+    const p = payload('benchmark_simulated');
+    const rec = p.picks.recommended as NonNullable<IBenchmarkPayload['picks']['recommended']>;
+    const moved = mutate(p, 'picks.recommended.row', 0) as unknown as IBenchmarkPayload;
+    expect(pickRows(moved).recommended).toBe(rec.row);
+    const gone = { ...p, rows: p.rows.filter((_, i) => i !== rec.row) };
+    expect(pickRows(gone).recommended).toBe(-1);
+    expect(benchmarkChartData(gone, untranslated).markers.some(m => m.kind === 'recommended')).toBe(false);
+  });
+});
+
+describe('benchmark: hostile strings are text', () => {
+  it.each([
+    ['model.name', HOSTILE],
+    ['data', HOSTILE],
+    ['device.name', HOSTILE],
+    ['optimizer', HOSTILE],
+    ['diagnostics', [HOSTILE]],
+    ['notes', [HOSTILE]],
+    ['picks.recommended.note', HOSTILE]
+  ])('%s', async (at, value) => {
+    const node = await show(mutate(payload('benchmark_simulated'), at, value));
+    expect(node.querySelector('img')).toBeNull();
+    expect(node.textContent).toContain(HOSTILE);
+    const config = parse(
+      node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml') as string
+    ) as Json;
+    expect(Object.keys(config).sort()).toEqual(['data', 'training']);
+  });
+
+  it('a row error is an attribute, not markup', async () => {
+    const p = payload('benchmark_simulated');
+    const oom = p.rows.findIndex(r => r.status === 'oom');
+    const node = await show(mutate(p, `rows.${oom}.error`, HOSTILE));
+    expect(node.querySelector('img')).toBeNull();
+    expect(
+      node
+        .querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr')
+        [oom].querySelector('td[title]')
+        ?.getAttribute('title')
+    ).toBe(HOSTILE);
+  });
+});
+
+describe('benchmark: data that does not fit the schema', () => {
+  it.each<[string, unknown, string]>([
+    ['null', null, 'benchmark: expected an object, got null'],
+    ['an analysis payload', fixture('analysis_target'), 'benchmark.engine: expected'],
+    [
+      'a bad status',
+      mutate(fixture('benchmark_simulated'), 'rows.2.status', 'slow'),
+      'benchmark.rows[2].status'
+    ],
+    [
+      'a memory target above 1',
+      mutate(fixture('benchmark_simulated'), 'memory_target', 80),
+      'benchmark.memory_target'
+    ],
+    ['no picks', mutate(fixture('benchmark_simulated'), 'picks', undefined), 'benchmark.picks: missing']
+  ])('%s → one line', async (_, data, problem) => {
+    const node = await show(data);
+    expect(node.children).toHaveLength(1);
+    const text = node.querySelector('.jp-GpuMem-invalid')?.textContent ?? '';
+    expect(text.startsWith("gpumem: this output's data does not match its schema (")).toBe(true);
+    expect(text).toContain(problem);
+    expect(node.querySelector('.jp-GpuMem-benchmark')).toBeNull();
+  });
+});

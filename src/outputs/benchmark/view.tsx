@@ -1,0 +1,467 @@
+/**
+ * The `%gpumem benchmark` output (`application/vnd.gpumem.benchmark.v1+json`): seed 004's summary table with
+ * its three picks highlighted, throughput and peak memory against batch size (one line per workers / AMP /
+ * pin_memory combination), the diagnostics in plain words, and "Copy as YAML" of the recommended
+ * configuration. The kernel may update the same output as rows finish: the view is a pure function of the
+ * payload, so each update re-renders cleanly.
+ */
+import * as React from 'react';
+
+import {
+  Card,
+  type CopyText,
+  CopyYamlButton,
+  formatCount,
+  formatMs,
+  formatSeconds,
+  RichBadge,
+  TextList
+} from '../kit';
+import {
+  type IBenchmarkPayload,
+  type IBenchmarkPick,
+  type IBenchmarkRow,
+  PICK_KINDS,
+  type PickKind,
+  type RowStatus
+} from '../../wire/analysispayload';
+import {
+  byteAxis,
+  Chart,
+  type IChartMarker,
+  type IChartRule,
+  type IChartSeries,
+  type MarkerShape
+} from '../../ui/chart';
+import { formatBytes, formatPercentValue } from '../../ui/format';
+import type { Trans } from '../../ui/i18n';
+import { benchmarkYaml } from '../yaml';
+
+const PICK_SHAPES: Readonly<Record<PickKind, MarkerShape>> = {
+  highest_throughput: 'circle',
+  best_efficiency: 'diamond',
+  recommended: 'square'
+};
+
+/** How many colours style/analysis.css defines for chart series. */
+const COLORS = 6;
+
+export function pickTitle(kind: PickKind, trans: Trans): string {
+  switch (kind) {
+    case 'highest_throughput':
+      return trans.__('Highest throughput');
+    case 'best_efficiency':
+      return trans.__('Best efficiency');
+    case 'recommended':
+      return trans.__('Recommended');
+  }
+}
+
+function statusText(status: RowStatus, trans: Trans): string {
+  switch (status) {
+    case 'ok':
+      return trans.__('ok');
+    case 'oom':
+      return trans.__('OOM');
+    case 'swapping-suspected':
+      return trans.__('swapping suspected');
+  }
+}
+
+function sameConfig(row: IBenchmarkRow, pick: IBenchmarkPick): boolean {
+  return (
+    row.batch_size === pick.batch_size &&
+    row.num_workers === pick.num_workers &&
+    row.amp === pick.amp &&
+    row.pin_memory === pick.pin_memory
+  );
+}
+
+/** The row index of each pick (its `row`, checked against the configuration; -1 when the row is not there). */
+export function pickRows(payload: IBenchmarkPayload): Readonly<Record<PickKind, number>> {
+  const out: Record<PickKind, number> = { highest_throughput: -1, best_efficiency: -1, recommended: -1 };
+  for (const kind of PICK_KINDS) {
+    const pick = payload.picks[kind];
+    if (pick === null) {
+      continue;
+    }
+    const row = payload.rows[pick.row];
+    out[kind] =
+      row !== undefined && sameConfig(row, pick)
+        ? pick.row
+        : payload.rows.findIndex(r => sameConfig(r, pick));
+  }
+  return out;
+}
+
+/** The workers / AMP / pin_memory combination of a row: the key of its chart line. */
+function comboKey(row: { num_workers: number; amp: boolean; pin_memory: boolean }): string {
+  return `w${row.num_workers}-${row.amp ? 'amp' : 'fp32'}-${row.pin_memory ? 'pin' : 'nopin'}`;
+}
+
+function comboLabel(row: { num_workers: number; amp: boolean; pin_memory: boolean }, trans: Trans): string {
+  const parts = [
+    trans._n('%1 worker', '%1 workers', row.num_workers, row.num_workers),
+    row.amp ? trans.__('AMP') : trans.__('fp32')
+  ];
+  if (row.pin_memory) {
+    parts.push(trans.__('pinned'));
+  }
+  return parts.join(' · ');
+}
+
+export interface IBenchmarkChartData {
+  readonly series: IChartSeries[];
+  readonly markers: IChartMarker[];
+  readonly rules: IChartRule[];
+}
+
+/** Lines, markers and rules of the throughput-and-memory chart. */
+export function benchmarkChartData(payload: IBenchmarkPayload, trans: Trans): IBenchmarkChartData {
+  const combos: string[] = [];
+  const byCombo = new Map<string, IBenchmarkRow[]>();
+  for (const row of payload.rows) {
+    const key = comboKey(row);
+    if (!byCombo.has(key)) {
+      combos.push(key);
+      byCombo.set(key, []);
+    }
+    byCombo.get(key)?.push(row);
+  }
+  const series: IChartSeries[] = [];
+  const markers: IChartMarker[] = [];
+  combos.forEach((key, i) => {
+    const rows = byCombo.get(key) ?? [];
+    const colorClass = `jp-GpuMem-chartColor-${i % COLORS}`;
+    const label = comboLabel(rows[0], trans);
+    const measured = rows.filter(r => r.status !== 'oom');
+    series.push({
+      id: `${key}-throughput`,
+      label: trans.__('%1: samples/s', label),
+      colorClass,
+      axis: 'left',
+      points: measured
+        .filter(r => r.samples_per_s !== null)
+        .map(r => ({ x: r.batch_size, y: r.samples_per_s as number }))
+    });
+    series.push({
+      id: `${key}-memory`,
+      label: trans.__('%1: peak memory', label),
+      colorClass,
+      axis: 'right',
+      dashed: true,
+      points: measured
+        .filter(r => r.peak_bytes !== null)
+        .map(r => ({ x: r.batch_size, y: r.peak_bytes as number }))
+    });
+    for (const row of rows.filter(r => r.status === 'oom')) {
+      markers.push({
+        id: `oom-${key}-${row.batch_size}`,
+        kind: 'oom',
+        x: row.batch_size,
+        y: null,
+        axis: 'left',
+        shape: 'cross',
+        className: `jp-GpuMem-chartMarker-oom ${colorClass}`,
+        label: trans.__('%1, batch %2: out of memory', label, row.batch_size)
+      });
+    }
+  });
+  const rowsOfPicks = pickRows(payload);
+  for (const kind of PICK_KINDS) {
+    const pick = payload.picks[kind];
+    if (pick === null || rowsOfPicks[kind] < 0) {
+      continue;
+    }
+    markers.push({
+      id: `pick-${kind}`,
+      kind,
+      x: pick.batch_size,
+      y: pick.samples_per_s,
+      axis: 'left',
+      shape: PICK_SHAPES[kind],
+      className: `jp-GpuMem-pick-${kind}`,
+      label: trans.__(
+        '%1: batch %2, %3, %4 samples/s',
+        pickTitle(kind, trans),
+        pick.batch_size,
+        comboLabel(pick, trans),
+        pick.samples_per_s.toFixed(1)
+      )
+    });
+  }
+  const rules: IChartRule[] = [];
+  if (payload.limit_bytes !== null) {
+    rules.push({
+      id: 'limit',
+      y: payload.limit_bytes,
+      axis: 'right',
+      label: trans.__('memory limit %1', formatBytes(payload.limit_bytes, 'auto')),
+      className: 'jp-GpuMem-chartRule-limit'
+    });
+    rules.push({
+      id: 'target',
+      y: payload.limit_bytes * payload.memory_target,
+      axis: 'right',
+      label: trans.__('memory target %1%', Math.round(payload.memory_target * 100)),
+      className: 'jp-GpuMem-chartRule-target'
+    });
+  }
+  return { series, markers, rules };
+}
+
+function BenchmarkChart(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element | null {
+  const { payload, trans } = props;
+  if (payload.rows.length === 0) {
+    return null;
+  }
+  const { series, markers, rules } = benchmarkChartData(payload, trans);
+  const xs = payload.rows.map(r => r.batch_size);
+  const log = Math.max(...xs) / Math.min(...xs) >= 8;
+  return (
+    <Chart
+      className="jp-GpuMem-benchmarkChart"
+      caption={trans.__('Throughput (solid) and peak memory (dashed) against batch size')}
+      ariaLabel={trans.__(
+        'Samples per second and peak memory against batch size, one line per workers and AMP combination'
+      )}
+      x={{ label: trans.__('batch size'), format: v => formatCount(v), log }}
+      left={{ label: trans.__('samples/s'), format: v => formatCount(v) }}
+      right={byteAxis(trans.__('peak memory'))}
+      series={series}
+      markers={markers}
+      rules={rules}
+      markerLegend={[
+        ...PICK_KINDS.filter(kind => markers.some(m => m.kind === kind)).map(kind => ({
+          shape: PICK_SHAPES[kind],
+          className: `jp-GpuMem-pick-${kind}`,
+          label: pickTitle(kind, trans)
+        })),
+        ...(markers.some(m => m.kind === 'oom')
+          ? [
+              {
+                shape: 'cross' as MarkerShape,
+                className: 'jp-GpuMem-chartMarker-oom',
+                label: trans.__('out of memory')
+              }
+            ]
+          : [])
+      ]}
+    />
+  );
+}
+
+function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element {
+  const { payload, trans } = props;
+  return (
+    <div className="jp-GpuMem-cards">
+      {PICK_KINDS.map(kind => {
+        const pick = payload.picks[kind];
+        if (pick === null) {
+          return (
+            <Card
+              key={kind}
+              kind={kind}
+              title={pickTitle(kind, trans)}
+              value="n/a"
+              detail={trans.__('no configuration ran within the limits')}
+            />
+          );
+        }
+        const facts = [
+          comboLabel(pick, trans),
+          trans.__('%1 samples/s', pick.samples_per_s.toFixed(1)),
+          trans.__('peak %1', formatBytes(pick.peak_bytes, 'auto'))
+        ];
+        if (kind === 'best_efficiency' && pick.efficiency !== null) {
+          facts.push(trans.__('%1 samples/s per GiB', pick.efficiency.toFixed(0)));
+        }
+        if (pick.gpu_util !== null) {
+          facts.push(trans.__('GPU %1', formatPercentValue(pick.gpu_util)));
+        }
+        return (
+          <Card
+            key={kind}
+            kind={kind}
+            className="jp-GpuMem-pickCard"
+            title={pickTitle(kind, trans)}
+            value={trans.__('batch %1', pick.batch_size)}
+            detail={facts.join(' · ')}
+            extra={pick.note ? <div className="jp-GpuMem-cardNote">{pick.note}</div> : undefined}
+          />
+        );
+      })}
+    </div>
+  );
+}
+
+function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element {
+  const { payload, trans } = props;
+  const rowsOfPicks = pickRows(payload);
+  const picksOf = (i: number): PickKind[] => PICK_KINDS.filter(kind => rowsOfPicks[kind] === i);
+  const yes = trans.__('yes');
+  const no = trans.__('no');
+  const head = [
+    [trans.__('Batch'), true],
+    [trans.__('Workers'), true],
+    [trans.__('AMP'), false],
+    [trans.__('Pin memory'), false],
+    [trans.__('I/O wait ms'), true],
+    [trans.__('H2D ms'), true],
+    [trans.__('Forward ms'), true],
+    [trans.__('Backward ms'), true],
+    [trans.__('Optimizer ms'), true],
+    [trans.__('Step ms'), true],
+    [trans.__('Samples/s'), true],
+    [trans.__('GPU util'), true],
+    [trans.__('Peak memory'), true],
+    [trans.__('Status'), false],
+    [trans.__('Pick'), false]
+  ] as const;
+  return (
+    <table className="jp-GpuMem-richTable jp-GpuMem-benchmarkTable">
+      <caption>{trans.__('Summary (times per step, after warm-up)')}</caption>
+      <thead>
+        <tr>
+          {head.map(([label, numeric]) => (
+            <th key={label} className={numeric ? 'jp-GpuMem-num' : undefined}>
+              {label}
+            </th>
+          ))}
+        </tr>
+      </thead>
+      <tbody>
+        {payload.rows.map((row, i) => {
+          const picks = picksOf(i);
+          const className = [
+            `jp-GpuMem-benchRow-${row.status}`,
+            ...(picks.length > 0 ? ['jp-GpuMem-pickRow'] : []),
+            ...picks.map(kind => `jp-GpuMem-pickRow-${kind}`)
+          ].join(' ');
+          return (
+            <tr
+              key={i}
+              className={className}
+              data-row={i}
+              data-picks={picks.length > 0 ? picks.join(' ') : undefined}
+            >
+              <td className="jp-GpuMem-num">{row.batch_size}</td>
+              <td className="jp-GpuMem-num">{row.num_workers}</td>
+              <td>{row.amp ? yes : no}</td>
+              <td>{row.pin_memory ? yes : no}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.io_ms)}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.h2d_ms)}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.forward_ms)}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.backward_ms)}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.optimizer_ms)}</td>
+              <td className="jp-GpuMem-num">{formatMs(row.total_ms)}</td>
+              <td className="jp-GpuMem-num">
+                {row.samples_per_s === null ? 'n/a' : row.samples_per_s.toFixed(1)}
+              </td>
+              <td className="jp-GpuMem-num">{formatPercentValue(row.gpu_util)}</td>
+              <td className="jp-GpuMem-num">{formatBytes(row.peak_bytes, 'auto')}</td>
+              <td title={row.error ?? undefined}>
+                <span className={`jp-GpuMem-statusWord jp-GpuMem-bench-${row.status}`}>
+                  {statusText(row.status, trans)}
+                </span>
+              </td>
+              <td className="jp-GpuMem-pickCell">
+                {picks.map(kind => (
+                  <RichBadge key={kind} kind={`pick-${kind}`}>
+                    {pickTitle(kind, trans)}
+                  </RichBadge>
+                ))}
+              </td>
+            </tr>
+          );
+        })}
+        {payload.rows.length === 0 && (
+          <tr>
+            <td colSpan={head.length} className="jp-GpuMem-muted">
+              {trans.__('No configuration has finished yet.')}
+            </td>
+          </tr>
+        )}
+      </tbody>
+    </table>
+  );
+}
+
+function engineBadge(payload: IBenchmarkPayload, trans: Trans): JSX.Element {
+  switch (payload.engine) {
+    case 'simulated':
+      return (
+        <RichBadge kind="simulated" title={payload.memory_source}>
+          {trans.__('simulated')}
+        </RichBadge>
+      );
+    case 'cpu':
+      return <RichBadge kind="cpu">{trans.__('CPU')}</RichBadge>;
+    case 'cuda':
+      return <RichBadge kind="cuda">{trans.__('CUDA')}</RichBadge>;
+  }
+}
+
+export interface IBenchmarkViewProps {
+  readonly payload: IBenchmarkPayload;
+  readonly trans: Trans;
+  readonly copy: CopyText;
+}
+
+/** `<div class="jp-GpuMem-benchmark">`. */
+export function BenchmarkView(props: IBenchmarkViewProps): JSX.Element {
+  const { payload, trans } = props;
+  const cfg = payload.config;
+  const leftover = payload.workers.leftover;
+  return (
+    <div className="jp-GpuMem-benchmark">
+      <div className="jp-GpuMem-richHeader">
+        <span className="jp-GpuMem-richTitle">{trans.__('Benchmark · %1', payload.device.name)}</span>
+        {engineBadge(payload, trans)}
+        {payload.interrupted && (
+          <RichBadge
+            kind="interrupted"
+            title={trans.__('stopped before the sweep finished: the table is partial')}
+          >
+            {trans.__('interrupted')}
+          </RichBadge>
+        )}
+      </div>
+      <div className="jp-GpuMem-richFacts">
+        <span className="jp-GpuMem-modelName">{payload.model.name}</span>
+        <span className="jp-GpuMem-richFact">
+          {trans.__('%1 parameters', formatCount(payload.model.parameter_count))}
+        </span>
+        <span className="jp-GpuMem-richFact">{payload.optimizer}</span>
+        <span className="jp-GpuMem-richFact">{payload.data}</span>
+        <span className="jp-GpuMem-richFact">
+          {trans.__('%1 steps per configuration after %2 warm-up', cfg.steps_per_test, cfg.warmup_steps)}
+        </span>
+        <span className="jp-GpuMem-richFact">{trans.__('AMP dtype %1', payload.amp_dtype)}</span>
+        <span className="jp-GpuMem-richFact">{formatSeconds(payload.seconds)}</span>
+      </div>
+      <PickCards payload={payload} trans={trans} />
+      <BenchmarkChart payload={payload} trans={trans} />
+      <SummaryTable payload={payload} trans={trans} />
+      <TextList
+        className="jp-GpuMem-diagnostics"
+        title={trans.__('Diagnostics')}
+        items={payload.diagnostics}
+      />
+      {leftover.length > 0 && (
+        <p className="jp-GpuMem-warning jp-GpuMem-leftoverWorkers">
+          {trans.__('DataLoader worker processes still running: %1', leftover.join(', '))}
+        </p>
+      )}
+      <TextList className="jp-GpuMem-richNotes" title={trans.__('Notes')} items={payload.notes} />
+      <div className="jp-GpuMem-richActions">
+        <CopyYamlButton
+          yaml={benchmarkYaml(payload, 'recommended')}
+          copy={props.copy}
+          trans={trans}
+          title={trans.__('Copy the recommended configuration (data.*, training.*)')}
+        />
+      </div>
+    </div>
+  );
+}

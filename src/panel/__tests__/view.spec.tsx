@@ -1,0 +1,309 @@
+import { Signal } from '@lumino/signaling';
+import * as React from 'react';
+import { act } from 'react';
+import { createRoot, type Root } from 'react-dom/client';
+
+import { untranslated } from '../../ui/i18n';
+import { labelProcess } from '../../channel/model';
+import type { ISample } from '../../wire/protocol';
+import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
+import { type IBridgeState, INITIAL_STATE, type StateName } from '../../channel/state';
+import { statusSummary } from '../statussummary';
+import { TickStore } from '../../actions/ticks';
+import type { IGpuMemActions, IGpuMemModel } from '../../tokens';
+import { GpuMemView } from '../view';
+import * as fx from '../../__tests__/fixtures';
+
+(globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
+
+interface IStubOptions {
+  state?: StateName;
+  stateChanges?: Partial<IBridgeState>;
+  latest?: ISample | null;
+  history?: ISample[];
+  settings?: Partial<IGpuMemSettings>;
+}
+
+/** A model with fixed data. */
+function stubModel(options: IStubOptions = {}): IGpuMemModel & { retried: number; loaded: number } {
+  const sessions = new Map([
+    [
+      fx.OTHER_KERNEL_ID,
+      { id: 'session-big', path: 'experiments/big.ipynb', type: 'notebook', name: 'big.ipynb' }
+    ]
+  ]);
+  const stub = {
+    state: { ...INITIAL_STATE, name: options.state ?? 'live', ...options.stateChanges },
+    hello: fx.hello,
+    latest: options.latest === undefined ? fx.sample() : options.latest,
+    history: options.history ?? [],
+    problems: [],
+    settings: { ...DEFAULT_SETTINGS, ...options.settings },
+    sessionContext: null,
+    kernelLabel: 'Python 3 (ipykernel) · train.ipynb',
+    kernelStatus: 'idle' as const,
+    pendingRequests: 0,
+    changed: new Signal<unknown, void>({}),
+    stateChanged: new Signal<unknown, IBridgeState>({}),
+    labelProcess: (p: Parameters<IGpuMemModel['labelProcess']>[0]) => labelProcess(p, sessions),
+    request: () => Promise.reject(new Error('not in tests')),
+    retried: 0,
+    loaded: 0,
+    retry(): void {
+      stub.retried++;
+    },
+    loadNow(): void {
+      stub.loaded++;
+    }
+  };
+  return stub as unknown as IGpuMemModel & { retried: number; loaded: number };
+}
+
+let container: HTMLDivElement;
+let root: Root;
+let copied: string[];
+
+function render(model: IGpuMemModel): HTMLDivElement {
+  act(() => {
+    root.render(<GpuMemView model={model} trans={untranslated} onCopy={t => copied.push(t)} />);
+  });
+  return container;
+}
+
+beforeEach(() => {
+  container = document.createElement('div');
+  document.body.appendChild(container);
+  root = createRoot(container);
+  copied = [];
+});
+
+afterEach(() => {
+  act(() => root.unmount());
+  container.remove();
+});
+
+describe('GpuMemView', () => {
+  it('shows the blank state without a kernel', () => {
+    const node = render(stubModel({ state: 'no-kernel', latest: null }));
+    const state = node.querySelector('.jp-GpuMem-state[data-state="no-kernel"]');
+    expect(state?.textContent).toContain('Open a notebook or console');
+    expect(node.querySelector('.jp-GpuMem-updated')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-device')).toBeNull();
+  });
+
+  it('shows devices, timeline and host memory when live', () => {
+    const history = [
+      fx.sample(40, 1763854998.12),
+      fx.sample(41, 1763854999.12),
+      fx.sample(42, 1763855000.12)
+    ];
+    const node = render(stubModel({ history }));
+    expect(node.querySelector('.jp-GpuMem-state')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-root')?.getAttribute('data-state')).toBe('live');
+    expect(node.querySelector('.jp-GpuMem-updated')?.getAttribute('data-seq')).toBe('42');
+    expect(node.querySelector('.jp-GpuMem-updated')?.textContent).toMatch(/^updated \d\d:\d\d:\d\d$/);
+
+    const devices = node.querySelectorAll('section.jp-GpuMem-device');
+    expect(devices).toHaveLength(2);
+    expect(devices[0].querySelector('h3')?.textContent).toBe(
+      'cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB'
+    );
+    expect(devices[1].querySelector('h3')?.textContent).toBe(
+      'not visible to this kernel (NVML 1) · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB'
+    );
+    const segments = devices[0].querySelectorAll('.jp-GpuMem-bar .jp-GpuMem-seg');
+    expect([...segments].map(s => s.className.replace('jp-GpuMem-seg jp-GpuMem-seg-', ''))).toEqual([
+      'allocated',
+      'cached',
+      'context',
+      'others',
+      'free'
+    ]);
+    expect(segments[0].getAttribute('title')).toBe('allocated (tensors): 4.00 GiB (25.0%)');
+    expect(devices[0].querySelector('.jp-GpuMem-used')?.textContent).toBe('Used 12.0 / 16.0 GiB (75.0%)');
+    expect(devices[0].querySelector('.jp-GpuMem-warning')).toBeNull();
+    expect(devices[0].querySelector('.jp-GpuMem-allocator')?.textContent).toContain('Peak allocated5.00 GiB');
+
+    const rows = [...devices[0].querySelectorAll('.jp-GpuMem-processes tbody tr')].map(r => [
+      r.querySelector('.jp-GpuMem-procLabel')?.textContent,
+      r.querySelector('.jp-GpuMem-procMeta')?.textContent,
+      r.querySelector('td.jp-GpuMem-num')?.textContent
+    ]);
+    expect(rows).toEqual([
+      ['this kernel', 'PID 1234 · python', '6.50 GiB'],
+      ['notebook: experiments/big.ipynb', 'PID 2345 · python', '4.00 GiB'],
+      ['external', 'PID 3456 · train.py', '1.50 GiB'],
+      ['external', 'PID 4567 · not visible here', 'n/a']
+    ]);
+
+    const timeline = node.querySelector('.jp-GpuMem-timeline');
+    expect(timeline?.querySelectorAll('polyline.jp-GpuMem-line-used')).toHaveLength(1);
+    expect(timeline?.querySelectorAll('polyline.jp-GpuMem-line-peak')).toHaveLength(1);
+    expect(timeline?.textContent).toContain('Last 10 min · cuda:0');
+    expect(timeline?.textContent).toContain('16.0 GiB');
+
+    const host = node.querySelector('section.jp-GpuMem-host');
+    expect(host?.textContent).toContain('Host memory');
+    expect(host?.textContent).toContain('2 processes, 1.00 GiB RSS');
+    expect(host?.textContent).toContain('40.0 / 64.0 GiB available');
+    expect(host?.textContent).not.toContain('Container limit');
+  });
+
+  it('warns from the threshold', () => {
+    const s = fx.sample();
+    s.gpu.devices[0].used = Math.round(fx.DEVICE_TOTAL * 0.9);
+    const node = render(stubModel({ latest: s }));
+    const warning = node.querySelector('.jp-GpuMem-device .jp-GpuMem-warning');
+    expect(warning?.textContent).toBe('90% of this GPU’s memory is in use (warning from 85%)');
+    expect(warning?.classList.contains('jp-GpuMem-level-warn')).toBe(true);
+    s.gpu.devices[0].used = s.gpu.devices[0].total;
+    const critical = render(stubModel({ latest: s })).querySelector('.jp-GpuMem-warning');
+    expect(critical?.classList.contains('jp-GpuMem-level-critical')).toBe(true);
+  });
+
+  it('says when no GPU is visible, and still shows host memory', () => {
+    const node = render(stubModel({ latest: fx.noGpuSample() }));
+    expect(node.querySelector('.jp-GpuMem-nogpu')?.textContent).toBe(
+      'No NVIDIA GPU visible to this kernel: NVIDIA driver library (libnvidia-ml.so.1) not found'
+    );
+    expect(node.querySelector('.jp-GpuMem-device')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-timeline')).toBeNull();
+    const host = node.querySelector('.jp-GpuMem-host');
+    expect(host?.textContent).toContain('Container limit');
+    expect(host?.textContent).toContain('2.00 / 8.00 GiB (25.0%)');
+  });
+
+  it('offers the install command to copy', () => {
+    const model = stubModel({ state: 'not-installed', latest: null });
+    const node = render(model);
+    const state = node.querySelector('.jp-GpuMem-state[data-state="not-installed"]');
+    expect(state?.querySelector('code')?.textContent).toBe('%pip install jupyterlab-gpumem');
+    act(() => (state?.querySelector('.jp-GpuMem-copy') as HTMLButtonElement).click());
+    expect(copied).toEqual(['%pip install jupyterlab-gpumem']);
+    const retry = [...node.querySelectorAll('button')].find(b => b.textContent === 'Retry');
+    act(() => retry?.click());
+    expect(model.retried).toBe(1);
+  });
+
+  it('offers to load the shim when autoload is off', () => {
+    const model = stubModel({ state: 'autoload-off', latest: null });
+    const node = render(model);
+    const load = [...node.querySelectorAll('button')].find(b => b.textContent === 'Load now');
+    act(() => load?.click());
+    expect(model.loaded).toBe(1);
+  });
+
+  it('keeps the last numbers, dimmed, when the kernel stops answering', () => {
+    const node = render(stubModel({ state: 'stale' }));
+    expect(node.querySelector('.jp-GpuMem-state[data-state="stale"]')?.textContent).toContain(
+      'Kernel not responding'
+    );
+    expect(node.querySelector('.jp-GpuMem-data.jp-mod-stale')).not.toBeNull();
+    expect(node.querySelector('.jp-GpuMem-updated[data-seq="42"]')).not.toBeNull();
+  });
+
+  it('hides old numbers while waiting for a restarted kernel', () => {
+    const node = render(stubModel({ state: 'waiting', stateChanges: { phase: 'restarting' } }));
+    expect(node.querySelector('.jp-GpuMem-state')?.textContent).toContain('Kernel restarting');
+    expect(node.querySelector('.jp-GpuMem-device')).toBeNull();
+  });
+
+  it('copes with devices NVML could not read and with MIG slices', () => {
+    const s = fx.sample();
+    s.gpu.devices = [fx.device0(), fx.migSlice(), fx.unreadableDevice()];
+    const node = render(stubModel({ latest: s, history: [s] }));
+    const titles = [...node.querySelectorAll('.jp-GpuMem-device h3')].map(h => h.textContent);
+    expect(titles).toEqual([
+      'cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB',
+      'cuda:0 · NVIDIA A100-SXM4-80GB MIG 3g.40gb · 40.0 GiB · MIG',
+      'not visible to this kernel (NVML 2) · unknown GPU'
+    ]);
+    const unreadable = node.querySelectorAll('.jp-GpuMem-device')[2];
+    expect(unreadable.querySelector('.jp-GpuMem-used')?.textContent).toBe('Used n/a / n/a (n/a)');
+    expect(unreadable.querySelectorAll('.jp-GpuMem-bar .jp-GpuMem-seg')).toHaveLength(0);
+  });
+
+  it('renders kernel data as text, never as HTML', () => {
+    const s = fx.sample();
+    s.gpu.devices[0].processes[2].name = '<img src=x onerror="alert(1)">';
+    s.gpu.devices[0].name = '<b>GPU</b>';
+    const node = render(stubModel({ latest: s }));
+    expect(node.querySelector('img')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-device b')).toBeNull();
+    expect(node.textContent).toContain('<img src=x onerror="alert(1)">');
+  });
+});
+
+describe('who holds my GPU', () => {
+  it('offers "Shut down kernel" for the other kernels of this server only', () => {
+    const shutDown: string[] = [];
+    const actions: IGpuMemActions = {
+      changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+      current: null,
+      ticks: new TickStore(null),
+      labelKernel: () => null,
+      canShutDownKernel: id => id === fx.OTHER_KERNEL_ID,
+      shutDownKernel: async id => {
+        shutDown.push(id);
+        return true;
+      }
+    };
+    act(() => {
+      root.render(
+        <GpuMemView model={stubModel()} trans={untranslated} onCopy={() => undefined} actions={actions} />
+      );
+    });
+    const rows = [...container.querySelectorAll('.jp-GpuMem-device')[0].querySelectorAll('tbody tr')];
+    expect(rows.map(r => r.querySelector('.jp-GpuMem-shutdown') !== null)).toEqual([
+      false,
+      true,
+      false,
+      false
+    ]);
+    expect(rows[2].textContent).toBe('externalPID 3456 · train.py1.50 GiB');
+    act(() => (rows[1].querySelector('.jp-GpuMem-shutdown') as HTMLButtonElement).click());
+    expect(shutDown).toEqual([fx.OTHER_KERNEL_ID]);
+  });
+
+  it('shows no button without the actions plugin', () => {
+    const node = render(stubModel());
+    expect(node.querySelector('.jp-GpuMem-shutdown')).toBeNull();
+  });
+});
+
+describe('statusSummary', () => {
+  it('shows the device this kernel uses', () => {
+    const summary = statusSummary(stubModel(), untranslated);
+    expect(summary).toMatchObject({ visible: true, text: 'GPU 12.0 / 16.0 GiB', level: 'ok', stale: false });
+    expect(summary.title).toContain('cuda:0 · NVIDIA GeForce RTX 4080 SUPER');
+    expect(summary.title).toContain('This kernel: 6.50 GiB');
+  });
+
+  it('colours by threshold', () => {
+    const s = fx.sample();
+    s.gpu.devices[0].used = Math.round(fx.DEVICE_TOTAL * 0.96);
+    expect(statusSummary(stubModel({ latest: s }), untranslated).level).toBe('critical');
+    s.gpu.devices[0].used = Math.round(fx.DEVICE_TOTAL * 0.86);
+    expect(statusSummary(stubModel({ latest: s }), untranslated).level).toBe('warn');
+  });
+
+  it('says "GPU: none" without a GPU and hides without a kernel', () => {
+    expect(statusSummary(stubModel({ latest: fx.noGpuSample() }), untranslated).text).toBe('GPU: none');
+    expect(statusSummary(stubModel({ state: 'no-kernel', latest: null }), untranslated).visible).toBe(false);
+    expect(statusSummary(stubModel({ settings: { showStatusBar: false } }), untranslated).visible).toBe(
+      false
+    );
+    expect(statusSummary(stubModel({ state: 'not-installed', latest: null }), untranslated).text).toBe(
+      'GPU: –'
+    );
+  });
+
+  it('uses the chosen unit', () => {
+    expect(statusSummary(stubModel({ settings: { units: 'MiB' } }), untranslated).text).toBe(
+      'GPU 12288 / 16376 MiB'
+    );
+    expect(statusSummary(stubModel({ settings: { units: 'GB' } }), untranslated).text).toBe(
+      'GPU 12.9 / 17.2 GB'
+    );
+  });
+});

@@ -1,0 +1,256 @@
+/**
+ * One GPU: who holds its memory (a stacked bar with a legend), how full it is, its utilisation, this kernel's
+ * PyTorch allocator, and the processes on it.
+ *
+ * The bar answers "how much am I using and who holds the rest" at a glance; the numbers under it are there
+ * to be quoted (allocated vs reserved is the distinction every OOM guide asks about).
+ */
+import * as React from 'react';
+
+import {
+  formatBytes,
+  formatBytesPair,
+  formatPercent,
+  formatPercentValue,
+  percentOf,
+  type SizeUnit
+} from '../ui/format';
+import type { Trans } from '../ui/i18n';
+import { barTotal, deviceSegments, type ISegment, type SegmentKey } from '../channel/model';
+import type { IDevice, IGpuProcess } from '../wire/protocol';
+import { type IGpuMemSettings, usageLevel } from '../settings';
+
+/** The legend's words for each bar segment. */
+export function segmentLabel(key: SegmentKey, trans: Trans): string {
+  switch (key) {
+    case 'allocated':
+      return trans.__('allocated (tensors)');
+    case 'cached':
+      return trans.__('cached by PyTorch');
+    case 'context':
+      return trans.__('CUDA context & libraries');
+    case 'kernel':
+      return trans.__('this kernel');
+    case 'others':
+      return trans.__('other processes');
+    case 'free':
+      return trans.__('free');
+  }
+}
+
+/** "cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB"; a hidden device says so instead of cuda:N. */
+export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): string {
+  const where =
+    device.cuda_index !== null
+      ? `cuda:${device.cuda_index}`
+      : trans.__('not visible to this kernel (NVML %1)', device.nvml_index);
+  const parts = [where, device.name ?? trans.__('unknown GPU')];
+  if (device.total !== null) {
+    parts.push(formatBytes(device.total, unit, unit === 'MiB' ? 0 : 1));
+  }
+  if (device.mig) {
+    parts.push('MIG');
+  }
+  return parts.join(' · ');
+}
+
+interface IBarProps {
+  readonly segments: ReadonlyArray<ISegment>;
+  readonly total: number;
+  readonly unit: SizeUnit;
+  readonly trans: Trans;
+}
+
+/** The stacked bar; each segment's tooltip names it with its size and share. */
+function UsageBar(props: IBarProps): JSX.Element {
+  const { segments, total, unit, trans } = props;
+  return (
+    <div className="jp-GpuMem-bar" role="img" aria-label={trans.__('GPU memory by holder')}>
+      {segments
+        .filter(s => s.bytes > 0)
+        .map(s => (
+          <div
+            key={s.key}
+            className={`jp-GpuMem-seg jp-GpuMem-seg-${s.key}`}
+            style={{ width: `${total > 0 ? (100 * s.bytes) / total : 0}%` }}
+            title={`${segmentLabel(s.key, trans)}: ${formatBytes(s.bytes, unit)} (${formatPercent(
+              s.bytes,
+              total
+            )})`}
+          />
+        ))}
+    </div>
+  );
+}
+
+/** Parts of this kernel that are worth a legend line only when they hold something. */
+const HIDE_WHEN_EMPTY: ReadonlyArray<SegmentKey> = ['kernel', 'context'];
+
+function Legend(props: IBarProps): JSX.Element {
+  const { segments, unit, trans } = props;
+  const shown = segments.filter(s => s.bytes > 0 || !HIDE_WHEN_EMPTY.includes(s.key));
+  return (
+    <ul className="jp-GpuMem-legend">
+      {shown.map(s => (
+        <li key={s.key} className="jp-GpuMem-legendItem">
+          <span className={`jp-GpuMem-swatch jp-GpuMem-seg-${s.key}`} />
+          <span className="jp-GpuMem-legendLabel">{segmentLabel(s.key, trans)}</span>
+          <span className="jp-GpuMem-num">{formatBytes(s.bytes, unit)}</span>
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+/** "Shut down kernel" for the other kernels of this server in the process list. */
+export interface IKernelShutdown {
+  /** True for another kernel of this server (not this one, not another server's). */
+  can(kernelId: string): boolean;
+  /** Shut it down (asks first). */
+  run(kernelId: string): void;
+}
+
+interface IProcessProps {
+  readonly processes: ReadonlyArray<IGpuProcess>;
+  readonly unit: SizeUnit;
+  readonly trans: Trans;
+  readonly labelProcess: (process: IGpuProcess) => string;
+  readonly shutDown?: IKernelShutdown | null;
+}
+
+/**
+ * The processes on the device, largest first (unknown sizes last). Two lines per process (who, then PID and
+ * command) so that the table stays readable in a narrow sidebar.
+ */
+function ProcessTable(props: IProcessProps): JSX.Element {
+  const { unit, trans } = props;
+  const processes = [...props.processes].sort((a, b) => (b.used ?? -1) - (a.used ?? -1));
+  return (
+    <table className="jp-GpuMem-processes">
+      <thead>
+        <tr>
+          <th>{trans.__('Process')}</th>
+          <th className="jp-GpuMem-num">{trans.__('Memory')}</th>
+        </tr>
+      </thead>
+      <tbody>
+        {processes.map(p => {
+          const label = props.labelProcess(p);
+          const meta = trans.__('PID %1 · %2', p.pid, p.name ?? trans.__('not visible here'));
+          const shutDown = props.shutDown ?? null;
+          const kernelId =
+            !p.this_kernel && p.kernel_id !== null && shutDown !== null && shutDown.can(p.kernel_id)
+              ? p.kernel_id
+              : null;
+          return (
+            <tr key={p.pid} className={p.this_kernel ? 'jp-GpuMem-thisKernel' : undefined}>
+              <td>
+                <div className="jp-GpuMem-procLabel jp-GpuMem-ellipsis" title={label}>
+                  {label}
+                </div>
+                <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={meta}>
+                  {meta}
+                </div>
+                {kernelId !== null && (
+                  <button
+                    type="button"
+                    className="jp-mod-styled jp-mod-warn jp-GpuMem-shutdown"
+                    title={trans.__('Shut down the kernel of %1 to free its GPU memory', label)}
+                    onClick={() => shutDown?.run(kernelId)}
+                  >
+                    {trans.__('Shut down kernel')}
+                  </button>
+                )}
+              </td>
+              <td className="jp-GpuMem-num">{formatBytes(p.used, unit)}</td>
+            </tr>
+          );
+        })}
+      </tbody>
+    </table>
+  );
+}
+
+export interface IDeviceSectionProps {
+  readonly device: IDevice;
+  readonly settings: IGpuMemSettings;
+  readonly trans: Trans;
+  readonly labelProcess: (process: IGpuProcess) => string;
+  readonly shutDown?: IKernelShutdown | null;
+}
+
+/** `<section class="jp-GpuMem-device">` for one GPU. */
+export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
+  const { device, settings, trans } = props;
+  const unit = settings.units;
+  const segments = deviceSegments(device);
+  const total = barTotal(device, segments);
+  const percent = percentOf(device.used, device.total);
+  const level = usageLevel(percent, settings);
+  const allocator = device.allocator;
+  return (
+    <section
+      className={`jp-GpuMem-device jp-GpuMem-level-${level}`}
+      data-nvml-index={device.nvml_index}
+      data-cuda-index={device.cuda_index ?? ''}
+    >
+      <h3 className="jp-GpuMem-deviceTitle" title={device.uuid ?? undefined}>
+        {deviceTitle(device, unit, trans)}
+      </h3>
+      <UsageBar segments={segments} total={total} unit={unit} trans={trans} />
+      <div className="jp-GpuMem-used">
+        {trans.__(
+          'Used %1 (%2)',
+          formatBytesPair(device.used, device.total, unit, unit === 'GiB' || unit === 'GB' ? 1 : undefined),
+          formatPercent(device.used, device.total)
+        )}
+      </div>
+      {level !== 'ok' && (
+        <div className={`jp-GpuMem-warning jp-GpuMem-level-${level}`} role="alert">
+          {trans.__(
+            '%1 of this GPU’s memory is in use (warning from %2%)',
+            formatPercent(device.used, device.total, 0),
+            settings.warnThreshold
+          )}
+        </div>
+      )}
+      <Legend segments={segments} total={total} unit={unit} trans={trans} />
+      <dl className="jp-GpuMem-facts">
+        <dt>{trans.__('GPU utilisation')}</dt>
+        <dd>{formatPercentValue(device.util_gpu)}</dd>
+        <dt>{trans.__('Memory utilisation')}</dt>
+        <dd>{formatPercentValue(device.util_mem)}</dd>
+        <dt>{trans.__('Compute capability')}</dt>
+        <dd>
+          {device.compute_capability ?? trans.__('n/a')}
+          {device.sm_count !== null ? ` · ${trans.__('%1 SMs', device.sm_count)}` : ''}
+        </dd>
+      </dl>
+      {allocator !== null && (
+        <dl className="jp-GpuMem-allocator">
+          <dt>{trans.__('Allocated')}</dt>
+          <dd>{formatBytes(allocator.allocated, unit)}</dd>
+          <dt>{trans.__('Reserved')}</dt>
+          <dd>{formatBytes(allocator.reserved, unit)}</dd>
+          <dt>{trans.__('Peak allocated')}</dt>
+          <dd>{formatBytes(allocator.peak_allocated, unit)}</dd>
+          <dt>{trans.__('Peak reserved')}</dt>
+          <dd>{formatBytes(allocator.peak_reserved, unit)}</dd>
+          <dt>{trans.__('OOMs / retries')}</dt>
+          <dd className={allocator.num_ooms > 0 ? 'jp-GpuMem-bad' : undefined}>
+            {`${allocator.num_ooms} / ${allocator.num_alloc_retries}`}
+          </dd>
+        </dl>
+      )}
+      {device.processes.length > 0 && (
+        <ProcessTable
+          processes={device.processes}
+          unit={unit}
+          trans={trans}
+          labelProcess={props.labelProcess}
+          shutDown={props.shutDown}
+        />
+      )}
+    </section>
+  );
+}

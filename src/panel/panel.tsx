@@ -1,0 +1,60 @@
+/**
+ * The right-sidebar "GPU Memory" panel: a ReactWidget that re-renders the view on every change of the model
+ * (once per sample) and of the current notebook's actions (clear, restart, OOM checklist).
+ */
+import { Clipboard } from '@jupyterlab/apputils';
+import { ReactWidget } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { GpuMemView } from './view';
+import type { Trans } from '../ui/i18n';
+import { gpuIcon } from '../ui/icons';
+import type { IGpuMemActions, IGpuMemModel } from '../tokens';
+
+/** The panel's DOM id (the layout restorer, the open command and the UI tests use it). */
+export const PANEL_ID = 'jp-GpuMem-panel';
+
+export class GpuMemPanel extends ReactWidget {
+  constructor(model: IGpuMemModel, trans: Trans, actions: IGpuMemActions | null = null) {
+    super();
+    this._model = model;
+    this._trans = trans;
+    this._actions = actions;
+    model.changed.connect(this._onChange, this);
+    actions?.changed.connect(this._onChange, this);
+    this.id = PANEL_ID;
+    this.addClass('jp-GpuMem-panel');
+    this.title.icon = gpuIcon;
+    this.title.caption = trans.__('GPU Memory');
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', trans.__('GPU Memory'));
+  }
+
+  protected render(): JSX.Element {
+    return (
+      <GpuMemView
+        model={this._model}
+        trans={this._trans}
+        actions={this._actions}
+        onCopy={text => Clipboard.copyToSystem(text)}
+      />
+    );
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._model.changed.disconnect(this._onChange, this);
+    this._actions?.changed.disconnect(this._onChange, this);
+    super.dispose();
+  }
+
+  private _onChange(): void {
+    this.update();
+  }
+
+  private readonly _model: IGpuMemModel;
+  private readonly _trans: Trans;
+  private readonly _actions: IGpuMemActions | null;
+}

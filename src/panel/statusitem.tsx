@@ -1,0 +1,63 @@
+/**
+ * The status-bar item: "GPU 11.4 / 16.0 GiB" for the current kernel, coloured by the thresholds; a click
+ * opens the panel.
+ */
+import type { JupyterFrontEnd } from '@jupyterlab/application';
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { statusSummary } from './statussummary';
+import type { Trans } from '../ui/i18n';
+import type { IGpuMemModel } from '../tokens';
+
+/** The command the item runs when clicked. */
+export const OPEN_PANEL_COMMAND = 'gpumem:open-panel';
+
+export class GpuMemStatusItem extends ReactWidget {
+  constructor(model: IGpuMemModel, trans: Trans, commands: JupyterFrontEnd['commands']) {
+    super();
+    this._model = model;
+    this._trans = trans;
+    this._commands = commands;
+    this.addClass('jp-GpuMem-statusWidget');
+  }
+
+  protected render(): JSX.Element {
+    const open = (): void => {
+      void this._commands.execute(OPEN_PANEL_COMMAND);
+    };
+    return (
+      <UseSignal signal={this._model.changed} initialSender={this._model}>
+        {() => {
+          const summary = statusSummary(this._model, this._trans);
+          const classes = [
+            'jp-GpuMem-statusItem',
+            `jp-GpuMem-level-${summary.level}`,
+            summary.stale ? 'jp-mod-stale' : ''
+          ].filter(Boolean);
+          return (
+            <span
+              className={classes.join(' ')}
+              title={summary.title}
+              role="button"
+              tabIndex={0}
+              onClick={open}
+              onKeyDown={event => {
+                if (event.key === 'Enter' || event.key === ' ') {
+                  event.preventDefault();
+                  open();
+                }
+              }}
+            >
+              {summary.text}
+            </span>
+          );
+        }}
+      </UseSignal>
+    );
+  }
+
+  private readonly _model: IGpuMemModel;
+  private readonly _trans: Trans;
+  private readonly _commands: JupyterFrontEnd['commands'];
+}

@@ -1,0 +1,86 @@
+"""The caching-allocator model against PyTorch's rounding rules and hand-computed sequences."""
+
+from gpumem_kernel.analysis.allocator import (
+    LARGE_BUFFER,
+    SMALL_BUFFER,
+    CachingAllocatorModel,
+    replay,
+    round_size,
+    segment_size,
+    should_split,
+)
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_round_size_is_512_byte_granular() -> None:
+    assert round_size(1) == 512
+    assert round_size(511) == 512
+    assert round_size(512) == 512
+    assert round_size(513) == 1024
+    assert round_size(3 * MiB + 1) == 3 * MiB + 512
+
+
+def test_segment_sizes_follow_the_three_size_classes() -> None:
+    assert segment_size(512) == SMALL_BUFFER == 2 * MiB
+    assert segment_size(1 * MiB) == 2 * MiB  # <= 1 MiB: small pool
+    assert segment_size(1 * MiB + 512) == LARGE_BUFFER == 20 * MiB  # 1-10 MiB: a 20 MiB segment
+    assert segment_size(10 * MiB - 512) == 20 * MiB
+    assert segment_size(10 * MiB) == 10 * MiB  # >= 10 MiB: rounded to 2 MiB
+    assert segment_size(11 * MiB) == 12 * MiB
+    assert segment_size(100 * MiB + 512) == 102 * MiB
+
+
+def test_split_thresholds_differ_by_pool() -> None:
+    assert should_split(2 * MiB, 2 * MiB - 512, small=True)  # 512 B left: small pool splits
+    assert not should_split(1024, 1024, small=True)
+    assert not should_split(20 * MiB, 19 * MiB, small=False)  # 1 MiB left is not > 1 MiB
+    assert should_split(20 * MiB, 19 * MiB - 512, small=False)
+
+
+def test_small_requests_share_a_2_mib_segment() -> None:
+    model = CachingAllocatorModel()
+    model.malloc("a", 1000)
+    model.malloc("b", 1000)
+    assert (model.allocated, model.reserved) == (2048, 2 * MiB)
+    model.free("a")
+    model.malloc("c", 600)  # best fit: a's freed 1024-byte block, not the big remainder
+    assert model._live["c"].address == model._live["b"].address - 1024
+    assert (model.allocated, model.reserved) == (2048, 2 * MiB)
+
+
+def test_large_pool_unsplit_block_is_handed_out_whole() -> None:
+    model = CachingAllocatorModel()
+    model.malloc("x", 5 * MiB)  # 20 MiB segment, split: 15 MiB free
+    model.malloc("y", 14 * MiB + 512 * KiB)  # 15 MiB block, 0.5 MiB left: not split
+    assert model._live["y"].size == 15 * MiB
+    assert (model.allocated, model.reserved) == (20 * MiB, 20 * MiB)
+    model.malloc("z", 1536 * KiB)  # no free large block: a new 20 MiB segment
+    assert model.reserved == 40 * MiB
+    assert model.peak_allocated == 20 * MiB + 1536 * KiB
+
+
+def test_no_cross_pool_reuse_and_merging_of_neighbours() -> None:
+    model = CachingAllocatorModel()
+    model.malloc("x", 5 * MiB)
+    model.malloc("y", 5 * MiB)
+    model.free("x")
+    model.free("y")  # merges with x and the 10 MiB remainder: one free 20 MiB block
+    model.malloc("s", 4096)  # small request: its own 2 MiB segment, never the free large block
+    assert model.reserved == 22 * MiB
+    model.malloc("big", 18 * MiB)  # fits the merged 20 MiB block (2 MiB left > 1 MiB: split)
+    assert model.reserved == 22 * MiB
+    assert model._live["big"].size == 18 * MiB
+
+
+def test_cached_segments_stay_reserved_and_peaks_are_kept() -> None:
+    result = replay([("alloc", 1, 30 * MiB), ("alloc", 2, 512), ("free", 1, 0), ("free", 2, 0), ("alloc", 3, 12 * MiB)])
+    assert result.peak_allocated == 30 * MiB + 512
+    assert result.peak_reserved == 30 * MiB + 2 * MiB  # the 12 MiB request reuses the cached 30 MiB segment
+    assert result.final_allocated == 12 * MiB  # split off the cached block: the 18 MiB rest stays free
+    assert {s.pool for s in result.segments} == {"small", "large"}
+
+
+def test_zero_byte_requests_get_no_block() -> None:
+    result = replay([("alloc", "e", 0), ("free", "e", 0)])
+    assert (result.peak_allocated, result.peak_reserved, result.requests) == (0, 0, 0)

@@ -1,0 +1,285 @@
+"""The report: schema-valid payloads, the MIME bundle (escaped HTML, seed 000's text), the batch-size search,
+recommendations, distributed figures and the seeds' Python API."""
+
+import json
+from importlib import resources
+from typing import Any, Callable, Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+jsonschema = pytest.importorskip("jsonschema")
+nn = torch.nn
+
+from gpumem_kernel.analysis import analyze as analysis  # noqa: E402
+from gpumem_kernel.analysis.analyze import (  # noqa: E402
+    AnalysisReport,
+    _Point,
+    analyze,
+    monitor_gpu_memory,  # noqa: E402
+    print_memory_analysis,
+    recommend_batch_size,
+    round_batch,
+    search_maximum,
+)
+from gpumem_kernel.analysis.render import MIME, analysis_bundle  # noqa: E402
+
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def schema() -> Any:
+    text = resources.files("gpumem_kernel").joinpath("wire/schemas/analysis.schema.json").read_text()
+    value = json.loads(text)
+    jsonschema.Draft202012Validator.check_schema(value)
+    return value
+
+
+def _mlp() -> Any:
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def _validate(report: AnalysisReport, schema: Any) -> dict:
+    payload = json.loads(json.dumps(analysis_bundle(report)[MIME]))
+    jsonschema.Draft202012Validator(schema).validate(payload)
+    return payload
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"target": "RTX 4080 Super", "amp": "bf16", "optimizer": "adam"},
+        {"memory": "8GiB", "optimizer": "sgd-momentum", "grad_accum": 4, "effective_batch": 256, "multiple": 8},
+        {"target": "A100 80GB", "world_size": 8, "strategy": "zero3", "amp": "fp16"},
+        {"target": "T4", "world_size": 2, "strategy": "ddp", "checkpointing": True},
+    ],
+    ids=["no-device", "4080s-bf16", "memory-accum", "a100-zero3", "t4-ddp"],
+)
+def test_payload_validates_against_the_schema(options: dict, schema: Any) -> None:
+    payload = _validate(analyze(_mlp(), batch_size=32, **options), schema)
+    for key in ("parameters_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "peak_bytes"):
+        assert isinstance(payload[key], int)
+    assert payload["engine"] == "traced"
+    assert {f["name"] for f in payload["figures"]} >= {"parameters", "activations", "peak", "context"}
+    with pytest.raises(jsonschema.ValidationError):  # strict: no unknown fields
+        jsonschema.Draft202012Validator(schema).validate({**payload, "surprise": 1})
+
+
+def test_would_it_fit_on_a_4080_super_at_batch_32_with_adamw_and_bf16() -> None:
+    report = analyze(_mlp(), batch_size=32, target="RTX 4080 Super", optimizer="adamw", amp="bf16")
+    recs = report.recommendations
+    assert report.engine == "traced" and report.device.source == "target"
+    assert recs.current.status == "fits"
+    assert recs.maximum is not None and recs.maximum > 32 and not recs.extrapolated
+    assert recs.safe < recs.recommended <= recs.maximum
+    assert recs.recommended & (recs.recommended - 1) == 0  # power of two by default
+    assert report.error_bound.relative > 0 and "±" in report.error_bound.statement
+    top = max(report.curve, key=lambda p: p.batch_size)
+    assert top.batch_size >= recs.maximum  # the maximum was traced, not read off a line
+    fitting = [p for p in report.curve if p.batch_size == recs.maximum]
+    assert fitting and fitting[0].peak_bytes <= report.device.limit_bytes
+
+
+def test_bundle_html_is_escaped_and_text_follows_seed_000() -> None:
+    hostile = type("<img src=x onerror=alert(1)>", (nn.Sequential,), {})
+    model = hostile(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    bundle = analysis_bundle(analyze(model, batch_size=4, target="RTX 3060", loss=lambda out, batch: out.sum()))
+    assert "<img" not in bundle["text/html"] and "&lt;img src=x" in bundle["text/html"]
+    text = bundle["text/plain"]
+    headings = [
+        "💾 Memory Analysis",
+        "📊 GPU Memory:",
+        "🏗️  Model Memory:",
+        "📦 Batch Memory (batch_size=4):",
+        "💡 Total Estimated Usage",
+        "🎯 Batch Size Recommendations:",
+        "⚙️  Settings:",
+    ]
+    positions = [text.index(h) for h in headings]
+    assert positions == sorted(positions)
+    for label in ("Maximum:", "Recommended:", "Safe:", "Current:", "Mixed Precision:", "Engine:"):
+        assert label in text
+
+
+class _Synthetic:
+    """An engine whose footprint is a given function of the batch; None above `oom_above` (like an OOM)."""
+
+    name = "traced"
+
+    def __init__(self, footprint: Callable[[int], int], oom_above: Optional[int] = None) -> None:
+        self.footprint, self.oom_above, self.calls = footprint, oom_above, []  # type: ignore[var-annotated]
+
+    def point(self, batch: int) -> Optional[_Point]:
+        self.calls.append(batch)
+        if self.oom_above is not None and batch > self.oom_above:
+            return None
+        value = self.footprint(batch)
+        return _Point(batch, value, value, value, "traced")
+
+
+def test_search_finds_the_maximum_of_a_line_and_of_a_convex_curve() -> None:
+    line = search_maximum(_Synthetic(lambda b: 1000 + 10 * b), 8, 2000)
+    assert line.maximum == 100 and not line.extrapolated
+    convex = search_maximum(_Synthetic(lambda b: max(3000, 1000 + 10 * b)), 8, 5000)
+    assert 396 <= convex.maximum <= 400  # within 1%: the model-state plateau does not mislead it
+    assert convex.fit is not None and convex.fit.points == len(convex.points)
+
+
+def test_search_never_extrapolates_silently() -> None:
+    engine = _Synthetic(lambda b: 1000 + 10 * b)
+    found = search_maximum(engine, 8, 100_000, verify_up_to=64)  # a real GPU: no runs above 64
+    assert found.extrapolated and found.maximum > 64 and "extrapolated" in found.note
+    assert max(engine.calls) <= 64
+
+
+def test_search_handles_ooms_and_batches_that_do_not_fit() -> None:
+    ooming = search_maximum(_Synthetic(lambda b: 100 * b, oom_above=20), 16, 10**9)
+    assert ooming.maximum == 16 and "ran out of memory" in ooming.note
+    too_big = search_maximum(_Synthetic(lambda b: 5000 + b), 8, 1000)
+    assert too_big.maximum == 0 and "does not fit" in too_big.note
+    unlimited = search_maximum(_Synthetic(lambda b: b), 8, None)
+    assert unlimited.maximum is None
+
+
+def test_rounding_recommendations_and_status() -> None:
+    assert [round_batch(v, None) for v in (307.2, 205, 1.5, 0.4)] == [256, 128, 1, 0]
+    assert [round_batch(v, 8) for v in (307.2, 205, 5)] == [304, 200, 5]
+    current = _Point(64, 0, 0, 95 * GiB // 10, "traced")
+    recs = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=2,
+        effective_batch=None,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
+    assert (recs.maximum, recs.recommended, recs.safe) == (512, 256, 128)
+    assert recs.current.status == "tight"
+    assert recs.accumulation.target_effective_batch == 128 and recs.accumulation.recommended == 1
+    assert recs.lr.linear == 2.0 and abs(recs.lr.sqrt - 2**0.5) < 1e-9
+    same = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=8,
+        effective_batch=None,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
+    assert same.accumulation.recommended == 2 and same.lr.linear == 1.0 and "keep" in same.lr.hint
+    big = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=1,
+        effective_batch=1024,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
+    assert big.accumulation.recommended == 4 and big.lr.to_effective_batch == 1024 and big.lr.linear == 16
+    small = analysis.recommend(
+        512,
+        current,
+        10 * GiB,
+        GiB,
+        batch_size=64,
+        grad_accum=1,
+        effective_batch=128,
+        multiple=None,
+        extrapolated=False,
+        note="",
+    )
+    assert small.accumulation.recommended == 1 and small.lr.to_effective_batch == 128  # capped to the target
+
+
+def test_distributed_strategies_shrink_per_rank_model_states() -> None:
+    single = analyze(_mlp(), batch_size=16, target="A100 40GB")
+    ddp = analyze(_mlp(), batch_size=16, target="A100 40GB", world_size=4, strategy="ddp")
+    zero2 = analyze(_mlp(), batch_size=16, target="A100 40GB", world_size=4, strategy="zero2")
+    zero3 = analyze(_mlp(), batch_size=16, target="A100 40GB", world_size=4, strategy="zero3")
+    assert ddp.distributed.extra_bytes == single.gradients_bytes  # DDP's bucket copy of the gradients
+    assert zero2.distributed.optimizer_bytes == single.optimizer_bytes // 4
+    assert zero2.distributed.gradients_bytes == single.gradients_bytes // 4
+    assert zero3.distributed.parameters_bytes == single.parameters_bytes // 4
+    assert zero3.distributed.activations_bytes == single.activations_bytes  # activations are not sharded
+    assert zero3.peak_allocated_bytes < single.peak_allocated_bytes < ddp.peak_allocated_bytes
+
+
+def test_seed_api(capsys: Any) -> None:
+    picks = recommend_batch_size(_mlp(), gpu_memory_gb=2, mixed_precision=True)
+    assert set(picks) >= {"maximum", "recommended", "safe"} and picks["maximum"] > picks["recommended"] > 0
+    seed_style = recommend_batch_size(_mlp(), gpu_memory_gb=2, safety_margin=0.7)  # seed 000: "use 70%"
+    assert seed_style["maximum"] < picks["maximum"]
+    report = print_memory_analysis(_mlp(), batch_size=32, device_id=0, mixed_precision=False)
+    assert "💾 Memory Analysis" in capsys.readouterr().out and isinstance(report, AnalysisReport)
+    assert isinstance(analysis.get_gpu_info(), list)
+    analysis.print_gpu_info()
+    assert capsys.readouterr().out.strip()
+
+
+def test_monitor_is_a_context_manager_and_a_decorator(capsys: Any) -> None:
+    with monitor_gpu_memory(0) as monitor:
+        block = [bytearray(1 << 20) for _ in range(4)]
+    assert monitor.result is not None and monitor.result.delta_bytes is not None and block
+    if not torch.cuda.is_initialized():
+        assert monitor.result.device == "host" and "CUDA is not initialised" in monitor.result.note
+
+    @monitor_gpu_memory(device_id=0)
+    def train() -> int:
+        return 3
+
+    assert train() == 3
+    out = capsys.readouterr().out
+    assert "train" in out and out.count("🔍") == 2
+    assert "GPU" in repr(monitor_gpu_memory(0)) or "CUDA" in repr(monitor_gpu_memory(0))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_measured_engine_on_a_gpu_and_the_traced_prediction() -> None:  # pragma: no cover - GPU only
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+    optimizer = torch.optim.AdamW(model.parameters())
+    before = [p.detach().clone() for p in model.parameters()]
+    rng = torch.cuda.get_rng_state()
+    measured = analyze(model, batch_size=64, optimizer=optimizer, device="cuda:0")
+    planned = analyze(model, batch_size=64, optimizer=optimizer, memory=measured.device.total_bytes)
+    assert measured.engine == "measured" and planned.engine == "traced"
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(rng, torch.cuda.get_rng_state()) and not optimizer.state
+    assert abs(planned.peak_allocated_bytes - measured.peak_allocated_bytes) <= 0.10 * measured.peak_allocated_bytes
+    assert measured.recommendations.maximum and measured.fit is not None
+
+
+def test_local_gpu_limit_counts_other_processes_and_the_context(monkeypatch: Any) -> None:
+    from types import SimpleNamespace
+
+    device = SimpleNamespace(
+        cuda_index=0,
+        name="NVIDIA GeForce RTX 4080 SUPER",
+        total=16 * GiB,
+        free=10 * GiB,
+        this_kernel=None,
+        compute_capability="8.9",
+    )
+    monkeypatch.setattr(analysis, "_local_gpu", lambda index: device)
+    fresh = analysis.device_limit(target=None, memory=None, device=None, reserve=None)
+    assert (fresh.source, fresh.free_bytes, fresh.context_source) == ("nvml", 10 * GiB, "estimate")
+    assert fresh.limit_bytes == 10 * GiB - int(0.05 * 16 * GiB) and fresh.context_to_add > 0
+    device.this_kernel = 600 << 20  # this kernel already has a context: measured, not added again
+    used = analysis.device_limit(target=None, memory=None, device="cuda:0", reserve=GiB)
+    assert (used.context_bytes, used.context_source, used.context_to_add) == (600 << 20, "nvml", 0)
+    assert used.limit_bytes == 9 * GiB
+    report = analyze(_mlp(), batch_size=16)
+    assert report.device.source == "nvml" and report.recommendations.maximum

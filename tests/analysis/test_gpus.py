@@ -1,0 +1,79 @@
+"""The planning-target table: lookups by name, alias and NVML name; one-line errors; memory sizes."""
+
+import pytest
+
+from gpumem_kernel.analysis import gpus
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("RTX 4080 Super", "RTX 4080 Super"),
+        ("rtx 4080 super", "RTX 4080 Super"),
+        ("4080s", "RTX 4080 Super"),
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX 4080 Super"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("A100 40GB", "A100 40GB"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA H100 80GB HBM3", "H100 80GB"),
+        ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti 16GB"),
+        ("h200", "H200"),
+        ("NVIDIA L4", "L4"),
+    ],
+)
+def test_lookup_by_name_alias_and_nvml_name(name: str, expected: str) -> None:
+    assert gpus.lookup(name).name == expected
+
+
+def test_table_covers_the_seeds_gpus_with_memory_and_bf16() -> None:
+    expected_gib = {
+        "RTX 2060": 6,
+        "RTX 3060": 12,
+        "RTX 4060 Ti 16GB": 16,
+        "RTX 4080 Super": 16,
+        "RTX 3090": 24,
+        "RTX 4090": 24,
+        "A100 40GB": 40,
+        "A100 80GB": 80,
+        "T4": 15,
+        "L4": 22,
+        "A10": 22,
+        "H100 80GB": 80,
+        "H200": 140,
+    }
+    for name, gib in expected_gib.items():
+        spec = gpus.lookup(name)
+        assert round(spec.memory_bytes / GiB) == gib, name
+    assert not gpus.lookup("RTX 2060").bf16 and not gpus.lookup("T4").bf16
+    assert gpus.lookup("RTX 3090").bf16 and gpus.lookup("H100").bf16
+
+
+@pytest.mark.parametrize("name", ["RTX 9999", "A100", "", "potato"])
+def test_unknown_or_ambiguous_names_give_one_line(name: str) -> None:
+    with pytest.raises(ValueError) as info:
+        gpus.lookup(name)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_name_lists_close_names() -> None:
+    with pytest.raises(ValueError, match="RTX 4080 Super"):
+        gpus.lookup("RTX 4080 Supr")
+
+
+def test_parse_memory() -> None:
+    assert gpus.parse_memory("16GiB") == 16 * GiB
+    assert gpus.parse_memory("16 GB") == 16 * 10**9
+    assert gpus.parse_memory("512MiB") == 512 * MiB
+    assert gpus.parse_memory(1234) == 1234
+    for bad in ("lots", "-1GiB", "0", True):
+        with pytest.raises(ValueError):
+            gpus.parse_memory(bad)
+
+
+def test_cublas_workspace_sizes_match_torch_sources() -> None:
+    assert gpus.cublas_workspace_bytes("8.0") == 8_519_680  # ':4096:2:16:8'
+    assert gpus.cublas_workspace_bytes("9.0") == 32 * MiB  # Hopper
+    assert gpus.cublas_workspace_bytes("8.6", ":4096:8") == 32 * MiB
+    assert gpus.context_estimate("9.0") > gpus.context_estimate("7.5") > 0

@@ -1,0 +1,494 @@
+"""diagnose → build_checklist → oom_bundle: ordering, computed values, runnable snippets, seed coverage, schema."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import jsonschema
+import pytest
+
+from gpumem_kernel.oom.checklist import (
+    ACTIONS,
+    OOM_MIME,
+    SEED_STEPS,
+    build_checklist,
+    diagnose,
+    load_payload_schema,
+    oom_bundle,
+    oom_report,
+    parse_oom_message,
+    suggested_batch,
+)
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+MESSAGES = Path(__file__).parent / "messages"
+MIB, GIB = 1024**2, 1024**3
+ORDER = [
+    "clear",
+    "restart",
+    "shutdown-*",
+    "other-processes",
+    "batch-size",
+    "eval-batch-size",
+    "grad-accumulation",
+    "mixed-precision",
+    "smaller-inputs",
+    "host-memory",
+    "fewer-workers",
+    "grad-checkpointing",
+    "expandable-segments",
+    "smaller-model",
+]
+V2 = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB "
+    "of which 3.06 MiB is free. Process 4242 has 2.00 GiB memory in use. Process 777 has 1.50 GiB memory in use. "
+    "Including non-PyTorch memory, this process has 11.20 GiB memory in use. Of the allocated memory 10.56 GiB is "
+    "allocated by PyTorch, and 51.92 MiB is reserved by PyTorch but unallocated."
+)
+
+
+def message(name: str) -> str:
+    return "".join((MESSAGES / name).read_text("utf-8").splitlines(keepends=True)[1:])
+
+
+def shell_with(**user_ns: Any) -> Any:
+    """Just what diagnose reads from an IPython shell."""
+    return types.SimpleNamespace(user_ns=dict(user_ns), user_ns_hidden={})
+
+
+def training_namespace(workers: int = 2, batch: int = 32) -> Dict[str, Any]:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return dict(
+        model=model,
+        opt=torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        train_dl=DataLoader(
+            TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,))), batch_size=batch, num_workers=workers
+        ),
+        device="cpu",
+        IMG_SIZE=224,
+    )
+
+
+def sample(
+    processes: Optional[List[Dict[str, Any]]] = None, children: int = 2, capability: str = "7.5"
+) -> Dict[str, Any]:
+    """A probe sample in the wire format (gpumem_kernel/wire/schemas/README.md)."""
+    return {
+        "type": "sample",
+        "seq": 0,
+        "time": 0.0,
+        "gpu": {
+            "available": True,
+            "reason": None,
+            "driver_version": "550.54.15",
+            "cuda_driver_version": "12.4",
+            "visible_devices": None,
+            "device_order": "FASTEST_FIRST",
+            "devices": [
+                {
+                    "nvml_index": 0,
+                    "cuda_index": 0,
+                    "name": "Tesla T4",
+                    "uuid": "GPU-1",
+                    "mig": False,
+                    "total": int(14.75 * GIB),
+                    "used": int(14.7 * GIB),
+                    "free": 3 * MIB,
+                    "util_gpu": 99,
+                    "util_mem": 50,
+                    "compute_capability": capability,
+                    "sm_count": 40,
+                    "this_kernel": int(11.2 * GIB),
+                    "allocator": None,
+                    "processes": processes
+                    if processes is not None
+                    else [
+                        {
+                            "pid": 1000,
+                            "name": "python",
+                            "used": int(11.2 * GIB),
+                            "kernel_id": "mine",
+                            "this_kernel": True,
+                        },
+                        {
+                            "pid": 4242,
+                            "name": "python",
+                            "used": 2 * GIB,
+                            "kernel_id": "8f0c1d2e-other",
+                            "this_kernel": False,
+                        },
+                        {
+                            "pid": 777,
+                            "name": "<img src=x onerror=alert(1)>",
+                            "used": int(1.5 * GIB),
+                            "kernel_id": None,
+                            "this_kernel": False,
+                        },
+                    ],
+                }
+            ],
+        },
+        "kernel": {
+            "pid": 1000,
+            "gpu_used": int(11.2 * GIB),
+            "torch": {"imported": True, "version": "2.13.0", "cuda_initialized": True},
+        },
+        "host": {
+            "rss": 3 * GIB,
+            "total": 32 * GIB,
+            "available": 20 * GIB,
+            "children": {"count": children, "rss": GIB},
+            "container_limit": None,
+            "container_usage": None,
+        },
+        "errors": [],
+    }
+
+
+def checklist(
+    text: str = V2,
+    env: Optional[Dict[str, str]] = None,
+    recommendation: Optional[int] = None,
+    ns: Optional[Dict[str, Any]] = None,
+    probe: Optional[Dict[str, Any]] = None,
+):
+    info = parse_oom_message(text)
+    d = diagnose(
+        info,
+        probe if probe is not None else sample(),
+        shell_with(**(ns if ns is not None else training_namespace())),
+        env={} if env is None else env,
+    )
+    return info, d, build_checklist(info, d, recommendation, None, probe)
+
+
+def ids(steps) -> List[str]:
+    return [s.id for s in steps]
+
+
+def validate(payload: Dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(json.loads(json.dumps(payload)))
+
+
+def test_steps_are_ordered_cheapest_to_most_drastic() -> None:
+    _, _, steps = checklist()
+    order = [("shutdown-*" if i.startswith("shutdown-") else i) for i in ids(steps)]
+    assert order == ORDER
+    assert all(s.action in ACTIONS or s.action is None for s in steps)
+
+
+def test_other_jupyter_kernels_get_a_shutdown_button_and_other_processes_are_listed() -> None:
+    _, d, steps = checklist()
+    shutdown = [s for s in steps if s.action == "shutdown-kernel"]
+    assert [s.kernel_id for s in shutdown] == ["8f0c1d2e-other"]
+    others = next(s for s in steps if s.id == "other-processes")
+    assert "PID 777" in others.detail and "PID 4242" not in others.detail
+    assert {p.pid: p.source for p in d.other_processes} == {4242: "both", 777: "both"}
+    assert all(p.pid != 1000 for p in d.other_processes)  # this kernel is not "another process"
+
+
+@pytest.mark.parametrize(
+    "batch, recommendation, expected",
+    [
+        (32, None, (16, "half of 32")),
+        (32, 12, (12, "the last %gpumem analyze recommendation")),
+        (32, 48, (16, "half of 32")),  # a stale recommendation above the batch that failed is ignored
+        (None, 8, (8, "the last %gpumem analyze recommendation")),
+        (None, None, (None, "half of your current batch")),
+        (1, None, (1, "half of 1")),
+    ],
+)
+def test_suggested_batch(batch: Optional[int], recommendation: Optional[int], expected) -> None:
+    assert suggested_batch(recommendation, batch) == expected
+
+
+def test_batch_step_and_accumulation_use_the_computed_values() -> None:
+    _, d, steps = checklist(ns=training_namespace(batch=30), recommendation=12)
+    assert d.batch_size == 30 and d.batch_size_source == "train_dl.batch_size"
+    step = {s.id: s for s in steps}
+    assert step["batch-size"].title == "Reduce the batch size to 12"
+    assert step["grad-accumulation"].title == "Accumulate gradients over 3 batches (effective batch 36)"
+    assert "ACCUM_STEPS = 3" in step["grad-accumulation"].code
+    assert "at most 15" in step["eval-batch-size"].detail  # 1.3 × 12
+
+
+def test_batch_from_a_variable_and_unknown_batch() -> None:
+    _, d, steps = checklist(ns={"BATCH_SIZE": 16})
+    assert (d.batch_size, d.batch_size_source) == (16, "BATCH_SIZE")
+    assert next(s for s in steps if s.id == "batch-size").title == "Reduce the batch size to 8"
+    _, d, steps = checklist(ns={})
+    assert d.batch_size is None
+    assert next(s for s in steps if s.id == "batch-size").title == "Halve the batch size"
+    assert "ACCUM_STEPS = 2" in next(s for s in steps if s.id == "grad-accumulation").code
+
+
+def test_every_inserted_cell_compiles() -> None:
+    cases = [
+        checklist(),
+        checklist(ns={}),
+        checklist(probe=sample(capability="8.6")),
+        checklist(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}),
+        checklist(text=message("v2_hip.txt")),
+    ]
+    for _, _, steps in cases:
+        for step in steps:
+            if step.action in ("insert-cell", "insert-env-cell-and-restart"):
+                assert step.code, step.id
+                compile(step.code, f"<{step.id}>", "exec")
+
+
+def _run(code: str, ns: Dict[str, Any]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # autocast("cuda") / GradScaler("cuda") warn and disable themselves on CPU
+        exec(compile(code, "<snippet>", "exec"), ns)
+
+
+def test_accumulation_and_mixed_precision_snippets_run_with_the_users_names() -> None:
+    for capability in ("7.5", "8.6"):  # float16 + GradScaler, then bfloat16
+        ns = training_namespace(workers=0)
+        _, d, steps = checklist(ns=ns, probe=sample(capability=capability))
+        assert (d.names.model, d.names.optimizer, d.names.loader, d.names.criterion, d.names.device) == (
+            "model",
+            "opt",
+            "train_dl",
+            "loss_fn",
+            "device",
+        )
+        before = [p.detach().clone() for p in ns["model"].parameters()]
+        for step_id in ("grad-accumulation", "mixed-precision"):
+            _run(next(s for s in steps if s.id == step_id).code, ns)
+        assert any(not torch.equal(a, p) for a, p in zip(before, ns["model"].parameters()))
+        amp = next(s for s in steps if s.id == "mixed-precision")
+        assert ("dtype=torch.bfloat16):" in amp.code) == (capability == "8.6")
+        assert ("GradScaler(" in amp.code) == (capability != "8.6")
+
+
+def test_inserted_code_names_only_identifiers_from_the_namespace() -> None:
+    hostile = "x = 1; import os; os.system('echo owned')  #"
+    base = training_namespace(workers=0)
+    ns = {hostile: base["model"], "nonlocal": base["opt"], "loss fn()": base["loss_fn"], "train-dl": base["train_dl"]}
+    for probe in (sample(capability="7.5"), sample(capability="8.6")):
+        _, d, steps = checklist(ns=ns, probe=probe)
+        assert d.model is not None and d.model.parameters > 0  # the model is still found and described
+        assert (d.names.model, d.names.optimizer, d.names.criterion, d.names.loader) == (
+            "model",
+            "optimizer",
+            "criterion",
+            "train_loader",
+        )  # placeholders the user fills
+        for step in steps:
+            if step.code:
+                compile(step.code, f"<{step.id}>", "exec")
+                assert all(key not in step.code for key in ns), step.id
+
+
+def test_hugging_face_switch_is_not_called_on_a_non_identifier() -> None:
+    class HFModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def gradient_checkpointing_enable(self) -> None:
+            pass
+
+    _, _, steps = checklist(ns={"m; import os": HFModel()})
+    step = next(s for s in steps if s.id == "grad-checkpointing")
+    assert step.code.strip().endswith("model.gradient_checkpointing_enable()") and "import os" not in step.code
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(8, 16)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        x = self.stem(x)
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+@pytest.mark.parametrize(
+    "make_model, target",
+    [
+        (Net, "model.layers"),
+        (lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)), "model"),
+    ],
+)
+def test_checkpointing_snippet_wraps_the_largest_blocks_and_still_trains(make_model, target: str) -> None:
+    ns = {"model": make_model()}
+    _, d, steps = checklist(ns=ns)
+    step = next(s for s in steps if s.id == "grad-checkpointing")
+    assert f"{target} = torch.nn." in step.code
+    _run(step.code, ns)
+    model = ns["model"]
+    assert any(type(m).__name__ == "Checkpointed" for m in model.modules())
+    model(torch.randn(4, 8)).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_hugging_face_models_use_their_own_switch() -> None:
+    class HFModel(torch.nn.Module):
+        is_gradient_checkpointing = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def gradient_checkpointing_enable(self) -> None:
+            self.is_gradient_checkpointing = True
+
+    ns = {"net": HFModel()}
+    _, _, steps = checklist(ns=ns)
+    step = next(s for s in steps if s.id == "grad-checkpointing")
+    assert step.code.strip().endswith("net.gradient_checkpointing_enable()")
+    _run(step.code, ns)
+    _, _, steps = checklist(ns=ns)
+    assert next(s for s in steps if s.id == "grad-checkpointing").action is None  # already on
+
+
+def test_every_seed_checklist_step_is_covered() -> None:
+    _, _, steps = checklist()
+    present = set(ids(steps))
+    missing = {seed: step for seed, step in SEED_STEPS.items() if step not in present}
+    assert not missing
+    assert len([k for k in SEED_STEPS if k.startswith("001")]) == 8  # seed 001's checklist has 8 items
+
+
+def test_fewer_workers_only_when_workers_exist() -> None:
+    _, _, steps = checklist(ns=training_namespace(workers=0), probe=sample(children=0))
+    assert "fewer-workers" not in ids(steps)
+    _, _, steps = checklist(ns=training_namespace(workers=2), probe=sample(children=0))
+    assert next(s for s in steps if s.id == "fewer-workers").title == "Use fewer DataLoader workers (2 → 1)"
+    _, _, steps = checklist(ns={}, probe=sample(children=3))
+    assert "fewer-workers" in ids(steps)
+
+
+def test_expandable_segments() -> None:
+    _, d, steps = checklist(text=message("v2_this_process.txt"))
+    step = next(s for s in steps if s.id == "expandable-segments")
+    assert d.fragmentation.suggest and d.fragmentation.decisive  # 194.87 MiB cached could not serve 22 MiB
+    assert step.action == "insert-env-cell-and-restart"
+    assert 'os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"' in step.code
+    _, _, steps = checklist(env={"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"})
+    assert (
+        '"max_split_size_mb:128,expandable_segments:True"'
+        in next(s for s in steps if s.id == "expandable-segments").code
+    )
+    for env in (
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+    ):
+        _, d, steps = checklist(text=message("v2_this_process.txt"), env=env)
+        assert "expandable-segments" not in ids(steps)
+        assert d.fragmentation.expandable_segments_set and not d.fragmentation.suggest
+    _, d, steps = checklist(text=message("v2_hip.txt"))
+    assert 'os.environ["PYTORCH_HIP_ALLOC_CONF"]' in next(s for s in steps if s.id == "expandable-segments").code
+
+
+@pytest.mark.parametrize(
+    "name, suggest",
+    [
+        ("v2_this_process.txt", True),
+        ("v2_fragmentation.txt", True),
+        ("v1_reserved.txt", True),
+        ("v2_docs_url_other_process.txt", False),
+        ("v2_hip_allowed_private_pools.txt", True),
+        ("v21_capacty_wrapped.txt", True),
+        ("v2_windows_bogus_process.txt", False),
+    ],
+)
+def test_fragmentation_threshold(name: str, suggest: bool) -> None:
+    info = parse_oom_message(message(name))
+    d = diagnose(info, None, shell_with(), env={})
+    assert d.fragmentation.suggest is suggest
+
+
+def test_diagnosis_notes_for_impossible_figures_and_oversized_requests() -> None:
+    info = parse_oom_message(message("v2_windows_bogus_process.txt"))
+    d = diagnose(info, None, shell_with(), env={})
+    assert [p.used for p in d.other_processes] == [None]
+    assert any("impossible" in note for note in d.notes)
+    assert any("set_per_process_memory_fraction" in note for note in d.notes)
+    steps = build_checklist(info, d, None, None)
+    assert "17179869184" not in next(s for s in steps if s.id == "restart").detail
+    d = diagnose(parse_oom_message(message("v2_too_large.txt")), None, shell_with(), env={})
+    assert d.too_large and "freeing memory cannot help" in d.notes[0]
+    d = diagnose(parse_oom_message(message("v21_one_process_container.txt")), None, shell_with(), env={})
+    assert d.pid_unmatched
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in MESSAGES.glob("*.txt")))
+def test_bundle_payload_matches_the_schema_for_every_real_message(name: str) -> None:
+    bundle = oom_report(message(name), shell_with(**training_namespace()), sample=sample(), env={})
+    assert set(bundle) == {OOM_MIME, "text/html", "text/plain"}
+    validate(bundle[OOM_MIME])
+
+
+def test_bundle_without_probe_or_namespace_matches_the_schema() -> None:
+    info = parse_oom_message(V2)
+    d = diagnose(info, None, shell_with(), env={})
+    validate(oom_bundle(info, d, build_checklist(info, d, None, None))[OOM_MIME])
+
+
+def test_schema_is_strict() -> None:
+    bundle = oom_report(V2, shell_with(), sample=sample(), env={})
+    payload = json.loads(json.dumps(bundle[OOM_MIME]))
+    payload["steps"][0]["extra"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        validate(payload)
+    payload = json.loads(json.dumps(bundle[OOM_MIME]))
+    shutdown = next(s for s in payload["steps"] if s["action"] == "shutdown-kernel")
+    shutdown["kernel_id"] = None
+    with pytest.raises(jsonschema.ValidationError):
+        validate(payload)
+
+
+def test_plain_text_is_a_numbered_checklist() -> None:
+    bundle = oom_report(V2, shell_with(**training_namespace()), sample=sample(), env={})
+    text = bundle["text/plain"]
+    steps = bundle[OOM_MIME]["steps"]
+    numbered = [line for line in text.splitlines() if line[:3].strip().rstrip(".").isdigit()]
+    assert len(numbered) == len(steps)
+    assert numbered[0].startswith(" 1. [ ] Clear GPU memory")
+    assert text.startswith("CUDA out of memory on GPU 0: tried to allocate 20.00 MiB")
+
+
+def test_hostile_strings_are_escaped_in_html() -> None:
+    hostile = V2.replace("Tried to allocate", "<script>alert('x')</script> Tried to allocate")
+    probe = sample(
+        processes=[
+            {"pid": 4242, "name": "python", "used": GIB, "kernel_id": '"><script>k</script>', "this_kernel": False},
+            {"pid": 4343, "name": "<b onmouseover=alert(1)>", "used": GIB, "kernel_id": None, "this_kernel": False},
+        ]
+    )
+    bundle = oom_report(hostile, shell_with(), sample=probe, env={})
+    page = bundle["text/html"]
+    assert "<script" not in page and "<b " not in page
+    assert "&lt;script&gt;" in page and "&lt;b onmouseover" in page
+    validate(bundle[OOM_MIME])
+
+
+def test_not_an_oom_gives_no_report() -> None:
+    assert oom_report("ValueError: nope", shell_with(), sample=None) is None
+    assert oom_report(RuntimeError("shape mismatch"), shell_with(), sample=None) is None
+    bundle = oom_report(torch.OutOfMemoryError("custom text"), shell_with(), sample=None, env={})
+    assert bundle[OOM_MIME]["info"]["format"] == "unknown"
+
+
+def test_eval_cap_and_quarter_steps_follow_the_seed() -> None:
+    _, _, steps = checklist(ns={"batch_size": 16})
+    batch = next(s for s in steps if s.id == "batch-size")
+    assert "16 → 12 → 8" in batch.detail  # seed 003: 16 → 12 → 8 → 6
+    assert "drop_last=True" in batch.detail
+    evaluation = next(s for s in steps if s.id == "eval-batch-size")
+    assert f"at most {math.floor(8 * 1.3)}" in evaluation.detail

@@ -1,0 +1,38 @@
+"""The real probe on this machine: no NVIDIA driver, but host numbers must be right."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import psutil
+
+from gpumem_kernel.probe.prober import probe
+from gpumem_kernel.wire.protocol import validate
+
+
+def test_without_a_driver_the_gpu_part_says_why_and_the_sample_is_valid():
+    sample = probe().to_dict()
+
+    assert sample["gpu"]["available"] is False
+    assert sample["gpu"]["reason"]  # e.g. "NVIDIA driver library (libnvidia-ml.so.1) not found"
+    assert sample["gpu"]["devices"] == []
+    validate(sample)
+
+
+def test_host_numbers_agree_with_psutil():
+    host = probe().to_dict()["host"]
+
+    rss = psutil.Process().memory_info().rss
+    assert abs(host["rss"] - rss) <= 0.2 * rss
+    assert host["total"] == psutil.virtual_memory().total
+    assert 0 < host["available"] <= host["total"]
+
+
+def test_kernel_part_names_this_process_and_does_not_import_torch():
+    had_torch = "torch" in sys.modules
+    sample = probe().to_dict()
+
+    assert sample["kernel"]["pid"] == os.getpid()
+    assert ("torch" in sys.modules) == had_torch
+    assert sample["kernel"]["torch"]["imported"] == had_torch
