@@ -1,0 +1,1 @@
+"""Which batch size runs fastest: the timed sweep with I/O, forward, backward and optimizer times."""

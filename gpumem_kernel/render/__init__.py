@@ -1,0 +1,1 @@
+"""Shared text and HTML rendering: byte units and the status snapshot's console and HTML layouts."""
