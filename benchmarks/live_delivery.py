@@ -84,7 +84,7 @@ def measure_loop(kernel: KernelHarness, comm: str, loop: str, seconds: float, in
     duration = finished - started
     expected = math.floor(duration / interval)
     arrivals = [started] + [r.at for r in during] + [finished]
-    seqs = [r.comm_data(comm)["seq"] for r in during]  # type: ignore[index]
+    seqs = [r.comm_data(comm)["seq"] for r in during]
     missing = sum(b - a - 1 for a, b in zip(seqs, seqs[1:]) if b > a + 1)
     return {
         "loop": loop,

@@ -294,7 +294,7 @@ def main() -> None:
 
     local = {}
     for name, seconds in (("1 Hz", args.attributed), ("10 Hz", args.attributed / 2)):
-        local[name] = attributed(step, SETTINGS[name], seconds)  # type: ignore[arg-type]
+        local[name] = attributed(step, SETTINGS[name], seconds)
         print(
             f"attributed {name}: {local[name]['overhead']:+.3%} ± {local[name]['overhead_standard_error']:.3%} "
             f"({local[name]['excess_per_sample_ms']:.3f} ms per sample, placebo "

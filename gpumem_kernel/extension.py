@@ -14,6 +14,7 @@ from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.probe.prober import default_prober
+from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.sampler import Sampler
 
 
@@ -55,6 +56,7 @@ def load(ip: Any, version: str) -> Loaded:
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
         oom.install_oom_handler(ip, probe=sampler.snapshot, recommendation=lambda: last_recommendation(ip))
+        snapshot.attach(sampler)  # clear, the checklist and `%gpumem status` sample through it
         sampler.start()
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
         if not _atexit_registered:
@@ -83,6 +85,7 @@ def unload(ip: Any) -> None:
         except ValueError:
             pass  # never registered (a shell without events)
     loaded.sampler.stop()
+    snapshot.detach(loaded.sampler)
     oom.uninstall_oom_handler(loaded.ip)
     loaded.ip.magics_manager.magics["line"].pop("gpumem", None)
     loaded.ip.magics_manager.magics["cell"].pop("gpumem", None)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: jest, pytest (kernel tests on ipykernel 7 and 6),
-# the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
+# Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest,
+# pytest (kernel tests on ipykernel 7 and 6), the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
 # the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,16 @@ rm -rf dist && pip wheel -q --no-deps -w dist .
 step "ruff: lint and format of the Python code (pyproject.toml [tool.ruff])"
 ruff check .
 ruff format --check .
+
+step "the wire types and validators are generated from the JSON Schemas, and up to date (jlpm gen:wire)"
+node scripts/gen_wire.mjs --check
+
+step "ESLint and Prettier (eslint.config.js, .prettierrc)"
+jlpm lint:check
+
+step "no import circle: src/ (madge, type-only imports included) and gpumem_kernel/ (layers, bottom first)"
+jlpm lint:cycles
+python scripts/check_imports.py
 
 step "jest"
 jlpm test

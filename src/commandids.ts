@@ -1,8 +1,14 @@
 /**
- * The command ids of jupyterlab-gpumem's actions (palette, notebook toolbar, keyboard shortcuts and the UI
- * tests use them). Each accepts an optional `widgetId` argument naming the notebook to act on; without it
- * the command acts on the notebook the panel follows.
+ * The command ids of jupyterlab-gpumem (palette, notebook toolbar, keyboard shortcuts and the UI tests use
+ * them), and the panel's DOM id that they open. The actions' commands accept an optional `widgetId` argument
+ * naming the notebook to act on; without it they act on the notebook the panel follows.
  */
+
+/** The panel's DOM id (the layout restorer, the open command and the UI tests use it). */
+export const PANEL_ID = 'jp-GpuMem-panel';
+
+/** Open the GPU Memory panel in the right sidebar (the status-bar item runs it). */
+export const OPEN_PANEL_COMMAND = 'gpumem:open-panel';
 
 /** Run the safe clear in the kernel and show its report in the panel. */
 export const CLEAR_COMMAND = 'gpumem:clear';

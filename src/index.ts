@@ -5,9 +5,9 @@
  *   kernel (one bridge per session) and keeps the settings and the server's sessions up to date.
  * - `jupyterlab-gpumem:panel` adds the "GPU Memory" panel to the right sidebar and the open command.
  * - `jupyterlab-gpumem:status` adds the status-bar item (optional: skipped without a status bar).
- * - `jupyterlab-gpumem:actions` (actionsplugin.ts): clear, restart and free, the OOM checklist and its
+ * - `jupyterlab-gpumem:actions` (actions/plugin.ts): clear, restart and free, the OOM checklist and its
  *   notification, "shut down kernel", the notebook toolbar button. The MIME renderer of the inline outputs
- *   is the package's `mimeExtension` (mime.tsx).
+ *   is the package's `mimeExtension` (outputs/mime.tsx).
  *
  * The model token is exported so that later extensions (OOM checklist, analysis renderer) share the comm.
  */
@@ -26,6 +26,7 @@ import { ITranslator } from '@jupyterlab/translation';
 import { Signal } from '@lumino/signaling';
 
 import { actionsPlugin } from './actions/plugin';
+import { OPEN_PANEL_COMMAND } from './commandids';
 import { statusSummary } from './panel/statussummary';
 import { CurrentSession } from './channel/current';
 import { TRANSLATION_DOMAIN } from './ui/i18n';
@@ -33,15 +34,24 @@ import { gpuIcon } from './ui/icons';
 import { GpuMemModel } from './channel/model';
 import { GpuMemPanel } from './panel/panel';
 import { readSettings } from './settings';
-import { GpuMemStatusItem, OPEN_PANEL_COMMAND } from './panel/statusitem';
+import { GpuMemStatusItem } from './panel/statusitem';
 import { IGpuMemActions, IGpuMemModel } from './tokens';
 import { CLIENT } from './version';
 
 export { IGpuMemActions, IGpuMemModel } from './tokens';
+export type {
+  IBridgeView,
+  IClearRun,
+  IKernelProblem,
+  IOomRun,
+  IRestartRun,
+  ISessionActions,
+  ITickStore
+} from './tokens';
 export * from './commandids';
-export type { IKernelProblem } from './channel/bridge';
 export { RequestError } from './channel/bridge';
-export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './channel/model';
+export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './channel/sample';
+export type { IKernelSession } from './channel/sample';
 export * from './wire/protocol';
 export type { IGpuMemSettings } from './settings';
 export type { IBridgeState, StateName } from './channel/state';
@@ -111,6 +121,7 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
       label: trans.__('Open the GPU Memory Panel'),
       caption: trans.__("Show the current kernel's GPU memory in the right sidebar"),
       icon: gpuIcon,
+      describedBy: { args: { type: 'object', properties: {} } },
       execute: () => {
         shell.activateById(panel.id);
       }

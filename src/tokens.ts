@@ -1,26 +1,54 @@
 /**
  * The public interface of jupyterlab-gpumem, for this extension's views and for later extensions (the OOM
  * checklist, the analysis renderer) that want the current kernel's GPU memory without opening a second comm.
+ *
+ * Interfaces only: this module imports nothing but types, from modules that never import it back (the wire
+ * format, the settings, the pure state machine, sample helpers and action reports). The classes that
+ * implement these interfaces (the model, the bridge, the session actions, the tick store) import this
+ * module, never the reverse, so no import circle can pass through here. ESLint refuses value imports of our
+ * own modules in this file; `jlpm lint:cycles` checks for circles.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel } from '@jupyterlab/services';
 import { Token } from '@lumino/coreutils';
 import type { ISignal } from '@lumino/signaling';
 
-import type { IKernelProblem } from './channel/bridge';
-import type { IKernelSession } from './channel/model';
+import type { IOomError } from './actions/oom/detect';
+import type { IRestartReport, RestartPhase } from './actions/restart/restart';
+import type { IKernelSession } from './channel/sample';
+import type { IBridgeState } from './channel/state';
+import type { IGpuMemSettings } from './settings';
 import type {
+  IChildProcess,
+  IClearPayload,
   IGpuProcess,
   IHello,
+  IOomPayload,
+  IOomStep,
   IRequestArgs,
   IRequestResults,
   ISample,
   RequestAction
 } from './wire/protocol';
-import type { IBridgeView, SessionActions } from './actions/sessionactions';
-import type { IGpuMemSettings } from './settings';
-import type { IBridgeState } from './channel/state';
-import type { TickStore } from './actions/ticks';
+
+/** A problem the kernel side reported outside any request (`errors` of a sample, `error` with id null). */
+export interface IKernelProblem {
+  /** Seconds since the epoch (the sample's time, or when it arrived). */
+  readonly time: number;
+  readonly text: string;
+}
+
+/** The part of a session's kernel bridge that the actions use (the bridge itself fits). */
+export interface IBridgeView {
+  readonly hello: IHello | null;
+  readonly latest: ISample | null;
+  readonly dataChanged: ISignal<unknown, void>;
+  request<A extends RequestAction>(
+    action: A,
+    args?: IRequestArgs[A],
+    timeoutMs?: number
+  ): Promise<IRequestResults[A]>;
+}
 
 /** The live GPU memory of the current notebook's (or console's) kernel. */
 export interface IGpuMemModel {
@@ -71,6 +99,85 @@ export const IGpuMemModel = new Token<IGpuMemModel>(
   'The live GPU memory of the current notebook kernel (state, samples, history, requests).'
 );
 
+/** The OOM checklist's ticks, remembered per notebook path. */
+export interface ITickStore {
+  /** Emitted with the notebook path whose ticks changed (or finished loading). */
+  readonly changed: ISignal<ITickStore, string>;
+  /** The ticked step ids of a notebook (empty until loaded: `changed` fires when they arrive). */
+  ticks(path: string): ReadonlySet<string>;
+  /** Tick or untick one step. */
+  set(path: string, stepId: string, ticked: boolean): void;
+  /** Untick every step of a notebook. */
+  reset(path: string): void;
+}
+
+/** The last clear. */
+export interface IClearRun {
+  readonly phase: 'running' | 'done' | 'failed';
+  readonly report: IClearPayload | null;
+  readonly error: string | null;
+}
+
+/** The last restart-and-free. */
+export interface IRestartRun {
+  readonly phase: RestartPhase | 'failed';
+  readonly clearOutputs: boolean;
+  readonly report: IRestartReport | null;
+  readonly error: string | null;
+  /** What to do next (after the environment cell was inserted: run it first). */
+  readonly note: string | null;
+}
+
+/** The checklist of the last OOM. */
+export interface IOomRun {
+  /** waiting: for the failing cell to end; loading: asking the kernel; ready / failed. */
+  readonly phase: 'waiting' | 'loading' | 'ready' | 'failed';
+  readonly error: IOomError;
+  readonly payload: IOomPayload | null;
+  /** Why there is no checklist, when phase is 'failed'. */
+  readonly problem: string | null;
+}
+
+/** What the user can do to one notebook's (or console's) kernel, and what came of it. */
+export interface ISessionActions {
+  readonly sessionContext: ISessionContext;
+  /** The notebook's widget id (commands and the notification name it), or null for a console. */
+  readonly widgetId: string | null;
+  /** Emitted on any change of the runs below or of the ticks. */
+  readonly changed: ISignal<ISessionActions, void>;
+  /** The notebook's path (the key of its ticks). */
+  readonly path: string;
+  readonly clearRun: IClearRun | null;
+  readonly restartRun: IRestartRun | null;
+  readonly oomRun: IOomRun | null;
+  /** True while a clear or a restart is under way (their buttons are disabled). */
+  readonly busy: boolean;
+  readonly clearing: boolean;
+  readonly restarting: boolean;
+  /** The kernel is executing (a request of ours waits behind the running cell). */
+  readonly kernelBusy: boolean;
+  /** The step ids ticked in this notebook. */
+  readonly ticks: ReadonlySet<string>;
+  /** The kernel's children as last reported (`children` action), for the kernel PID they belong to. */
+  readonly children: ReadonlyArray<IChildProcess>;
+  setTick(stepId: string, ticked: boolean): void;
+  resetTicks(): void;
+  /** The safe clear; resolves true when a report came back. */
+  clear(): Promise<boolean>;
+  /** Restart and free; resolves with the report, or null when cancelled, failed or already running. */
+  restartAndFree(clearOutputs?: boolean, note?: string | null): Promise<IRestartReport | null>;
+  /** End an old child that outlived the restart. */
+  endLeftover(pid: number): Promise<void>;
+  /** Run a checklist step's action; ticks the step when it did what it says. */
+  runStep(step: IOomStep): Promise<void>;
+  /** Show the checklist of the kernel's last OOM. */
+  loadLastOom(): Promise<void>;
+  /** Hide the checklist (its ticks stay remembered). */
+  dismissOom(): void;
+  /** Hide the clear report or the restart report. */
+  dismissReport(which: 'clear' | 'restart'): void;
+}
+
 /**
  * Clear, restart-and-free, the OOM checklist and "shut down kernel", per open notebook or console
  * (from the `jupyterlab-gpumem:actions` plugin).
@@ -79,9 +186,9 @@ export interface IGpuMemActions {
   /** Emitted when the current session's actions change, or the current session does. */
   readonly changed: ISignal<IGpuMemActions, void>;
   /** The actions of the session the panel follows. */
-  readonly current: SessionActions | null;
+  readonly current: ISessionActions | null;
   /** The OOM checklist's ticks, per notebook. */
-  readonly ticks: TickStore;
+  readonly ticks: ITickStore;
   /** "notebook: <path>" / "console: <path>" for a kernel of this server, else null. */
   labelKernel(kernelId: string): string | null;
   /** True for another kernel of this server. */

@@ -1,3 +1,4 @@
+import './chart.css';
 import './base.css';
 import './actions.css';
 import './analysis.css';

@@ -179,4 +179,4 @@ def install_in_running_kernel(gpus: List[FakeGpu]) -> None:
         raise RuntimeError("load gpumem_kernel first")
     prober = probe.default_prober()
     with loaded.sampler._probe_lock:
-        prober.__init__(nvml=Nvml(module=FakeNvml(gpus)))  # type: ignore[misc]
+        prober.__init__(nvml=Nvml(module=FakeNvml(gpus)))

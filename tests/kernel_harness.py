@@ -255,7 +255,7 @@ class KernelHarness:
         found = self.wait_for(
             lambda r: (d := r.comm_data(comm_id)) is not None and d.get("type") == kind and where(d), timeout, start
         )
-        return found.comm_data(comm_id)  # type: ignore[return-value]
+        return found.comm_data(comm_id)
 
     def wait_comm_closed(self, comm_id: str, timeout: float = 30) -> Received:
         return self.wait_for(lambda r: r.msg_type == "comm_close" and r.content.get("comm_id") == comm_id, timeout)

@@ -42,8 +42,23 @@ def test_the_wheel_ships_the_prebuilt_labextension_as_shared_data() -> None:
 
 def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
     names, _, _ = _names_and_metadata()
-    for module in ("__init__", "probe", "sampler", "channel", "magics", "clear", "oom", "analysis"):
+    for module in (
+        "__init__",
+        "extension",
+        "probe/prober",
+        "probe/sampler",
+        "channel/comm",
+        "channel/frontend",
+        "magics/gpumem",
+        "clear/reclaim",
+        "oom/checklist",
+        "oom/classify",
+        "analysis/analyze",
+        "autobatch/search",
+        "benchmark/sweep",
+    ):
         assert f"gpumem_kernel/{module}.py" in names
+    assert "gpumem_kernel/oom/patterns.json" in names  # the OOM patterns the browser bundle was built from
     for schema in ("open", "request", "hello", "history", "sample", "reply", "error", "oom", "clear"):
         assert f"gpumem_kernel/wire/schemas/{schema}.schema.json" in names
 
@@ -56,3 +71,23 @@ def test_torch_is_not_a_requirement() -> None:
     assert not any(r.split()[1].lower().startswith("torch") for r in requires), requires
     names = {r.split()[1].split(">")[0].split("=")[0].split("<")[0].lower() for r in runtime}
     assert {"ipykernel", "nvidia-ml-py", "psutil", "pyyaml"} <= names
+
+
+# The labextension's JavaScript, all chunks together: 243 KiB before the wire validators were generated and the
+# YAML writer moved to the kernel; a budget, so that a new dependency is a decision, not an accident.
+BUNDLE_BUDGET = 200 * 1024
+
+
+def test_the_labextension_bundle_stays_within_its_budget() -> None:
+    wheel = _wheel()
+    version = wheel.name.split("-")[1]
+    static = EXT.format(v=version) + "static/"
+    with zipfile.ZipFile(wheel) as zf:
+        sizes = {
+            i.filename: i.file_size
+            for i in zf.infolist()
+            if i.filename.startswith(static) and i.filename.endswith(".js")
+        }
+    assert sizes, "no JavaScript in the labextension"
+    total = sum(sizes.values())
+    assert total <= BUNDLE_BUDGET, f"{total / 1024:.1f} KiB > {BUNDLE_BUDGET / 1024:.0f} KiB: {sorted(sizes.items())}"

@@ -49,7 +49,7 @@ def device_guard(cap: Optional[int], model: Any, optimizer: Any, data: Any = Non
     if cap is None:
         yield
         return
-    from gpumem_kernel.autobatch.search import SimulatedOOM, make_tracker, register_states
+    from gpumem_kernel.analysis.storage import SimulatedOOM, make_tracker, register_states
 
     tracker = make_tracker(cap)
     register_states(tracker, model, optimizer)
@@ -143,7 +143,7 @@ def lightning(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
         def __getitem__(self, i: int) -> Any:
             return sample
 
-    class Module(pl.LightningModule):  # type: ignore[name-defined,misc]  # Lightning: imported at run time
+    class Module(pl.LightningModule):  # Lightning: imported at run time
         def __init__(self) -> None:
             super().__init__()
             self.model = copy.deepcopy(built.model)
@@ -247,7 +247,7 @@ def survival(built: Any, batch: int, device: Any, cap: Optional[int], steps: int
                 with device_guard(cap, model, optimizer):
                     model(built.make_batch(batch, False).to(device))
     except RuntimeError as exc:
-        from gpumem_kernel.autobatch.search import is_oom
+        from gpumem_kernel.oom.classify import is_oom
 
         if not is_oom(exc):
             raise

@@ -243,6 +243,6 @@ def one_line(exc: BaseException) -> str:
 
 
 def is_oom(exc: BaseException) -> bool:
-    from gpumem_kernel.autobatch.search import is_oom as _is_oom
+    from gpumem_kernel.oom.classify import is_oom as _is_oom
 
     return _is_oom(exc)

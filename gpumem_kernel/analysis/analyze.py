@@ -3,7 +3,7 @@
 Two engines, one report (see shared/notes/memory-estimation.md):
 - *traced* (no GPU needed, or planning for another GPU): two training steps on fake CPU tensors, every
   storage followed by category, the event stream replayed through a model of the CUDA caching allocator
-  (analysis_trace.py, allocator_model.py), plus the CUDA context and workspaces;
+  (trace.py, allocator.py), plus the CUDA context and workspaces;
 - *measured* (CUDA already initialised by the user, or `device="cuda"` asked explicitly): three real steps on
   a copy of the model at 2–3 batch sizes from a clean allocator, peaks of steps 2–3, linear fit, residuals.
 
@@ -18,19 +18,19 @@ import functools
 import gc
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
+from gpumem_kernel.analysis.storage import NullTracker
 from gpumem_kernel.analysis.trace import (
     TraceError,
     TracePlan,
     TraceResult,
     TensorCopier,
-    _autocast_factory,
-    _NullTracker,
+    autocast_factory,
     checkpoint_blocks,
     copy_model,
     copy_optimizer,
@@ -39,6 +39,9 @@ from gpumem_kernel.analysis.trace import (
     run_trace,
     train_steps,
 )
+from gpumem_kernel.oom.classify import is_oom
+from gpumem_kernel.probe.torchstats import cuda_initialised
+from gpumem_kernel.render.units import format_bytes
 
 MIME = "application/vnd.gpumem.analysis.v1+json"
 MiB = 1 << 20
@@ -48,7 +51,7 @@ OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 AMP_MODES = ("fp16", "bf16")
 MAX_BATCH = 1 << 20  # search cap: past this the answer is "at least"
-RECOMMENDED_SHARE, SAFE_SHARE = 0.6, 0.4  # seed 000's picks, as shares of the maximum
+RECOMMENDED_SHARE, SAFE_SHARE = 0.6, 0.4  # the analysis guide's picks, as shares of the maximum
 TIGHT_SHARE = 0.9  # a current batch above 90% of the usable memory is "tight"
 TRACED_RELATIVE_ERROR = 0.10  # CPU-validated 5% on live bytes + GPU kernels and allocator model
 CONTEXT_UNCERTAINTY = 160 * MiB
@@ -207,6 +210,9 @@ class AnalysisReport:
     notes: List[str] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     version: int = 1
+    # written from the rest of the payload by to_payload: what "Copy as YAML" copies and "Insert code" inserts
+    config_yaml: str = ""
+    accumulation_code: Optional[str] = None
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json)."""
@@ -219,7 +225,10 @@ class AnalysisReport:
             "buffers_by_dtype": data.pop("buffers_by_dtype"),
             "largest_layer": data.pop("largest_layer"),
         }
-        return {"version": data.pop("version"), "model": model, **data}
+        payload = {"version": data.pop("version"), "model": model, **data}
+        self.config_yaml = payload["config_yaml"] = analysis_yaml(payload)
+        self.accumulation_code = payload["accumulation_code"] = accumulation_code(payload)
+        return payload
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
         from gpumem_kernel.analysis.render import analysis_bundle
@@ -585,14 +594,6 @@ def _local_gpu(index: int) -> Optional[Any]:
     return None
 
 
-def _torch_cuda_ready() -> bool:
-    torch = sys.modules.get("torch")
-    try:
-        return torch is not None and torch.cuda.is_initialized()
-    except Exception:
-        return False
-
-
 def _resident_bytes(model: Any, optimizer: Any, device_type: str, index: int) -> int:
     """Bytes of model states already on that GPU: a training step reuses them, so they count as available."""
     tensors = [t for t in list(model.parameters()) + list(model.buffers())]
@@ -616,7 +617,7 @@ def device_limit(
     if memory is not None:
         total = gpus.parse_memory(memory)
         cc = spec.compute_capability if spec else None
-        name = spec.name if spec else f"{total / GiB:.1f} GiB device"
+        name = spec.name if spec else f"{format_bytes(total, 'GiB', 1)} device"
         return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None)
     if spec is not None:
         return _limit_info(
@@ -637,7 +638,7 @@ def device_limit(
     if local is None:
         return DeviceInfo(None, "none", None, None, 0, None, None, None, None, 0, "none")
     reclaimable, torch_reserved = 0, 0
-    if _torch_cuda_ready():
+    if cuda_initialised():
         import torch
 
         torch_reserved = torch.cuda.memory_reserved(index)
@@ -664,7 +665,7 @@ def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]
     allocations); None when this kernel has no context on the device yet."""
     if local is not None and local.this_kernel:
         return max(0, local.this_kernel - torch_reserved), "nvml"
-    if _torch_cuda_ready():
+    if cuda_initialised():
         return 0, "in use"  # NVML cannot see per-process usage here (containers, WDDM)
     return None
 
@@ -800,7 +801,7 @@ def _preserved_rng() -> Any:
     @contextlib.contextmanager
     def manager() -> Any:
         cpu = torch.get_rng_state()
-        cuda = torch.cuda.get_rng_state_all() if _torch_cuda_ready() else None
+        cuda = torch.cuda.get_rng_state_all() if cuda_initialised() else None
         try:
             yield
         finally:
@@ -840,8 +841,8 @@ def run_real_steps(
         steps=steps,
         micro=min(plan.grad_accum, 2),
         grad_accum=plan.grad_accum,
-        autocast=_autocast_factory(plan.amp, device_type),
-        tracker=_NullTracker(),
+        autocast=autocast_factory(plan.amp, device_type),
+        tracker=NullTracker(),
         scaler=scaler,
         on_step=on_step,
     )
@@ -856,7 +857,6 @@ def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tup
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
 
-    out_of_memory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     result: Optional[Tuple[int, int]] = None
     with _preserved_rng():
         gc.collect()
@@ -873,8 +873,10 @@ def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tup
                     torch.cuda.max_memory_allocated(device) - base_allocated,
                     torch.cuda.max_memory_reserved(device) - base_reserved,
                 )
-            except out_of_memory:
-                pass  # leaving the except clause drops the traceback and the frames that pin the tensors
+            except RuntimeError as exc:  # torch's OutOfMemoryError, and cuBLAS/cuDNN allocation failures
+                if not is_oom(exc):
+                    raise
+                # leaving the except clause drops the traceback and the frames that pin the tensors
         finally:
             gc.collect()  # the copies died with run_real_steps' frame; cycles go now
             torch.cuda.empty_cache()
@@ -892,7 +894,7 @@ def _measured_device(device: Any, target: Optional[str], memory: Any) -> Optiona
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} asked for, but this torch build or machine has no CUDA")
         return torch.device(device if isinstance(device, str) else str(device))
-    if device is None and _torch_cuda_ready() and torch.cuda.is_available():
+    if device is None and cuda_initialised() and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return None
 
@@ -1519,7 +1521,7 @@ def _error_bound(engine: str, info: DeviceInfo, found: _Search) -> ErrorBound:
             "and the caching-allocator model add uncertainty: expect within ±10%"
         )
         if absolute:
-            statement += f", plus ±{absolute // MiB} MiB for the estimated CUDA context"
+            statement += f", plus ±{format_bytes(absolute, 'MiB', 0)} for the estimated CUDA context"
     return ErrorBound(relative, absolute, statement)
 
 
@@ -1564,10 +1566,10 @@ def print_gpu_info() -> None:
 def print_memory_analysis(
     model: Any, batch_size: int = 32, device_id: int = 0, mixed_precision: bool = False, **options: Any
 ) -> AnalysisReport:
-    """Seed 000's analysis block, printed; also returns the report. `options` go to analyze()."""
+    """The analysis guide's analysis block, printed; also returns the report. `options` go to analyze()."""
     if "amp" not in options:
         options["amp"] = "fp16" if mixed_precision else None
-    if "device" not in options and _torch_cuda_ready():
+    if "device" not in options and cuda_initialised():
         options["device"] = f"cuda:{device_id}"
     report = analyze(model, batch_size=batch_size, **options)
     print(str(report))
@@ -1584,8 +1586,8 @@ def recommend_batch_size(
 ) -> Dict[str, Any]:
     """{'maximum', 'recommended', 'safe'} for `model`.
 
-    gpu_memory_gb: plan for this much memory (GiB, as seed 000 prints 'GB'); default: this machine's GPU.
-    safety_margin: fraction of the device kept free (0.1 = 10%). Seed 000 documented 0.7 as "use 70%";
+    gpu_memory_gb: plan for this much memory (GiB, as the analysis guide prints 'GB'); default: this machine's GPU.
+    safety_margin: fraction of the device kept free (0.1 = 10%). The analysis guide documented 0.7 as "use 70%";
     values above 0.5 are read that way (reserve 1 - value).
     """
     if not 0 <= safety_margin < 1:
@@ -1621,8 +1623,6 @@ class MonitorResult:
     note: str
 
     def text(self, label: str = "") -> str:
-        from gpumem_kernel.render.units import format_bytes
-
         head = f"🔍 {label + ': ' if label else ''}{self.device}"
         if self.device == "host":
             return f"{head} RSS delta {format_bytes(self.delta_bytes, 'auto')} ({self.note})"
@@ -1649,7 +1649,7 @@ class MemoryMonitor:
     def __enter__(self) -> "MemoryMonitor":
         import psutil
 
-        self._cuda_at_start = _torch_cuda_ready()
+        self._cuda_at_start = cuda_initialised()
         self._start_rss = psutil.Process().memory_info().rss
         if self._cuda_at_start:
             import torch
@@ -1663,7 +1663,7 @@ class MemoryMonitor:
     def __exit__(self, *exc: Any) -> None:
         import psutil
 
-        if _torch_cuda_ready():
+        if cuda_initialised():
             import torch
 
             _synchronize_used(torch, self.device_id)
@@ -1690,9 +1690,7 @@ class MemoryMonitor:
         return wrapper
 
     def __repr__(self) -> str:
-        from gpumem_kernel.render.units import format_bytes
-
-        if _torch_cuda_ready():
+        if cuda_initialised():
             import torch
 
             index = self.device_id
@@ -1705,7 +1703,7 @@ class MemoryMonitor:
 
 
 def monitor_gpu_memory(device_id: int = 0, reset: bool = True, label: str = "") -> MemoryMonitor:
-    """Seed 000/001's monitor: a context manager and a decorator; shown bare, it reports the current state."""
+    """The guides' memory monitor: a context manager and a decorator; shown bare, it reports the current state."""
     return MemoryMonitor(device_id, reset, label)
 
 

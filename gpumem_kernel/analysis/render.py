@@ -1,4 +1,4 @@
-"""The analysis report as a MIME bundle: its JSON, a static HTML table, and seed 000's console block.
+"""The analysis report as a MIME bundle: its JSON, a static HTML table, and the analysis guide's console block.
 
 Renders from the payload dict (not the dataclasses), so the text a terminal shows and the JSON the browser
 renders cannot disagree. Every string reaches HTML escaped: layer and model names are the user's.
@@ -7,21 +7,15 @@ renders cannot disagree. Every string reaches HTML escaped: layer and model name
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from gpumem_kernel.render.units import format_bytes
+from gpumem_kernel.render.snippets import AMP_DTYPES, LoopNames, accumulation_loop, config_yaml
+from gpumem_kernel.render.units import format_bytes, human
 
 BANNER = "=" * 70
 MIME = "application/vnd.gpumem.analysis.v1+json"
 STATUS_TEXT = {"fits": "✅ Good", "tight": "⚠️ Tight", "will-not-fit": "❌ Will not fit", "unknown": "❔ Unknown"}
-AMP_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
-
-
-def _b(n: Optional[int]) -> str:
-    """GiB / MiB like the panel, KiB and B for the small figures of small models."""
-    if n is not None and abs(n) < 1 << 20:
-        return format_bytes(n, "B") if abs(n) < 1 << 10 else format_bytes(n, "KiB")
-    return format_bytes(n, "auto")
 
 
 def _n(value: Optional[int]) -> str:
@@ -53,16 +47,17 @@ def _gpu_block(payload: Mapping[str, Any]) -> List[str]:
     device = payload["device"]
     if device["source"] == "none":
         return ["📊 GPU Memory:", _row("Device", "none visible to this kernel")]
-    lines = ["📊 GPU Memory:", _row("Total", _b(device["total_bytes"]))]
+    lines = ["📊 GPU Memory:", _row("Total", human(device["total_bytes"]))]
     if device["source"] == "nvml":
         used = device["total_bytes"] - device["free_bytes"]
-        lines.append(_row("Currently Used", f"{_b(used)} ({100 * used / device['total_bytes']:.1f}%)"))
-        lines.append(_row("Free", _b(device["free_bytes"])))
+        lines.append(_row("Currently Used", f"{human(used)} ({100 * used / device['total_bytes']:.1f}%)"))
+        lines.append(_row("Free", human(device["free_bytes"])))
         if device["reclaimable_bytes"]:
-            lines.append(_row("Reusable", f"{_b(device['reclaimable_bytes'])} (this model's states, cache)"))
+            lines.append(_row("Reusable", f"{human(device['reclaimable_bytes'])} (this model's states, cache)"))
     else:
         lines.append(_row("Source", f"{device['source']} (compute {device['compute_capability'] or '?'})"))
-    lines.append(_row("Usable", f"{_b(device['limit_bytes'])} (after a {_b(device['reserve_bytes'])} safety reserve)"))
+    usable = f"{human(device['limit_bytes'])} (after a {human(device['reserve_bytes'])} safety reserve)"
+    lines.append(_row("Usable", usable))
     return lines
 
 
@@ -86,14 +81,16 @@ def _model_block(payload: Mapping[str, Any]) -> List[str]:
     total = _model_total(payload)
     return [
         "🏗️  Model Memory:",
-        _row("Parameters", f"{_b(payload['parameters_bytes'])} ({payload['model']['parameter_count']:,} parameters)"),
-        _row("Buffers", _b(payload["buffers_bytes"])),
-        _row("Gradients", _b(payload["gradients_bytes"])),
+        _row(
+            "Parameters", f"{human(payload['parameters_bytes'])} ({payload['model']['parameter_count']:,} parameters)"
+        ),
+        _row("Buffers", human(payload["buffers_bytes"])),
+        _row("Gradients", human(payload["gradients_bytes"])),
         _row(
             "Optimizer State",
-            f"{_b(payload['optimizer_bytes'])} ({payload['settings']['optimizer']}, {optimizer['engine']})",
+            f"{human(payload['optimizer_bytes'])} ({payload['settings']['optimizer']}, {optimizer['engine']})",
         ),
-        _row("Total Model", _b(total)),
+        _row("Total Model", human(total)),
     ]
 
 
@@ -102,14 +99,14 @@ def _batch_block(payload: Mapping[str, Any]) -> List[str]:
     total = _batch_total(payload)
     lines = [
         f"📦 Batch Memory (batch_size={payload['settings']['batch_size']}):",
-        _row("Input Data", _b(payload["input_bytes"])),
-        _row("Activations", f"{_b(payload['activations_bytes'])} (traced: kept for backward)"),
+        _row("Input Data", human(payload["input_bytes"])),
+        _row("Activations", f"{human(payload['activations_bytes'])} (traced: kept for backward)"),
     ]
     if payload["autocast_cache_bytes"]:
-        lines.append(_row("Autocast Cache", _b(payload["autocast_cache_bytes"])))
+        lines.append(_row("Autocast Cache", human(payload["autocast_cache_bytes"])))
     lines += [
-        _row("Step Transients", f"{_b(temporaries)} (temporaries at the peak)"),
-        _row("Total Batch", _b(total)),
+        _row("Step Transients", f"{human(temporaries)} (temporaries at the peak)"),
+        _row("Total Batch", human(total)),
     ]
     return lines
 
@@ -131,7 +128,7 @@ def _usage_block(payload: Mapping[str, Any]) -> List[str]:
     where = " on a CUDA GPU" if no_gpu else ""
     if device["context_source"] in _CONTEXT:
         text, added = _CONTEXT[device["context_source"]]
-        context = _row("CUDA Context", f"{_b(device['context_bytes'])} ({text})")
+        context = _row("CUDA Context", f"{human(device['context_bytes'])} ({text})")
     else:
         added = False
         context = _row("CUDA Context", "not counted (no GPU: pass target= or memory= to add its estimate)")
@@ -140,21 +137,23 @@ def _usage_block(payload: Mapping[str, Any]) -> List[str]:
         f"💡 Total Estimated Usage{where} ({payload['engine']}, ±{bound['relative']:.0%}):",
         _row(
             "Model + Batch",
-            f"{_b(_model_total(payload) + _batch_total(payload))} (Total Model + Total Batch; not all live at once)",
+            f"{human(_model_total(payload) + _batch_total(payload))} (Total Model + Total Batch; not all live at once)",
         ),
         _row(
             "Peak Allocated",
-            f"{_b(payload['peak_allocated_bytes'])} (live at the peak in {payload['peak_phase'] or 'step'}, step 2)",
+            f"{human(payload['peak_allocated_bytes'])} (live at the peak in {payload['peak_phase'] or 'step'}, step 2)",
         ),
-        _row("Peak Reserved", f"{_b(payload['peak_reserved_bytes'])} (caching allocator: allocated + cached blocks)"),
-        _row("Workspaces", f"{_b(payload['workspace_bytes'])} (cuBLAS + cuDNN{where}, counted in the peaks)"),
+        _row(
+            "Peak Reserved", f"{human(payload['peak_reserved_bytes'])} (caching allocator: allocated + cached blocks)"
+        ),
+        _row("Workspaces", f"{human(payload['workspace_bytes'])} (cuBLAS + cuDNN{where}, counted in the peaks)"),
         context,
-        _row("Peak Footprint", f"{_b(peak)} ({footprint}: the step's device footprint)"),
+        _row("Peak Footprint", f"{human(peak)} ({footprint}: the step's device footprint)"),
     ]
     if device["total_bytes"]:
         lines.append(_row("GPU Usage", f"{100 * peak / device['total_bytes']:.1f}% (Peak Footprint / Total)"))
     if device["limit_bytes"] is not None:
-        lines.append(_row("Remaining", f"{_b(device['limit_bytes'] - peak)} (Usable - Peak Footprint)"))
+        lines.append(_row("Remaining", f"{human(device['limit_bytes'] - peak)} (Usable - Peak Footprint)"))
     return lines
 
 
@@ -170,7 +169,7 @@ def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
         limit = payload["device"]["limit_bytes"]
         extra = ", extrapolated" if recs["extrapolated"] else ""
         lines += [
-            _row("Maximum", f"{recs['maximum']} (largest batch whose peak fits {_b(limit)}{extra})"),
+            _row("Maximum", f"{recs['maximum']} (largest batch whose peak fits {human(limit)}{extra})"),
             _row("Recommended", f"{recs['recommended']} (balanced, ~60% of maximum, {recs['rounding']})"),
             _row("Safe", f"{recs['safe']} (conservative, very stable, ~40%)"),
         ]
@@ -198,15 +197,15 @@ def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
 def _settings_block(payload: Mapping[str, Any]) -> List[str]:
     settings = payload["settings"]
     amp = settings["amp"]
-    lines = ["⚙️  Settings:", _row("Mixed Precision", f"Enabled ({AMP_NAMES[amp]})" if amp else "Disabled")]
+    lines = ["⚙️  Settings:", _row("Mixed Precision", f"Enabled ({AMP_DTYPES[amp]})" if amp else "Disabled")]
     saved = payload["amp_saved_bytes"]
     if saved is not None and saved >= 0:
-        lines.append(_row("Memory Saved", f"~{_b(saved)} (vs fp32, traced)"))
+        lines.append(_row("Memory Saved", f"~{human(saved)} (vs fp32, traced)"))
     elif saved is not None:
         lines.append(
             _row(
                 "Memory Saved",
-                f"none: AMP adds ~{_b(-saved)} here (low-precision weight copies "
+                f"none: AMP adds ~{human(-saved)} here (low-precision weight copies "
                 "outweigh the smaller activations at this batch)",
             )
         )
@@ -226,15 +225,15 @@ def _distributed_block(payload: Mapping[str, Any]) -> List[str]:
         return []
     lines = [
         f"🌐 Per Rank ({dist['strategy']}, world size {dist['world_size']}):",
-        _row("Parameters", _b(dist["parameters_bytes"])),
-        _row("Gradients", _b(dist["gradients_bytes"])),
-        _row("Optimizer State", _b(dist["optimizer_bytes"])),
+        _row("Parameters", human(dist["parameters_bytes"])),
+        _row("Gradients", human(dist["gradients_bytes"])),
+        _row("Optimizer State", human(dist["optimizer_bytes"])),
     ]
     if dist["extra_bytes"]:
-        lines.append(_row("Extra", f"{_b(dist['extra_bytes'])} ({dist['extra_note']})"))
+        lines.append(_row("Extra", f"{human(dist['extra_bytes'])} ({dist['extra_note']})"))
     lines += [
-        _row("Activations", _b(dist["activations_bytes"])),
-        _row("Peak per Rank", f"{_b(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)"),
+        _row("Activations", human(dist["activations_bytes"])),
+        _row("Peak per Rank", f"{human(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)"),
     ]
     return lines
 
@@ -256,8 +255,113 @@ def render_text(payload: Mapping[str, Any]) -> str:
     lines.append("Error bound: " + payload["error_bound"]["statement"])
     if payload["notes"]:
         lines += ["Notes:"] + [f"  - {note}" for note in payload["notes"]]
+    lines += _yaml_block(payload)
     lines.append(BANNER)
     return "\n".join(lines)
+
+
+def _yaml_block(payload: Mapping[str, Any]) -> List[str]:
+    """The configuration "Copy as YAML" copies (absent from payloads written before it existed)."""
+    text = payload.get("config_yaml")
+    return ["", "📋 Configuration (YAML):"] + [f"  {line}" for line in text.splitlines()] if text else []
+
+
+# --- what the user copies or inserts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Config:
+    batch_size: int
+    accumulation_steps: int
+    amp: Optional[str]
+    checkpointing: bool
+    recommended: bool  # the recommended pick; False: no recommendation, the analysed batch
+
+
+def _micro_batch(payload: Mapping[str, Any], pick: Optional[int]) -> Optional[int]:
+    """The micro-batch the accumulation steps refer to: a pick above an explicit target is capped to it."""
+    acc = payload["recommendations"]["accumulation"]
+    if not pick:
+        return None
+    return min(pick, acc["target_effective_batch"]) if acc["explicit_target"] else pick
+
+
+def _config(payload: Mapping[str, Any]) -> _Config:
+    """The configuration an analysis hands over: the recommended pick with its accumulation steps, or the
+    analysed batch when there is no recommendation."""
+    recs, settings = payload["recommendations"], payload["settings"]
+    batch = _micro_batch(payload, recs["recommended"])
+    steps = recs["accumulation"]["recommended"]
+    if batch is not None and steps is not None and steps >= 1:
+        return _Config(batch, steps, settings["amp"], settings["checkpointing"], True)
+    return _Config(settings["batch_size"], settings["grad_accum"], settings["amp"], settings["checkpointing"], False)
+
+
+def _where(payload: Mapping[str, Any]) -> str:
+    device = payload["device"]
+    return "no device limit" if device["source"] == "none" else f"{device['name'] or 'device'} ({device['source']})"
+
+
+def analysis_yaml(payload: Mapping[str, Any]) -> str:
+    """The analysed configuration in the training-config shape (data.batch_size, training.*), with comments
+    saying where each number came from."""
+    recs, config = payload["recommendations"], _config(payload)
+    bound = round(payload["error_bound"]["relative"] * 100)
+    header = [f"gpumem analysis of {payload['model']['name']}: {payload['engine']}, ±{bound}%, {_where(payload)}"]
+    if recs["maximum"] is not None:
+        header.append(
+            f"maximum {recs['maximum']}, recommended {_n(recs['recommended'])}, safe {_n(recs['safe'])} "
+            f"({recs['rounding']})" + (", maximum extrapolated" if recs["extrapolated"] else "")
+        )
+    else:
+        header.append(f"no batch recommendation: {recs['note'] or 'no device limit'}")
+    lr = recs["lr"]
+    if lr["to_effective_batch"] is not None and lr["linear"] is not None and lr["linear"] != 1:
+        header.append(
+            f"learning rate: x{lr['linear']:.3g} (linear rule) or x{lr['sqrt'] or 1:.3g} (square-root rule), "
+            "with warm-up"
+        )
+    if not config.recommended:
+        batch_note = "as analysed (no recommendation)"
+    elif recs["recommended"] is not None and config.batch_size < recs["recommended"]:
+        batch_note = f"recommended {recs['recommended']}, capped at the target effective batch"
+    else:
+        batch_note = "recommended"
+    effective = config.batch_size * config.accumulation_steps
+    header.append(f"batch_size: {batch_note}; effective batch {effective}")
+    training: Dict[str, Any] = {
+        "gradient_accumulation_steps": config.accumulation_steps,
+        "use_amp": config.amp is not None,
+    }
+    if config.amp is not None:
+        training["amp_dtype"] = AMP_DTYPES[config.amp]
+    training["gradient_checkpointing"] = config.checkpointing
+    return config_yaml(header, {"data": {"batch_size": config.batch_size}, "training": training})
+
+
+def accumulation_code(payload: Mapping[str, Any]) -> Optional[str]:
+    """The training loop with gradient accumulation at the recommended pick ("Insert code"), or None when the
+    pick needs no accumulation. Only numbers from the payload reach the code."""
+    config = _config(payload)
+    if not config.recommended or config.accumulation_steps < 2:
+        return None
+    steps, batch = config.accumulation_steps, config.batch_size
+    return accumulation_loop(
+        steps,
+        config.amp,
+        LoopNames(),
+        comments=[
+            f"Gradient accumulation (gpumem): {steps} micro-batches of {batch} = effective batch {steps * batch}",
+            "Assumes model, optimizer, criterion and train_dataset are defined; adjust the names to yours.",
+        ],
+        setup=[
+            "from torch.utils.data import DataLoader",
+            "",
+            f"batch_size = {batch}",
+            "train_loader = DataLoader(train_dataset, batch_size=batch_size, shuffle=True, drop_last=True)",
+            "device = next(model.parameters()).device",
+        ],
+    )
 
 
 # --- HTML --------------------------------------------------------------------------------------------------
@@ -278,7 +382,7 @@ def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
 
 def render_html(payload: Mapping[str, Any]) -> str:
     recs = payload["recommendations"]
-    figures = [(f["name"], _b(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]
+    figures = [(f["name"], human(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]
     picks = [
         ("maximum", _n(recs["maximum"]), recs["note"]),
         ("recommended", _n(recs["recommended"]), recs["rounding"]),
@@ -286,14 +390,20 @@ def render_html(payload: Mapping[str, Any]) -> str:
         ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
     ]
     curve = [
-        (p["batch_size"], _b(p["peak_bytes"]), _b(p["peak_allocated_bytes"]), _b(p["peak_reserved_bytes"]), p["engine"])
+        (
+            p["batch_size"],
+            human(p["peak_bytes"]),
+            human(p["peak_allocated_bytes"]),
+            human(p["peak_reserved_bytes"]),
+            p["engine"],
+        )
         for p in payload["curve"]
     ]
     device = payload["device"]
     parts = [
         f"<p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}</b>; model "
         f"{_e(payload['model']['name'])} ({payload['model']['parameter_count']:,} parameters); usable "
-        f"{_e(_b(device['limit_bytes']))} of {_e(_b(device['total_bytes']))} ({_e(device['source'])})</p>",
+        f"{_e(human(device['limit_bytes']))} of {_e(human(device['total_bytes']))} ({_e(device['source'])})</p>",
         _table("Memory of one training step", ("figure", "size", "engine", "note"), figures),
         _table("Batch sizes", ("pick", "batch", "note"), picks),
         _table("Predicted peak against batch size", ("batch", "peak", "allocated", "reserved", "engine"), curve),
@@ -311,7 +421,7 @@ def analysis_bundle(report: Any) -> Dict[str, Any]:
 
 
 def render_gpu_info(infos: Sequence[Mapping[str, Any]]) -> str:
-    """Seed 000's print_gpu_info block."""
+    """The analysis guide's print_gpu_info block."""
     if not infos:
         return "No NVIDIA GPU visible to this kernel (NVML found none, or CUDA_VISIBLE_DEVICES hides them)."
     lines = [BANNER, f"🖥️  GPU Information ({len(infos)} GPU{'s' if len(infos) > 1 else ''})", BANNER]

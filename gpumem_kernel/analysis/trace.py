@@ -5,8 +5,7 @@ FakeTensors on the CPU (shapes, dtypes and strides, no memory), so a model of an
 without a GPU. With `fake=False` the same loop runs on a real deep copy with real CPU tensors: that is what
 the tests compare the fake trace against.
 
-A `TorchDispatchMode` sees every op's outputs; a new storage is an allocation, and a `weakref.finalize` on
-the storage object (PyTorch keeps one Python object per live storage) is its free. Roles that are only known
+The storage tracker (analysis.storage) sees every op's outputs and each storage's free. Roles that are only known
 later (a backward output that becomes `.grad`, a zeros_like that becomes optimizer state) are assigned once
 known and apply to the storage's whole life. The event stream is then replayed through the caching-allocator
 model, with cuBLAS and cuDNN workspaces inserted where CUDA would allocate them.
@@ -19,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel
+from gpumem_kernel.analysis.storage import Record, tracker_class
 
 CATEGORIES = (
     "parameter",
@@ -73,20 +72,7 @@ class TraceError(ValueError):
     """The model cannot be traced (data-dependent control flow, lazy parameters, ...): one line."""
 
 
-# --- records ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Record:
-    sid: int
-    nbytes: int
-    phase: str
-    step: int
-    micro: int
-    alloc_index: int  # position of its alloc event in the stream
-    free_index: Optional[int] = None
-    role: Optional[str] = None
-    host: bool = False  # lives in host memory on CUDA too (optimizer `step` scalars of non-fused optimizers)
+# --- the tracker -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -97,115 +83,19 @@ class Marker:
     nbytes: int = 0
 
 
-class _NullTracker:
-    """Stands in for the tracker when nothing is tracked (the measured engine)."""
-
-    @contextlib.contextmanager
-    def span(self, phase: str, step: int, micro: int) -> Iterator[None]:
-        yield
-
-    def register(self, tensor: Any, role: str, host: bool = False) -> None:
-        pass
-
-
 @functools.lru_cache(maxsize=None)
 def _tracker_class() -> type:
+    """analysis.storage's tracker, plus what the allocator model needs: where cuBLAS and cuDNN would allocate
+    their workspaces, autocast's cached weight copies, and the workspace fake RNN kernels leave out."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
-    from torch.utils.weak import WeakIdKeyDictionary
 
-    class StorageTracker(TorchDispatchMode):
+    class TraceTracker(tracker_class()):
         def __init__(self, cast_cache: bool = False, fake: bool = False) -> None:
             super().__init__()
             self._fake = fake
-            self.records: List[Record] = []
-            self.events: List[Tuple[str, int]] = []  # ("alloc" | "free", sid)
-            self.markers: List[Marker] = []
-            self.spans: Dict[Tuple[int, int, str], Tuple[int, int]] = {}
-            self.phase, self.step, self.micro = "setup", 0, 0
-            self._sids: Any = WeakIdKeyDictionary()
-            self._finalizers: List[weakref.finalize] = []
             self._cast_cache = cast_cache
-            self._closed = False
-
-        # storages -------------------------------------------------------------------------------
-
-        def _storage(self, t: Any) -> Any:
-            if not isinstance(t, torch.Tensor) or t.is_sparse or t.layout != torch.strided:
-                return None
-            try:
-                return t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                return None
-
-        def _new(self, st: Any, role: Optional[str], host: bool = False) -> Record:
-            record = Record(
-                sid=len(self.records),
-                nbytes=int(st.nbytes()),
-                phase=self.phase,
-                step=self.step,
-                micro=self.micro,
-                alloc_index=len(self.events),
-                role=role,
-                host=host,
-            )
-            self.records.append(record)
-            self.events.append(("alloc", record.sid))
-            self._sids[st] = record.sid
-            self._finalizers.append(weakref.finalize(st, self._on_free, record.sid))
-            return record
-
-        def _on_free(self, sid: int) -> None:
-            if not self._closed and self.records[sid].free_index is None:
-                self.records[sid].free_index = len(self.events)
-                self.events.append(("free", sid))
-
-        def track(self, t: Any, role: Optional[str] = None, host: bool = False) -> Optional[Record]:
-            st = self._storage(t)
-            if st is None:
-                return None
-            sid = self._sids.get(st)
-            if sid is None:
-                return self._new(st, role, host)
-            record = self.records[sid]
-            if int(st.nbytes()) != record.nbytes:  # resized in place: a new allocation of the new size
-                self._on_free(sid)
-                return self._new(st, role or record.role, host or record.host)
-            return record
-
-        def register(self, tensor: Any, role: str, host: bool = False) -> None:
-            for t in tree_leaves(tensor):
-                record = self.track(t)
-                if record is not None:
-                    record.role = role
-                    record.host = record.host or host
-
-        def role_of(self, t: Any) -> Optional[str]:
-            st = self._storage(t)
-            sid = self._sids.get(st) if st is not None else None
-            return self.records[sid].role if sid is not None else None
-
-        # phases ---------------------------------------------------------------------------------
-
-        @contextlib.contextmanager
-        def span(self, phase: str, step: int, micro: int) -> Iterator[None]:
-            saved = (self.phase, self.step, self.micro)
-            self.phase, self.step, self.micro = phase, step, micro
-            start = len(self.events)
-            try:
-                yield
-            finally:
-                self.spans[(step, micro, phase)] = (start, len(self.events))
-                self.phase, self.step, self.micro = saved
-
-        def close(self) -> None:
-            self._closed = True
-            for fin in self._finalizers:
-                fin.detach()
-            self._finalizers.clear()
-
-        # the dispatch hook ----------------------------------------------------------------------
+            self.markers: List[Marker] = []
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
@@ -216,8 +106,7 @@ def _tracker_class() -> type:
             if self._cast_cache and name == "_to_copy" and self.phase == "forward" and args:
                 if self.role_of(args[0]) == "parameter":
                     role = "autocast_cache"  # autocast's cached low-precision copy of a weight
-            for t in tree_leaves(out):
-                self.track(t, role)
+            self.track_outputs(out, role)
             if name in _MATMUL_OPS:
                 self.markers.append(Marker(len(self.events), "cublas", self.phase))
             elif name in _CONV_OPS:
@@ -225,7 +114,7 @@ def _tracker_class() -> type:
                 self.markers.append(Marker(len(self.events), "cudnn", self.phase, max(sizes, default=0)))
             return out
 
-    return StorageTracker
+    return TraceTracker
 
 
 def _with_rnn_workspace(args: Sequence[Any], out: Any) -> Any:
@@ -713,7 +602,7 @@ def _recording_loss(loss_fn: Callable[[Any, Any], Any], sources: List[str]) -> C
     return loss
 
 
-def _autocast_factory(amp: Optional[str], device_type: str) -> Callable[[], Any]:
+def autocast_factory(amp: Optional[str], device_type: str) -> Callable[[], Any]:
     import torch
 
     if amp is None:
@@ -775,7 +664,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
                         steps=plan.steps,
                         micro=min(plan.grad_accum, 2),
                         grad_accum=plan.grad_accum,
-                        autocast=_autocast_factory(plan.amp, "cpu"),
+                        autocast=autocast_factory(plan.amp, "cpu"),
                         tracker=tracker,
                     )
                 except TraceError:

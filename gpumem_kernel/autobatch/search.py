@@ -1,6 +1,6 @@
 """Auto batch size: the largest batch that runs full training steps without running out of memory.
 
-`auto_select_batch_size(model, device, start_batch)` (seed 000's name) starts from the analysis prediction,
+`auto_select_batch_size(model, device, start_batch)` (the analysis guide's name) starts from the analysis prediction,
 verifies it with real training steps (forward, loss, backward, optimizer step; at least two steps, so the
 optimizer state exists), then grows or bisects until the boundary is exact: batch N runs, N + 1 does not.
 It avoids the anchors' failures (shared/notes/memory-estimation.md): no extrapolation from small probes
@@ -13,400 +13,39 @@ and restored after, also on Ctrl-C. Without a GPU, `simulate="6GiB"` runs the sa
 a cap on tracked live tensor bytes (a TorchDispatchMode that raises `SimulatedOOM` past the cap); every
 figure it produces is labelled "simulated".
 
-Shared with benchmark.py: the tracker, the snapshot, the OOM test and the clean-allocator helper.
-torch is imported inside functions only; CUDA is touched only when the device is a CUDA device.
+The storage tracker is analysis.storage's, the snapshots and the device analysis.workbench's (the benchmark
+uses both too), the OOM test oom.classify's. torch is imported inside functions only; CUDA is touched only
+when the device is a CUDA device.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-import gc
 import math
-import random
-import sys
-import threading
 import time
-import weakref
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
+from gpumem_kernel.analysis.trace import autocast_factory
+from gpumem_kernel.analysis.workbench import (
+    RngSnapshot,
+    Workbench,
+    clean_allocator,
+    first_line,
+    grad_scaler,
+    optimizer_step,
+    parse_cap,
+    resolve_device,
+    to_device,
+)
+from gpumem_kernel.oom.classify import is_oom  # the kernel's one OOM rule; SimulatedOOM's text is a CUDA OOM's
+from gpumem_kernel.probe.torchstats import cuda_initialised
+from gpumem_kernel.render.snippets import AMP_DTYPES, config_yaml
+from gpumem_kernel.render.units import format_bytes
 
 MIME = "application/vnd.gpumem.autobatch.v1+json"
-MiB = 1 << 20
 MAX_TRIALS = 64  # a monotone search over 2**16 needs < 40; past this something is wrong
 SLOPE_PROBE = 16  # with one fitting point, probe lo + lo/16 to learn the per-sample slope
-OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "CUDA error: out of memory")
-
-
-class SimulatedOOM(RuntimeError):
-    """Raised by the simulated device the moment tracked live tensor bytes exceed the cap."""
-
-
-# --- OOM handling -----------------------------------------------------------------------------------------
-
-
-def is_oom(exc: BaseException) -> bool:
-    """A CUDA (or simulated) out-of-memory error, whatever wrapper it arrives in."""
-    if isinstance(exc, SimulatedOOM):
-        return True
-    torch = sys.modules.get("torch")
-    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-    if oom_type is not None and isinstance(exc, oom_type):
-        return True
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in OOM_MARKERS)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
-def clean_allocator(device: Any) -> None:
-    """gc, then give cached blocks back and reset the peak, so a trial measures only itself. On the CPU
-    (simulated) a young-generation gc is enough: a trial counts only what it allocates itself, and a full
-    collection costs ~0.2 s with torch loaded."""
-    cuda = device is not None and getattr(device, "type", None) == "cuda"
-    gc.collect() if cuda else gc.collect(1)
-    if cuda:
-        import torch
-
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def parse_cap(simulate: Any) -> Optional[int]:
-    """None, bytes, or a size such as '6GiB' -> bytes."""
-    if simulate is None or simulate is False:
-        return None
-    from gpumem_kernel.analysis.gpus import parse_memory
-
-    try:
-        return parse_memory(simulate)
-    except ValueError as exc:
-        raise ValueError(f"simulate: {exc}") from None
-
-
-# --- tracked tensor bytes (the simulated device) -------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=None)
-def _tracker_class() -> type:
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
-    from torch.utils.weak import WeakIdKeyDictionary
-
-    class MemoryTracker(TorchDispatchMode):
-        """Live bytes of every storage created while active (plus those registered), with an optional cap.
-
-        A new storage seen in an op's outputs is an allocation; a `weakref.finalize` on the storage object
-        (PyTorch keeps one Python object per live storage) is its free, whenever and wherever it happens.
-        """
-
-        def __init__(self, cap: Optional[int] = None) -> None:
-            super().__init__()
-            self.cap = cap
-            self.live = 0
-            self.peak = 0
-            self._sizes: Any = WeakIdKeyDictionary()  # storage -> [bytes] (mutable: resize_ changes it)
-            self._finalizers: List[weakref.finalize] = []
-            self._lock = threading.Lock()
-            self._closed = False
-
-        def _storage(self, t: Any) -> Any:
-            if not isinstance(t, torch.Tensor) or t.is_sparse or t.layout != torch.strided or t.is_meta:
-                return None
-            try:
-                return t.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                return None
-
-        def _free(self, cell: List[int]) -> None:
-            if not self._closed:
-                with self._lock:
-                    self.live -= cell[0]
-
-        def track(self, t: Any, check: bool = True) -> None:
-            st = self._storage(t)
-            if st is None:
-                return
-            size = int(st.nbytes())
-            cell = self._sizes.get(st)
-            with self._lock:
-                if cell is None:
-                    cell = [size]
-                    self._sizes[st] = cell
-                    self._finalizers.append(weakref.finalize(st, self._free, cell))
-                    self.live += size
-                elif cell[0] != size:  # resized in place
-                    self.live += size - cell[0]
-                    cell[0] = size
-                else:
-                    return
-                live = self.live
-            if check and self.cap is not None and live > self.cap:
-                raise SimulatedOOM(
-                    f"CUDA out of memory (simulated). Tried to allocate {_mib(size)}; {_mib(live - size)} of the "
-                    f"{_mib(self.cap)} simulated cap already in use by tracked tensors"
-                )
-            self.peak = max(self.peak, live)
-
-        def register(self, tree: Any, check: bool = False) -> None:
-            for t in tree_leaves(tree):
-                self.track(t, check=check)
-
-        def check_baseline(self) -> None:
-            if self.cap is not None and self.live > self.cap:
-                raise SimulatedOOM(
-                    f"CUDA out of memory (simulated): the model's states alone take "
-                    f"{_mib(self.live)}, over the {_mib(self.cap)} simulated cap"
-                )
-
-        def close(self) -> None:
-            self._closed = True
-            for fin in self._finalizers:
-                fin.detach()
-            self._finalizers.clear()
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            for t in tree_leaves(out):
-                self.track(t)
-            return out
-
-    return MemoryTracker
-
-
-def _mib(n: int) -> str:
-    return f"{n / MiB:.2f} MiB"
-
-
-def make_tracker(cap: Optional[int] = None) -> Any:
-    """A fresh tracker (a TorchDispatchMode); enter it with `with tracker:`, `close()` it when done."""
-    return _tracker_class()(cap)
-
-
-def register_states(tracker: Any, model: Any, optimizer: Any = None) -> None:
-    """Count what already lives on the (simulated) device: parameters, buffers, gradients, optimizer state."""
-    tracker.register([p for p in model.parameters()] + [b for b in model.buffers()])
-    tracker.register([p.grad for p in model.parameters() if p.grad is not None])
-    if optimizer is not None and not isinstance(optimizer, str):
-        for state in optimizer.state.values():
-            tracker.register([v for v in state.values() if _is_tensor(v)])
-
-
-def _is_tensor(value: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-# --- snapshots: the user's objects are byte-identical afterwards -----------------------------------------------
-
-
-@dataclass
-class RngSnapshot:
-    torch_cpu: Any
-    torch_cuda: Optional[List[Any]]
-    python: Any
-    numpy: Any
-
-    @classmethod
-    def take(cls, cuda: bool) -> "RngSnapshot":
-        """`cuda`: also the CUDA generators (only when CUDA is in use: reading them initialises CUDA)."""
-        import torch
-
-        np = sys.modules.get("numpy")
-        return cls(
-            torch_cpu=torch.get_rng_state(),
-            torch_cuda=torch.cuda.get_rng_state_all() if cuda else None,
-            python=random.getstate(),
-            numpy=np.random.get_state() if np is not None and hasattr(np, "random") else None,
-        )
-
-    def restore(self) -> None:
-        import torch
-
-        torch.set_rng_state(self.torch_cpu)
-        if self.torch_cuda is not None:
-            torch.cuda.set_rng_state_all(self.torch_cuda)
-        random.setstate(self.python)
-        np = sys.modules.get("numpy")
-        if self.numpy is not None and np is not None:
-            np.random.set_state(self.numpy)
-
-
-def _host_copy(t: Any) -> Any:
-    return t.detach().to("cpu", copy=True)
-
-
-@dataclass
-class _SavedTensor:
-    host: Any  # the copy in CPU memory
-    device: Any  # where the original lived
-
-    def back(self) -> Any:
-        return self.host.to(self.device, copy=True)  # copy=True: the snapshot must survive the next restore
-
-
-_OPTIMIZER_ATTRS = ("_opt_called", "_step_count")  # set by LR schedulers' step wrappers
-
-
-class StateSnapshot:
-    """Model tensors, gradients, train flags and optimizer state, copied to CPU memory; restored in place."""
-
-    def __init__(self, model: Any, optimizer: Any = None) -> None:
-        named = dict(model.named_parameters())
-        named.update({f"buffer:{k}": v for k, v in model.named_buffers()})
-        self.model = model
-        self.tensors = [(t, _host_copy(t)) for t in named.values()]
-        self.grads = [(p, None if p.grad is None else _host_copy(p.grad)) for p in model.parameters()]
-        self.training = [(m, m.training) for m in model.modules()]
-        self.optimizer = optimizer if optimizer is not None and not isinstance(optimizer, str) else None
-        self.opt_state: Dict[Any, Dict[str, Any]] = {}
-        self.opt_groups: List[Dict[str, Any]] = []
-        self.opt_attrs: Dict[str, Any] = {}
-        if self.optimizer is not None:
-            for p, state in self.optimizer.state.items():
-                self.opt_state[p] = {
-                    k: _SavedTensor(_host_copy(v), v.device) if _is_tensor(v) else copy.deepcopy(v)
-                    for k, v in state.items()
-                }
-            self.opt_groups = [
-                copy.deepcopy({k: v for k, v in g.items() if k != "params"}) for g in self.optimizer.param_groups
-            ]
-            self.opt_attrs = {a: getattr(self.optimizer, a) for a in _OPTIMIZER_ATTRS if hasattr(self.optimizer, a)}
-
-    def restore(self) -> None:
-        import torch
-
-        with torch.no_grad():
-            for t, saved in self.tensors:
-                if t.shape != saved.shape or t.dtype != saved.dtype:
-                    t.data = saved.to(t.device, copy=True)  # replaced by user code during the run
-                else:
-                    t.copy_(saved)
-        for p, grad in self.grads:
-            p.grad = None if grad is None else grad.to(p.device, copy=True)
-        for module, flag in self.training:
-            module.training = flag
-        if self.optimizer is not None:
-            self._restore_optimizer()
-
-    def _restore_optimizer(self) -> None:
-        opt = self.optimizer
-        opt.state.clear()
-        for p, state in self.opt_state.items():
-            opt.state[p] = {k: v.back() if isinstance(v, _SavedTensor) else copy.deepcopy(v) for k, v in state.items()}
-        for group, saved in zip(opt.param_groups, self.opt_groups):
-            for key in [k for k in group if k != "params" and k not in saved]:
-                del group[key]
-            group.update(copy.deepcopy(saved))
-        for attr in _OPTIMIZER_ATTRS:
-            if attr in self.opt_attrs:
-                setattr(opt, attr, self.opt_attrs[attr])
-            elif hasattr(opt, attr):
-                delattr(opt, attr)
-
-
-# --- where the training steps run ------------------------------------------------------------------------------
-
-
-def resolve_device(device: Any, model: Any, simulated: bool) -> Any:
-    """torch.device to train on. Simulated runs are on the CPU; otherwise the named device, 'auto', or the
-    model's own device. CUDA is initialised only when the caller names it (or the model already lives there)."""
-    import torch
-
-    if simulated:
-        return torch.device("cpu")
-    if device is None:
-        first = next(iter(model.parameters()), None)
-        return first.device if first is not None else torch.device("cpu")
-    text = str(device)
-    if text == "auto":
-        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    try:
-        resolved = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"bad device {device!r}; use cpu, cuda, cuda:0 or auto") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(
-                f"device {text!r} asked for, but this torch build or machine has no CUDA; "
-                "use simulate='6GiB' to run the search without a GPU"
-            )
-        if resolved.index is None:
-            resolved = torch.device("cuda", torch.cuda.current_device())
-    elif resolved.type != "cpu":
-        raise ValueError(f"device {text!r} is not supported; use cpu or cuda[:N]")
-    return resolved
-
-
-def _on_device(model: Any, device: Any) -> bool:
-    return all(t.device == device for t in list(model.parameters()) + list(model.buffers()))
-
-
-class Workbench:
-    """The model and optimizer the steps run on: the user's own when they already live on the device
-    (snapshot, then restore after every trial and at the end), else a copy placed on the device."""
-
-    def __init__(self, model: Any, optimizer: Any, device: Any) -> None:
-        from gpumem_kernel.analysis.trace import TensorCopier, copy_model, copy_optimizer
-
-        self.device = device
-        self.in_place = _on_device(model, device)
-        if self.in_place:
-            self.model, self.optimizer = model, optimizer
-        else:
-            copier = TensorCopier(fake=False, device=str(device))
-            self.model, mapping, _ = copy_model(model, copier)
-            self.optimizer = (
-                optimizer
-                if isinstance(optimizer, str)
-                else copy_optimizer(optimizer, mapping, copier, cuda_defaults=False)
-            )
-            del mapping
-        self.snapshot = StateSnapshot(self.model, self.optimizer)
-
-    def new_optimizer(self) -> Any:
-        from gpumem_kernel.analysis.trace import make_optimizer
-
-        if isinstance(self.optimizer, str):
-            return make_optimizer(self.optimizer, [p for p in self.model.parameters() if p.requires_grad])
-        return self.optimizer
-
-    def reset(self) -> None:
-        self.snapshot.restore()
-
-    def close(self) -> None:
-        self.reset()
-        if not self.in_place:
-            self.model = self.optimizer = None
-        self.snapshot = None  # type: ignore[assignment]
-
-
-def to_device(batch: Any, device: Any, non_blocking: bool = False) -> Any:
-    import torch
-    from torch.utils._pytree import tree_map
-
-    if device.type == "cpu":
-        return batch
-    return tree_map(lambda t: t.to(device, non_blocking=non_blocking) if isinstance(t, torch.Tensor) else t, batch)
-
-
-def grad_scaler(amp: Optional[str], device: Any) -> Any:
-    import torch
-
-    return torch.amp.GradScaler("cuda") if amp == "fp16" and device.type == "cuda" else None
-
-
-def optimizer_step(optimizer: Any, scaler: Any) -> None:
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
 
 
 # --- result ---------------------------------------------------------------------------------------------
@@ -446,6 +85,7 @@ class AutobatchResult:
     interrupted: bool = False
     notes: List[str] = field(default_factory=list)
     version: int = 1
+    config_yaml: str = ""  # written from the rest by to_payload: what "Copy as YAML" copies
 
     def __int__(self) -> int:
         return self.maximum
@@ -454,7 +94,9 @@ class AutobatchResult:
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.autobatch.v1+json` (schemas/autobatch.schema.json)."""
-        return asdict(self)
+        payload = asdict(self)
+        self.config_yaml = payload["config_yaml"] = autobatch_yaml(payload)
+        return payload
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
         return autobatch_bundle(self)
@@ -479,14 +121,12 @@ class _Plan:
 
 def _train(plan: _Plan, batch: int, tracker: Any) -> None:
     """`steps` full training steps at `batch`; raises on OOM. Locals die with this frame."""
-    from gpumem_kernel.analysis.trace import _autocast_factory
-
     bench = plan.bench
     model = bench.model
     model.train()
     optimizer = bench.new_optimizer()
     scaler = grad_scaler(plan.amp, bench.device)
-    autocast = _autocast_factory(plan.amp, bench.device.type)
+    autocast = autocast_factory(plan.amp, bench.device.type)
     for _ in range(plan.steps):
         data = to_device(plan.make_batch(batch), bench.device)
         tracker.register(data, check=True)
@@ -504,7 +144,7 @@ def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
     device = plan.bench.device
     cuda = device.type == "cuda"
     clean_allocator(device)
-    tracker = make_tracker(plan.cap) if plan.cap is not None else _NoTracker()
+    tracker = make_tracker(plan.cap) if plan.cap is not None else NullTracker()
     started = time.perf_counter()
     error: Optional[str] = None
     try:
@@ -538,27 +178,6 @@ def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
         phase,
         error,
     )
-
-
-class _NoTracker:
-    """Stands in for the tracker on a real GPU (CUDA counts its own bytes)."""
-
-    peak = 0
-
-    def __enter__(self) -> "_NoTracker":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-    def register(self, tree: Any, check: bool = False) -> None:
-        pass
-
-    def check_baseline(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _measure(trial: Trial, cuda: bool) -> Optional[int]:
@@ -765,7 +384,6 @@ def auto_select_batch_size(
     progress(trial) is called after each trial. Ctrl-C stops the search: the result is partial and
     `interrupted`. The model, optimizer and RNG states are restored exactly in every case.
     """
-    import torch
 
     from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind, round_batch
     from gpumem_kernel.analysis.trace import default_loss, feed
@@ -786,7 +404,7 @@ def auto_select_batch_size(
         )
     make_batch = _batch_source(model, input)
     notes: List[str] = []
-    rng = RngSnapshot.take(cuda or torch.cuda.is_initialized())
+    rng = RngSnapshot.take(cuda or cuda_initialised())
     predicted, start_source = None, "default"
     if start_batch is not None:
         start, start_source = start_batch, "start_batch"
@@ -823,7 +441,7 @@ def auto_select_batch_size(
         notes.append("even batch 1 does not fit: try amp, checkpointing or a smaller model")
     if cap is not None:
         notes.append(
-            f"simulated: a cap of {_mib(cap)} on tracked live tensor bytes on the CPU; a real GPU adds "
+            f"simulated: a cap of {format_bytes(cap, 'MiB')} on tracked live tensor bytes on the CPU; a real GPU adds "
             "the CUDA context, cuBLAS/cuDNN workspaces and allocator rounding"
         )
     recommended = max(1, round_batch(maximum * (1 - margin), multiple)) if maximum else 0
@@ -865,7 +483,6 @@ def scan_batch_sizes(
     steps: int = 2,
 ) -> List[Trial]:
     """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
-    import torch
 
     from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind
     from gpumem_kernel.analysis.trace import default_loss, feed
@@ -873,7 +490,7 @@ def scan_batch_sizes(
     _check_args(model, 0.0, max(batch_sizes), steps, None, None)
     cap = parse_cap(simulate)
     target = resolve_device(device, model, cap is not None)
-    rng = RngSnapshot.take(target.type == "cuda" or torch.cuda.is_initialized())
+    rng = RngSnapshot.take(target.type == "cuda" or cuda_initialised())
     bench = Workbench(model, _optimizer_kind(optimizer), target)
     plan = _Plan(bench, _batch_source(model, input), forward or feed, loss or default_loss, _amp_mode(amp), steps, cap)
     try:
@@ -891,8 +508,6 @@ def _label(payload: Dict[str, Any]) -> str:
 
 
 def render_text(payload: Dict[str, Any]) -> str:
-    from gpumem_kernel.render.units import format_bytes
-
     sim = payload["engine"] == "simulated"
     cap = payload["limit_bytes"]
     where = (
@@ -922,14 +537,32 @@ def render_text(payload: Dict[str, Any]) -> str:
         )
     if payload["notes"]:
         lines += ["", "Notes:"] + [f"  - {n}" for n in payload["notes"]]
+    if payload.get("config_yaml"):  # absent from payloads written before it existed
+        lines += ["", "📋 Configuration (YAML):"] + [f"  {line}" for line in payload["config_yaml"].splitlines()]
     lines.append("=" * 70)
     return "\n".join(lines)
 
 
+def autobatch_yaml(payload: Mapping[str, Any]) -> str:
+    """The recommended batch in the training-config shape (data.batch_size, training.use_amp), with comments
+    saying where it came from."""
+    measured = "simulated" if payload["engine"] == "simulated" else "measured"
+    limit = payload["limit_bytes"]
+    header = [
+        f"gpumem autobatch of {payload['model_name']}: {measured} on {payload['device']}"
+        + (f", limit {format_bytes(limit, 'auto')}" if limit is not None else ""),
+        f"maximum {'at least ' if payload['at_least'] else ''}{payload['maximum']}, recommended "
+        f"{payload['recommended']} ({payload['margin']:.0%} margin, {payload['rounding']})"
+        + (", interrupted" if payload["interrupted"] else ""),
+    ]
+    training: Dict[str, Any] = {"use_amp": payload["amp"] is not None}
+    if payload["amp"] is not None:
+        training["amp_dtype"] = AMP_DTYPES[payload["amp"]]
+    return config_yaml(header, {"data": {"batch_size": payload["recommended"]}, "training": training})
+
+
 def render_html(payload: Dict[str, Any]) -> str:
     import html
-
-    from gpumem_kernel.render.units import format_bytes
 
     def e(value: Any) -> str:
         return html.escape(str(value), quote=True)

@@ -1,15 +1,15 @@
-"""The batch x workers x AMP x pin_memory benchmark (seed 004): `run_benchmark(model, ...)`.
+"""The batch x workers x AMP x pin_memory benchmark (the benchmark guide): `run_benchmark(model, ...)`.
 
 For every configuration, after warm-up steps: time blocked on the DataLoader, host-to-device copy, forward
 (+ loss), backward, optimizer (CUDA events on a GPU, perf_counter on the CPU), the step's wall time,
 samples/s, GPU utilisation (NVML, sampled in a thread), peak memory, and a status: ok, oom (the batch stops
-growing for that workers/AMP/pin combination) or swapping-suspected (seed 002: per-sample time collapses
-while memory sits at the limit and utilisation drops; GPU only). Then seed 004's three picks and its
+growing for that workers/AMP/pin combination) or swapping-suspected (the optimisation guide: per-sample time collapses
+while memory sits at the limit and utilisation drops; GPU only). Then the benchmark guide's three picks and its
 diagnostics in plain words.
 
 Every configuration gets its own DataLoader (`persistent_workers=False`); its iterator is shut down and
 deleted afterwards and psutil checks that no worker process is left. The user's model, optimizer and RNG
-states are restored exactly (autobatch.StateSnapshot / RngSnapshot), also on Ctrl-C, which returns the
+states are restored exactly (analysis.workbench), also on Ctrl-C, which returns the
 partial table flagged `interrupted`. `simulate="6GiB"` runs on the CPU with a cap on tracked tensor bytes;
 everything it measures is labelled "simulated". torch is imported inside functions only.
 """
@@ -23,28 +23,29 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from gpumem_kernel.magics.argcheck import cut, one_line
-from gpumem_kernel.autobatch.search import (
+from gpumem_kernel.render.text import cut, one_line
+from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
+from gpumem_kernel.analysis.trace import autocast_factory
+from gpumem_kernel.analysis.workbench import (
     RngSnapshot,
     Workbench,
-    _NoTracker,
     clean_allocator,
     first_line,
     grad_scaler,
-    is_oom,
-    make_tracker,
     optimizer_step,
     parse_cap,
-    register_states,
     resolve_device,
     to_device,
 )
+from gpumem_kernel.oom.classify import is_oom
+from gpumem_kernel.probe.torchstats import cuda_initialised
+from gpumem_kernel.render.snippets import config_yaml
+from gpumem_kernel.render.units import format_bytes, unit_for
 
 MIME = "application/vnd.gpumem.benchmark.v1+json"
 GiB = 1 << 30
-MiB = 1 << 20
-IO_SHARE = 0.30  # seed 004: I/O above this share of the step -> more workers, pin_memory
-LOW_UTIL = 70.0  # seed 004: below this GPU% the GPU waits
+IO_SHARE = 0.30  # the benchmark guide: I/O above this share of the step -> more workers, pin_memory
+LOW_UTIL = 70.0  # the benchmark guide: below this GPU% the GPU waits
 AMP_WORTH = 1.2  # an AMP speedup at least this large -> use it
 SWAP_SLOWDOWN = 2.0  # per-sample time this many times the previous batch's...
 SWAP_AT_LIMIT = 0.95  # ...while memory sits at 95% of the device
@@ -56,7 +57,7 @@ WORKER_EXIT_TIMEOUT = 5.0
 
 @dataclass
 class BenchmarkConfig:
-    """Seed 004's `benchmark:` section (configs/checking_gpu_optimization.yaml), plus warm-up and target."""
+    """The benchmark guide's `benchmark:` section (configs/checking_gpu_optimization.yaml), plus warm-up and target."""
 
     batch_sizes: List[int] = field(default_factory=lambda: [1 << i for i in range(14)])
     num_workers_options: List[int] = field(default_factory=lambda: [0, 2, 4, 8, 12, 16])
@@ -119,7 +120,7 @@ def check_value(name: str, value: Any, label: str) -> Any:
 
 def load_config(source: Union[None, str, os.PathLike, Mapping[str, Any], BenchmarkConfig]) -> BenchmarkConfig:
     """A BenchmarkConfig from a YAML file path, a mapping shaped like it ({"benchmark": {...}}), or None
-    (seed 004's defaults). Other top-level sections (data, training, ...) are left alone; an unknown key or
+    (the benchmark guide's defaults). Other top-level sections (data, training, ...) are left alone; an unknown key or
     a bad value under `benchmark:` is a one-line ValueError naming it."""
     if isinstance(source, BenchmarkConfig):
         return source
@@ -135,7 +136,7 @@ def load_config(source: Union[None, str, os.PathLike, Mapping[str, Any], Benchma
         raise ValueError(f"{where}expected a mapping with a 'benchmark:' section, got {type(data).__name__}")
     section = data.get("benchmark")
     if section is None:
-        raise ValueError(f"{where}benchmark: missing section (seed 004's configs/checking_gpu_optimization.yaml)")
+        raise ValueError(f"{where}benchmark: missing section (see the benchmark guide's example config)")
     if not isinstance(section, Mapping):
         raise ValueError(f"{where}benchmark: expected a mapping, got {section!r}")
     values = {}
@@ -518,13 +519,18 @@ class BenchmarkResult:
     seconds: float
     workers: Dict[str, List[int]]  # leftover (found alive after shutdown) and terminated PIDs
     version: int = 1
+    # written from the rest by to_payload: the recommended pick as "Copy as YAML" copies it; None without one
+    config_yaml: Optional[str] = None
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.benchmark.v1+json` (schemas/benchmark.schema.json)."""
-        return asdict(self)
+        payload = asdict(self)
+        self.config_yaml = payload["config_yaml"] = pick_yaml(payload, "recommended")
+        return payload
 
     def to_yaml(self, pick: str = "recommended") -> str:
-        """The picked configuration in the seeds' config shape (data.*, training.use_amp)."""
+        """The picked configuration in the training-config shape (data.*, training.*); a comment alone when
+        there is no such pick."""
         return recommended_yaml(self.to_payload(), pick)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
@@ -535,7 +541,7 @@ class BenchmarkResult:
 
 
 def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], target: float) -> Dict[str, Optional[Pick]]:
-    """Seed 004's three picks over the rows that ran (status ok); ties go to the earlier row."""
+    """The benchmark guide's three picks over the rows that ran (status ok); ties go to the earlier row."""
     ok = [(i, r) for i, r in enumerate(rows) if r.status == "ok" and r.samples_per_s]
 
     def best(
@@ -563,7 +569,7 @@ def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], targ
     note = (
         "no memory limit known: highest throughput"
         if budget is None
-        else f"highest throughput within {target:.0%} of {_size(limit)}"
+        else f"highest throughput within {target:.0%} of {format_bytes(limit, 'auto')}"
     )
     return {
         "highest_throughput": best(ok, lambda r: r.samples_per_s, "highest_throughput", ""),
@@ -575,12 +581,6 @@ def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], targ
         ),
         "recommended": best(within, lambda r: r.samples_per_s, "recommended", note),
     }
-
-
-def _size(n: Optional[int]) -> str:
-    from gpumem_kernel.render.units import format_bytes
-
-    return format_bytes(n, "auto")
 
 
 # --- the sweep ---------------------------------------------------------------------------------------------------
@@ -608,15 +608,13 @@ def _measure(
     ctx: _Context, batches: _Batches, batch: int, amp: bool, pin: bool, tracker: Any, util: _UtilSampler
 ) -> List[float]:
     """Warm-up + measured steps; returns mean [io, h2d, forward, backward, optimizer, total] in ms."""
-    from gpumem_kernel.analysis.trace import _autocast_factory
-
     cfg, device = ctx.config, ctx.device
     model = ctx.bench.model
     model.train()
     optimizer = ctx.bench.new_optimizer()
     amp_mode = ("fp16" if device.type == "cuda" else "bf16") if amp else None
     scaler = grad_scaler(amp_mode, device)
-    autocast = _autocast_factory(amp_mode, device.type)
+    autocast = autocast_factory(amp_mode, device.type)
     timer: Any = _CudaTimer(device) if device.type == "cuda" else _CpuTimer()
     records: List[List[float]] = []
     for step in range(cfg.warmup_steps + cfg.steps_per_test):
@@ -653,7 +651,7 @@ def _run_config(
     cfg, device = ctx.config, ctx.device
     samples = batch * (cfg.warmup_steps + cfg.steps_per_test)
     batches = _Batches(_loader_maker(ctx.dataset, ctx.loader_factory, batch, workers, pin, samples))
-    tracker = make_tracker(ctx.cap) if ctx.track else _NoTracker()
+    tracker = make_tracker(ctx.cap) if ctx.track else NullTracker()
     util = _UtilSampler(ctx.cuda_index)
     before = list(_children())
     clean_allocator(device)
@@ -700,7 +698,7 @@ def _run_config(
 
 
 def _swapping(previous: Optional[BenchmarkRow], row: BenchmarkRow, total: Optional[int]) -> bool:
-    """Seed 002's symptom: no OOM, but per-sample time collapses while memory sits at the limit and the GPU
+    """The swapping symptom: no OOM, but per-sample time collapses while memory sits at the limit and the GPU
     idles (unified memory / system-memory fallback paging over PCIe)."""
     if previous is None or total is None or row.gpu_util is None or not row.total_ms or not previous.total_ms:
         return False
@@ -779,13 +777,12 @@ def run_benchmark(
     """Sweep batch sizes x DataLoader workers x AMP on/off x pin_memory on `model`.
 
     Data: `dataset` (map-style or iterable), `loader_factory(batch_size=, num_workers=, pin_memory=)`, or
-    `synthetic_shape` ('3x64x64') with `num_classes`. config: a YAML path or mapping in seed 004's shape;
+    `synthetic_shape` ('3x64x64') with `num_classes`. config: a YAML path or mapping in the benchmark guide's shape;
     the keyword overrides replace its values (amp / pin_memory: whether to test them, as test_* do).
     loss(output, batch) and forward(model, batch) default to cross-entropy / MSE on (inputs, targets).
     on_row(row) is called as each row finishes.
     Ctrl-C returns the partial table flagged `interrupted`; the model, optimizer and RNG are restored.
     """
-    import torch
 
     from gpumem_kernel.analysis.analyze import _check_model, _optimizer_kind, parse_shape
 
@@ -818,7 +815,7 @@ def run_benchmark(
     info, limit, memory_source = _device_info(target, cap)
     engine = "simulated" if cap is not None else ("cuda" if cuda else "cpu")
     notes = _setup_notes(engine, cfg, cap, cuda)
-    rng = RngSnapshot.take(cuda or torch.cuda.is_initialized())
+    rng = RngSnapshot.take(cuda or cuda_initialised())
     bench = Workbench(model, kind, target)
     if not bench.in_place:
         notes.append(f"the model is not on {target}: the benchmark ran on a copy placed there")
@@ -902,7 +899,7 @@ def _setup_notes(engine: str, cfg: BenchmarkConfig, cap: Optional[int], cuda: bo
     notes = []
     if engine == "simulated":
         notes.append(
-            f"simulated: memory is tracked tensor bytes under a {_size(cap)} cap on the CPU (no CUDA "
+            f"simulated: memory is tracked tensor bytes under a {format_bytes(cap, 'auto')} cap on the CPU (no CUDA "
             "context, workspaces or allocator rounding); timings are CPU timings, not a GPU's"
         )
     elif engine == "cpu":
@@ -935,7 +932,7 @@ def _ratio(
 def diagnose(
     rows: Sequence[BenchmarkRow], picks: Mapping[str, Optional[Pick]], engine: str, limit: Optional[int]
 ) -> List[str]:
-    """Seed 004's reading of the table, in plain words."""
+    """The benchmark guide's reading of the table, in plain words."""
     out: List[str] = []
     chosen = picks.get("recommended") or picks.get("highest_throughput")
     sim = " (simulated)" if engine == "simulated" else ""
@@ -949,7 +946,7 @@ def diagnose(
         if r.status == "swapping-suspected":
             out.append(
                 f"batch {r.batch_size} ({r.num_workers} workers): per-sample time jumped while memory sat "
-                "at the limit and utilisation fell — likely unified-memory swapping (seed 002); stay below it"
+                "at the limit and utilisation fell — likely unified-memory swapping; stay below it"
             )
     if chosen is None:
         return out + ["no configuration ran: try smaller batch sizes" + (" or a larger cap" if sim else "")]
@@ -1019,7 +1016,7 @@ def diagnose(
         share = row.peak_bytes / limit
         if share < 0.5 and not ooms and row.batch_size == max(r.batch_size for r in rows):
             out.append(
-                f"the pick uses {share:.0%} of {_size(limit)}{sim} and is the largest batch tested: "
+                f"the pick uses {share:.0%} of {format_bytes(limit, 'auto')}{sim} and is the largest batch tested: "
                 "add larger batch sizes"
             )
     return out
@@ -1036,13 +1033,13 @@ def _ms(value: Optional[float]) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
-def _mem_unit(payload: Mapping[str, Any]) -> Tuple[str, int]:
-    peaks = [r["peak_bytes"] for r in payload["rows"] if r["peak_bytes"]]
-    return ("GiB", GiB) if peaks and max(peaks) >= GiB else ("MiB", MiB)
+def _mem_unit(payload: Mapping[str, Any]) -> str:
+    """The memory column's one unit: GiB when some peak reaches 1 GiB, else MiB."""
+    return unit_for(max((r["peak_bytes"] for r in payload["rows"] if r["peak_bytes"]), default=0), "auto")
 
 
 def _table(payload: Mapping[str, Any]) -> List[str]:
-    unit, factor = _mem_unit(payload)
+    unit = _mem_unit(payload)
     sim = payload["engine"] == "simulated"
     head = (
         f"{'Batch':>6} {'Workers':>7} {'AMP':>5} {'Pin':>5} {'I/O(ms)':>9} {'H2D(ms)':>9} {'Fwd(ms)':>9} "
@@ -1053,7 +1050,7 @@ def _table(payload: Mapping[str, Any]) -> List[str]:
     for r in payload["rows"]:
         status = STATUS.get(r["status"], r["status"]) + (" (sim)" if sim and r["status"] == "oom" else "")
         gpu = "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}"
-        mem = "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / factor:.2f}"
+        mem = "" if r["peak_bytes"] is None else format_bytes(r["peak_bytes"], unit, label=False)
         sps = "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}"
         lines.append(
             f"{r['batch_size']:>6} {r['num_workers']:>7} {'Yes' if r['amp'] else 'No':>5} "
@@ -1089,8 +1086,8 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
             return ""
         suffix = ""
         if safe and payload["limit_bytes"]:
-            suffix = f" (safe: within {payload['memory_target']:.0%} of {_size(payload['limit_bytes'])})"
-        return _kv(mem_label, _size(pick["peak_bytes"]) + suffix)
+            suffix = f" (safe: within {payload['memory_target']:.0%} of {format_bytes(payload['limit_bytes'], 'auto')})"
+        return _kv(mem_label, format_bytes(pick["peak_bytes"], "auto") + suffix)
 
     hi, eff, rec = picks["highest_throughput"], picks["best_efficiency"], picks["recommended"]
     lines = [BANNER, "🏆 OPTIMAL CONFIGURATION", BANNER, ""]
@@ -1116,14 +1113,14 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
 def _title(payload: Mapping[str, Any]) -> str:
     device = payload["device"]
     if payload["engine"] == "simulated":
-        return f"simulated: {_size(payload['limit_bytes'])} cap on tracked tensor bytes, CPU timings"
+        return f"simulated: {format_bytes(payload['limit_bytes'], 'auto')} cap on tracked tensor bytes, CPU timings"
     if payload["engine"] == "cuda":
-        return f"cuda:{device['index']} {device['name']} ({_size(device['total_bytes'])})"
+        return f"cuda:{device['index']} {device['name']} ({format_bytes(device['total_bytes'], 'auto')})"
     return "CPU (no GPU): memory is tracked tensor bytes"
 
 
 def render_text(payload: Mapping[str, Any]) -> str:
-    """Seed 004's console summary: the table, the three picks, then diagnostics and notes."""
+    """The benchmark guide's console summary: the table, the three picks, then diagnostics and notes."""
     lines = [
         BANNER,
         "📋 BENCHMARK SUMMARY",
@@ -1137,6 +1134,9 @@ def render_text(payload: Mapping[str, Any]) -> str:
         lines += ["🔎 Diagnostics:"] + [f"  - {d}" for d in payload["diagnostics"]] + [""]
     if payload["notes"]:
         lines += ["Notes:"] + [f"  - {n}" for n in payload["notes"]]
+    if payload.get("config_yaml"):  # absent from payloads written before it existed
+        lines += ["", "📋 Recommended configuration (YAML):"]
+        lines += [f"  {line}" for line in payload["config_yaml"].splitlines()]
     lines.append(BANNER)
     return "\n".join(lines)
 
@@ -1147,7 +1147,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
     def e(value: Any) -> str:
         return html.escape(str(value), quote=True)
 
-    unit, factor = _mem_unit(payload)
+    unit = _mem_unit(payload)
     head = [
         "batch",
         "workers",
@@ -1179,7 +1179,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
             _ms(r["total_ms"]),
             "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
             "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}",
-            "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / factor:.2f}",
+            "" if r["peak_bytes"] is None else format_bytes(r["peak_bytes"], unit, label=False),
             r["status"],
         ]
         body.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
@@ -1216,26 +1216,35 @@ def render_html(payload: Mapping[str, Any]) -> str:
     )
 
 
-def recommended_yaml(payload: Mapping[str, Any], pick: str = "recommended") -> str:
-    """The pick in the seeds' config shape, with a comment saying where it came from."""
+def pick_yaml(payload: Mapping[str, Any], pick: str = "recommended") -> Optional[str]:
+    """A pick in the training-config shape (data.batch_size, num_workers, pin_memory; training.use_amp and the
+    AMP dtype), with comments saying where it came from; None when there is no such pick."""
     chosen = payload["picks"].get(pick)
     if chosen is None:
+        return None
+    header = [
+        f"gpumem benchmark of {payload['model']['name']}, {pick.replace('_', ' ')}: {_title(payload)}",
+        f"{chosen['samples_per_s']:.1f} samples/s"
+        + (f", peak {format_bytes(chosen['peak_bytes'], 'auto')}" if chosen["peak_bytes"] is not None else "")
+        + (" (interrupted sweep)" if payload["interrupted"] else ""),
+    ]
+    data = {
+        "batch_size": chosen["batch_size"],
+        "num_workers": chosen["num_workers"],
+        "pin_memory": chosen["pin_memory"],
+    }
+    training: Dict[str, Any] = {"use_amp": chosen["amp"]}
+    if chosen["amp"]:
+        training["amp_dtype"] = payload["amp_dtype"]
+    return config_yaml(header, {"data": data, "training": training})
+
+
+def recommended_yaml(payload: Mapping[str, Any], pick: str = "recommended") -> str:
+    """`pick_yaml`, or a comment saying there is no such pick (what --save-yaml and --format yaml write)."""
+    text = pick_yaml(payload, pick)
+    if text is None:
         return f"# gpumem benchmark: no {pick.replace('_', ' ')} configuration (nothing ran within the limits)\n"
-    head = [
-        f"# gpumem benchmark, {pick.replace('_', ' ')} ({_title(payload)})",
-        f"# {chosen['samples_per_s']:.1f} samples/s"
-        + (f", peak {_size(chosen['peak_bytes'])}" if chosen["peak_bytes"] is not None else ""),
-    ]
-    body = [
-        "data:",
-        f"  batch_size: {chosen['batch_size']}",
-        f"  num_workers: {chosen['num_workers']}",
-        f"  pin_memory: {'true' if chosen['pin_memory'] else 'false'}",
-        "",
-        "training:",
-        f"  use_amp: {'true' if chosen['amp'] else 'false'}",
-    ]
-    return "\n".join(head + body) + "\n"
+    return text
 
 
 def benchmark_bundle(result: Any) -> Dict[str, Any]:

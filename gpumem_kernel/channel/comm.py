@@ -41,6 +41,7 @@ from gpumem_kernel.wire.protocol import (
     to_json,
 )
 from gpumem_kernel.probe.sampler import SampleDict, Sampler
+from gpumem_kernel.probe.torchstats import torch_info
 
 log = logging.getLogger("gpumem_kernel")
 
@@ -95,9 +96,7 @@ def _ipykernel_version() -> Optional[str]:
 
 
 def _torch_version() -> Optional[str]:
-    torch = sys.modules.get("torch")  # never import it: only report what the user loaded
-    version = getattr(torch, "__version__", None)
-    return str(version) if version is not None else None
+    return torch_info().version  # never imports it: only reports what the user loaded
 
 
 class _Connection:

@@ -1,350 +1,51 @@
 """Clear GPU memory: free what pins memory after an error, then say what still holds memory.
 
-Seed 001's `clear_gpu_memory()` (gc.collect + empty_cache) frees nothing while the last traceback or
+The memory-management guide's `clear_gpu_memory()` (gc.collect + empty_cache) frees nothing while the last traceback or
 IPython's output cache still references the tensors, which is the usual state right after an OOM. The
 safe clear drops exactly those hidden references, collects, and — only when the user's code already
 initialised CUDA — returns the allocator's cache to the driver. User variables are deleted only when
 named (`variables=[...]`) or with `all_cuda_vars=True`.
 
-Never imports torch and never initialises CUDA: torch is looked up in `sys.modules` only.
+Never imports torch and never initialises CUDA: what holds memory is probe.holders' walk of the namespace.
 """
 
 from __future__ import annotations
 
-import collections
 import gc
 import html
-import itertools
-import json
 import re
 import sys
-import types
 from dataclasses import asdict, dataclass, field
-from importlib import resources
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    MutableMapping,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Sequence, Set, Tuple
 
-from gpumem_kernel.render.units import format_bytes
+from gpumem_kernel.probe.holders import (
+    Holder,
+    TorchKinds,
+    exception_tracebacks,
+    frame_holder,
+    has_cuda_tensor,
+    holders,
+    is_ipython_name,
+    measure,
+    namespace_of,
+    resolve_shell,
+    torch_kinds,
+    traceback_frames,
+    user_variables,
+)
+from gpumem_kernel.probe.snapshot import take_sample
+from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, initialised_cuda
+from gpumem_kernel.render.units import human
 
 CLEAR_MIME = "application/vnd.gpumem.clear.v1+json"
 PAYLOAD_VERSION = 1
 TOP_HOLDERS = 15
-# Items looked at per list/dict: a million-element dataset list must not stall the kernel.
-_CONTAINER_LIMIT = 10_000
-# IPython's own names in user_ns: output cache, input history, helpers.
-_IPYTHON_NAMES = re.compile(r"^(_+|_\d+|_i+|_i\d+|_ih|_oh|_dh|In|Out|exit|quit|get_ipython)$")
 _OUT_NAME = re.compile(r"^_(\d+)$")
 _UNDERS = ("_", "__", "___")
 _EXCEPTION_ATTRS = ("last_type", "last_value", "last_traceback", "last_exc")  # last_exc: Python 3.12+
 
 
-# --- torch, looked up without importing it -------------------------------------------------------
-
-
-def loaded_torch() -> Optional[Any]:
-    """The torch module if the user imported it and the import has finished, else None."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
-        return None
-    return torch
-
-
-def cuda_initialised() -> bool:
-    """True only when the user's code already initialised CUDA (never initialises it)."""
-    if loaded_torch() is None:
-        return False
-    cuda = sys.modules.get("torch.cuda")  # not torch.cuda: attribute access could import it
-    try:
-        return bool(cuda is not None and cuda.is_initialized())
-    except Exception:
-        return False
-
-
-@dataclass(frozen=True)
-class TorchKinds:
-    """The torch classes a value is checked against; optional ones are None until their module is imported."""
-
-    tensor: type
-    module: Optional[type]
-    optimizer: Optional[type]
-
-    def holds_torch(self, obj: Any) -> bool:
-        """A tensor, Module or Optimizer, itself or one level deep in a list/tuple/set/dict."""
-        if self._is_torch(obj):
-            return True
-        return any(self._is_torch(item) for item in _container_items(obj))
-
-    def _is_torch(self, obj: Any) -> bool:
-        classes = tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None)
-        try:
-            return isinstance(obj, classes)
-        except Exception:  # proxies whose __class__ raises
-            return False
-
-
-def torch_kinds() -> Optional[TorchKinds]:
-    """The classes to look for, or None when torch is not imported (then nothing can hold a tensor)."""
-    torch = loaded_torch()
-    tensor = getattr(torch, "Tensor", None) if torch is not None else None
-    if not isinstance(tensor, type):
-        return None
-    module = getattr(sys.modules.get("torch.nn"), "Module", None)
-    optimizer = getattr(sys.modules.get("torch.optim"), "Optimizer", None)
-    return TorchKinds(
-        tensor, module if isinstance(module, type) else None, optimizer if isinstance(optimizer, type) else None
-    )
-
-
-# --- walking objects to their tensors ----------------------------------------------------------------
-
-
-def _container_items(obj: Any) -> List[Any]:
-    """Elements of a plain container (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O)."""
-    try:
-        if isinstance(obj, (dict, collections.UserDict)):
-            values: Iterable[Any] = obj.values()
-        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
-            values = obj
-        else:
-            return []
-        return list(itertools.islice(values, _CONTAINER_LIMIT))
-    except Exception:  # a container mutated by another thread, or a broken subclass
-        return []
-
-
-def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
-    """Every tensor `obj` keeps alive: itself, a Module's parameters/gradients/buffers, an Optimizer's
-    state and parameters, or those of the elements of a container `depth` levels deep."""
-    try:
-        if isinstance(obj, kinds.tensor):
-            yield obj
-            grad = getattr(obj, "grad", None)
-            if grad is not None:
-                yield grad
-            return
-        if kinds.module is not None and isinstance(obj, kinds.module):
-            for parameter in obj.parameters():
-                yield from _tensors(parameter, kinds, 0)
-            yield from obj.buffers()
-            return
-        if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
-            for state in list(obj.state.values()):
-                for value in state.values() if isinstance(state, dict) else ():
-                    if isinstance(value, kinds.tensor):
-                        yield value
-            for group in obj.param_groups:
-                for parameter in group.get("params", ()):
-                    yield from _tensors(parameter, kinds, 0)
-            return
-    except Exception:  # a half-built Module, a user subclass with odd attributes
-        return
-    if depth > 0:
-        for item in _container_items(obj):
-            yield from _tensors(item, kinds, depth - 1)
-
-
-def _storage(tensor: Any) -> Tuple[Any, int, str]:
-    """(identity of the memory, its size in bytes, device) — views of one storage count once."""
-    device = str(tensor.device)
-    try:
-        storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
-        size = int(storage.nbytes())
-        key: Any = (device, pointer) if pointer else ("id", id(tensor))
-    except Exception:  # sparse and other layouts without a storage
-        key, size = ("id", id(tensor)), int(tensor.element_size() * tensor.nelement())
-    return key, size, device
-
-
-@dataclass
-class Holder:
-    """A name that keeps tensors alive, and how much memory only it keeps (bytes per device)."""
-
-    name: str
-    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
-    type_name: str
-    bytes: int
-    by_device: Dict[str, int]
-    tensors: int
-    shape: Optional[List[int]] = None
-    dtype: Optional[str] = None
-
-    def on_cuda(self) -> int:
-        return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
-
-
-def _kind(obj: Any, kinds: TorchKinds) -> str:
-    if isinstance(obj, kinds.tensor):
-        return "tensor"
-    if kinds.module is not None and isinstance(obj, kinds.module):
-        return "module"
-    if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
-        return "optimizer"
-    for cls, name in (
-        (dict, "dict"),
-        (collections.UserDict, "dict"),
-        (list, "list"),
-        (tuple, "tuple"),
-        (set, "set"),
-        (frozenset, "set"),
-        (collections.deque, "list"),
-    ):
-        if isinstance(obj, cls):
-            return name
-    return "other"
-
-
-def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
-    """The memory `obj` keeps alive that no earlier-measured object (`seen`) already accounts for."""
-    by_device: Dict[str, int] = {}
-    count = 0
-    for tensor in _tensors(obj, kinds):
-        try:
-            key, size, device = _storage(tensor)
-        except Exception:
-            continue
-        if device == "meta" or key in seen:
-            continue
-        seen.add(key)
-        count += 1
-        by_device[device] = by_device.get(device, 0) + size
-    if count == 0 and not keep_empty:
-        return None
-    kind = _kind(obj, kinds)
-    shape = dtype = None
-    if kind == "tensor":
-        try:
-            shape, dtype = [int(n) for n in obj.shape], str(obj.dtype).replace("torch.", "")
-        except Exception:
-            pass
-    return Holder(name, kind, type(obj).__name__, sum(by_device.values()), by_device, count, shape, dtype)
-
-
-def has_cuda_tensor(obj: Any, kinds: TorchKinds) -> bool:
-    for tensor in _tensors(obj, kinds):
-        try:
-            if str(tensor.device).startswith("cuda"):
-                return True
-        except Exception:
-            continue
-    return False
-
-
 # --- the namespace and IPython's hidden references ---------------------------------------------------
-
-
-def resolve_shell(shell: Any = None) -> Any:
-    """The given shell, else the running IPython shell, else None (plain Python)."""
-    if shell is not None:
-        return shell
-    ipython = sys.modules.get("IPython")
-    try:
-        return ipython.get_ipython() if ipython is not None else None
-    except Exception:
-        return None
-
-
-def _namespace(shell: Any) -> Tuple[MutableMapping[str, Any], Mapping[str, Any]]:
-    """(user namespace, IPython's hidden names) — __main__ outside IPython."""
-    if shell is not None and isinstance(getattr(shell, "user_ns", None), dict):
-        return shell.user_ns, getattr(shell, "user_ns_hidden", {}) or {}
-    return sys.modules["__main__"].__dict__, {}
-
-
-def _is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
-    return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
-
-
-def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
-    """The user's own variables: IPython's names, modules, classes and functions left out."""
-    namespace, hidden = _namespace(resolve_shell(shell))
-    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
-    return [
-        (name, value)
-        for name, value in list(namespace.items())
-        if isinstance(name, str) and not _is_ipython_name(name, value, hidden) and not isinstance(value, skip)
-    ]
-
-
-def _walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
-    # Modules claim their parameters first, so an optimizer is charged only for its own state.
-    return {"module": 0, "tensor": 1, "optimizer": 3}.get(_kind(item[1], kinds), 2)
-
-
-def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[Any]] = None) -> List[Holder]:
-    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall."""
-    kinds = torch_kinds()
-    if kinds is None:
-        return []
-    seen = set() if seen is None else seen
-    found = [
-        h
-        for h in (
-            measure(name, value, kinds, seen)
-            for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
-            if name not in exclude
-        )
-        if h is not None
-    ]
-    return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
-
-
-def _exception_tracebacks(value: Any, limit: int = 50) -> List[Any]:
-    """Tracebacks of an exception and of its causes/contexts (chained exceptions pin frames too)."""
-    found, pending, seen = [], [value], set()
-    while pending and len(seen) < limit:
-        exc = pending.pop()
-        if not isinstance(exc, BaseException) or id(exc) in seen:
-            continue
-        seen.add(id(exc))
-        if exc.__traceback__ is not None:
-            found.append(exc.__traceback__)
-        pending.extend((exc.__cause__, exc.__context__))
-    return found
-
-
-def traceback_frames(tracebacks: Iterable[Any]) -> List[Any]:
-    """The distinct frames of some tracebacks, in order."""
-    frames: Dict[int, Any] = {}
-    for tb in tracebacks:
-        while tb is not None:
-            frames.setdefault(id(tb.tb_frame), tb.tb_frame)
-            tb = tb.tb_next
-    return list(frames.values())
-
-
-def frame_holder(frames: Sequence[Any], kinds: TorchKinds, seen: Set[Any], name: str = "traceback") -> Holder:
-    """The tensors held only by the local variables of some frames (module-level frames are the user
-    namespace itself and are skipped)."""
-    total = Holder(name, "traceback", "traceback", 0, {}, 0)
-    for frame in frames:
-        try:
-            if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
-                continue
-            local_values = list(frame.f_locals.values())
-        except Exception:
-            continue
-        for value in local_values:
-            part = measure(name, value, kinds, seen)
-            if part is not None:
-                total.tensors += part.tensors
-                for device, size in part.by_device.items():
-                    total.by_device[device] = total.by_device.get(device, 0) + size
-        del local_values
-    total.bytes = sum(total.by_device.values())
-    return total
 
 
 @dataclass
@@ -366,7 +67,7 @@ def _find_traceback_refs(shell: Any) -> _TracebackRefs:
         if getattr(sys, "last_traceback", None) is not None:
             tracebacks.append(sys.last_traceback)
         for attr in ("last_value", "last_exc"):
-            tracebacks.extend(_exception_tracebacks(getattr(sys, attr, None)))
+            tracebacks.extend(exception_tracebacks(getattr(sys, attr, None)))
         drops.append(lambda: [delattr(sys, attr) for attr in _EXCEPTION_ATTRS if hasattr(sys, attr)])
     # IPython's traceback formatter keeps the last traceback for %debug.
     formatter = getattr(shell, "InteractiveTB", None)
@@ -380,7 +81,7 @@ def _find_traceback_refs(shell: Any) -> _TracebackRefs:
         error = getattr(result, attr, None)
         if isinstance(error, BaseException):
             sources.append(f"last_execution_result.{attr}")
-            tracebacks.extend(_exception_tracebacks(error))
+            tracebacks.extend(exception_tracebacks(error))
             drops.append(lambda attr=attr: setattr(result, attr, None))
     return _TracebackRefs(sources, tracebacks, drops)
 
@@ -398,7 +99,7 @@ def _find_output_cache(shell: Any, kinds: TorchKinds) -> List[_CacheEntry]:
     """Output-cache entries (Out[N], _N, _, __, ___, the last result) whose value holds torch objects."""
     if shell is None:
         return []
-    namespace, hidden = _namespace(shell)
+    namespace, hidden = namespace_of(shell)
     entries: Dict[int, _CacheEntry] = {}
 
     def add(name: Optional[str], value: Any, drop: Callable[[], None]) -> None:
@@ -478,22 +179,6 @@ class DeviceMemory:
         return None
 
 
-def take_sample() -> Optional[Dict[str, Any]]:
-    """A fresh probe sample (wire format dict), or None when probing fails. Goes through the running
-    sampler when the extension is loaded: its lock keeps the shared prober's caches single-threaded."""
-    try:
-        from gpumem_kernel import extension
-
-        loaded = extension.current()
-        if loaded is not None:
-            return loaded.sampler.snapshot()
-        from gpumem_kernel.probe.prober import probe
-
-        return probe().to_dict()
-    except Exception:
-        return None
-
-
 @dataclass
 class _Snapshot:
     devices: Dict[str, Dict[str, Any]]
@@ -504,8 +189,6 @@ def _snapshot() -> _Snapshot:
     devices: Dict[str, Dict[str, Any]] = {}
     host_rss: Optional[int] = None
     try:
-        from gpumem_kernel.probe.torchstats import allocator_stats
-
         for index, stats in allocator_stats().items():
             devices[f"cuda:{index}"] = {"allocated": stats.allocated, "reserved": stats.reserved}
     except Exception:
@@ -589,7 +272,7 @@ def _check_variables(names: Sequence[Any], namespace: Mapping[str, Any], hidden:
     unknown = [n for n in names if n not in namespace]
     if unknown:
         raise ValueError(f"no variable named {', '.join(repr(n) for n in unknown)} in this kernel")
-    ipython_owned = [n for n in names if _is_ipython_name(n, namespace[n], hidden)]
+    ipython_owned = [n for n in names if is_ipython_name(n, namespace[n], hidden)]
     if ipython_owned:
         raise ValueError(
             f"{', '.join(repr(n) for n in ipython_owned)} belongs to IPython, not to your code; "
@@ -611,7 +294,7 @@ def clear_gpu_memory(
     `dry_run=True` touches nothing and reports what would be dropped. Bad `variables` → ValueError (one line).
     """
     shell = resolve_shell(shell)
-    namespace, hidden = _namespace(shell)
+    namespace, hidden = namespace_of(shell)
     to_delete = _check_variables(variables or [], namespace, hidden)
     kinds = torch_kinds()
     notes: List[str] = []
@@ -638,11 +321,8 @@ def clear_gpu_memory(
     if kinds is not None:
         kept: Set[Any] = set()
         holders(shell, exclude=to_delete, seen=kept)
-        deleted = [measure(name, namespace[name], kinds, kept, keep_empty=True) for name in to_delete]  # type: ignore[misc]
-        cache_holders = [
-            measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True)  # type: ignore[misc]
-            for entry in cache
-        ]
+        deleted = [measure(name, namespace[name], kinds, kept, keep_empty=True) for name in to_delete]
+        cache_holders = [measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True) for entry in cache]
         traceback_freed = frame_holder(frames, kinds, kept) if frames else None
     else:
         deleted = [Holder(name, "other", type(namespace[name]).__name__, 0, {}, 0) for name in to_delete]
@@ -690,9 +370,9 @@ def clear_gpu_memory(
 
 def _empty_cuda_cache(notes: List[str]) -> bool:
     """empty_cache + ipc_collect, only when CUDA is already initialised (never initialise it here)."""
-    if not cuda_initialised():
+    cuda = initialised_cuda()
+    if cuda is None:
         return False
-    cuda = sys.modules["torch.cuda"]
     for function in ("empty_cache", "ipc_collect"):
         try:
             getattr(cuda, function)()
@@ -702,16 +382,6 @@ def _empty_cuda_cache(notes: List[str]) -> bool:
 
 
 # --- rendering -------------------------------------------------------------------------------------
-
-
-def human(n: Optional[int]) -> str:
-    """Bytes in the largest unit that keeps the number ≥ 1: "1.50 GiB", "448.00 KiB", "0 bytes"."""
-    if n is None:
-        return "n/a"
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= factor:
-            return format_bytes(n, unit)
-    return f"{n} bytes"
 
 
 def _what(h: Holder) -> str:
@@ -827,11 +497,3 @@ def clear_html(report: ClearReport) -> str:
 def clear_bundle(report: ClearReport) -> Dict[str, Any]:
     """MIME bundle for display(..., raw=True): the rich payload plus static HTML and console text."""
     return {CLEAR_MIME: report.to_payload(), "text/html": clear_html(report), "text/plain": clear_text(report)}
-
-
-def load_payload_schema(name: str) -> Dict[str, Any]:
-    """JSON Schema of an inline payload: "clear", "oom", "analysis", "autobatch" or "benchmark"."""
-    if name not in ("clear", "oom", "analysis", "autobatch", "benchmark"):
-        raise ValueError(f"no payload schema named {name!r}")
-    text = resources.files("gpumem_kernel").joinpath("wire", "schemas", f"{name}.schema.json").read_text("utf-8")
-    return json.loads(text)

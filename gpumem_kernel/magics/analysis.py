@@ -22,7 +22,9 @@ from IPython.display import display
 from IPython.utils.process import arg_split
 
 from gpumem_kernel.magics import argcheck
-from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX, shown
+from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
+from gpumem_kernel.probe.torchstats import loaded_torch
+from gpumem_kernel.render.text import one_line, shown
 
 _LAST_RECOMMENDATION = "_gpumem_last_recommendation"
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
@@ -85,8 +87,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _fail(command: str, message: str) -> UsageError:
-    """The one line a bad input gets; echoed values in it are cut (argcheck.one_line)."""
-    return UsageError(argcheck.one_line(f"gpumem {command}: {message}"))
+    """The one line a bad input gets; echoed values in it are cut (render.text.one_line)."""
+    return UsageError(one_line(f"gpumem {command}: {message}"))
 
 
 def _engine_error(command: str, exc: BaseException) -> UsageError:
@@ -122,7 +124,7 @@ def lookup(shell: Any, name: str, command: str, what: str) -> Any:
 
 def _module(shell: Any, name: str, command: str) -> Any:
     value = lookup(shell, name, command, "MODEL")
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     if torch is None or not isinstance(value, torch.nn.Module):
         raise _fail(command, f"{name} is a {type(value).__name__}, not a torch.nn.Module")
     return value
@@ -170,7 +172,7 @@ def _optimizer(shell: Any, text: str, command: str) -> Any:
         return key
     if _NAME.match(text) and text.split(".")[0] in shell.user_ns:
         value = lookup(shell, text, command, "--optimizer")
-        torch = sys.modules.get("torch")
+        torch = loaded_torch()
         if torch is None or not isinstance(value, torch.optim.Optimizer):
             raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a torch.optim.Optimizer")
         return value
@@ -389,7 +391,7 @@ def analyze(shell: Any, rest: str) -> None:
 
 
 def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
-    """The picks of an analysis payload: text/plain (seed 000's recommendation block) and text/html."""
+    """The picks of an analysis payload: text/plain (the analysis guide's recommendation block) and text/html."""
     from gpumem_kernel.analysis.render import BANNER, STATUS_TEXT, _e, _n, _recommendation_block, _table, _title
 
     recs = payload["recommendations"]
@@ -545,7 +547,7 @@ examples:
   %gpumem benchmark model --synthetic 3x64x64 --classes 10 --simulate 6GiB --steps 3 --save-yaml best.yaml"""
 )
 @argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel")
-@argument("--config", metavar="YAML", help="seed 004's config file: its `benchmark:` section")
+@argument("--config", metavar="YAML", help="the benchmark guide's config file: its `benchmark:` section")
 @argument("--batch-sizes", nargs="+", metavar="N", help="batch sizes, e.g. 8,16,32 (overrides the config)")
 @argument("--num-workers", nargs="+", metavar="N", help="DataLoader workers to try, e.g. 0,2 (overrides the config)")
 @argument("--steps", type=int, metavar="N", help="measured steps per configuration (overrides the config)")
@@ -577,7 +579,7 @@ examples:
 )
 @argument("--save-yaml", metavar="PATH", help="also write the recommended configuration here (data.*, training.*)")
 def benchmark_arguments(line: str) -> None:
-    """Sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004): I/O wait, host-to-device copy,
+    """Sweep batch sizes x DataLoader workers x AMP x pin_memory (the benchmark guide): I/O wait, host-to-device copy,
     forward, backward, optimizer, samples/s, GPU utilisation and peak memory per configuration, then the
     three picks and diagnostics. Rows appear as they finish; Ctrl-C shows the partial table."""
 

@@ -1,38 +1,19 @@
 """One check per kind of argument, shared by every `%gpumem` magic and `python -m gpumem_kernel`.
 
 `--device` and the batch-size-like counts are argparse `type=` functions, so a bad value is argparse's one line
-(`argument --device: ...`) wherever it is typed. Values echoed back in a message are cut (`shown`), and every
-one-line error is bounded (`one_line`): a pasted megabyte must not come back as a megabyte of error.
+(`argument --device: ...`) wherever it is typed. Values echoed back in a message are cut (render.text.shown).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
-from typing import Any, Callable, Collection, Optional
+from typing import Callable, Collection, Optional
 
-ECHO_LIMIT = 80  # characters of a value echoed in a message
-LINE_LIMIT = 400  # characters of a whole one-line error
+from gpumem_kernel.render.text import shown
+
 MAX_COUNT = 2**31 - 1  # no batch this large fits a device; 10**20 would overflow torch's int64 sizes
-_LONG_RUN = re.compile(r"\S{%d,}" % (ECHO_LIMIT + 1))
 _INDEX = re.compile(r"(?:cuda:)?(\d+)\Z")
-
-
-def cut(text: str, limit: int = ECHO_LIMIT) -> str:
-    """`text`, or its first `limit` - 1 characters and an ellipsis."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it (its repr), cut."""
-    return cut(repr(value))
-
-
-def one_line(text: str) -> str:
-    """The first line of a message, every over-long word (an echoed value) cut, and the whole bounded."""
-    lines = str(text).strip().splitlines()
-    return cut(_LONG_RUN.sub(lambda match: cut(match.group()), lines[0] if lines else ""), LINE_LIMIT)
 
 
 # --- counts ------------------------------------------------------------------------------------------------------
@@ -60,18 +41,16 @@ def cuda_device_count() -> int:
     initialised, else NVML's view through CUDA_VISIBLE_DEVICES (the sampler's latest sample when the extension
     is loaded: the shared prober is single-threaded and the sampler owns it); without NVML (ROCm, Jetson)
     torch's device_count, which asks NVML/amdsmi or the driver but creates no context (0 on a CPU build)."""
-    from gpumem_kernel import extension
-    from gpumem_kernel.probe.prober import probe
-    from gpumem_kernel.probe.torchstats import _initialised_cuda
+    from gpumem_kernel.probe.snapshot import latest_sample
+    from gpumem_kernel.probe.torchstats import initialised_cuda, loaded_torch
 
-    cuda = _initialised_cuda()
+    cuda = initialised_cuda()
     if cuda is not None:
         return int(cuda.device_count())
-    loaded = extension.current()
-    gpu = loaded.sampler.latest()["gpu"] if loaded is not None else probe().to_dict()["gpu"]
+    gpu = latest_sample()["gpu"]
     if gpu["available"]:
         return sum(1 for device in gpu["devices"] if device["cuda_index"] is not None)
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     try:
         return int(torch.cuda.device_count()) if torch is not None else 0
     except Exception:  # a broken driver: no device to name

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
+from gpumem_kernel.render.text import one_line
 
 PROG = "python -m gpumem_kernel"
 
@@ -49,7 +50,7 @@ def register(command: Command) -> Command:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> None:
         raise CliError(f"{self.prog}: {message}")
 
 
@@ -83,10 +84,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = argcheck.one_line(str(exc))
+    text = one_line(str(exc))
     if isinstance(exc, (CliError, ValueError)):
         return text or type(exc).__name__
-    return argcheck.one_line(f"{type(exc).__name__}: {text}") if text else type(exc).__name__
+    return one_line(f"{type(exc).__name__}: {text}") if text else type(exc).__name__
 
 
 # --- shared argument handling ---------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def _cross_entropy(classes: int) -> Callable[[Any, Any], Any]:
 
 def _configure_benchmark(parser: argparse.ArgumentParser) -> None:
     _add_common(parser)
-    parser.add_argument("--config", metavar="YAML", help="seed 004's config: a `benchmark:` section")
+    parser.add_argument("--config", metavar="YAML", help="the benchmark guide's config: a `benchmark:` section")
     data = parser.add_mutually_exclusive_group(required=True)
     data.add_argument("--synthetic", metavar="SHAPE", help="synthetic samples of this shape, e.g. 3x64x64")
     data.add_argument("--dataset", metavar="MODULE:FACTORY", help="importable Dataset factory")
@@ -180,7 +181,7 @@ def _configure_benchmark(parser: argparse.ArgumentParser) -> None:
         "--format",
         default="text",
         choices=("text", "json", "yaml"),
-        help="text: seed 004's summary; json: the payload; yaml: the recommended config",
+        help="text: the benchmark guide's summary; json: the payload; yaml: the recommended config",
     )
     parser.add_argument("--save-yaml", metavar="PATH", help="also write the recommended config here")
 
@@ -314,12 +315,12 @@ def _configure_info(parser: argparse.ArgumentParser) -> None:
         "--format",
         default="text",
         choices=("text", "json"),
-        help="text: seed 000's check script; json: the probe's sample",
+        help="text: the analysis guide's check script; json: the probe's sample",
     )
 
 
 def info_text(sample: Dict[str, Any]) -> str:
-    """Seed 000's check_gpu_memory script: every GPU's memory, compute capability and SM count, then host
+    """The analysis guide's check_gpu_memory script: every GPU's memory, compute capability and SM count, then host
     memory. From NVML only: CUDA is never initialised."""
     from gpumem_kernel.render.status import BANNER
     from gpumem_kernel.render.units import format_bytes, format_percent
@@ -416,7 +417,7 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
     parser.add_argument(
-        "--format", default="text", choices=("text", "json"), help="text: seed 000's analysis block; json: the payload"
+        "--format", default="text", choices=("text", "json"), help="text: the analysis block; json: the payload"
     )
 
 
@@ -473,7 +474,7 @@ register(
 register(
     Command(
         "benchmark",
-        "sweep batch sizes x DataLoader workers x AMP x pin_memory (seed 004)",
+        "sweep batch sizes x DataLoader workers x AMP x pin_memory (the benchmark guide)",
         _configure_benchmark,
         _run_benchmark,
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -22,7 +21,9 @@ from gpumem_kernel.magics import analysis as magics_analysis
 from gpumem_kernel.oom import checklist as oom_checklist
 from gpumem_kernel.magics.analysis import _fail
 from gpumem_kernel.magics.analysis import parse as _parse
+from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.status import status_bundle
+from gpumem_kernel.render.text import one_line, shown
 from gpumem_kernel.magics.status import get_status
 
 NO_OOM = "no CUDA out-of-memory error in this kernel yet"
@@ -148,9 +149,7 @@ def cell_help() -> str:
 
 def _cuda_torch() -> Any:
     """torch, when it is imported and CUDA is initialised in this kernel; else None (never initialises it)."""
-    from gpumem_kernel.analysis.analyze import _torch_cuda_ready
-
-    return sys.modules.get("torch") if _torch_cuda_ready() else None
+    return loaded_torch() if cuda_initialised() else None
 
 
 @dataclass
@@ -296,9 +295,7 @@ class GpumemMagics(Magics):
             return
         command = COMMANDS.get(words[0])
         if command is None:
-            raise UsageError(
-                argcheck.one_line(f"gpumem: unknown command {argcheck.shown(words[0])}; try: {', '.join(COMMANDS)}")
-            )
+            raise UsageError(one_line(f"gpumem: unknown command {shown(words[0])}; try: {', '.join(COMMANDS)}"))
         rest = words[1] if len(words) > 1 else ""
         if _wants_help(rest):
             print(help_text(command))

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from gpumem_kernel import extension
-from gpumem_kernel.probe.prober import default_prober
+from gpumem_kernel.probe.snapshot import sample_now
 from gpumem_kernel.render.status import render_text
 
 
 def get_status() -> Dict[str, Any]:
-    """A sample (the wire format's `sample` object) taken now."""
-    loaded = extension.current()
-    if loaded is not None:
-        return loaded.sampler.snapshot()  # shares the sampler's probe lock and caches
-    return default_prober()().to_dict()
+    """A sample (the wire format's `sample` object) taken now (through the sampler when it runs)."""
+    return sample_now()
 
 
 def print_status() -> None:

@@ -1,5 +1,6 @@
-"""CUDA out of memory: read PyTorch's message, diagnose it with a fresh probe, and turn seeds 001 and
-003's OOM checklists into steps that are buttons, inserted cells or computed suggestions.
+"""CUDA out of memory: read PyTorch's message, diagnose it with a fresh probe, and turn the
+memory-management and host-memory guides' OOM checklists into steps that are buttons, inserted cells or
+computed suggestions.
 
 The handler installed by `install_oom_handler` keeps IPython's normal traceback and adds the checklist
 as an inline MIME bundle below it. Nothing here imports torch or initialises CUDA.
@@ -16,20 +17,19 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from gpumem_kernel.clear.reclaim import (
-    clear_bundle,  # noqa: F401  (re-exported: the comm and %gpumem import both bundles from here)
-    cuda_initialised,
+from gpumem_kernel.oom.classify import find_message, is_oom, oom_error_name
+from gpumem_kernel.probe.holders import (
     frame_holder,
     holders,
-    human,
-    loaded_torch,
-    load_payload_schema,  # noqa: F401
     resolve_shell,
-    take_sample,
     torch_kinds,
     traceback_frames,
     user_variables,
 )
+from gpumem_kernel.probe.snapshot import take_sample
+from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
+from gpumem_kernel.render.snippets import LoopNames, accumulation_loop
+from gpumem_kernel.render.units import human
 
 OOM_MIME = "application/vnd.gpumem.oom.v1+json"
 PAYLOAD_VERSION = 1
@@ -49,16 +49,11 @@ MIB = 1024**2
 #             use. ][X allowed; ]Of the allocated memory X is allocated by PyTorch, [with X allocated in
 #             private pools (e.g., CUDA Graphs), ]and X is reserved by PyTorch but unallocated. [hint]"
 #   HIP/XPU builds say "HIP out of memory" / "XPU out of memory"; a cudaMalloc outside the caching
-#   allocator raises "CUDA error: out of memory" with no numbers.
+#   allocator raises "CUDA error: out of memory" with no numbers, and so do cuBLAS/cuDNN allocation
+#   failures. Which texts are out-of-memory errors at all is decided in classify.py (patterns.json).
 
 _UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
-_ANCHOR = re.compile(
-    r"\b(CUDA|HIP|XPU) out of memory\b"
-    r"|(CUDA error: out of memory|HIP error: out of memory|cuda runtime error \(2\) ?: out of memory"
-    r"|CUBLAS_STATUS_ALLOC_FAILED)",
-    re.IGNORECASE,
-)
 _EXCEPTION_NAME = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*$")
 _TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _V2_TOTAL = re.compile(r"GPU (\d+) has a total capaci?ty of " + _SIZE)
@@ -135,20 +130,20 @@ def _exception_name(text: str, start: int) -> Optional[str]:
 
 
 def parse_oom_message(text: Any) -> Optional[OomInfo]:
-    """The numbers of the first CUDA/HIP/XPU OOM message in `text` (a traceback, a log), or None."""
+    """The numbers of the first out-of-memory message in `text` (a traceback, a log), or None when it holds
+    none. Which texts count is classify.py's rule; only the allocator family carries figures."""
     if not isinstance(text, str):
         return None
-    anchor = _ANCHOR.search(text)
+    anchor = find_message(text)
     if anchor is None:
         return None
-    following = _ANCHOR.search(text, anchor.end())
-    exception = _exception_name(text, anchor.start())
-    segment = " ".join(text[anchor.start() : following.start() if following else len(text)].split())
+    following = find_message(text, anchor.end)
+    exception = _exception_name(text, anchor.start)
+    segment = " ".join(text[anchor.start : following.start if following else len(text)].split())
     message = segment[:_MESSAGE_LIMIT]
-    if anchor.group(2):  # "CUDA error: out of memory" and kin carry no numbers
-        backend = "HIP" if anchor.group(2).upper().startswith("HIP") else "CUDA"
-        return OomInfo("cuda-error", backend, exception, message)
-    info = OomInfo("unknown", anchor.group(1).upper(), exception, message)
+    if anchor.family != "allocator":  # "CUDA error: out of memory", cuBLAS/cuDNN: no figures, same checklist
+        return OomInfo("cuda-error", anchor.backend, exception, message)
+    info = OomInfo("unknown", anchor.backend, exception, message)
     info.tried_to_allocate = _size(_TRIED, segment)
     head = _V1_HEAD.search(segment)
     if head:
@@ -178,33 +173,6 @@ def parse_oom_message(text: Any) -> Optional[OomInfo]:
     elif "max_split_size_mb" in segment:
         info.hint = "max_split_size_mb"
     return info
-
-
-_OOM_MARKERS = (
-    "cuda out of memory",
-    "hip out of memory",
-    "xpu out of memory",
-    "cuda error: out of memory",
-    "hip error: out of memory",
-    "cuda runtime error (2) : out of memory",
-    "cublas_status_alloc_failed",
-)
-
-
-def is_oom(exc: Any) -> bool:
-    """torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (by class name, torch is not imported), or a
-    RuntimeError whose message is a CUDA out-of-memory message."""
-    cls = exc if isinstance(exc, type) else type(exc)
-    for base in getattr(cls, "__mro__", ()):
-        if base.__name__ == "OutOfMemoryError" and str(getattr(base, "__module__", "")).split(".")[0] == "torch":
-            return True
-    if isinstance(exc, RuntimeError):
-        try:
-            text = str(exc).lower()
-        except Exception:
-            return False
-        return any(marker in text for marker in _OOM_MARKERS)
-    return False
 
 
 # --- diagnosis -------------------------------------------------------------------------------------------
@@ -393,7 +361,7 @@ def _scan_namespace(shell: Any) -> _Scan:
             scan.scaler = name
         elif lower == "device" and (isinstance(value, str) or type(value).__name__ == "device"):
             scan.device = name
-        elif type(value).__name__ == "TrainingArguments":  # Hugging Face Trainer (seed 003's setting names)
+        elif type(value).__name__ == "TrainingArguments":  # Hugging Face Trainer's setting names
             scan.trainer_args = (name, value)
     return scan
 
@@ -830,28 +798,31 @@ def _accumulation_code(d: Diagnosis, new_batch: Optional[int], batch: Optional[i
     n = d.names
     if new_batch and batch and batch > new_batch:
         steps = math.ceil(batch / new_batch)
-        head = (
-            f"# Gradient accumulation: batches of {new_batch}, one optimizer step every {steps} batches "
-            f"= effective batch {new_batch * steps}.\n# Rebuild {n.loader} with batch_size={new_batch} first.\n"
-        )
+        head = [
+            f"Gradient accumulation: batches of {new_batch}, one optimizer step every {steps} batches "
+            f"= effective batch {new_batch * steps}.",
+            f"Rebuild {n.loader} with batch_size={new_batch} first.",
+        ]
     else:
         steps = 2
-        head = (
-            "# Gradient accumulation: make each batch smaller (e.g. half), then set\n"
-            "# ACCUM_STEPS = old batch size / new batch size to keep the effective batch.\n"
-        )
-    code = (
-        head + f"ACCUM_STEPS = {steps}\n"
-        f"{n.model}.train()\n"
-        f"{n.optimizer}.zero_grad(set_to_none=True)\n"
-        f"for step, (inputs, targets) in enumerate({n.loader}):\n"
-        f"    inputs, targets = inputs.to({n.device}), targets.to({n.device})\n"
-        f"    loss = {n.criterion}({n.model}(inputs), targets) / ACCUM_STEPS  # average over the effective batch\n"
-        f"    loss.backward()\n"
-        f"    if (step + 1) % ACCUM_STEPS == 0:\n"
-        f"        {n.optimizer}.step()\n"
-        f"        {n.optimizer}.zero_grad(set_to_none=True)\n"
+        head = [
+            "Gradient accumulation: make each batch smaller (e.g. half), then set",
+            "ACCUM_STEPS = old batch size / new batch size to keep the effective batch.",
+        ]
+    # the loop keeps the user's mixed precision: without it, activations would take twice the memory
+    amp = None if d.amp != "likely" else ("bf16" if d.bf16_supported else "fp16")
+    new_torch = _torch_at_least(d.torch_version, 2, 3)
+    names = LoopNames(
+        model=n.model,
+        optimizer=n.optimizer,
+        loader=n.loader,
+        criterion=n.criterion,
+        device=n.device,
+        device_type='"cuda"',
+        steps="ACCUM_STEPS",
+        new_scaler='torch.amp.GradScaler("cuda")' if new_torch else "torch.cuda.amp.GradScaler()",
     )
+    code = accumulation_loop(steps, amp, names, comments=head)
     return steps, code
 
 
@@ -1210,6 +1181,14 @@ def _oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
     return "".join(parts)
 
 
+def _unparsed_oom_name(source: Any, text: str) -> Optional[str]:
+    """The class name of an out-of-memory error whose text holds no known message (a torch.OutOfMemoryError
+    with its own text, e.g. re-raised by an app), or None when `source` is not an out-of-memory error."""
+    if isinstance(source, str):
+        return oom_error_name(text)
+    return type(source).__name__ if is_oom(source) else None
+
+
 def oom_report(
     source: Any,
     shell: Any = None,
@@ -1224,10 +1203,11 @@ def oom_report(
     return the checklist bundle; None when `source` is not an out-of-memory error."""
     text = source if isinstance(source, str) else f"{type(source).__name__}: {source}"
     info = parse_oom_message(text)
-    if info is None:
-        if isinstance(source, str) or not is_oom(source):
+    if info is None:  # a torch.OutOfMemoryError whose text is none of the known messages
+        name = _unparsed_oom_name(source, text)
+        if name is None:
             return None
-        info = OomInfo("unknown", "CUDA", type(source).__name__, " ".join(text.split())[:_MESSAGE_LIMIT])
+        info = OomInfo("unknown", "CUDA", name, " ".join(text.split())[:_MESSAGE_LIMIT])
     sample = take_sample() if sample is None else sample
     diagnosis = diagnose(info, sample, shell, tb=tb, env=env)
     return oom_bundle(info, diagnosis, build_checklist(info, diagnosis, last_recommendation, batch_size, sample))

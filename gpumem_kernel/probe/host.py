@@ -1,6 +1,6 @@
 """Host memory around the kernel: its RSS, its child processes (DataLoader workers), the machine, the container.
 
-Seed 003's crashes were host-RAM kills (workers × dataset copies) inside a container limit, invisible in
+The host-memory guide's crashes were host-RAM kills (workers × dataset copies) inside a container limit, invisible in
 `free -h`; so the container's cgroup limit is read as well as the machine's total.
 """
 

@@ -1,7 +1,9 @@
 """PyTorch caching-allocator statistics, read without importing torch or initialising CUDA.
 
 Rule: look only at `sys.modules`, and read `torch.cuda.*` only once the user's own code has initialised
-CUDA. A probe that initialised CUDA would cost hundreds of MB on every visible GPU.
+CUDA. A probe that initialised CUDA would cost hundreds of MB on every visible GPU. This module is the one
+place in gpumem_kernel that reads torch from `sys.modules` and asks whether CUDA is initialised
+(`loaded_torch`, `initialised_cuda`, `cuda_initialised`); tests/probe/test_torch_rule.py checks that.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ _STAT_KEYS = {
 _sm_counts: Dict[int, int] = {}
 
 
-def _loaded_torch() -> Optional[Any]:
-    """The torch module if the user imported it and the import has finished, else None."""
+def loaded_torch() -> Optional[Any]:
+    """The torch module if the user imported it and the import has finished, else None (never imports it)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
@@ -35,9 +37,14 @@ def _loaded_torch() -> Optional[Any]:
     return torch
 
 
-def _initialised_cuda() -> Optional[Any]:
-    """torch.cuda if CUDA is already initialised in this process, else None (never initialises it)."""
-    if _loaded_torch() is None:
+def loaded_submodule(name: str) -> Optional[Any]:
+    """`torch.<name>` (e.g. "nn", "optim") if torch is loaded and has imported it, else None."""
+    return sys.modules.get(f"torch.{name}") if loaded_torch() is not None else None
+
+
+def initialised_cuda() -> Optional[Any]:
+    """torch.cuda if the user's code already initialised CUDA in this process, else None (never initialises it)."""
+    if loaded_torch() is None:
         return None
     cuda = sys.modules.get("torch.cuda")  # not `torch.cuda`: attribute access could trigger an import
     is_initialized = getattr(cuda, "is_initialized", None)
@@ -47,16 +54,21 @@ def _initialised_cuda() -> Optional[Any]:
         return None
 
 
+def cuda_initialised() -> bool:
+    """True only when the user's code already initialised CUDA (never initialises it)."""
+    return initialised_cuda() is not None
+
+
 def torch_info() -> TorchInfo:
     """Whether torch is imported, its version, and whether CUDA is initialised, without importing it."""
-    torch = sys.modules.get("torch")
+    torch = sys.modules.get("torch")  # imported counts from the start of `import torch`
     if torch is None:
         return TorchInfo(imported=False, version=None, cuda_initialized=False)
     version = getattr(torch, "__version__", None)
     return TorchInfo(
         imported=True,
         version=str(version) if version is not None else None,
-        cuda_initialized=_initialised_cuda() is not None,
+        cuda_initialized=cuda_initialised(),
     )
 
 
@@ -73,7 +85,7 @@ def _sm_count(cuda: Any, index: int) -> int:
 
 def allocator_stats() -> Dict[int, Allocator]:
     """{cuda index: Allocator} for every device torch sees; {} unless CUDA is already initialised."""
-    cuda = _initialised_cuda()
+    cuda = initialised_cuda()
     if cuda is None:
         return {}
     return {index: _allocator(cuda, index) for index in range(cuda.device_count())}
@@ -81,7 +93,7 @@ def allocator_stats() -> Dict[int, Allocator]:
 
 def sm_counts() -> Dict[int, int]:
     """{cuda index: multiprocessor count}; {} unless CUDA is already initialised."""
-    cuda = _initialised_cuda()
+    cuda = initialised_cuda()
     if cuda is None:
         return {}
     return {index: _sm_count(cuda, index) for index in range(cuda.device_count())}

@@ -15,16 +15,8 @@ BANNER = "=" * 60
 Row = Tuple[str, str]
 
 
-def _gib(n: Optional[int]) -> str:
-    return format_bytes(n, "GiB")
-
-
-def _auto(n: Optional[int]) -> str:
-    return format_bytes(n, "auto")
-
-
 def _share(part: Optional[int], whole: Optional[int]) -> str:
-    return f"{_gib(part)} ({format_percent(part, whole)})" if part is not None and whole else _gib(part)
+    return f"{format_bytes(part)} ({format_percent(part, whole)})" if part is not None and whole else format_bytes(part)
 
 
 def _owner(process: Mapping[str, Any]) -> str:
@@ -45,7 +37,7 @@ def _device_title(device: Mapping[str, Any]) -> str:
 def _device_rows(device: Mapping[str, Any]) -> List[Row]:
     total = device.get("total")
     rows: List[Row] = [
-        ("Total", _gib(total)),
+        ("Total", format_bytes(total)),
         ("Used", _share(device.get("used"), total)),
         ("Free", _share(device.get("free"), total)),
     ]
@@ -64,13 +56,13 @@ def _device_rows(device: Mapping[str, Any]) -> List[Row]:
     if allocator:
         rows.append(("Allocated", _share(allocator["allocated"], total)))
         rows.append(("Reserved", _share(allocator["reserved"], total)))
-        rows.append(("Peak allocated", _gib(allocator["peak_allocated"])))
+        rows.append(("Peak allocated", format_bytes(allocator["peak_allocated"])))
     return rows
 
 
 def _process_rows(device: Mapping[str, Any]) -> List[Tuple[str, str, str, str]]:
     return [
-        (str(p["pid"]), p.get("name") or "?", _gib(p.get("used")), _owner(p))
+        (str(p["pid"]), p.get("name") or "?", format_bytes(p.get("used")), _owner(p))
         for p in sorted(device.get("processes", []), key=lambda p: -(p.get("used") or 0))
     ]
 
@@ -78,15 +70,15 @@ def _process_rows(device: Mapping[str, Any]) -> List[Tuple[str, str, str, str]]:
 def _host_rows(host: Mapping[str, Any]) -> List[Row]:
     children = host["children"]
     rows: List[Row] = [
-        ("Kernel RSS", _auto(host["rss"])),
-        ("Workers", f"{children['count']} child processes, {_auto(children['rss'])}"),
-        ("System available", f"{_gib(host['available'])} of {_gib(host['total'])}"),
+        ("Kernel RSS", format_bytes(host["rss"], "auto")),
+        ("Workers", f"{children['count']} child processes, {format_bytes(children['rss'], 'auto')}"),
+        ("System available", f"{format_bytes(host['available'])} of {format_bytes(host['total'])}"),
     ]
     limit = host.get("container_limit")
     if limit is None:
         rows.append(("Container limit", "none"))
     else:
-        rows.append(("Container limit", f"{_gib(limit)} (using {_share(host.get('container_usage'), limit)})"))
+        rows.append(("Container limit", f"{format_bytes(limit)} (using {_share(host.get('container_usage'), limit)})"))
     return rows
 
 

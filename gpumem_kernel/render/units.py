@@ -1,4 +1,5 @@
-"""Human-readable byte sizes for the console and HTML renderings."""
+"""Human-readable byte sizes: the one byte formatter of the kernel side (console text, HTML, messages, YAML
+comments). Binary units, as `torch.cuda` and PyTorch's own OOM messages print them."""
 
 from __future__ import annotations
 
@@ -11,21 +12,35 @@ _FACTORS = {
     "GiB": 1024**3,
     "TiB": 1024**4,
 }
+_LARGEST_FIRST = ("TiB", "GiB", "MiB", "KiB")
 
 
-def format_bytes(n: Optional[int], unit: str = "GiB", digits: int = 2) -> str:
-    """`format_bytes(2**30)` → "1.00 GiB"; None (not measured) → "n/a"; unit "auto": MiB below 1 GiB."""
+def unit_for(n: int, unit: str = "auto") -> str:
+    """The unit `format_bytes` shows `n` in: `unit` itself, or for "auto" GiB from 1 GiB and MiB below, or
+    for "fit" the largest unit that keeps the number ≥ 1 (B below 1 KiB)."""
+    if unit == "auto":
+        return "GiB" if abs(n) >= _FACTORS["GiB"] else "MiB"
+    if unit == "fit":
+        return next((name for name in _LARGEST_FIRST if abs(n) >= _FACTORS[name]), "B")
+    if unit not in _FACTORS:
+        raise ValueError(f"unknown unit {unit!r}; use auto, fit or one of {', '.join(_FACTORS)}")
+    return unit
+
+
+def format_bytes(n: Optional[int], unit: str = "GiB", digits: int = 2, label: bool = True) -> str:
+    """`format_bytes(2**30)` → "1.00 GiB"; None (not measured) → "n/a". `unit`: B, KiB, MiB, GiB, TiB, "auto"
+    (MiB below 1 GiB) or "fit" (the largest unit that keeps the number ≥ 1); bytes have no decimals.
+    `label=False` leaves the unit out, for a table column that names it once."""
     if n is None:
         return "n/a"
-    if unit == "auto":
-        unit = "GiB" if abs(n) >= _FACTORS["GiB"] else "MiB"
-    try:
-        factor = _FACTORS[unit]
-    except KeyError:
-        raise ValueError(f"unknown unit {unit!r}; use auto or one of {', '.join(_FACTORS)}") from None
-    if unit == "B":
-        return f"{n} B"
-    return f"{n / factor:.{digits}f} {unit}"
+    name = unit_for(n, unit)
+    number = str(n) if name == "B" else f"{n / _FACTORS[name]:.{digits}f}"
+    return f"{number} {name}" if label else number
+
+
+def human(n: Optional[int]) -> str:
+    """`format_bytes(n, "fit")`: "1.50 GiB", "448.00 KiB", "512 B" (clear and the OOM checklist)."""
+    return format_bytes(n, "fit")
 
 
 def format_percent(part: Optional[int], whole: Optional[int]) -> str:

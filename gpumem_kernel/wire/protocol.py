@@ -1,6 +1,8 @@
 """The `gpumem` comm protocol, version 1: payload dataclasses, parsing of browser messages, schemas.
 
-schemas/README.md is the contract; the dataclasses here produce exactly its JSON via `dataclasses.asdict`.
+The JSON Schemas in schemas/ are the one source of the wire format (schemas/README.md). The dataclasses here
+produce their JSON via `dataclasses.asdict`; tests/wire/test_dataclasses_match_schemas.py fails on any
+difference between a dataclass and its schema, and the tests validate every message the kernel emits.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ class Open:
 class Request:
     id: str
     action: str
-    args: Dict[str, Any]
+    args: Dict[str, Any] = field(default_factory=dict)  # optional on the wire
 
 
 # --- process actions (children, processes, terminate) -------------------------------------------
@@ -334,6 +336,14 @@ def load_schema(message_type: str) -> Dict[str, Any]:
         .joinpath(f"{message_type}.schema.json")
         .read_text("utf-8")
     )
+    return json.loads(text)
+
+
+def load_payload_schema(name: str) -> Dict[str, Any]:
+    """JSON Schema of an inline payload: "clear", "oom", "analysis", "autobatch" or "benchmark"."""
+    if name not in ("clear", "oom", "analysis", "autobatch", "benchmark"):
+        raise ValueError(f"no payload schema named {name!r}")
+    text = resources.files("gpumem_kernel").joinpath("wire", "schemas", f"{name}.schema.json").read_text("utf-8")
     return json.loads(text)
 
 

@@ -7,7 +7,8 @@ import { Signal } from '@lumino/signaling';
 
 import type { IOomError } from '../actions/oom/detect';
 import type { IHello, IRequestArgs, IRequestResults, ISample, RequestAction } from '../wire/protocol';
-import type { CellPlace, IActionHost, IBridgeView, SessionActions } from '../actions/sessionactions';
+import type { CellPlace, IActionHost } from '../actions/sessionactions';
+import type { IBridgeView, ISessionActions } from '../tokens';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { untranslated } from '../ui/i18n';
 import { FakeKernel, FakeSessionContext } from './fakes';
@@ -95,12 +96,12 @@ export class FakeHost implements IActionHost {
     return this.settingsValue;
   }
 
-  confirmRestart(_: SessionActions, clearOutputs: boolean): Promise<boolean> {
+  confirmRestart(_: ISessionActions, clearOutputs: boolean): Promise<boolean> {
     this.confirms.push(clearOutputs);
     return Promise.resolve(this.confirmAnswer);
   }
 
-  notifyOom(_: SessionActions, error: IOomError): void {
+  notifyOom(_: ISessionActions, error: IOomError): void {
     this.notified.push(error);
   }
 
@@ -108,7 +109,7 @@ export class FakeHost implements IActionHost {
     this.clearedOutputs++;
   }
 
-  insertCell(_: SessionActions, code: string, place: CellPlace): boolean {
+  insertCell(_: ISessionActions, code: string, place: CellPlace): boolean {
     this.inserted.push({ code, place });
     return this.insertResult;
   }

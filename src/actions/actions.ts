@@ -10,14 +10,13 @@ import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
 import { type IActionHost, SessionActions } from './sessionactions';
-import type { TickStore } from './ticks';
-import type { IGpuMemActions, IGpuMemModel } from '../tokens';
+import type { IGpuMemActions, IGpuMemModel, ITickStore } from '../tokens';
 
 export namespace GpuMemActions {
   export interface IOptions {
     model: IGpuMemModel;
     host: IActionHost;
-    ticks: TickStore;
+    ticks: ITickStore;
     /** Shut down another kernel of this server (asks first). */
     shutDownKernel: (kernelId: string) => Promise<boolean>;
   }
@@ -32,7 +31,7 @@ export class GpuMemActions implements IGpuMemActions, IDisposable {
     this._model.changed.connect(this._onModelChanged, this);
   }
 
-  readonly ticks: TickStore;
+  readonly ticks: ITickStore;
 
   get changed(): ISignal<this, void> {
     return this._changed;

@@ -11,15 +11,14 @@ import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputil
 import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
 
 import type { GpuMemActions } from './actions';
-import { OPEN_OOM_COMMAND } from '../commandids';
+import { OPEN_OOM_COMMAND, PANEL_ID } from '../commandids';
 import type { Trans } from '../ui/i18n';
 import type { IInlineHost } from './inline';
 import type { IOomError } from './oom/detect';
-import { PANEL_ID } from '../panel/panel';
 import type { IOomStep } from '../wire/protocol';
-import type { CellPlace, IActionHost, SessionActions } from './sessionactions';
+import type { CellPlace, IActionHost } from './sessionactions';
 import type { IGpuMemSettings } from '../settings';
-import type { IGpuMemModel } from '../tokens';
+import type { IGpuMemModel, ISessionActions } from '../tokens';
 
 export namespace LabActionHost {
   export interface IOptions {
@@ -52,7 +51,7 @@ export class LabActionHost implements IActionHost {
     return this._model.settings;
   }
 
-  async confirmRestart(actions: SessionActions, clearOutputs: boolean): Promise<boolean> {
+  async confirmRestart(actions: ISessionActions, clearOutputs: boolean): Promise<boolean> {
     const trans = this.trans;
     const name = actions.sessionContext.name || actions.path;
     const body = clearOutputs
@@ -75,7 +74,7 @@ export class LabActionHost implements IActionHost {
     return result.button.accept;
   }
 
-  notifyOom(actions: SessionActions, error: IOomError): void {
+  notifyOom(actions: ISessionActions, error: IOomError): void {
     const trans = this.trans;
     const file = actions.path.split('/').pop() || actions.path;
     Notification.error(trans.__('CUDA out of memory in %1', file), {
@@ -93,14 +92,14 @@ export class LabActionHost implements IActionHost {
     });
   }
 
-  clearOutputs(actions: SessionActions): void {
+  clearOutputs(actions: ISessionActions): void {
     const panel = this._notebookOf(actions);
     if (panel !== null) {
       NotebookActions.clearAllOutputs(panel.content);
     }
   }
 
-  insertCell(actions: SessionActions, code: string, place: CellPlace): boolean {
+  insertCell(actions: ISessionActions, code: string, place: CellPlace): boolean {
     const panel = this._notebookOf(actions);
     const notebook = panel?.content ?? null;
     if (notebook === null || notebook.model === null) {
@@ -155,14 +154,7 @@ export class LabActionHost implements IActionHost {
     }
   }
 
-  /** What the inline checklist in cell outputs can do. */
-  /** "Insert code" of an inline output (analysis renderer): a code cell in the notebook that shows it. */
-  insertCodeFrom(node: HTMLElement, code: string): boolean {
-    const panel = this._notebookContaining(node);
-    const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
-    return actions !== null && this.insertCell(actions, code, 'below-active');
-  }
-
+  /** What the inline outputs (the checklist, the analysis output's "Insert code") can do. */
   inlineHost(): IInlineHost {
     return {
       ticks: this._requireManager().ticks,
@@ -183,7 +175,14 @@ export class LabActionHost implements IActionHost {
         return panel !== null && (this._requireManager().forWidget(panel.id)?.busy ?? false);
       },
       labelKernel: kernelId => this._requireManager().labelKernel(kernelId),
-      copy: text => Clipboard.copyToSystem(text)
+      copy: text => Clipboard.copyToSystem(text),
+      insertCode: (node, code) => {
+        const panel = this._notebookContaining(node);
+        const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
+        if (actions !== null) {
+          this.insertCell(actions, code, 'below-active');
+        }
+      }
     };
   }
 
@@ -194,7 +193,7 @@ export class LabActionHost implements IActionHost {
     return this.manager;
   }
 
-  private _notebookOf(actions: SessionActions): NotebookPanel | null {
+  private _notebookOf(actions: ISessionActions): NotebookPanel | null {
     return this._notebooks.find(panel => panel.sessionContext === actions.sessionContext) ?? null;
   }
 

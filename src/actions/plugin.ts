@@ -3,8 +3,7 @@
  * down kernel" — the commands, the notebook toolbar button, the IOPub watcher of every open notebook and
  * console, and the host of the inline checklist.
  */
-import type { ILabShell, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { ILabShell as ILabShellToken } from '@jupyterlab/application';
+import { ILabShell, type JupyterFrontEnd, type JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
@@ -14,17 +13,20 @@ import { ToolbarButton } from '@jupyterlab/ui-components';
 import type { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { GpuMemActions } from './actions';
-import { CLEAR_COMMAND, OPEN_OOM_COMMAND, RESTART_CLEAR_COMMAND, RESTART_COMMAND } from '../commandids';
+import {
+  CLEAR_COMMAND,
+  OPEN_OOM_COMMAND,
+  PANEL_ID,
+  RESTART_CLEAR_COMMAND,
+  RESTART_COMMAND
+} from '../commandids';
 import { TRANSLATION_DOMAIN } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
 import { setInlineHost } from './inline';
 import { LabActionHost } from './labhost';
-import { setInsertCellHandler } from '../outputs/renderers';
-import { PANEL_ID } from '../panel/panel';
 import { restartHeadline } from './restart/report';
-import type { SessionActions } from './sessionactions';
 import { TickStore } from './ticks';
-import { IGpuMemActions, IGpuMemModel } from '../tokens';
+import { IGpuMemActions, IGpuMemModel, type ISessionActions } from '../tokens';
 
 /** The toolbar item's name (the notebook toolbar settings can move or hide it under this name). */
 export const TOOLBAR_ITEM = 'gpumem-restart-and-free';
@@ -34,7 +36,7 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
   description: 'Clear GPU memory, restart and free, and the CUDA out-of-memory checklist.',
   autoStart: true,
   provides: IGpuMemActions,
-  requires: [IGpuMemModel, ILabShellToken, INotebookTracker, ITranslator],
+  requires: [IGpuMemModel, ILabShell, INotebookTracker, ITranslator],
   optional: [IConsoleTracker, IStateDB, ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
@@ -65,9 +67,6 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     });
     host.manager = manager;
     setInlineHost(host.inlineHost());
-    setInsertCellHandler((code, origin) => {
-      host.insertCodeFrom(origin, code);
-    });
 
     const addNotebook = (panel: NotebookPanel): void => {
       manager.add(panel.sessionContext, panel.id);
@@ -89,7 +88,7 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     consoles?.widgetAdded.connect((_, panel) => manager.add(panel.sessionContext, panel.id));
 
     /** The notebook a command acts on: the one named by `widgetId`, else the one the panel follows. */
-    const target = (args: ReadonlyPartialJSONObject): SessionActions | null => {
+    const target = (args: ReadonlyPartialJSONObject): ISessionActions | null => {
       const id = typeof args.widgetId === 'string' ? args.widgetId : '';
       return (id !== '' ? manager.forWidget(id) : null) ?? manager.current;
     };
@@ -98,6 +97,18 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
       const actions = target(args);
       return actions !== null && !actions.busy;
     };
+    /** The commands' one optional argument, as a JSON Schema (what `commands.describedBy()` answers). */
+    const describedBy = {
+      args: {
+        type: 'object',
+        properties: {
+          widgetId: {
+            type: 'string',
+            description: trans.__('The id of the notebook or console to act on (default: the panel’s)')
+          }
+        }
+      }
+    };
 
     app.commands.addCommand(CLEAR_COMMAND, {
       label: trans.__('Clear GPU Memory'),
@@ -105,6 +116,7 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
         'Drop what pins GPU memory (the last traceback, cached outputs), collect garbage and empty PyTorch’s cache; your variables stay'
       ),
       icon: gpuIcon,
+      describedBy,
       isEnabled: hasTarget,
       execute: async args => {
         const actions = target(args);
@@ -135,18 +147,21 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
         'Restart the kernel, wait until the GPU driver releases it, and report what was freed'
       ),
       icon: gpuIcon,
+      describedBy,
       isEnabled: hasTarget,
       execute: args => restart(args, undefined)
     });
     app.commands.addCommand(RESTART_CLEAR_COMMAND, {
       label: trans.__('Restart Kernel, Clear Outputs and Free GPU Memory'),
       caption: trans.__('Like "Restart Kernel and Clear Outputs", then report the GPU memory freed'),
+      describedBy,
       isEnabled: hasTarget,
       execute: args => restart(args, true)
     });
     app.commands.addCommand(OPEN_OOM_COMMAND, {
       label: trans.__('Show the CUDA Out-of-Memory Checklist'),
       caption: trans.__('The checklist of the last CUDA out-of-memory error of this notebook'),
+      describedBy,
       execute: async args => {
         const id = typeof args.widgetId === 'string' ? args.widgetId : '';
         if (id !== '') {

@@ -24,38 +24,10 @@ import {
 } from '../channel/frontend';
 import type { Trans } from '../ui/i18n';
 import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/detect';
-import type {
-  IChildProcess,
-  IClearPayload,
-  IHello,
-  IOomPayload,
-  IOomStep,
-  IRequestArgs,
-  IRequestResults,
-  ISample,
-  RequestAction
-} from '../wire/protocol';
-import {
-  type ILeftover,
-  type IRestartReport,
-  recordBefore,
-  restartAndFree,
-  type RestartPhase
-} from './restart/restart';
+import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
+import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
 import type { IGpuMemSettings } from '../settings';
-import type { TickStore } from './ticks';
-
-/** The part of the kernel bridge the actions use (KernelBridge fits). */
-export interface IBridgeView {
-  readonly hello: IHello | null;
-  readonly latest: ISample | null;
-  readonly dataChanged: ISignal<unknown, void>;
-  request<A extends RequestAction>(
-    action: A,
-    args?: IRequestArgs[A],
-    timeoutMs?: number
-  ): Promise<IRequestResults[A]>;
-}
+import type { IBridgeView, IClearRun, IOomRun, IRestartRun, ISessionActions, ITickStore } from '../tokens';
 
 /** Where a cell goes. */
 export type CellPlace = 'below-active' | 'top';
@@ -65,42 +37,15 @@ export interface IActionHost {
   readonly trans: Trans;
   settings(): IGpuMemSettings;
   /** Ask before restarting (only called when the `confirmRestart` setting is on). */
-  confirmRestart(actions: SessionActions, clearOutputs: boolean): Promise<boolean>;
+  confirmRestart(actions: ISessionActions, clearOutputs: boolean): Promise<boolean>;
   /** An OOM was seen on this session's IOPub (raise the notification). */
-  notifyOom(actions: SessionActions, error: IOomError): void;
+  notifyOom(actions: ISessionActions, error: IOomError): void;
   /** Clear every output of the session's notebook, like "Restart Kernel and Clear Outputs". */
-  clearOutputs(actions: SessionActions): void;
+  clearOutputs(actions: ISessionActions): void;
   /** Insert a code cell (not run). False when the session has no notebook. */
-  insertCell(actions: SessionActions, code: string, place: CellPlace): boolean;
+  insertCell(actions: ISessionActions, code: string, place: CellPlace): boolean;
   /** Shut down another kernel of this server (asks first); resolves true when it was shut down. */
   shutDownKernel(kernelId: string): Promise<boolean>;
-}
-
-/** The last clear. */
-export interface IClearRun {
-  readonly phase: 'running' | 'done' | 'failed';
-  readonly report: IClearPayload | null;
-  readonly error: string | null;
-}
-
-/** The last restart-and-free. */
-export interface IRestartRun {
-  readonly phase: RestartPhase | 'failed';
-  readonly clearOutputs: boolean;
-  readonly report: IRestartReport | null;
-  readonly error: string | null;
-  /** What to do next (after the environment cell was inserted: run it first). */
-  readonly note: string | null;
-}
-
-/** The checklist of the last OOM. */
-export interface IOomRun {
-  /** waiting: for the failing cell to end; loading: asking the kernel; ready / failed. */
-  readonly phase: 'waiting' | 'loading' | 'ready' | 'failed';
-  readonly error: IOomError;
-  readonly payload: IOomPayload | null;
-  /** Why there is no checklist, when phase is 'failed'. */
-  readonly problem: string | null;
 }
 
 export namespace SessionActions {
@@ -109,7 +54,7 @@ export namespace SessionActions {
     /** The session's bridge (created on demand by the model). */
     bridge: () => IBridgeView | null;
     host: IActionHost;
-    ticks: TickStore;
+    ticks: ITickStore;
     /** The notebook's widget id (commands and the notification name it), or null for a console. */
     widgetId: string | null;
     /** Longest wait for the failing cell's end before asking for the checklist anyway (default 120 s). */
@@ -153,7 +98,7 @@ export function waitForData(
   });
 }
 
-export class SessionActions implements IDisposable {
+export class SessionActions implements ISessionActions, IDisposable {
   constructor(options: SessionActions.IOptions) {
     this.sessionContext = options.sessionContext;
     this.widgetId = options.widgetId;
@@ -554,7 +499,7 @@ export class SessionActions implements IDisposable {
     }
   }
 
-  private _onTicks(_: TickStore, path: string): void {
+  private _onTicks(_: ITickStore, path: string): void {
     if (path === this.path) {
       this._changed.emit();
     }
@@ -597,7 +542,7 @@ export class SessionActions implements IDisposable {
 
   private readonly _bridge: () => IBridgeView | null;
   private readonly _host: IActionHost;
-  private readonly _ticks: TickStore;
+  private readonly _ticks: ITickStore;
   private readonly _followUpTimeoutMs: number;
   private readonly _retryDelayMs: number;
   private _clear: IClearRun | null = null;

@@ -8,6 +8,8 @@
  */
 import { type ISignal, Signal } from '@lumino/signaling';
 
+import type { ITickStore } from '../tokens';
+
 /** The part of IStateDB this store uses. */
 export interface ITickDatabase {
   fetch(id: string): Promise<unknown>;
@@ -20,7 +22,7 @@ export function ticksKey(path: string): string {
   return `jupyterlab-gpumem:oom-ticks:${path}`;
 }
 
-export class TickStore {
+export class TickStore implements ITickStore {
   constructor(db: ITickDatabase | null) {
     this._db = db;
   }

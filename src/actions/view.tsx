@@ -13,11 +13,10 @@ import type { SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { checklistMarkdown } from './oom/text';
 import { RestartReport } from './restart/report';
-import type { SessionActions } from './sessionactions';
-import type { IGpuMemActions } from '../tokens';
+import type { IGpuMemActions, ISessionActions } from '../tokens';
 
 export interface IActionsSectionProps {
-  readonly actions: SessionActions;
+  readonly actions: ISessionActions;
   readonly manager: IGpuMemActions;
   readonly unit: SizeUnit;
   readonly trans: Trans;

@@ -8,7 +8,7 @@
  */
 import type { JSONObject } from '@lumino/coreutils';
 
-import { isRecord } from '../wire/validate';
+import { isRecord } from '../wire/keywords';
 
 /** The key under which the bridge asks for its expression. */
 export const EXPRESSION_KEY = 'gpumem';

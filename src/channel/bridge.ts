@@ -42,7 +42,8 @@ import {
 } from '../wire/protocol';
 import { type IGpuMemSettings, historySeconds } from '../settings';
 import { type BridgeEvent, type IBridgeState, INITIAL_STATE, isPythonLanguage, next } from './state';
-import { isRecord } from '../wire/validate';
+import { isRecord } from '../wire/keywords';
+import type { IKernelProblem } from '../tokens';
 
 /** Why a request failed: the kernel's error code, or what went wrong on the way. */
 export type RequestErrorCode = ErrorCode | 'timeout' | 'disconnected' | 'invalid-reply';
@@ -56,13 +57,6 @@ export class RequestError extends Error {
     super(message);
     this.name = 'RequestError';
   }
-}
-
-/** A problem the kernel side reported outside any request (`errors` of a sample, `error` with id null). */
-export interface IKernelProblem {
-  /** Seconds since the epoch (the sample's time, or when it arrived). */
-  readonly time: number;
-  readonly text: string;
 }
 
 /** How many kernel problems are kept for the panel. */

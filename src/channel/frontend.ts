@@ -16,7 +16,7 @@ import {
   type IOomPayload,
   oomPayloadProblem
 } from '../wire/protocol';
-import { isRecord } from '../wire/validate';
+import { isRecord } from '../wire/keywords';
 
 /** `frontend.clear()`: the safe clear (never deletes user variables). */
 export const CLEAR_CALL = "__import__('gpumem_kernel').frontend.clear()";

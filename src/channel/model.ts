@@ -3,19 +3,18 @@
  * server's sessions (to name other kernels' GPU processes by their notebook).
  *
  * Bridges are kept per session context for as long as the notebook or console is open, so switching back to
- * a notebook shows its history at once. The pure helpers at the bottom (process labels, bar segments, the
- * device the kernel uses most) are what the views compute from a sample; they are exported for tests and for
- * other extensions.
+ * a notebook shows its history at once. What the views compute from a sample (process labels, bar segments,
+ * the device the kernel uses most) is in sample.ts.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, Session } from '@jupyterlab/services';
 import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
-import { KernelBridge, type IKernelProblem, RequestError } from './bridge';
+import { KernelBridge, RequestError } from './bridge';
+import { type IKernelSession, labelProcess } from './sample';
 import { type Trans, untranslated } from '../ui/i18n';
 import type {
-  IDevice,
   IGpuProcess,
   IHello,
   IRequestArgs,
@@ -25,16 +24,7 @@ import type {
 } from '../wire/protocol';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { type IBridgeState, INITIAL_STATE } from './state';
-import type { IGpuMemModel } from '../tokens';
-
-/** What the server says about a kernel's session. */
-export interface IKernelSession {
-  /** The session id (what the sessions API shuts down). */
-  readonly id: string;
-  readonly path: string;
-  readonly type: string;
-  readonly name: string;
-}
+import type { IGpuMemModel, IKernelProblem } from '../tokens';
 
 export namespace GpuMemModel {
   export interface IOptions {
@@ -262,117 +252,4 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
   private _isDisposed = false;
   private readonly _changed = new Signal<this, void>(this);
   private readonly _stateChanged = new Signal<this, IBridgeState>(this);
-}
-
-// -----------------------------------------------------------------------------------------------------------
-// pure helpers
-
-/**
- * Who holds a GPU process: "this kernel", "notebook: <path>" / "console: <path>" for another kernel of this
- * server, "kernel <id8>" for a kernel the server does not list (another server, or already shut down), or
- * "external" for everything else (a training script, another user's job, the desktop).
- */
-export function labelProcess(
-  process: IGpuProcess,
-  sessionsByKernelId: ReadonlyMap<string, IKernelSession>,
-  trans: Trans = untranslated
-): string {
-  if (process.this_kernel) {
-    return trans.__('this kernel');
-  }
-  if (process.kernel_id !== null) {
-    const session = sessionsByKernelId.get(process.kernel_id);
-    if (session !== undefined) {
-      return session.type === 'console'
-        ? trans.__('console: %1', session.path)
-        : trans.__('notebook: %1', session.path);
-    }
-    return trans.__('kernel %1', process.kernel_id.slice(0, 8));
-  }
-  return trans.__('external');
-}
-
-/** The parts of a device's memory bar. */
-export type SegmentKey = 'allocated' | 'cached' | 'context' | 'kernel' | 'others' | 'free';
-
-/** One part of the bar, in bytes. */
-export interface ISegment {
-  readonly key: SegmentKey;
-  readonly bytes: number;
-}
-
-/**
- * This kernel's total on a device: NVML's figure for its PID when listed, otherwise what its allocator
- * reserves (NVML cannot see PIDs in some containers), otherwise 0.
- */
-export function kernelTotal(device: IDevice): number {
-  const reserved = device.allocator?.reserved ?? 0;
-  return Math.max(device.this_kernel ?? 0, reserved);
-}
-
-/**
- * The stacked bar of a device, left to right, summing to the device's total:
- * - with torch's allocator: `allocated` (live tensors), `cached` (reserved − allocated), `context` (NVML's
- *   figure for this kernel − reserved: CUDA context, cuBLAS/cuDNN workspaces and libraries);
- * - without (torch has not initialised CUDA on it): one `kernel` segment, NVML's figure for this kernel;
- * - then `others` (device used − this kernel's total) and `free`.
- * Differences that come out negative (the numbers are read at slightly different moments) count as 0.
- * When NVML could not read the device's used or total bytes (null), `others` or `free` is left out.
- */
-export function deviceSegments(device: IDevice): ISegment[] {
-  const mine = kernelTotal(device);
-  const segments: ISegment[] = [];
-  const allocator = device.allocator;
-  if (allocator !== null) {
-    const allocated = allocator.allocated;
-    const reserved = Math.max(allocator.reserved, allocated);
-    segments.push(
-      { key: 'allocated', bytes: allocated },
-      { key: 'cached', bytes: reserved - allocated },
-      { key: 'context', bytes: Math.max(0, mine - reserved) }
-    );
-  } else {
-    segments.push({ key: 'kernel', bytes: mine });
-  }
-  if (device.used !== null) {
-    segments.push({ key: 'others', bytes: Math.max(0, device.used - mine) });
-  }
-  if (device.total !== null) {
-    segments.push({
-      key: 'free',
-      bytes: Math.max(0, device.total - Math.max(device.used ?? mine, mine))
-    });
-  }
-  return segments;
-}
-
-/** What the bar's full width stands for: the device's total, or the sum of what is known. */
-export function barTotal(device: IDevice, segments: ReadonlyArray<ISegment>): number {
-  return device.total ?? segments.reduce((sum, s) => sum + s.bytes, 0);
-}
-
-/**
- * A device's identity across samples. `nvml_index` alone is not unique (a MIG slice shares its GPU's
- * index); the UUID is, when NVML could read it.
- */
-export function deviceKey(device: IDevice): string {
-  return (
-    device.uuid ?? `nvml${device.nvml_index}${device.mig ? '-mig' : ''}-cuda${device.cuda_index ?? 'none'}`
-  );
-}
-
-/**
- * The device the status bar shows: the one this kernel uses most; when it uses none, `cuda:0`; when CUDA sees
- * none, the first device NVML lists; null when there is no device at all.
- */
-export function primaryDevice(sample: ISample | null): IDevice | null {
-  const devices = sample?.gpu.devices ?? [];
-  let best: IDevice | null = null;
-  for (const device of devices) {
-    const used = kernelTotal(device);
-    if (used > 0 && (best === null || used > kernelTotal(best))) {
-      best = device;
-    }
-  }
-  return best ?? devices.find(d => d.cuda_index === 0) ?? devices[0] ?? null;
 }

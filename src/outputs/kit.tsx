@@ -1,6 +1,6 @@
 /**
- * Pieces shared by the analysis, autobatch and benchmark outputs: the "Copy as YAML" button, badges, cards,
- * and small number formatters.
+ * Pieces shared by the analysis, autobatch and benchmark outputs: the "Copy as YAML" button, badges, cards.
+ * Their numbers are formatted by ui/format.ts.
  */
 import * as React from 'react';
 
@@ -32,24 +32,18 @@ export async function copyToClipboard(text: string): Promise<void> {
   }
 }
 
-/** A whole number with digit grouping ("34,666"). */
-export function formatCount(n: number): string {
-  return Math.round(n).toLocaleString('en-US');
-}
-
-/** Milliseconds with one decimal, or "n/a". */
-export function formatMs(ms: number | null): string {
-  return ms === null ? 'n/a' : ms >= 100 ? ms.toFixed(0) : ms.toFixed(1);
-}
-
-/** Seconds: "4.7 s". */
-export function formatSeconds(s: number): string {
-  return s >= 100 ? `${s.toFixed(0)} s` : `${s.toFixed(1)} s`;
+/**
+ * A payload's `config_yaml`, written by the kernel with PyYAML: the text, null when there is nothing to copy,
+ * or undefined when the output was saved by a version that did not write it.
+ */
+export function configYaml(payload: object): string | null | undefined {
+  const value = (payload as { config_yaml?: unknown }).config_yaml;
+  return typeof value === 'string' || value === null ? value : undefined;
 }
 
 export interface ICopyYamlProps {
-  /** The YAML; null disables the button (nothing to copy). */
-  readonly yaml: string | null;
+  /** The payload's YAML, copied verbatim; null disables the button (nothing to copy), undefined says why. */
+  readonly yaml: string | null | undefined;
   readonly copy: CopyText;
   readonly trans: Trans;
   readonly title?: string;
@@ -66,12 +60,30 @@ export function CopyYamlButton(props: ICopyYamlProps): JSX.Element {
     const timer = setTimeout(() => setState('idle'), 2000);
     return () => clearTimeout(timer);
   }, [state]);
+  if (yaml === undefined) {
+    return (
+      <span className="jp-GpuMem-copyYamlWrap">
+        <button
+          type="button"
+          className="jp-GpuMem-copyYaml jp-mod-styled"
+          data-missing="older-output"
+          disabled
+          title={trans.__(
+            'This output was saved by an older version of jupyterlab-gpumem, which did not write the configuration: run the command again to copy it'
+          )}
+        >
+          {trans.__('No YAML in this older output')}
+        </button>
+      </span>
+    );
+  }
+  const text = yaml;
   const onClick = (): void => {
-    if (yaml === null) {
+    if (text === null) {
       return;
     }
     Promise.resolve()
-      .then(() => props.copy(yaml))
+      .then(() => props.copy(text))
       .then(
         () => setState('copied'),
         () => setState('failed')
@@ -88,19 +100,19 @@ export function CopyYamlButton(props: ICopyYamlProps): JSX.Element {
       <button
         type="button"
         className="jp-GpuMem-copyYaml jp-mod-styled"
-        data-yaml={yaml ?? undefined}
-        disabled={yaml === null}
+        data-yaml={text ?? undefined}
+        disabled={text === null}
         title={
-          props.title ?? trans.__('Copy the configuration in the seeds’ config shape (data.*, training.*)')
+          props.title ?? trans.__('Copy the configuration in the training-config shape (data.*, training.*)')
         }
         onClick={onClick}
       >
         {label}
       </button>
-      {yaml !== null && (
+      {text !== null && (
         <details className="jp-GpuMem-yamlDetails">
           <summary>{trans.__('Show YAML')}</summary>
-          <pre className="jp-GpuMem-yaml">{yaml}</pre>
+          <pre className="jp-GpuMem-yaml">{text}</pre>
         </details>
       )}
     </span>

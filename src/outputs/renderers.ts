@@ -17,6 +17,7 @@ import * as React from 'react';
 import { flushSync } from 'react-dom';
 import { createRoot, type Root } from 'react-dom/client';
 
+import { inlineHost } from '../actions/inline';
 import { type CopyText, copyToClipboard } from './kit';
 import {
   ANALYSIS_MIME,
@@ -43,19 +44,12 @@ export interface IGpumemRendererOptions {
   /** UI strings; defaults to the renderer options' translator, else no translation. */
   readonly translator?: ITranslator;
   /**
-   * "Insert code" (gradient accumulation). Absent: the button is hidden, unless a handler was registered with
-   * `setInsertCellHandler` (MIME extensions get no application, so a plugin can register one when it starts).
+   * "Insert code" (gradient accumulation). Absent: the inline host's, which the actions plugin registers when
+   * it starts (MIME extensions get no application); without either the button is hidden.
    */
   readonly insertCell?: InsertCell;
   /** Clipboard; defaults to the browser's. */
   readonly copy?: CopyText;
-}
-
-let registeredInsertCell: InsertCell | null = null;
-
-/** Register (or with null, remove) the "Insert code" handler used by renderers created without one. */
-export function setInsertCellHandler(handler: InsertCell | null): void {
-  registeredInsertCell = handler;
 }
 
 type Kind = 'analysis' | 'autobatch' | 'benchmark';
@@ -142,7 +136,9 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
     const copy = this._copy;
     switch (this._kind) {
       case 'analysis': {
-        const handler = this._insertCell ?? registeredInsertCell;
+        const host = inlineHost();
+        const handler: InsertCell | null =
+          this._insertCell ?? (host === null ? null : (code, origin) => host.insertCode(origin, code));
         const node = this.node;
         return React.createElement(AnalysisView, {
           payload: data as IAnalysisPayload,
@@ -192,5 +188,5 @@ export function createGpumemRendererFactories(
   }));
 }
 
-/** The factories with default options ("Insert code" through `setInsertCellHandler`). */
+/** The factories with default options ("Insert code" through the inline host). */
 export const gpumemRendererFactories: IRenderMime.IRendererFactory[] = createGpumemRendererFactories();

@@ -16,7 +16,7 @@ import {
   type SizeUnit
 } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { barTotal, deviceSegments, type ISegment, type SegmentKey } from '../channel/model';
+import { barTotal, deviceSegments, type ISegment, type SegmentKey } from '../channel/sample';
 import type { IDevice, IGpuProcess } from '../wire/protocol';
 import { type IGpuMemSettings, usageLevel } from '../settings';
 
@@ -46,7 +46,7 @@ export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): stri
       : trans.__('not visible to this kernel (NVML %1)', device.nvml_index);
   const parts = [where, device.name ?? trans.__('unknown GPU')];
   if (device.total !== null) {
-    parts.push(formatBytes(device.total, unit, unit === 'MiB' ? 0 : 1));
+    parts.push(formatBytes(device.total, unit, 'short'));
   }
   if (device.mig) {
     parts.push('MIG');
@@ -201,7 +201,7 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
       <div className="jp-GpuMem-used">
         {trans.__(
           'Used %1 (%2)',
-          formatBytesPair(device.used, device.total, unit, unit === 'GiB' || unit === 'GB' ? 1 : undefined),
+          formatBytesPair(device.used, device.total, unit, 'short'),
           formatPercent(device.used, device.total)
         )}
       </div>

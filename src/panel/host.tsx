@@ -47,10 +47,7 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
         </dd>
         <dt>{trans.__('System')}</dt>
         <dd title={trans.__('%1 in use', formatPercent(used, host.total))}>
-          {trans.__(
-            '%1 available',
-            formatBytesPair(host.available, host.total, unit, unit === 'MiB' ? 0 : 1)
-          )}
+          {trans.__('%1 available', formatBytesPair(host.available, host.total, unit, 'short'))}
         </dd>
         {limit !== null && (
           <>

@@ -6,13 +6,11 @@ import { Clipboard } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { PANEL_ID } from '../commandids';
 import { GpuMemView } from './view';
 import type { Trans } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';
-
-/** The panel's DOM id (the layout restorer, the open command and the UI tests use it). */
-export const PANEL_ID = 'jp-GpuMem-panel';
 
 export class GpuMemPanel extends ReactWidget {
   constructor(model: IGpuMemModel, trans: Trans, actions: IGpuMemActions | null = null) {

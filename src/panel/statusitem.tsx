@@ -6,12 +6,10 @@ import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { OPEN_PANEL_COMMAND } from '../commandids';
 import { statusSummary } from './statussummary';
 import type { Trans } from '../ui/i18n';
 import type { IGpuMemModel } from '../tokens';
-
-/** The command the item runs when clicked. */
-export const OPEN_PANEL_COMMAND = 'gpumem:open-panel';
 
 export class GpuMemStatusItem extends ReactWidget {
   constructor(model: IGpuMemModel, trans: Trans, commands: JupyterFrontEnd['commands']) {

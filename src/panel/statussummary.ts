@@ -6,7 +6,7 @@
  */
 import { formatBytes, formatBytesPair, formatPercent, percentOf } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { kernelTotal, primaryDevice } from '../channel/model';
+import { kernelTotal, primaryDevice } from '../channel/sample';
 import { type UsageLevel, usageLevel } from '../settings';
 import { describeState } from '../channel/state';
 import type { IGpuMemModel } from '../tokens';
@@ -67,7 +67,7 @@ export function statusSummary(model: IGpuMemModel, trans: Trans): IStatusSummary
   lines.push(open);
   return {
     visible: !hidden,
-    text: trans.__('GPU %1', formatBytesPair(device.used, device.total, unit, unit === 'MiB' ? 0 : 1)),
+    text: trans.__('GPU %1', formatBytesPair(device.used, device.total, unit, 'short')),
     title: lines.join('\n'),
     level: usageLevel(percentOf(device.used, device.total), settings),
     stale: state.name !== 'live'

@@ -10,7 +10,7 @@ import * as React from 'react';
 
 import { formatTimeOfDay } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { deviceKey, primaryDevice } from '../channel/model';
+import { deviceKey, primaryDevice } from '../channel/sample';
 import type { ISample } from '../wire/protocol';
 import type { StateName } from '../channel/state';
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';

@@ -1,17 +1,21 @@
 /**
- * A small hand-drawn SVG line chart shared by the analysis and benchmark outputs: lines on a left axis and an
- * optional right axis, horizontal rules (a device limit), and markers (batch-size picks, OOM rows).
+ * The one SVG chart of the extension: the panel's live timeline and the curves of the analysis and benchmark
+ * outputs. Callers supply data (series, markers, horizontal rules) and axes (label, number format, optional
+ * fixed domain and ticks); this module owns the scales, the axes and grid, the lines with their gaps and
+ * dashed (extrapolated) parts, the markers and the legend.
  *
- * Like the panel's timeline, no chart library: every colour comes from JupyterLab's theme variables through
- * CSS classes (style/analysis.css), and every label is React text.
+ * No chart library: the scales are a few lines of arithmetic, the bundle stays small, and every colour comes
+ * from JupyterLab's theme variables through CSS classes (style/analysis.css, the timeline's colours in
+ * style/base.css), so charts follow light and dark themes. Every label is React text.
  */
 import * as React from 'react';
 
-import { formatInScale, scaleFor } from './format';
+import { formatBytes, scaleFor } from './format';
 
 export interface IChartPoint {
   readonly x: number;
-  readonly y: number;
+  /** null: not measured here (the line has a gap). */
+  readonly y: number | null;
 }
 
 export type ChartAxisSide = 'left' | 'right';
@@ -31,6 +35,8 @@ export interface IChartSeries {
    * are drawn through intermediate points, so that the line passes where the markers say it does.
    */
   readonly linearBetweenPoints?: boolean;
+  /** A dot on every point (default), so that a one-row series is visible; off for dense series. */
+  readonly dots?: boolean;
 }
 
 export type MarkerShape = 'circle' | 'diamond' | 'square' | 'cross';
@@ -53,25 +59,67 @@ export interface IChartMarker {
   readonly extrapolated?: boolean;
 }
 
+/** A horizontal line across the plot: a device limit, a memory target, a warning threshold. */
 export interface IChartRule {
   readonly id: string;
   readonly y: number;
   readonly axis: ChartAxisSide;
   readonly label: string;
   readonly className: string;
+  /** Only a tooltip: no text on the plot and no legend entry. */
+  readonly quiet?: boolean;
+}
+
+/** A tick: its value and its label. */
+export interface IChartTick {
+  readonly value: number;
+  readonly label: string;
+  /** Where the label sits against the tick on the x axis (default: centred). */
+  readonly anchor?: 'start' | 'middle' | 'end';
 }
 
 export interface IChartAxis {
-  readonly label: string;
+  /** The axis title; none when absent. */
+  readonly label?: string;
   readonly format: (value: number) => string;
-  /** Ticks from 0 to `max` (default: about four round decimal steps, labelled with `format`). */
-  readonly ticks?: (max: number) => ReadonlyArray<IChartTick>;
+  /**
+   * Ticks between `lo` and `hi`, the smallest and largest value to label (default: about four round decimal
+   * steps from 0, labelled with `format`).
+   */
+  readonly ticks?: (lo: number, hi: number) => ReadonlyArray<IChartTick>;
+  /** A fixed range (values outside are drawn at its edge); by default it follows the data, from 0. */
+  readonly domain?: readonly [number, number];
 }
+
+/** The size of the drawing and its margins, in SVG user units (the SVG scales to its container's width). */
+export interface IChartFrame {
+  readonly width: number;
+  readonly height: number;
+  readonly top: number;
+  readonly bottom: number;
+  readonly left: number;
+  /** The right margin; null: wide with a right axis, narrow without. */
+  readonly right: number | null;
+}
+
+/** The outputs' charts (analysis, benchmark). */
+export const OUTPUT_FRAME: IChartFrame = {
+  width: 480,
+  height: 220,
+  top: 12,
+  bottom: 34,
+  left: 60,
+  right: null
+};
+
+/** The panel's sidebar timeline: small, tick labels only. */
+export const SIDEBAR_FRAME: IChartFrame = { width: 300, height: 130, top: 6, bottom: 18, left: 46, right: 6 };
 
 export interface IChartProps {
   readonly className?: string;
   readonly caption: string;
   readonly ariaLabel: string;
+  readonly frame?: IChartFrame;
   readonly x: IChartAxis & { readonly log?: boolean };
   readonly left: IChartAxis;
   readonly right?: IChartAxis;
@@ -85,12 +133,6 @@ export interface IChartProps {
     readonly label: string;
   }>;
 }
-
-const WIDTH = 480;
-const HEIGHT = 220;
-const TOP = 12;
-const BOTTOM = 34;
-const LEFT = 60;
 
 /** Tick values for a linear axis from 0 to `max`: about four round steps. */
 export function linearTicks(max: number, count = 4): number[] {
@@ -122,12 +164,6 @@ export function log2Ticks(lo: number, hi: number, count = 6): number[] {
   return ticks;
 }
 
-/** A tick: its value and its label. */
-export interface IChartTick {
-  readonly value: number;
-  readonly label: string;
-}
-
 /**
  * An axis of byte sizes: round steps in the binary unit of the largest value ("0, 4 GiB, 8 GiB, …"), every
  * tick in that one unit.
@@ -135,18 +171,15 @@ export interface IChartTick {
 export function byteAxis(label: string): IChartAxis {
   return {
     label,
-    format: v => {
-      const scale = scaleFor(v, 'auto');
-      return `${formatInScale(v, scale, 1)} ${scale.label}`;
-    },
-    ticks: (max: number): IChartTick[] => {
+    format: v => formatBytes(v, 'auto', 1),
+    ticks: (_lo: number, max: number): IChartTick[] => {
       const scale = scaleFor(max, 'auto');
       const values = linearTicks(max / scale.factor);
       const step = values.length > 1 ? values[1] - values[0] : 1;
-      const digits = scale.factor === 1 || Number.isInteger(step) ? 0 : Number.isInteger(step * 10) ? 1 : 2;
+      const digits = Number.isInteger(step) ? 0 : Number.isInteger(step * 10) ? 1 : 2;
       return values.map(v => ({
         value: v * scale.factor,
-        label: v === 0 ? '0' : `${v.toFixed(digits)} ${scale.label}`
+        label: v === 0 ? '0' : formatBytes(v * scale.factor, scale, digits)
       }));
     }
   };
@@ -177,71 +210,131 @@ function fmt(n: number): string {
   return n.toFixed(1);
 }
 
+function clamp(v: number, lo: number, hi: number): number {
+  return Math.max(lo, Math.min(v, hi));
+}
+
+/** A point whose value is known. */
+interface IMeasured {
+  readonly x: number;
+  readonly y: number;
+}
+
+/** Consecutive measured points, in x order: a point without a value ends a run. */
+function runsOf(points: ReadonlyArray<IChartPoint>): IMeasured[][] {
+  const runs: IMeasured[][] = [[]];
+  for (const p of points.filter(p => Number.isFinite(p.x)).sort((a, b) => a.x - b.x)) {
+    if (p.y === null || !Number.isFinite(p.y)) {
+      runs.push([]);
+    } else {
+      runs[runs.length - 1].push({ x: p.x, y: p.y });
+    }
+  }
+  return runs.filter(run => run.length > 0);
+}
+
+/** The range an axis spans, on a linear or a log2 scale. */
+interface IRange {
+  readonly lo: number;
+  readonly hi: number;
+  readonly log?: boolean;
+}
+
+/** Where `v` lies in the range, from 0 to 1 (values outside are drawn at its edge). */
+function position(range: IRange, v: number): number {
+  const f = range.log ? Math.log2 : (n: number): number => n;
+  const [lo, hi] = [f(range.lo), f(range.hi)];
+  return hi > lo ? (f(clamp(v, range.lo, range.hi)) - lo) / (hi - lo) : 0;
+}
+
+/**
+ * The x range: fixed; on a log axis, the data's powers of two with 4% to spare on each side; else from 0 to 4%
+ * beyond the largest value. Null without data.
+ */
+function xRange(props: IChartProps): IRange | null {
+  if (props.x.domain !== undefined) {
+    return { lo: props.x.domain[0], hi: props.x.domain[1] };
+  }
+  const log = props.x.log === true;
+  const xs = [
+    ...props.series.flatMap(s => s.points.map(p => p.x)),
+    ...(props.markers ?? []).map(m => m.x)
+  ].filter(x => Number.isFinite(x) && (!log || x > 0));
+  if (xs.length === 0) {
+    return null;
+  }
+  if (!log) {
+    return { lo: 0, hi: Math.max(...xs) * 1.04 || 1 };
+  }
+  let [lo, hi] = [Math.log2(Math.min(...xs)), Math.log2(Math.max(...xs))];
+  if (hi - lo < 1e-9) {
+    [lo, hi] = [lo - 1, hi + 1];
+  }
+  const pad = (hi - lo) * 0.04;
+  return { lo: 2 ** (lo - pad), hi: 2 ** (hi + pad), log };
+}
+
+/** The y range of one side: fixed, or from 0 to 8% above the largest value of its series, markers and rules. */
+function yRange(
+  side: ChartAxisSide,
+  axis: IChartAxis | undefined,
+  props: IChartProps
+): IRange & { labelTop: number } {
+  if (axis?.domain !== undefined) {
+    const [lo, hi] = axis.domain;
+    return { lo, hi, labelTop: hi };
+  }
+  const values = [
+    ...props.series.filter(s => s.axis === side).flatMap(s => s.points.map(p => p.y)),
+    ...(props.markers ?? []).filter(m => m.axis === side).map(m => m.y),
+    ...(props.rules ?? []).filter(r => r.axis === side).map(r => r.y)
+  ].filter((v): v is number => v !== null && Number.isFinite(v));
+  const top = values.length > 0 ? Math.max(...values) : 0;
+  return top > 0 ? { lo: 0, hi: top * 1.08, labelTop: top } : { lo: 0, hi: 1, labelTop: 1 / 1.08 };
+}
+
 /** `<figure class="jp-GpuMem-chart">`. */
 export function Chart(props: IChartProps): JSX.Element {
   const markers = props.markers ?? [];
   const rules = props.rules ?? [];
   const right = props.right;
-  const RIGHT = right ? 60 : 14;
+  const frame = props.frame ?? OUTPUT_FRAME;
+  const { width: WIDTH, height: HEIGHT, top: TOP, left: LEFT } = frame;
+  const RIGHT = frame.right ?? (right ? 60 : 14);
   const plotW = WIDTH - LEFT - RIGHT;
-  const plotH = HEIGHT - TOP - BOTTOM;
+  const plotH = HEIGHT - TOP - frame.bottom;
+  const bottom = TOP + plotH;
 
-  const xs = [...props.series.flatMap(s => s.points.map(p => p.x)), ...markers.map(m => m.x)].filter(
-    x => Number.isFinite(x) && (!props.x.log || x > 0)
-  );
-  const yMax = (side: ChartAxisSide): number => {
-    const values = [
-      ...props.series.filter(s => s.axis === side).flatMap(s => s.points.map(p => p.y)),
-      ...markers.filter(m => m.axis === side && m.y !== null).map(m => m.y as number),
-      ...rules.filter(r => r.axis === side).map(r => r.y)
-    ].filter(v => Number.isFinite(v));
-    const top = values.length > 0 ? Math.max(...values) : 0;
-    return top > 0 ? top * 1.08 : 1;
+  const x = xRange(props);
+  const xOf = (v: number): number => (x === null ? LEFT : LEFT + position(x, v) * plotW);
+  const xTicks: ReadonlyArray<IChartTick> =
+    x === null
+      ? []
+      : props.x.ticks
+        ? props.x.ticks(x.lo, x.hi)
+        : (x.log ? log2Ticks(x.lo, x.hi) : linearTicks(x.hi)).map(value => ({
+            value,
+            label: props.x.format(value)
+          }));
+  const ranges = { left: yRange('left', props.left, props), right: yRange('right', right, props) };
+  const yOf = (side: ChartAxisSide, y: number): number => bottom - position(ranges[side], y) * plotH;
+  const axisTicks = (side: ChartAxisSide, axis: IChartAxis): ReadonlyArray<IChartTick> => {
+    const { lo, labelTop } = ranges[side];
+    return axis.ticks
+      ? axis.ticks(lo, labelTop)
+      : linearTicks(labelTop).map(value => ({ value, label: axis.format(value) }));
   };
-  const leftMax = yMax('left');
-  const rightMax = yMax('right');
-
-  let xOf: (x: number) => number;
-  let xTicks: number[];
-  if (xs.length === 0) {
-    xOf = () => LEFT;
-    xTicks = [];
-  } else if (props.x.log) {
-    let lo = Math.log2(Math.min(...xs));
-    let hi = Math.log2(Math.max(...xs));
-    if (hi - lo < 1e-9) {
-      lo -= 1;
-      hi += 1;
-    }
-    const pad = (hi - lo) * 0.04;
-    const [a, b] = [lo - pad, hi + pad];
-    xOf = x => LEFT + ((Math.log2(Math.max(x, 2 ** a)) - a) / (b - a)) * plotW;
-    xTicks = log2Ticks(2 ** a, 2 ** b);
-  } else {
-    const max = Math.max(...xs) * 1.04 || 1;
-    xOf = x => LEFT + (x / max) * plotW;
-    xTicks = linearTicks(max);
-  }
-  const yOf = (side: ChartAxisSide, y: number): number => {
-    const max = side === 'left' ? leftMax : rightMax;
-    return TOP + plotH - (Math.max(0, Math.min(y, max)) / max) * plotH;
-  };
+  const leftTicks = axisTicks('left', props.left);
+  const rightTicks = right ? axisTicks('right', right) : [];
 
   const line = (s: IChartSeries): JSX.Element[] => {
-    const pts = [...s.points]
-      .filter(p => Number.isFinite(p.x) && Number.isFinite(p.y))
-      .sort((a, b) => a.x - b.x);
-    if (pts.length === 0) {
-      return [];
-    }
-    const cut = s.dashedFrom;
-    const solid = cut === undefined ? pts : pts.filter(p => p.x <= cut);
-    const dashed = cut === undefined ? [] : pts.filter(p => p.x >= cut || p === solid[solid.length - 1]);
-    const densify = (ps: ReadonlyArray<IChartPoint>): ReadonlyArray<IChartPoint> => {
+    const runs = runsOf(s.points);
+    const base = `jp-GpuMem-chartLine ${s.colorClass}${s.dashed ? ' jp-GpuMem-chartLine-dashed' : ''}`;
+    const densify = (ps: ReadonlyArray<IMeasured>): ReadonlyArray<IMeasured> => {
       if (!props.x.log || !s.linearBetweenPoints || ps.length < 2) {
         return ps;
       }
-      const out: IChartPoint[] = [ps[0]];
+      const out: IMeasured[] = [ps[0]];
       for (let i = 1; i < ps.length; i++) {
         const [a, b] = [ps[i - 1], ps[i]];
         const n = Math.min(48, Math.max(1, Math.ceil(Math.log2(b.x / a.x) * 8)));
@@ -253,51 +346,52 @@ export function Chart(props: IChartProps): JSX.Element {
       }
       return out;
     };
-    const toPoints = (ps: ReadonlyArray<IChartPoint>): string =>
+    // A single point would be invisible as a polyline: it is drawn as a zero-length one.
+    const toPoints = (ps: ReadonlyArray<IMeasured>): string =>
       (ps.length === 1 ? [ps[0], ps[0]] : densify(ps))
         .map(p => `${fmt(xOf(p.x))},${fmt(yOf(s.axis, p.y))}`)
         .join(' ');
     const out: JSX.Element[] = [];
-    const base = `jp-GpuMem-chartLine ${s.colorClass}${s.dashed ? ' jp-GpuMem-chartLine-dashed' : ''}`;
-    if (solid.length > 0) {
-      out.push(
-        <polyline key={`${s.id}-solid`} className={base} points={toPoints(solid)} data-series={s.id}>
-          <title>{s.label}</title>
-        </polyline>
-      );
-    }
-    if (dashed.length > 1) {
-      out.push(
-        <polyline
-          key={`${s.id}-dashed`}
-          className={`${base} jp-GpuMem-chartLine-extrapolated`}
-          points={toPoints(dashed)}
-          data-series={s.id}
-        >
-          <title>{s.label}</title>
-        </polyline>
-      );
-    }
-    // Single measured points are shown as dots so a one-row series is visible.
-    for (const p of pts) {
-      out.push(
-        <circle
-          key={`${s.id}-pt-${p.x}`}
-          className={`jp-GpuMem-chartDot ${s.colorClass}${s.dashed ? ' jp-GpuMem-chartDot-hollow' : ''}`}
-          data-series={s.id}
-          cx={fmt(xOf(p.x))}
-          cy={fmt(yOf(s.axis, p.y))}
-          r={2}
-        />
-      );
-    }
+    runs.forEach((pts, r) => {
+      const cut = s.dashedFrom;
+      const solid = cut === undefined ? pts : pts.filter(p => p.x <= cut);
+      const dashed = cut === undefined ? [] : pts.filter(p => p.x >= cut || p === solid[solid.length - 1]);
+      if (solid.length > 0) {
+        out.push(
+          <polyline key={`${s.id}-${r}-solid`} className={base} points={toPoints(solid)} data-series={s.id}>
+            <title>{s.label}</title>
+          </polyline>
+        );
+      }
+      if (dashed.length > 1) {
+        out.push(
+          <polyline
+            key={`${s.id}-${r}-dashed`}
+            className={`${base} jp-GpuMem-chartLine-extrapolated`}
+            points={toPoints(dashed)}
+            data-series={s.id}
+          >
+            <title>{s.label}</title>
+          </polyline>
+        );
+      }
+      if (s.dots ?? true) {
+        for (const p of pts) {
+          out.push(
+            <circle
+              key={`${s.id}-pt-${p.x}`}
+              className={`jp-GpuMem-chartDot ${s.colorClass}${s.dashed ? ' jp-GpuMem-chartDot-hollow' : ''}`}
+              data-series={s.id}
+              cx={fmt(xOf(p.x))}
+              cy={fmt(yOf(s.axis, p.y))}
+              r={2}
+            />
+          );
+        }
+      }
+    });
     return out;
   };
-
-  const axisTicks = (axis: IChartAxis, max: number): ReadonlyArray<IChartTick> =>
-    axis.ticks ? axis.ticks(max) : linearTicks(max).map(value => ({ value, label: axis.format(value) }));
-  const leftTicks = axisTicks(props.left, leftMax / 1.08);
-  const rightTicks = right ? axisTicks(right, rightMax / 1.08) : [];
 
   return (
     <figure className={`jp-GpuMem-chart${props.className ? ` ${props.className}` : ''}`}>
@@ -323,50 +417,52 @@ export function Chart(props: IChartProps): JSX.Element {
             </text>
           </g>
         ))}
-        {right &&
-          rightTicks.map(t => (
+        {rightTicks.map(t => (
+          <text
+            key={`yr${t.value}`}
+            className="jp-GpuMem-chartAxis jp-GpuMem-chartAxis-right"
+            x={WIDTH - RIGHT + 4}
+            y={yOf('right', t.value) + 3}
+            textAnchor="start"
+          >
+            {t.label}
+          </text>
+        ))}
+        {xTicks.map(t => (
+          <g key={`x${t.value}`}>
+            <line
+              className="jp-GpuMem-chartTick"
+              x1={xOf(t.value)}
+              x2={xOf(t.value)}
+              y1={bottom}
+              y2={bottom + 3}
+            />
             <text
-              key={`yr${t.value}`}
-              className="jp-GpuMem-chartAxis jp-GpuMem-chartAxis-right"
-              x={WIDTH - RIGHT + 4}
-              y={yOf('right', t.value) + 3}
-              textAnchor="start"
+              className="jp-GpuMem-chartAxis"
+              x={xOf(t.value)}
+              y={bottom + 13}
+              textAnchor={t.anchor ?? 'middle'}
             >
               {t.label}
             </text>
-          ))}
-        {xTicks.map(t => (
-          <g key={`x${t}`}>
-            <line
-              className="jp-GpuMem-chartTick"
-              x1={xOf(t)}
-              x2={xOf(t)}
-              y1={TOP + plotH}
-              y2={TOP + plotH + 3}
-            />
-            <text className="jp-GpuMem-chartAxis" x={xOf(t)} y={TOP + plotH + 13} textAnchor="middle">
-              {props.x.format(t)}
-            </text>
           </g>
         ))}
-        <line
-          className="jp-GpuMem-chartFrame"
-          x1={LEFT}
-          x2={WIDTH - RIGHT}
-          y1={TOP + plotH}
-          y2={TOP + plotH}
-        />
-        <text className="jp-GpuMem-chartAxisLabel" x={LEFT + plotW / 2} y={HEIGHT - 4} textAnchor="middle">
-          {props.x.label}
-        </text>
-        <text
-          className="jp-GpuMem-chartAxisLabel"
-          transform={`translate(10 ${TOP + plotH / 2}) rotate(-90)`}
-          textAnchor="middle"
-        >
-          {props.left.label}
-        </text>
-        {right && (
+        <line className="jp-GpuMem-chartFrame" x1={LEFT} x2={WIDTH - RIGHT} y1={bottom} y2={bottom} />
+        {props.x.label && (
+          <text className="jp-GpuMem-chartAxisLabel" x={LEFT + plotW / 2} y={HEIGHT - 4} textAnchor="middle">
+            {props.x.label}
+          </text>
+        )}
+        {props.left.label && (
+          <text
+            className="jp-GpuMem-chartAxisLabel"
+            transform={`translate(10 ${TOP + plotH / 2}) rotate(-90)`}
+            textAnchor="middle"
+          >
+            {props.left.label}
+          </text>
+        )}
+        {right?.label && (
           <text
             className="jp-GpuMem-chartAxisLabel"
             transform={`translate(${WIDTH - 6} ${TOP + plotH / 2}) rotate(90)`}
@@ -378,14 +474,16 @@ export function Chart(props: IChartProps): JSX.Element {
         {rules.map(r => (
           <g key={r.id} className={`jp-GpuMem-chartRule ${r.className}`} data-rule={r.id}>
             <line x1={LEFT} x2={WIDTH - RIGHT} y1={yOf(r.axis, r.y)} y2={yOf(r.axis, r.y)} />
-            <text
-              className="jp-GpuMem-chartRuleLabel"
-              x={LEFT + 3}
-              y={yOf(r.axis, r.y) - 3}
-              textAnchor="start"
-            >
-              {r.label}
-            </text>
+            {!r.quiet && (
+              <text
+                className="jp-GpuMem-chartRuleLabel"
+                x={LEFT + 3}
+                y={yOf(r.axis, r.y) - 3}
+                textAnchor="start"
+              >
+                {r.label}
+              </text>
+            )}
             <title>{r.label}</title>
           </g>
         ))}
@@ -421,12 +519,14 @@ export function Chart(props: IChartProps): JSX.Element {
             <span>{s.label}</span>
           </li>
         ))}
-        {rules.map(r => (
-          <li key={r.id} className="jp-GpuMem-chartLegendItem">
-            <span className={`jp-GpuMem-chartSwatch jp-GpuMem-chartSwatch-rule ${r.className}`} />
-            <span>{r.label}</span>
-          </li>
-        ))}
+        {rules
+          .filter(r => !r.quiet)
+          .map(r => (
+            <li key={r.id} className="jp-GpuMem-chartLegendItem">
+              <span className={`jp-GpuMem-chartSwatch jp-GpuMem-chartSwatch-rule ${r.className}`} />
+              <span>{r.label}</span>
+            </li>
+          ))}
         {(props.markerLegend ?? []).map(entry => (
           <li key={`m-${entry.label}`} className="jp-GpuMem-chartLegendItem">
             <svg

@@ -1,9 +1,10 @@
 /**
- * Number formatting for the panel and the status bar.
+ * Every number the extension shows goes through here: sizes, percentages, times, counts, durations.
  *
  * The kernel sends exact integer bytes; people compare GPU memory in GiB (what `torch.cuda` and most guides
  * print), in GB (what vendors print on the box) or in MiB (what `nvidia-smi` prints). The user picks one in
- * the settings; 'auto' picks a binary unit per value.
+ * the settings for the panel and the status bar; 'auto' picks a binary unit per value (the outputs of the
+ * `%gpumem` magics use it, as tests and examples run small models measured in KiB or MiB).
  */
 
 /** Units offered in the settings. */
@@ -17,7 +18,7 @@ export const NOT_MEASURED = 'n/a';
 
 /** A unit with its size in bytes and the decimals it is usually shown with. */
 export interface IScale {
-  readonly label: string;
+  readonly symbol: string;
   readonly factor: number;
   readonly digits: number;
 }
@@ -28,10 +29,26 @@ const GIB = 1024 ** 3;
 const TIB = 1024 ** 4;
 
 const FIXED: Readonly<Record<Exclude<SizeUnit, 'auto'>, IScale>> = {
-  GiB: { label: 'GiB', factor: GIB, digits: 2 },
-  GB: { label: 'GB', factor: 1e9, digits: 2 },
-  MiB: { label: 'MiB', factor: MIB, digits: 0 }
+  GiB: { symbol: 'GiB', factor: GIB, digits: 2 },
+  GB: { symbol: 'GB', factor: 1e9, digits: 2 },
+  MiB: { symbol: 'MiB', factor: MIB, digits: 0 }
 };
+
+/**
+ * How many decimals: a number, or 'short' for the compact spots (the status bar, device titles, chart axes):
+ * at most one, so GiB and GB get one, MiB none, and 'auto' one below 100 of its unit and none above.
+ */
+export type Digits = number | 'short';
+
+function decimals(scale: IScale, digits: Digits | undefined): number {
+  if (scale.factor === 1) {
+    return 0; // whole bytes
+  }
+  if (digits === undefined) {
+    return scale.digits;
+  }
+  return digits === 'short' ? Math.min(scale.digits, 1) : digits;
+}
 
 /** True for one of the unit names the settings accept. */
 export function isSizeUnit(value: unknown): value is SizeUnit {
@@ -47,43 +64,48 @@ export function scaleFor(bytes: number, unit: SizeUnit = 'GiB'): IScale {
     return FIXED[unit];
   }
   const magnitude = Math.abs(bytes);
-  let label: string;
+  let symbol: string;
   let factor: number;
   if (magnitude >= TIB) {
-    [label, factor] = ['TiB', TIB];
+    [symbol, factor] = ['TiB', TIB];
   } else if (magnitude >= GIB) {
-    [label, factor] = ['GiB', GIB];
+    [symbol, factor] = ['GiB', GIB];
   } else if (magnitude >= MIB) {
-    [label, factor] = ['MiB', MIB];
+    [symbol, factor] = ['MiB', MIB];
   } else if (magnitude >= KIB) {
-    [label, factor] = ['KiB', KIB];
+    [symbol, factor] = ['KiB', KIB];
   } else {
-    return { label: 'B', factor: 1, digits: 0 };
+    return { symbol: 'B', factor: 1, digits: 0 };
   }
   const value = magnitude / factor;
-  return { label, factor, digits: value < 10 ? 2 : value < 100 ? 1 : 0 };
+  return { symbol, factor, digits: value < 10 ? 2 : value < 100 ? 1 : 0 };
 }
 
 /** The number part of a size in a given scale, e.g. "11.42". */
-export function formatInScale(bytes: number, scale: IScale, digits: number = scale.digits): string {
-  return (bytes / scale.factor).toFixed(scale.factor === 1 ? 0 : digits);
+function formatInScale(bytes: number, scale: IScale, digits: Digits | undefined): string {
+  return (bytes / scale.factor).toFixed(decimals(scale, digits));
+}
+
+function measured(bytes: number | null | undefined): bytes is number {
+  return bytes !== null && bytes !== undefined && Number.isFinite(bytes);
 }
 
 /**
  * `formatBytes(12262485688)` → "11.42 GiB"; null or undefined (not measured) → "n/a".
  *
+ * @param unit - a unit of the settings, or a scale shared by several values (the ticks of one axis).
  * @param digits - decimals; defaults to the unit's usual precision (2 for GiB/GB, 0 for MiB).
  */
 export function formatBytes(
   bytes: number | null | undefined,
-  unit: SizeUnit = 'GiB',
-  digits?: number
+  unit: SizeUnit | IScale = 'GiB',
+  digits?: Digits
 ): string {
-  if (bytes === null || bytes === undefined || !Number.isFinite(bytes)) {
+  if (!measured(bytes)) {
     return NOT_MEASURED;
   }
-  const scale = scaleFor(bytes, unit);
-  return `${formatInScale(bytes, scale, digits ?? scale.digits)} ${scale.label}`;
+  const scale = typeof unit === 'string' ? scaleFor(bytes, unit) : unit;
+  return `${formatInScale(bytes, scale, digits)} ${scale.symbol}`;
 }
 
 /**
@@ -94,18 +116,14 @@ export function formatBytesPair(
   part: number | null | undefined,
   whole: number | null | undefined,
   unit: SizeUnit = 'GiB',
-  digits?: number
+  digits?: Digits
 ): string {
-  if (whole === null || whole === undefined || !Number.isFinite(whole)) {
+  if (!measured(whole)) {
     return `${formatBytes(part, unit, digits)} / ${NOT_MEASURED}`;
   }
   const scale = scaleFor(whole, unit);
-  const d = digits ?? scale.digits;
-  const left =
-    part === null || part === undefined || !Number.isFinite(part)
-      ? NOT_MEASURED
-      : formatInScale(part, scale, d);
-  return `${left} / ${formatInScale(whole, scale, d)} ${scale.label}`;
+  const left = measured(part) ? formatInScale(part, scale, digits) : NOT_MEASURED;
+  return `${left} / ${formatInScale(whole, scale, digits)} ${scale.symbol}`;
 }
 
 /** The share of `whole` in percent, or null when either side is unknown or whole is 0. */
@@ -139,6 +157,21 @@ function pad2(n: number): string {
 export function formatTimeOfDay(epochSeconds: number): string {
   const d = new Date(epochSeconds * 1000);
   return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+}
+
+/** A whole number with digit grouping ("34,666"). */
+export function formatCount(n: number): string {
+  return Math.round(n).toLocaleString('en-US');
+}
+
+/** Milliseconds with one decimal below 100 ("12.5", "250"), or "n/a". */
+export function formatMs(ms: number | null): string {
+  return ms === null ? NOT_MEASURED : ms >= 100 ? ms.toFixed(0) : ms.toFixed(1);
+}
+
+/** Seconds with one decimal below 100: "4.7 s", "250 s". */
+export function formatSeconds(s: number): string {
+  return s >= 100 ? `${s.toFixed(0)} s` : `${s.toFixed(1)} s`;
 }
 
 /** A short duration: "45 s", "3 min", "2 h". */

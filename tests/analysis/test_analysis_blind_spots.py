@@ -18,7 +18,8 @@ nn = torch.nn
 F = torch.nn.functional
 
 from gpumem_kernel.analysis.analyze import analyze, parse_shape  # noqa: E402
-from gpumem_kernel.analysis.render import _b, render_text  # noqa: E402
+from gpumem_kernel.analysis.render import render_text  # noqa: E402
+from gpumem_kernel.render.units import human  # noqa: E402
 from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
@@ -304,12 +305,16 @@ def test_report_totals_are_the_sums_of_their_lines(options: Dict[str, Any]) -> N
         + payload["autocast_cache_bytes"]
         + payload["temporary_bytes"]
     )
-    assert _value(lines["Total Model"]) == _b(model)
-    assert _value(lines["Total Batch"]) == _b(batch)
-    assert _value(lines["Model + Batch"]) == _b(model + batch)
+    assert _value(lines["Total Model"]) == human(model)
+    assert _value(lines["Total Batch"]) == human(batch)
+    assert _value(lines["Model + Batch"]) == human(model + batch)
     context = payload["context_bytes"] if payload["device"]["context_source"] == "estimate" else 0
-    assert _value(lines["Peak Footprint"]) == _b(payload["peak_reserved_bytes"] + context) == _b(payload["peak_bytes"])
-    assert _value(lines["CUDA Context"]) == _b(context) or "not counted" in lines["CUDA Context"]
+    assert (
+        _value(lines["Peak Footprint"])
+        == human(payload["peak_reserved_bytes"] + context)
+        == human(payload["peak_bytes"])
+    )
+    assert _value(lines["CUDA Context"]) == human(context) or "not counted" in lines["CUDA Context"]
     if payload["device"]["source"] == "none":
         assert "a CUDA GPU" in lines["Workspaces"]
 
@@ -319,5 +324,5 @@ def test_a_context_already_in_use_is_labelled_not_added() -> None:
     payload["device"].update(context_source="nvml", context_bytes=300 << 20)
     payload["peak_bytes"] = payload["peak_reserved_bytes"]
     lines = _lines(render_text(payload))
-    assert _value(lines["Peak Footprint"]) == _b(payload["peak_reserved_bytes"])
+    assert _value(lines["Peak Footprint"]) == human(payload["peak_reserved_bytes"])
     assert "not added" in lines["CUDA Context"]

@@ -1,4 +1,4 @@
-"""The report: schema-valid payloads, the MIME bundle (escaped HTML, seed 000's text), the batch-size search,
+"""The report: schema-valid payloads, the MIME bundle (escaped HTML, the analysis guide's text), the batch-size search,
 recommendations, distributed figures and the seeds' Python API."""
 
 import json
@@ -108,7 +108,7 @@ class _Synthetic:
     name = "traced"
 
     def __init__(self, footprint: Callable[[int], int], oom_above: Optional[int] = None) -> None:
-        self.footprint, self.oom_above, self.calls = footprint, oom_above, []  # type: ignore[var-annotated]
+        self.footprint, self.oom_above, self.calls = footprint, oom_above, []
 
     def point(self, batch: int) -> Optional[_Point]:
         self.calls.append(batch)
@@ -219,7 +219,7 @@ def test_distributed_strategies_shrink_per_rank_model_states() -> None:
 def test_seed_api(capsys: Any) -> None:
     picks = recommend_batch_size(_mlp(), gpu_memory_gb=2, mixed_precision=True)
     assert set(picks) >= {"maximum", "recommended", "safe"} and picks["maximum"] > picks["recommended"] > 0
-    seed_style = recommend_batch_size(_mlp(), gpu_memory_gb=2, safety_margin=0.7)  # seed 000: "use 70%"
+    seed_style = recommend_batch_size(_mlp(), gpu_memory_gb=2, safety_margin=0.7)  # the analysis guide: "use 70%"
     assert seed_style["maximum"] < picks["maximum"]
     report = print_memory_analysis(_mlp(), batch_size=32, device_id=0, mixed_precision=False)
     assert "💾 Memory Analysis" in capsys.readouterr().out and isinstance(report, AnalysisReport)

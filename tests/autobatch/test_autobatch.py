@@ -8,17 +8,15 @@ from importlib import resources
 
 import jsonschema
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 
 from user_state import assert_same, state_of  # noqa: E402
 from gpumem_kernel.autobatch.search import (  # noqa: E402
     MIME,
-    SimulatedOOM,
     auto_select_batch_size,
     autobatch_bundle,
-    is_oom,  # noqa: E402
-    make_tracker,
     render_html,
     scan_batch_sizes,
 )
@@ -136,18 +134,6 @@ def test_ctrl_c_stops_and_restores():
     assert_same(before, state_of(model, optimizer))
 
 
-def test_simulated_oom_looks_like_cuda_and_stops_at_the_cap():
-    tracker = make_tracker(cap=4096)
-    with pytest.raises(SimulatedOOM) as caught:
-        with tracker:
-            keep = torch.zeros(512)  # 2 KiB: fits
-            torch.zeros(1024)  # 4 KiB more: over
-    tracker.close()
-    assert isinstance(caught.value, RuntimeError) and is_oom(caught.value)
-    assert "CUDA out of memory" in str(caught.value) and "simulated" in str(caught.value)
-    assert tracker.peak == 2048 and keep.numel() == 512
-
-
 def test_errors_are_one_line():
     with pytest.raises(ValueError, match="simulate='6GiB'"):
         auto_select_batch_size(mlp(), input=(32,))  # no GPU, no cap
@@ -169,22 +155,16 @@ def test_bundle_validates_and_says_simulated():
     assert "<script>" not in render_html(payload) and "&lt;script&gt;" in render_html(payload)
 
 
-def test_numpy_rng_is_restored_when_numpy_is_loaded(monkeypatch):
-    """numpy is not a dependency: a stand-in proves its generator is saved and put back when it is imported."""
-    import sys
-    import types
-
-    from gpumem_kernel.autobatch.search import RngSnapshot
-
-    state = {"value": ("MT19937", 1)}
-    fake_random = types.SimpleNamespace(
-        get_state=lambda: state["value"], set_state=lambda value: state.update(value=value)
-    )
-    monkeypatch.setitem(sys.modules, "numpy", types.SimpleNamespace(random=fake_random))
-    snapshot = RngSnapshot.take(cuda=False)
-    state["value"] = ("MT19937", 2)  # a run drew numbers
-    snapshot.restore()
-    assert state["value"] == ("MT19937", 1)
+def test_the_yaml_to_copy_is_in_the_payload_and_in_the_text():
+    result = auto_select_batch_size(mlp(), start_batch=90, input=(32,), simulate=CAP, amp="bf16")
+    bundle = autobatch_bundle(result)
+    text = bundle[MIME]["config_yaml"]
+    assert yaml.safe_load(text) == {
+        "data": {"batch_size": result.recommended},
+        "training": {"use_amp": True, "amp_dtype": "bfloat16"},
+    }
+    assert text.startswith("# gpumem autobatch of Sequential: simulated on cpu, limit 0.19 MiB\n")
+    assert "\n".join(f"  {line}" for line in text.splitlines()) in bundle["text/plain"]
 
 
 @pytest.mark.gpu

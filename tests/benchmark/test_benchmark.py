@@ -18,6 +18,8 @@ from gpumem_kernel.benchmark.sweep import (  # noqa: E402
     BenchmarkConfig,
     benchmark_bundle,
     load_config,  # noqa: E402
+    pick_yaml,
+    recommended_yaml,
     run_benchmark,
 )
 from user_state import assert_same, state_of  # noqa: E402
@@ -26,7 +28,7 @@ GiB = 1 << 30
 CAP = 1_200_000  # the CNN's batch 32 (fp32) / 64 (bf16 autocast) do not fit
 SEED_CONFIG = """\
 benchmark:
-  # seed 004's configs/checking_gpu_optimization.yaml, made small
+  # the benchmark guide's configs/checking_gpu_optimization.yaml, made small
   batch_sizes: [4, 8, 16, 32, 64]
   num_workers_options: [0, 2]
   steps_per_test: 2
@@ -145,10 +147,20 @@ def test_sweep_stops_at_the_oom_and_picks_agree_with_rows(tmp_path):
     ):
         assert heading in text
     pick = payload["picks"]["recommended"]
-    assert yaml.safe_load(result.to_yaml()) == {
+    training = {"use_amp": pick["amp"], **({"amp_dtype": payload["amp_dtype"]} if pick["amp"] else {})}
+    expected = {
         "data": {"batch_size": pick["batch_size"], "num_workers": pick["num_workers"], "pin_memory": False},
-        "training": {"use_amp": pick["amp"]},
+        "training": training,  # the AMP dtype too: on the CPU it is bfloat16, not a GPU's float16
     }
+    # one YAML: the payload's (what "Copy as YAML" copies), printed by the text output, written by to_yaml
+    assert payload["config_yaml"] == result.to_yaml() and yaml.safe_load(payload["config_yaml"]) == expected
+    assert "\n".join(f"  {line}" for line in payload["config_yaml"].splitlines()) in text
+
+
+def test_without_a_recommended_pick_there_is_no_yaml_to_copy():
+    payload = {"picks": {"recommended": None}}
+    assert pick_yaml(payload) is None  # the payload's config_yaml is null: the browser's button says why
+    assert recommended_yaml(payload).startswith("# gpumem benchmark: no recommended configuration")
 
 
 def test_ctrl_c_returns_the_partial_table_and_leaves_no_worker():
@@ -252,13 +264,13 @@ def test_config_defaults_and_overrides(tmp_path):
     config = load_config(str(path))
     assert config.batch_sizes == [4, 8, 16, 32, 64] and config.memory_target == 0.8
     assert load_config(None) == BenchmarkConfig()
-    assert BenchmarkConfig().batch_sizes[-1] == 8192  # seed 004's list
+    assert BenchmarkConfig().batch_sizes[-1] == 8192  # the benchmark guide's list
     with pytest.raises(ValueError, match="^batch_sizes: expected a list of positive integers, got 'x'$"):
         run_benchmark(cnn(), synthetic_shape="3x16x16", batch_sizes="x", simulate=CAP)
 
 
 def test_swapping_is_suspected_only_with_all_three_signs():
-    """Seed 002: no OOM, but per-sample time collapses at the memory limit while utilisation drops (GPU)."""
+    """Swapping: no OOM, but per-sample time collapses at the memory limit while utilisation drops (GPU)."""
     from gpumem_kernel.benchmark.sweep import BenchmarkRow, _swapping, diagnose, pick_configurations
 
     total = 16 * GiB

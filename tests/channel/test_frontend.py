@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 import gpumem_kernel
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.channel import frontend
-from gpumem_kernel.clear.reclaim import load_payload_schema
+from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import install_oom_handler, uninstall_oom_handler
 
 OOM_TEXT = (

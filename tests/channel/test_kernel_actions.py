@@ -12,7 +12,7 @@ import jsonschema
 import psutil
 import pytest
 
-from gpumem_kernel.clear.reclaim import load_payload_schema
+from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import OOM_MIME
 from gpumem_kernel.wire.protocol import validate
 from kernel_harness import KernelHarness

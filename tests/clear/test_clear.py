@@ -12,7 +12,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_bundle, clear_gpu_memory, load_payload_schema
+from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_bundle, clear_gpu_memory
+from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import OOM_MIME, install_oom_handler, last_oom, uninstall_oom_handler
 
 torch = pytest.importorskip("torch")

@@ -9,7 +9,8 @@ import subprocess
 import jsonschema
 import pytest
 
-from gpumem_kernel.clear.reclaim import CLEAR_MIME, load_payload_schema
+from gpumem_kernel.clear.reclaim import CLEAR_MIME
+from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import OOM_MIME
 from kernel_harness import KernelHarness, kernel_python
 

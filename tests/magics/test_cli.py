@@ -1,4 +1,4 @@
-"""`python -m gpumem_kernel benchmark|autobatch` through `cli.main(argv)`: seed 004's session on a tiny model."""
+"""`python -m gpumem_kernel benchmark|autobatch` through `cli.main(argv)`: the benchmark guide's session, tiny model."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def one_thread():
 
 @pytest.fixture
 def session(tmp_path, monkeypatch):
-    """A project folder with a model module and seed 004's config, as the working directory."""
+    """A project folder with a model module and the benchmark guide's config, as the working directory."""
     (tmp_path / "tiny_models.py").write_text(MODELS)
     (tmp_path / "checking_gpu_optimization.yaml").write_text(CONFIG)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -66,7 +66,7 @@ def run(capsys, *argv):
 
 def test_seed_004_session_with_simulate(session, capsys):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    # seed 004, "특정 배치 크기만 테스트" + "Workers 수도 함께 테스트", on a tiny model without a GPU
+    # the benchmark guide, "특정 배치 크기만 테스트" + "Workers 수도 함께 테스트", on a tiny model without a GPU
     code, out, err = run(
         capsys,
         "benchmark",

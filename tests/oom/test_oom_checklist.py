@@ -12,13 +12,13 @@ from typing import Any, Dict, List, Optional
 import jsonschema
 import pytest
 
+from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import (
     ACTIONS,
     OOM_MIME,
     SEED_STEPS,
     build_checklist,
     diagnose,
-    load_payload_schema,
     oom_bundle,
     oom_report,
     parse_oom_message,
@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 MESSAGES = Path(__file__).parent / "messages"
+CORPUS = json.loads((Path(__file__).parent / "corpus.json").read_text("utf-8"))["messages"]
 MIB, GIB = 1024**2, 1024**3
 ORDER = [
     "clear",
@@ -361,7 +362,7 @@ def test_every_seed_checklist_step_is_covered() -> None:
     present = set(ids(steps))
     missing = {seed: step for seed, step in SEED_STEPS.items() if step not in present}
     assert not missing
-    assert len([k for k in SEED_STEPS if k.startswith("001")]) == 8  # seed 001's checklist has 8 items
+    assert len([k for k in SEED_STEPS if k.startswith("001")]) == 8  # that guide's checklist has 8 items
 
 
 def test_fewer_workers_only_when_workers_exist() -> None:
@@ -427,11 +428,37 @@ def test_diagnosis_notes_for_impossible_figures_and_oversized_requests() -> None
     assert d.pid_unmatched
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in MESSAGES.glob("*.txt")))
+@pytest.mark.parametrize("name", sorted(e["file"] for e in CORPUS if e["oom"]))
 def test_bundle_payload_matches_the_schema_for_every_real_message(name: str) -> None:
     bundle = oom_report(message(name), shell_with(**training_namespace()), sample=sample(), env={})
     assert set(bundle) == {OOM_MIME, "text/html", "text/plain"}
     validate(bundle[OOM_MIME])
+
+
+@pytest.mark.parametrize("name", sorted(e["file"] for e in CORPUS if not e["oom"]))
+def test_real_messages_that_are_not_out_of_memory_get_no_checklist(name: str) -> None:
+    assert oom_report(message(name), shell_with(), sample=None) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["cublas_create_handle.txt", "cublas_debugger_form.txt", "cudnn_alloc_failed.txt", "cuda_error_oom.txt"]
+)
+def test_cublas_and_cudnn_failures_get_the_checklist_of_a_cuda_error_out_of_memory(name: str) -> None:
+    def steps(text: str) -> List[str]:
+        bundle = oom_report(text, shell_with(**training_namespace()), sample=sample(), env={})
+        assert bundle[OOM_MIME]["info"]["format"] == "cuda-error"
+        return [step["id"] for step in bundle[OOM_MIME]["steps"]]
+
+    assert steps(message(name)) == steps(message("cuda_error_oom.txt"))
+
+
+def test_a_torch_out_of_memory_error_with_its_own_text_gets_a_checklist_from_text_too() -> None:
+    """The browser recognises torch.OutOfMemoryError by its name alone and sends "ename: evalue"."""
+    bundle = oom_report("OutOfMemoryError: Allocation on device ", shell_with(), sample=None, env={})
+    assert bundle[OOM_MIME]["info"]["format"] == "unknown"
+    assert bundle[OOM_MIME]["info"]["exception"] == "OutOfMemoryError"
+    assert oom_report("OutOfMemoryError", shell_with(), sample=None, env={}) is not None
+    assert oom_report("ValueError: Allocation on device ", shell_with(), sample=None) is None
 
 
 def test_bundle_without_probe_or_namespace_matches_the_schema() -> None:
@@ -488,7 +515,7 @@ def test_not_an_oom_gives_no_report() -> None:
 def test_eval_cap_and_quarter_steps_follow_the_seed() -> None:
     _, _, steps = checklist(ns={"batch_size": 16})
     batch = next(s for s in steps if s.id == "batch-size")
-    assert "16 → 12 → 8" in batch.detail  # seed 003: 16 → 12 → 8 → 6
+    assert "16 → 12 → 8" in batch.detail  # the host-memory guide: 16 → 12 → 8 → 6
     assert "drop_last=True" in batch.detail
     evaluation = next(s for s in steps if s.id == "eval-batch-size")
     assert f"at most {math.floor(8 * 1.3)}" in evaluation.detail

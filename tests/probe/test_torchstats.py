@@ -9,7 +9,13 @@ import pytest
 
 from fake_nvml import FakeGpu, GiB
 from gpumem_kernel.wire.protocol import validate
-from gpumem_kernel.probe.torchstats import allocator_stats, torch_info
+from gpumem_kernel.probe.torchstats import (
+    allocator_stats,
+    cuda_initialised,
+    initialised_cuda,
+    loaded_torch,
+    torch_info,
+)
 
 STATS = {
     "allocated_bytes.all.current": GiB,
@@ -87,3 +93,14 @@ def test_a_half_imported_torch_is_not_touched(fake_torch):
     fake_torch.initialized = True
     sys.modules["torch"].__spec__ = types.SimpleNamespace(_initializing=True)  # `import torch` still running
     assert allocator_stats() == {}
+    assert loaded_torch() is None and initialised_cuda() is None and not cuda_initialised()
+    sys.modules["torch"].__spec__ = types.SimpleNamespace(_initializing=False)  # the import finished
+    assert loaded_torch() is sys.modules["torch"] and initialised_cuda() is fake_torch and cuda_initialised()
+
+
+def test_a_broken_cuda_query_counts_as_not_initialised(fake_torch):
+    def broken():
+        raise RuntimeError("driver gone")
+
+    fake_torch.is_initialized = broken
+    assert initialised_cuda() is None and not cuda_initialised()

@@ -5,17 +5,25 @@
  * the benchmark runs on the CPU against a simulated 64 MiB memory cap (labelled "simulated").
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import type { ICodeCellModel } from '@jupyterlab/cells';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import { openNew } from './notebooks';
 import { parse } from 'yaml';
 
 const ANALYSIS = 'application/vnd.gpumem.analysis.v1+json';
 
+/** The fields of the analysis payload this test compares with the YAML. */
+interface IAnalysisFields {
+  engine: string;
+  recommendations: { recommended: number | null };
+}
+
 /** The JSON the kernel wrote into a cell's first output carrying `mime`. */
-async function outputData(page: IJupyterLabPageFixture, cell: number, mime: string): Promise<any> {
-  return page.evaluate(
+async function outputData<T>(page: IJupyterLabPageFixture, cell: number, mime: string): Promise<T> {
+  const data = await page.evaluate(
     ([index, type]) => {
-      const panel = window.jupyterapp.shell.currentWidget as any;
-      const outputs = panel.content.widgets[index].model.outputs;
+      const panel = window.jupyterapp.shell.currentWidget as NotebookPanel;
+      const outputs = (panel.content.widgets[index].model as ICodeCellModel).outputs;
       for (let i = 0; i < outputs.length; i++) {
         const data = outputs.get(i).data;
         if (data[type] !== undefined) {
@@ -26,6 +34,7 @@ async function outputData(page: IJupyterLabPageFixture, cell: number, mime: stri
     },
     [cell, mime] as [number, string]
   );
+  return data as T;
 }
 
 test('analyze renders the breakdown, the picks and YAML that parses back', async ({
@@ -58,7 +67,7 @@ test('analyze renders the breakdown, the picks and YAML that parses back', async
   await expect(view.locator('.jp-GpuMem-cards')).toContainText('Recommended');
   await expect(view.locator('.jp-GpuMem-analysisChart svg.jp-GpuMem-chartSvg')).toBeVisible();
 
-  const payload = await outputData(page, 1, ANALYSIS);
+  const payload = await outputData<IAnalysisFields>(page, 1, ANALYSIS);
   expect(payload.engine).toBe('traced');
   const button = view.locator('.jp-GpuMem-copyYaml').first();
   const yamlText = (await button.getAttribute('data-yaml')) as string;

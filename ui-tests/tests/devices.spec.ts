@@ -57,7 +57,7 @@ test('devices, holders, threshold warning and escaping', async ({ page, tmpPath 
   // A hostile device name is shown as text, never parsed as HTML.
   await expect(devices.nth(1).locator('.jp-GpuMem-deviceTitle')).toContainText('<img src=x');
   expect(await panel.locator('img[src="x"]').count()).toBe(0);
-  expect(await page.evaluate(() => (window as any).__gpumemXss)).toBeUndefined();
+  expect(await page.evaluate(() => (window as { __gpumemXss?: number }).__gpumemXss)).toBeUndefined();
 
   const item = page.locator('.jp-GpuMem-statusItem');
   await expect(item).toContainText('15.0 / 16.0 GiB');

@@ -5,6 +5,7 @@
  * request after the failing cell's reply and the MIME renderer all run for real.
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import { openNew } from './notebooks';
 
 const OOM_MESSAGE =
@@ -30,7 +31,10 @@ async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
 async function setSetting(page: IJupyterLabPageFixture, key: string, value: boolean): Promise<void> {
   await page.evaluate(
     async ({ k, v }) => {
-      const registry = (await window.galata.getPlugin('@jupyterlab/apputils-extension:settings')) as any;
+      const registry = await window.galata.getPlugin('@jupyterlab/apputils-extension:settings');
+      if (registry === undefined) {
+        throw new Error('JupyterLab has no setting registry');
+      }
       await registry.set('jupyterlab-gpumem:plugin', k, v);
     },
     { k: key, v: value }
@@ -99,8 +103,8 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
     .click();
   await expect.poll(() => page.notebook.getCellCount()).toBe(cellsBefore + 1);
   const inserted = await page.evaluate(() => {
-    const nb = (window as any).galata.app.shell.currentWidget.content;
-    return nb.activeCell.model.sharedModel.getSource() as string;
+    const nb = (window.jupyterapp.shell.currentWidget as NotebookPanel).content;
+    return nb.activeCell?.model.sharedModel.getSource() ?? '';
   });
   expect(inserted).toContain('accum');
   expect(inserted).toContain('ACCUM_STEPS');

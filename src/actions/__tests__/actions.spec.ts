@@ -8,7 +8,7 @@ import { Signal } from '@lumino/signaling';
 
 import { GpuMemActions } from '../actions';
 import { LAST_OOM_CALL } from '../../channel/frontend';
-import type { IKernelSession } from '../../channel/model';
+import type { IKernelSession } from '../../channel/sample';
 import { SessionActions } from '../sessionactions';
 import { TickStore } from '../ticks';
 import type { IGpuMemModel } from '../../tokens';

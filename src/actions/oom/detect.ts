@@ -1,10 +1,15 @@
 /**
- * Recognising a CUDA out-of-memory error on IOPub, in the browser.
+ * Recognising a GPU out-of-memory error on IOPub, in the browser.
  *
  * The kernel side shows the checklist itself when its handler is installed; the browser watches too, so the
  * user gets a notification and the panel's checklist whatever cell, magic or library raised the error, and
- * even when the extension was loaded after it. Pure: the watcher in actions.ts feeds it IOPub messages.
+ * even when the extension was loaded after it. Pure: the watcher in sessionactions.ts feeds it IOPub messages.
+ * Which errors count is not decided here: the patterns are the kernel's (gpumem_kernel/oom/patterns.json, shipped
+ * in the wheel and bundled here), and both sides are tested against one corpus of real messages
+ * (tests/oom/corpus.json).
  */
+
+import patterns from '../../../gpumem_kernel/oom/patterns.json';
 
 /** What the browser keeps of an OOM `error` message. */
 export interface IOomError {
@@ -14,23 +19,60 @@ export interface IOomError {
   readonly parentId: string | null;
 }
 
+/**
+ * The out-of-memory families, as gpumem_kernel/oom/patterns.json names them (a jest spec checks this list
+ * against the file): PyTorch's allocator ("CUDA out of memory. Tried to allocate …", the cudaMallocAsync
+ * backend's "Allocation on device N would exceed allowed memory", any torch.OutOfMemoryError); a CUDA/HIP call
+ * outside the allocator ("CUDA error: out of memory"); cuBLAS/cuDNN failing to allocate their handle or
+ * workspace (CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED). Illegal memory accesses, device-side
+ * asserts and CUDNN_STATUS_INTERNAL_ERROR are not out-of-memory errors.
+ */
+export const OOM_FAMILIES = ['allocator', 'driver', 'cublas-cudnn'] as const;
+export type OomFamily = (typeof OOM_FAMILIES)[number];
+
+interface IPattern {
+  readonly family: OomFamily;
+  readonly regex: RegExp;
+}
+
+function asFamily(name: string): OomFamily {
+  const family = OOM_FAMILIES.find(known => known === name);
+  if (family === undefined) {
+    throw new Error(`gpumem: unknown out-of-memory family ${JSON.stringify(name)} in patterns.json`);
+  }
+  return family;
+}
+
+/** The kernel's own patterns (one file for both sides), compiled once. */
+const PATTERNS: readonly IPattern[] = patterns.families.flatMap(entry =>
+  entry.patterns.map(pattern => ({ family: asFamily(entry.family), regex: new RegExp(pattern) }))
+);
 /** PyTorch ≥ 1.13 raises `torch.OutOfMemoryError` (alias `torch.cuda.OutOfMemoryError`). */
-const OOM_ENAME = /(^|\.)OutOfMemoryError$/;
+const OOM_ENAME = new RegExp(patterns.exception_name);
+const ENAME_FAMILY = asFamily(patterns.exception_name_family);
 
 /**
- * The texts PyTorch and CUDA use: "CUDA out of memory." (RuntimeError in 1.x, OutOfMemoryError since 1.13),
- * "HIP out of memory" / "XPU out of memory" on other builds, "CUDA error: out of memory" from a CUDA call
- * outside the caching allocator, and 0.x's "cuda runtime error (2) : out of memory".
+ * The family of an error with this name and value, or null when it is not an out-of-memory error: the earliest
+ * known message in the value decides; failing that, a torch.OutOfMemoryError class name. The kernel's
+ * `classify(type_name, message)` (gpumem_kernel/oom/classify.py) gives the same answer for the same pair.
  */
-const OOM_TEXT = [
-  /\b(CUDA|HIP|XPU) out of memory\b/,
-  /\bCUDA error: out of memory\b/,
-  /\bcuda runtime error \(2\) : out of memory\b/
-];
+export function oomFamily(ename: string, evalue: string): OomFamily | null {
+  let best: { family: OomFamily; index: number } | null = null;
+  for (const { family, regex } of PATTERNS) {
+    const match = regex.exec(evalue);
+    if (match !== null && (best === null || match.index < best.index)) {
+      best = { family, index: match.index };
+    }
+  }
+  if (best !== null) {
+    return best.family;
+  }
+  return OOM_ENAME.test(ename) ? ENAME_FAMILY : null;
+}
 
-/** True when an error with this name and value is a GPU out-of-memory error. */
+/** True when an error with this name and value is a GPU out-of-memory error of any family. */
 export function isOomError(ename: string, evalue: string): boolean {
-  return OOM_ENAME.test(ename) || OOM_TEXT.some(pattern => pattern.test(evalue));
+  return oomFamily(ename, evalue) !== null;
 }
 
 /** The fields of an IOPub message this module reads (JupyterLab's `KernelMessage.IIOPubMessage` fits). */

@@ -10,7 +10,7 @@ import * as React from 'react';
 import { formatBytes, formatDuration, type SizeUnit } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 import type { IRestartReport, RestartPhase } from './restart';
-import type { IRestartRun } from '../sessionactions';
+import type { IRestartRun } from '../../tokens';
 
 /** The progress line of a running restart. */
 export function restartPhaseText(phase: RestartPhase, trans: Trans): string {

@@ -7,7 +7,7 @@
  * runs the steps against injected dependencies so the whole flow is tested with fakes. JupyterLab's own
  * restart dialog is not used: the caller confirms first, then restarts through the session context.
  */
-import { deviceKey } from '../../channel/model';
+import { deviceKey } from '../../channel/sample';
 import type { IChildProcess, IHello, IProcessRef, IProcessState, ISample } from '../../wire/protocol';
 
 /** What one device said about the old kernel before the restart. */

@@ -3,23 +3,21 @@
  * @jest-environment-options {"customExportConditions": ["node", "node-addons"]}
  *
  * The `%gpumem analyze` renderer with real payloads (src/__tests__/fixtures, from CPU runs of small torch
- * models). The export conditions make jest load the `yaml` package's CommonJS build (its browser build is ESM).
+ * models). "Copy as YAML" and "Insert code" hand over the kernel's text verbatim (the numbers in it are
+ * checked by tests/analysis/test_analysis_yaml.py).
  */
 import '../../__tests__/domshim';
 
-import { parse } from 'yaml';
-
 import type { IAnalysisPayload } from '../../wire/analysispayload';
-import { breakdownRows, peakAt, stackSegments } from '../analysis/view';
+import { accumulationCode, breakdownRows, peakAt, stackSegments } from '../analysis/view';
 import { untranslated } from '../../ui/i18n';
 import {
   ANALYSIS_MIME,
   createGpumemRendererFactories,
   gpumemRendererFactories,
-  RENDERER_RANK,
-  setInsertCellHandler
+  RENDERER_RANK
 } from '../renderers';
-import { accumulationCode, analysisYaml } from '../yaml';
+import { type IInlineHost, setInlineHost } from '../../actions/inline';
 import {
   fixture,
   harness,
@@ -41,7 +39,7 @@ beforeEach(() => {
 
 afterEach(() => {
   h?.dispose();
-  setInsertCellHandler(null);
+  setInlineHost(null);
 });
 
 async function show(data: unknown, withInsert = false): Promise<HTMLElement> {
@@ -59,20 +57,16 @@ function payload(name: string): IAnalysisPayload {
   return fixture(name) as unknown as IAnalysisPayload;
 }
 
-interface IYamlConfig {
-  data: { batch_size: number };
-  training: {
-    gradient_accumulation_steps: number;
-    use_amp: boolean;
-    amp_dtype?: string;
-    gradient_checkpointing: boolean;
-  };
+/** The kernel-written fields of an analysis payload (src/__tests__/fixtures carry them). */
+function written(p: unknown): { config_yaml: string; accumulation_code: string | null } {
+  return p as { config_yaml: string; accumulation_code: string | null };
 }
 
-function yamlOf(node: HTMLElement): IYamlConfig {
+/** The YAML "Copy as YAML" copies: the payload's own, verbatim. */
+function yamlOf(node: HTMLElement, p: unknown): string {
   const text = node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml');
-  expect(typeof text).toBe('string');
-  return parse(text as string) as IYamlConfig;
+  expect(text).toBe(written(p).config_yaml);
+  return text as string;
 }
 
 describe('the renderer factories', () => {
@@ -200,21 +194,13 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
     expect(stack.filter(s => s.key !== 'free').reduce((s, seg) => s + seg.bytes, 0)).toBe(p.peak_bytes);
   });
 
-  it('copies YAML in the seeds’ shape that parses back to the payload’s numbers', async () => {
+  it('copies the YAML the kernel wrote into the payload', async () => {
     const node = await show(p);
-    const config = yamlOf(node);
-    const recs = p.recommendations;
-    // a recommended batch above the explicit target effective batch is capped to it (as the kernel does)
-    expect(config.data.batch_size).toBe(
-      Math.min(recs.recommended as number, recs.accumulation.target_effective_batch)
+    const yaml = yamlOf(node, p);
+    // a recommended batch above the explicit target effective batch is capped to it (by the kernel)
+    expect(yaml).toContain(
+      `\ndata:\n  batch_size: ${p.recommendations.accumulation.target_effective_batch}\n`
     );
-    expect(config.training.gradient_accumulation_steps).toBe(recs.accumulation.recommended);
-    expect(config.data.batch_size * config.training.gradient_accumulation_steps).toBe(
-      recs.lr.to_effective_batch
-    );
-    expect(config.training.use_amp).toBe(true);
-    expect(config.training.amp_dtype).toBe('bfloat16');
-    expect(config.training.gradient_checkpointing).toBe(false);
 
     const button = node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement;
     await h.render(p); // same payload again: no change
@@ -224,7 +210,7 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
     });
     expect(copied).toEqual([button.getAttribute('data-yaml')]);
     expect(button.textContent).toBe('Copied');
-    expect(node.querySelector('.jp-GpuMem-yaml')?.textContent).toBe(analysisYaml(p));
+    expect(node.querySelector('.jp-GpuMem-yaml')?.textContent).toBe(written(p).config_yaml);
   });
 
   it('has no "Insert code" without a handler, nor when no accumulation is needed', async () => {
@@ -254,14 +240,10 @@ describe('analysis: --memory 3GiB, fp16, target effective batch 2048, multiples 
         (recs.accumulation.recommended as number) * (recs.recommended as number)
       } (target 2048)`
     );
-    const config = yamlOf(node);
-    expect(config.data.batch_size).toBe(recs.recommended);
-    expect(config.data.batch_size % 8).toBe(0);
-    expect(config.training.gradient_accumulation_steps).toBe(recs.accumulation.recommended);
-    expect(config.data.batch_size * config.training.gradient_accumulation_steps).toBe(
-      recs.lr.to_effective_batch
-    );
-    expect(config.training.amp_dtype).toBe('float16');
+    const yaml = yamlOf(node, p);
+    expect(yaml).toContain(`  batch_size: ${recs.recommended}\n`);
+    expect(yaml).toContain(`  gradient_accumulation_steps: ${recs.accumulation.recommended}\n`);
+    expect(yaml).toContain('  amp_dtype: float16\n');
   });
 
   it('"Insert code" hands a gradient-accumulation loop to the injected callback', async () => {
@@ -278,11 +260,15 @@ describe('analysis: --memory 3GiB, fp16, target effective batch 2048, multiples 
     expect(code).toContain('scaler = torch.amp.GradScaler(device.type)');
     expect(code).toContain('dtype=torch.float16');
     expect(code).toBe(button.getAttribute('data-code'));
+    expect(code).toBe(written(p).accumulation_code); // the kernel's loop, verbatim
   });
 
-  it('uses a handler registered later by a plugin (MIME extensions get no application)', async () => {
+  it("uses the inline host's, registered later by a plugin (MIME extensions get no application)", async () => {
     const seen: string[] = [];
-    setInsertCellHandler(code => seen.push(code));
+    // Only "Insert code" is asked of the host here.
+    setInlineHost({
+      insertCode: (_node: HTMLElement, code: string) => seen.push(code)
+    } as unknown as IInlineHost);
     h = harness(ANALYSIS_MIME);
     await h.render(p);
     const { act } = await import('react');
@@ -303,12 +289,7 @@ describe('analysis: --memory 3GiB, fp16, target effective batch 2048, multiples 
     expect(max?.classList).toContain('jp-GpuMem-chartMarker-extrapolated');
     expect(max?.querySelector('title')?.textContent).toContain('(extrapolated)');
     expect(node.querySelector('.jp-GpuMem-chartLine-extrapolated')).not.toBeNull();
-    expect(
-      parse(node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml') as string)
-    ).toBeTruthy();
-    expect(node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml')).toContain(
-      'maximum extrapolated'
-    );
+    yamlOf(node, data); // the kernel's text as it is: the browser never rewrites it
   });
 
   it('peakAt interpolates between curve points and follows the fit beyond them', () => {
@@ -342,11 +323,9 @@ describe('analysis: no GPU and no target', () => {
     expect(node.querySelector('.jp-GpuMem-chartRule')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-stackSvg rect[data-segment="free"]')).toBeNull();
     expect(breakdownRows(p, untranslated).find(r => r.key === 'context')?.note).toBe('no GPU');
-    const config = yamlOf(node);
-    expect(config.data.batch_size).toBe(p.settings.batch_size);
-    expect(config.training.gradient_accumulation_steps).toBe(p.settings.grad_accum);
-    expect(config.training.use_amp).toBe(false);
-    expect(config.training.amp_dtype).toBeUndefined();
+    const yaml = yamlOf(node, p);
+    expect(yaml).toContain(`\ndata:\n  batch_size: ${p.settings.batch_size}\n`);
+    expect(yaml).not.toContain('amp_dtype');
   });
 });
 
@@ -376,9 +355,8 @@ describe('analysis: hostile strings are text', () => {
     expect(node.querySelector('img, script, b')).toBeNull();
     expect(node.textContent).toContain(HOSTILE);
     expect((globalThis as { __pwned?: number }).__pwned).toBeUndefined();
-    // the YAML keeps them in one-line comments: still the same numbers, no injected keys
-    const config = yamlOf(node);
-    expect(Object.keys(config).sort()).toEqual(['data', 'training']);
+    // the copied YAML is the kernel's (which keeps names in one-line comments), never built from these
+    yamlOf(node, payload('analysis_target'));
   });
 
   it('a model name with newlines cannot add YAML keys or code lines', async () => {
@@ -388,12 +366,24 @@ describe('analysis: hostile strings are text', () => {
       'Net\ndata:\n  batch_size: 999999\nevil: true'
     );
     const node = await show(data, true);
-    const config = yamlOf(node) as unknown as Record<string, unknown>;
-    expect(Object.keys(config).sort()).toEqual(['data', 'training']);
-    expect((config.data as { batch_size: number }).batch_size).toBe(
-      (data.recommendations as { recommended: number }).recommended
-    );
+    expect(yamlOf(node, data)).not.toContain('evil');
     expect(node.querySelector('.jp-GpuMem-insertCode')?.getAttribute('data-code')).not.toContain('evil');
+  });
+
+  it('an output saved before the kernel wrote the YAML says why there is none to copy', async () => {
+    const {
+      config_yaml: _yaml,
+      accumulation_code: _code,
+      ...older
+    } = payload('analysis_accum') as unknown as Record<string, unknown>;
+    const node = await show(older, true);
+    const button = node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement;
+    expect(button.disabled).toBe(true);
+    expect(button.getAttribute('data-missing')).toBe('older-output');
+    expect(button.hasAttribute('data-yaml')).toBe(false);
+    expect(button.title).toContain('older version');
+    expect(node.querySelector('.jp-GpuMem-insertCode')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-breakdown')).not.toBeNull(); // the rest renders as before
   });
 });
 

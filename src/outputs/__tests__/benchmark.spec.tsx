@@ -8,13 +8,11 @@
 import '../../__tests__/domshim';
 
 import { act } from 'react';
-import { parse } from 'yaml';
 
 import { type IBenchmarkPayload, PICK_KINDS } from '../../wire/analysispayload';
 import { benchmarkChartData, pickRows } from '../benchmark/view';
 import { untranslated } from '../../ui/i18n';
 import { BENCHMARK_MIME } from '../renderers';
-import { benchmarkYaml } from '../yaml';
 import {
   fixture,
   harness,
@@ -27,6 +25,11 @@ import {
 
 let h: IHarness;
 let copied: string[];
+
+/** The kernel-written `config_yaml` of a benchmark payload (src/__tests__/fixtures carry it). */
+function yamlOf(p: unknown): string | null {
+  return (p as { config_yaml: string | null }).config_yaml;
+}
 
 beforeEach(() => {
   copied = [];
@@ -127,23 +130,27 @@ describe('benchmark: a full simulated sweep', () => {
     expect(node.querySelector('.jp-GpuMem-leftoverWorkers')).toBeNull();
   });
 
-  it('copies the recommended configuration as YAML that parses back to the pick', async () => {
+  it('copies the recommended configuration the kernel wrote, verbatim', async () => {
     const node = await show(p);
     const button = node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement;
-    const config = parse(button.getAttribute('data-yaml') as string) as {
-      data: { batch_size: number; num_workers: number; pin_memory: boolean };
-      training: { use_amp: boolean; amp_dtype?: string };
-    };
+    const yaml = yamlOf(p) as string;
     const pick = p.picks.recommended as NonNullable<IBenchmarkPayload['picks']['recommended']>;
-    expect(config.data).toEqual({
-      batch_size: pick.batch_size,
-      num_workers: pick.num_workers,
-      pin_memory: pick.pin_memory
-    });
-    expect(config.training.use_amp).toBe(pick.amp);
-    expect(config.training.amp_dtype).toBe(pick.amp ? p.amp_dtype : undefined);
+    expect(button.getAttribute('data-yaml')).toBe(yaml);
+    expect(yaml).toContain(
+      `\ndata:\n  batch_size: ${pick.batch_size}\n  num_workers: ${pick.num_workers}\n  pin_memory: ${pick.pin_memory}\n`
+    ); // its numbers are checked by tests/benchmark/test_benchmark.py
     await act(async () => button.click());
-    expect(copied).toEqual([benchmarkYaml(p)]);
+    expect(copied).toEqual([yaml]);
+  });
+
+  it('an output saved before the kernel wrote the YAML says why there is none to copy', async () => {
+    const { config_yaml: _yaml, ...older } = p as unknown as Record<string, unknown>;
+    const node = await show(older);
+    const button = node.querySelector('.jp-GpuMem-copyYaml') as HTMLButtonElement;
+    expect(button.disabled).toBe(true);
+    expect(button.getAttribute('data-missing')).toBe('older-output');
+    expect(button.textContent).toBe('No YAML in this older output');
+    expect(node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr')).toHaveLength(p.rows.length);
   });
 });
 
@@ -155,7 +162,8 @@ describe('benchmark: rows arriving and an interrupted sweep', () => {
       rows: full.rows.slice(0, n),
       picks: { highest_throughput: null, best_efficiency: null, recommended: null },
       diagnostics: [],
-      interrupted: false
+      interrupted: false,
+      config_yaml: null // no recommended pick yet: nothing to copy
     });
     let node = await show(partial(0));
     expect(node.querySelector('.jp-GpuMem-benchmarkTable tbody')?.textContent).toBe(
@@ -212,10 +220,10 @@ describe('benchmark: hostile strings are text', () => {
     const node = await show(mutate(payload('benchmark_simulated'), at, value));
     expect(node.querySelector('img')).toBeNull();
     expect(node.textContent).toContain(HOSTILE);
-    const config = parse(
-      node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml') as string
-    ) as Json;
-    expect(Object.keys(config).sort()).toEqual(['data', 'training']);
+    // the copied YAML is the kernel's (names only in one-line comments), never built from these strings
+    expect(node.querySelector('.jp-GpuMem-copyYaml')?.getAttribute('data-yaml')).toBe(
+      yamlOf(payload('benchmark_simulated'))
+    );
   });
 
   it('a row error is an attribute, not markup', async () => {

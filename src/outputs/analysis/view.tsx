@@ -3,16 +3,15 @@
  * category, a stacked bar against the device limit, predicted peak against batch size with the three picks,
  * recommendation cards, the error bound and notes, "Copy as YAML" and "Insert code" for gradient accumulation.
  *
- * The meaning of every figure follows gpumem_kernel/analysis_render.py (the text/plain and text/html fallbacks).
+ * The meaning of every figure follows gpumem_kernel/analysis/render.py (the text/plain and text/html fallbacks).
  */
 import * as React from 'react';
 
-import { Card, type CopyText, CopyYamlButton, formatCount, formatSeconds, RichBadge, TextList } from '../kit';
+import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
 import type { CurrentStatus, FigureEngine, IAnalysisPayload, IFigure } from '../../wire/analysispayload';
 import { byteAxis, Chart, type IChartMarker, type IChartSeries, type MarkerShape } from '../../ui/chart';
-import { formatBytes, NOT_MEASURED } from '../../ui/format';
+import { formatBytes, formatCount, formatSeconds, NOT_MEASURED } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
-import { accumulationCode, analysisYaml, microBatch } from '../yaml';
 
 /** Sizes in the analysis: binary units picked per value (KiB for the small models of tests and examples). */
 export function size(bytes: number | null | undefined): string {
@@ -53,7 +52,10 @@ export interface IBreakdownRow {
   readonly note: string;
 }
 
-/** The rows of the breakdown table, in the order of seed 000's report. */
+/**
+ * The rows of the breakdown table: model memory (parameters, buffers, gradients, optimizer state), then
+ * batch memory, in the order of the text report (gpumem_kernel/analysis/render.py).
+ */
 export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdownRow[] {
   const fromFigure = (
     key: string,
@@ -426,12 +428,12 @@ export function accumulationText(payload: IAnalysisPayload, trans: Trans): strin
   if (acc.recommended === 1) {
     return trans.__('not needed: %1 reaches the effective batch %2', pick, target);
   }
-  const micro = microBatch(payload, pick) ?? pick;
+  // past the checks above the pick is below any explicit target: it is the micro-batch itself
   return trans.__(
     '%1 steps of %2 → effective batch %3 (target %4)',
     acc.recommended,
-    micro,
-    acc.recommended * micro,
+    pick,
+    acc.recommended * pick,
     target
   );
 }
@@ -632,6 +634,15 @@ function title(payload: IAnalysisPayload, trans: Trans): string {
   }
 }
 
+/**
+ * The payload's `accumulation_code`, written by the kernel: the gradient-accumulation loop at the recommended
+ * pick, or null when none is needed (and for outputs saved before the kernel wrote it).
+ */
+export function accumulationCode(payload: IAnalysisPayload): string | null {
+  const value = (payload as { accumulation_code?: unknown }).accumulation_code;
+  return typeof value === 'string' ? value : null;
+}
+
 export interface IAnalysisViewProps {
   readonly payload: IAnalysisPayload;
   readonly trans: Trans;
@@ -644,7 +655,7 @@ export interface IAnalysisViewProps {
 export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
   const { payload, trans } = props;
   const settings = payload.settings;
-  const yaml = analysisYaml(payload);
+  const yaml = configYaml(payload);
   const code = accumulationCode(payload);
   const insertCell = props.insertCell;
   const bound = payload.error_bound;

@@ -4,11 +4,10 @@
  */
 import * as React from 'react';
 
-import { Card, type CopyText, CopyYamlButton, formatSeconds, RichBadge, TextList } from '../kit';
+import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
 import type { IAutobatchPayload, TrialPhase } from '../../wire/analysispayload';
-import { formatBytes, NOT_MEASURED } from '../../ui/format';
+import { formatBytes, formatSeconds, NOT_MEASURED } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
-import { autobatchYaml } from '../yaml';
 
 function phaseLabel(phase: TrialPhase, trans: Trans): string {
   switch (phase) {
@@ -174,7 +173,7 @@ export function AutobatchView(props: IAutobatchViewProps): JSX.Element {
       </table>
       <TextList className="jp-GpuMem-richNotes" title={trans.__('Notes')} items={payload.notes} />
       <div className="jp-GpuMem-richActions">
-        <CopyYamlButton yaml={autobatchYaml(payload)} copy={props.copy} trans={trans} />
+        <CopyYamlButton yaml={configYaml(payload)} copy={props.copy} trans={trans} />
       </div>
     </div>
   );

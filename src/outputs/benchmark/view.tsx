@@ -1,22 +1,13 @@
 /**
- * The `%gpumem benchmark` output (`application/vnd.gpumem.benchmark.v1+json`): seed 004's summary table with
- * its three picks highlighted, throughput and peak memory against batch size (one line per workers / AMP /
- * pin_memory combination), the diagnostics in plain words, and "Copy as YAML" of the recommended
- * configuration. The kernel may update the same output as rows finish: the view is a pure function of the
+ * The `%gpumem benchmark` output (`application/vnd.gpumem.benchmark.v1+json`): the summary table (one row per
+ * batch size, workers, AMP and pin_memory, with the step's times per phase) with its three picks highlighted,
+ * throughput and peak memory against batch size (one line per workers / AMP / pin_memory combination), the
+ * diagnostics in plain words, and "Copy as YAML" of the recommended configuration. The kernel may update the same output as rows finish: the view is a pure function of the
  * payload, so each update re-renders cleanly.
  */
 import * as React from 'react';
 
-import {
-  Card,
-  type CopyText,
-  CopyYamlButton,
-  formatCount,
-  formatMs,
-  formatSeconds,
-  RichBadge,
-  TextList
-} from '../kit';
+import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
 import {
   type IBenchmarkPayload,
   type IBenchmarkPick,
@@ -33,9 +24,15 @@ import {
   type IChartSeries,
   type MarkerShape
 } from '../../ui/chart';
-import { formatBytes, formatPercentValue } from '../../ui/format';
+import {
+  formatBytes,
+  formatCount,
+  formatMs,
+  formatPercentValue,
+  formatSeconds,
+  NOT_MEASURED
+} from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
-import { benchmarkYaml } from '../yaml';
 
 const PICK_SHAPES: Readonly<Record<PickKind, MarkerShape>> = {
   highest_throughput: 'circle',
@@ -263,7 +260,7 @@ function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Ele
               key={kind}
               kind={kind}
               title={pickTitle(kind, trans)}
-              value="n/a"
+              value={NOT_MEASURED}
               detail={trans.__('no configuration ran within the limits')}
             />
           );
@@ -356,7 +353,7 @@ function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.
               <td className="jp-GpuMem-num">{formatMs(row.optimizer_ms)}</td>
               <td className="jp-GpuMem-num">{formatMs(row.total_ms)}</td>
               <td className="jp-GpuMem-num">
-                {row.samples_per_s === null ? 'n/a' : row.samples_per_s.toFixed(1)}
+                {row.samples_per_s === null ? NOT_MEASURED : row.samples_per_s.toFixed(1)}
               </td>
               <td className="jp-GpuMem-num">{formatPercentValue(row.gpu_util)}</td>
               <td className="jp-GpuMem-num">{formatBytes(row.peak_bytes, 'auto')}</td>
@@ -456,7 +453,7 @@ export function BenchmarkView(props: IBenchmarkViewProps): JSX.Element {
       <TextList className="jp-GpuMem-richNotes" title={trans.__('Notes')} items={payload.notes} />
       <div className="jp-GpuMem-richActions">
         <CopyYamlButton
-          yaml={benchmarkYaml(payload, 'recommended')}
+          yaml={configYaml(payload)}
           copy={props.copy}
           trans={trans}
           title={trans.__('Copy the recommended configuration (data.*, training.*)')}

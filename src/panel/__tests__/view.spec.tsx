@@ -4,7 +4,7 @@ import { act } from 'react';
 import { createRoot, type Root } from 'react-dom/client';
 
 import { untranslated } from '../../ui/i18n';
-import { labelProcess } from '../../channel/model';
+import { labelProcess } from '../../channel/sample';
 import type { ISample } from '../../wire/protocol';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
 import { type IBridgeState, INITIAL_STATE, type StateName } from '../../channel/state';

@@ -1,9 +1,12 @@
 import {
   formatBytes,
   formatBytesPair,
+  formatCount,
   formatDuration,
+  formatMs,
   formatPercent,
   formatPercentValue,
+  formatSeconds,
   formatTimeOfDay,
   isSizeUnit,
   percentOf,
@@ -43,6 +46,24 @@ describe('formatBytes', () => {
     expect(formatBytes(300 * MIB, 'MiB', 2)).toBe('300.00 MiB');
   });
 
+  it.each([
+    [16 * GIB, 'GiB', '16.0 GiB'],
+    [17171480576, 'GB', '17.2 GB'],
+    [16 * GIB, 'MiB', '16384 MiB'],
+    [7.5 * GIB, 'auto', '7.5 GiB'],
+    [11.4 * GIB, 'auto', '11.4 GiB'],
+    [512 * MIB, 'auto', '512 MiB'],
+    [512, 'auto', '512 B']
+  ] as const)('short: %d in %s → %s (at most one decimal)', (bytes, unit, expected) => {
+    expect(formatBytes(bytes, unit, 'short')).toBe(expected);
+  });
+
+  it('formats in a scale shared by several values (the ticks of one axis)', () => {
+    const scale = scaleFor(10 * GIB, 'auto');
+    expect(formatBytes(2.5 * GIB, scale, 1)).toBe('2.5 GiB');
+    expect(formatBytes(512 * MIB, scale)).toBe('0.5 GiB');
+  });
+
   it.each([null, undefined, NaN, Infinity])('%p (not measured) → n/a', value => {
     expect(formatBytes(value, 'GiB')).toBe('n/a');
     expect(formatBytes(value, 'auto')).toBe('n/a');
@@ -55,6 +76,13 @@ describe('formatBytesPair', () => {
     expect(formatBytesPair(300 * MIB, 16 * GIB, 'auto')).toBe('0.3 / 16.0 GiB');
     expect(formatBytesPair(300 * MIB, 16 * GIB, 'MiB')).toBe('300 / 16384 MiB');
     expect(formatBytesPair(0, 16 * GIB, 'GB', 1)).toBe('0.0 / 17.2 GB');
+  });
+
+  it('short: at most one decimal in the unit of the whole', () => {
+    expect(formatBytesPair(7.5 * GIB, 8 * GIB, 'auto', 'short')).toBe('7.5 / 8.0 GiB');
+    expect(formatBytesPair(300 * MIB, 512 * MIB, 'auto', 'short')).toBe('300 / 512 MiB');
+    expect(formatBytesPair(12 * GIB, 16 * GIB, 'GiB', 'short')).toBe('12.0 / 16.0 GiB');
+    expect(formatBytesPair(12 * GIB, 16 * GIB, 'MiB', 'short')).toBe('12288 / 16384 MiB');
   });
 
   it('shows n/a for missing sides', () => {
@@ -79,6 +107,17 @@ describe('percent', () => {
   it('formats measured percentages', () => {
     expect(formatPercentValue(37)).toBe('37%');
     expect(formatPercentValue(null)).toBe('n/a');
+  });
+});
+
+describe('counts and times of the outputs', () => {
+  it('groups digits and keeps one decimal below 100', () => {
+    expect(formatCount(34666.4)).toBe('34,666');
+    expect(formatMs(12.345)).toBe('12.3');
+    expect(formatMs(250.4)).toBe('250');
+    expect(formatMs(null)).toBe('n/a');
+    expect(formatSeconds(4.71)).toBe('4.7 s');
+    expect(formatSeconds(250.4)).toBe('250 s');
   });
 });
 

@@ -96,15 +96,23 @@ describe('rejected messages name the field', () => {
     ['gpu.reason', 3, 'sample.gpu.reason: expected a string'],
     ['gpu.device_order', 'RANDOM', 'sample.gpu.device_order: expected "FASTEST_FIRST" or "PCI_BUS_ID"'],
     ['gpu.devices', {}, 'sample.gpu.devices: expected an array'],
-    ['gpu.devices.0.total', '16 GiB', 'sample.gpu.devices[0].total: expected a non-negative integer (bytes)'],
-    ['gpu.devices.0.used', -1, 'sample.gpu.devices[0].used: expected a non-negative integer (bytes)'],
+    [
+      'gpu.devices.0.total',
+      '16 GiB',
+      'sample.gpu.devices[0].total: expected a non-negative integer, got the string "16 GiB"'
+    ],
+    [
+      'gpu.devices.0.used',
+      -1,
+      'sample.gpu.devices[0].used: expected a non-negative integer, got the number -1'
+    ],
     ['gpu.devices.0.util_gpu', 140, 'sample.gpu.devices[0].util_gpu: expected an integer from 0 to 100'],
     ['gpu.devices.0.util_mem', 37.5, 'sample.gpu.devices[0].util_mem: expected an integer from 0 to 100'],
     ['gpu.devices.0.cuda_index', '0', 'sample.gpu.devices[0].cuda_index: expected a non-negative integer'],
     [
       'gpu.devices.0.compute_capability',
       '8',
-      'sample.gpu.devices[0].compute_capability: expected a version like "8.9"'
+      'sample.gpu.devices[0].compute_capability: expected a string matching ^[0-9]+\\.[0-9]+$, got the string "8"'
     ],
     ['gpu.devices.0.name', 4080, 'sample.gpu.devices[0].name: expected a string'],
     ['gpu.devices.0.mig', null, 'sample.gpu.devices[0].mig: expected true or false, got null'],

@@ -16,9 +16,9 @@ import type { IInlineHost } from '../../inline';
 import { GpuMemOutputView } from '../../../outputs/outputview';
 import { CLEAR_MIME, type IOomPayload, type IOomStep, OOM_MIME } from '../../../wire/protocol';
 import { RestartReport } from '../../restart/report';
-import type { IRestartRun, SessionActions } from '../../sessionactions';
+import type { IGpuMemActions, IRestartRun, ISessionActions } from '../../../tokens';
 import { TickStore } from '../../ticks';
-import type { IGpuMemActions } from '../../../tokens';
+
 import { GIB, MIB, OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { clearCpu, clearGpu, clearHoldersCpu, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
 
@@ -350,7 +350,7 @@ describe('RestartReport', () => {
 });
 
 /** The actions of one notebook with fixed state. */
-function stubActions(over: Partial<SessionActions> = {}): SessionActions & { calls: string[] } {
+function stubActions(over: Partial<ISessionActions> = {}): ISessionActions & { calls: string[] } {
   const calls: string[] = [];
   const stub = {
     calls,
@@ -372,7 +372,7 @@ function stubActions(over: Partial<SessionActions> = {}): SessionActions & { cal
     endLeftover: async (pid: number) => void calls.push(`end ${pid}`),
     ...over
   };
-  return stub as unknown as SessionActions & { calls: string[] };
+  return stub as unknown as ISessionActions & { calls: string[] };
 }
 
 const manager: IGpuMemActions = {
@@ -523,7 +523,8 @@ describe('GpuMemOutputView (the MIME renderer’s content)', () => {
       run: (n, step) => ran.push(`${n === node} ${step.id}`),
       busy: () => false,
       labelKernel: () => null,
-      copy: text => copied.push(text)
+      copy: text => copied.push(text),
+      insertCode: () => undefined
     };
     const view = render(
       <GpuMemOutputView mimeType={OOM_MIME} data={oom2x()} trans={untranslated} host={host} node={node} />

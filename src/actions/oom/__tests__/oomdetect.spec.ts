@@ -4,7 +4,7 @@
  * Recognising a GPU out-of-memory error on IOPub: PyTorch 2.x's OutOfMemoryError, 1.x's RuntimeError, CUDA
  * errors outside the allocator, other backends — and leaving every other error alone.
  */
-import { isOomError, type IIopubLike, oomErrorOf, oomText } from '../detect';
+import { isOomError, type IIopubLike, oomErrorOf, oomFamily, oomText } from '../detect';
 
 const V2 =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
@@ -57,6 +57,25 @@ describe('isOomError', () => {
     ['an interrupt', 'KeyboardInterrupt', '']
   ])('ignores %s', (_, ename, evalue) => {
     expect(isOomError(ename, evalue)).toBe(false);
+  });
+});
+
+describe('oomFamily', () => {
+  it('names the family, as the kernel does', () => {
+    expect(oomFamily('OutOfMemoryError', V2)).toBe('allocator');
+    expect(oomFamily('RuntimeError', 'CUDA error: out of memory')).toBe('driver');
+    expect(
+      oomFamily('RuntimeError', 'CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`')
+    ).toBe('cublas-cudnn');
+    expect(oomFamily('RuntimeError', 'cuDNN error: CUDNN_STATUS_ALLOC_FAILED')).toBe('cublas-cudnn');
+    expect(oomFamily('OutOfMemoryError', 'Allocation on device ')).toBe('allocator');
+    expect(oomFamily('RuntimeError', 'cuDNN error: CUDNN_STATUS_INTERNAL_ERROR')).toBeNull();
+  });
+
+  it('goes by the earliest message when a value holds several', () => {
+    const chained = `CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling \`cublasCreate(handle)\`\n${V1}`;
+    expect(oomFamily('RuntimeError', chained)).toBe('cublas-cudnn');
+    expect(oomFamily('RuntimeError', `${V1}\nCUDA error: CUBLAS_STATUS_ALLOC_FAILED`)).toBe('allocator');
   });
 });
 

@@ -10,7 +10,7 @@ import {
   kernelTotal,
   labelProcess,
   primaryDevice
-} from '../model';
+} from '../sample';
 import type { IDevice, IGpuProcess } from '../../wire/protocol';
 import { DEFAULT_SETTINGS, historySeconds, readSettings, usageLevel } from '../../settings';
 import { VERSION } from '../../version';

@@ -1,0 +1,313 @@
+"""Who holds GPU memory in the user's namespace: the user's variables and the tensors each keeps alive, the
+last error's traceback frames, IPython's own names. Read by the safe clear (what it drops, what still holds
+memory) and by the OOM checklist (what to free), never changing anything.
+
+Never imports torch: its classes are looked up in `sys.modules` through probe.torchstats.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import re
+import sys
+import types
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
+
+from gpumem_kernel.probe.torchstats import loaded_submodule, loaded_torch
+
+# Items looked at per list/dict: a million-element dataset list must not stall the kernel.
+_CONTAINER_LIMIT = 10_000
+# IPython's own names in user_ns: output cache, input history, helpers.
+_IPYTHON_NAMES = re.compile(r"^(_+|_\d+|_i+|_i\d+|_ih|_oh|_dh|In|Out|exit|quit|get_ipython)$")
+
+
+# --- the torch classes, looked up without importing torch ----------------------------------------
+
+
+@dataclass(frozen=True)
+class TorchKinds:
+    """The torch classes a value is checked against; optional ones are None until their module is imported."""
+
+    tensor: type
+    module: Optional[type]
+    optimizer: Optional[type]
+
+    def holds_torch(self, obj: Any) -> bool:
+        """A tensor, Module or Optimizer, itself or one level deep in a list/tuple/set/dict."""
+        if self._is_torch(obj):
+            return True
+        return any(self._is_torch(item) for item in _container_items(obj))
+
+    def _is_torch(self, obj: Any) -> bool:
+        classes = tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None)
+        try:
+            return isinstance(obj, classes)
+        except Exception:  # proxies whose __class__ raises
+            return False
+
+
+def torch_kinds() -> Optional[TorchKinds]:
+    """The classes to look for, or None when torch is not imported (then nothing can hold a tensor)."""
+    torch = loaded_torch()
+    tensor = getattr(torch, "Tensor", None) if torch is not None else None
+    if not isinstance(tensor, type):
+        return None
+    module = getattr(loaded_submodule("nn"), "Module", None)
+    optimizer = getattr(loaded_submodule("optim"), "Optimizer", None)
+    return TorchKinds(
+        tensor, module if isinstance(module, type) else None, optimizer if isinstance(optimizer, type) else None
+    )
+
+
+# --- walking objects to their tensors ----------------------------------------------------------------
+
+
+def _container_items(obj: Any) -> List[Any]:
+    """Elements of a plain container (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O)."""
+    try:
+        if isinstance(obj, (dict, collections.UserDict)):
+            values: Iterable[Any] = obj.values()
+        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
+            values = obj
+        else:
+            return []
+        return list(itertools.islice(values, _CONTAINER_LIMIT))
+    except Exception:  # a container mutated by another thread, or a broken subclass
+        return []
+
+
+def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
+    """Every tensor `obj` keeps alive: itself, a Module's parameters/gradients/buffers, an Optimizer's
+    state and parameters, or those of the elements of a container `depth` levels deep."""
+    try:
+        if isinstance(obj, kinds.tensor):
+            yield obj
+            grad = getattr(obj, "grad", None)
+            if grad is not None:
+                yield grad
+            return
+        if kinds.module is not None and isinstance(obj, kinds.module):
+            for parameter in obj.parameters():
+                yield from _tensors(parameter, kinds, 0)
+            yield from obj.buffers()
+            return
+        if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+            for state in list(obj.state.values()):
+                for value in state.values() if isinstance(state, dict) else ():
+                    if isinstance(value, kinds.tensor):
+                        yield value
+            for group in obj.param_groups:
+                for parameter in group.get("params", ()):
+                    yield from _tensors(parameter, kinds, 0)
+            return
+    except Exception:  # a half-built Module, a user subclass with odd attributes
+        return
+    if depth > 0:
+        for item in _container_items(obj):
+            yield from _tensors(item, kinds, depth - 1)
+
+
+def _storage(tensor: Any) -> Tuple[Any, int, str]:
+    """(identity of the memory, its size in bytes, device) — views of one storage count once."""
+    device = str(tensor.device)
+    try:
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        size = int(storage.nbytes())
+        key: Any = (device, pointer) if pointer else ("id", id(tensor))
+    except Exception:  # sparse and other layouts without a storage
+        key, size = ("id", id(tensor)), int(tensor.element_size() * tensor.nelement())
+    return key, size, device
+
+
+@dataclass
+class Holder:
+    """A name that keeps tensors alive, and how much memory only it keeps (bytes per device)."""
+
+    name: str
+    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
+    type_name: str
+    bytes: int
+    by_device: Dict[str, int]
+    tensors: int
+    shape: Optional[List[int]] = None
+    dtype: Optional[str] = None
+
+    def on_cuda(self) -> int:
+        return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
+
+
+def _kind(obj: Any, kinds: TorchKinds) -> str:
+    if isinstance(obj, kinds.tensor):
+        return "tensor"
+    if kinds.module is not None and isinstance(obj, kinds.module):
+        return "module"
+    if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+        return "optimizer"
+    for cls, name in (
+        (dict, "dict"),
+        (collections.UserDict, "dict"),
+        (list, "list"),
+        (tuple, "tuple"),
+        (set, "set"),
+        (frozenset, "set"),
+        (collections.deque, "list"),
+    ):
+        if isinstance(obj, cls):
+            return name
+    return "other"
+
+
+def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
+    """The memory `obj` keeps alive that no earlier-measured object (`seen`) already accounts for."""
+    by_device: Dict[str, int] = {}
+    count = 0
+    for tensor in _tensors(obj, kinds):
+        try:
+            key, size, device = _storage(tensor)
+        except Exception:
+            continue
+        if device == "meta" or key in seen:
+            continue
+        seen.add(key)
+        count += 1
+        by_device[device] = by_device.get(device, 0) + size
+    if count == 0 and not keep_empty:
+        return None
+    kind = _kind(obj, kinds)
+    shape = dtype = None
+    if kind == "tensor":
+        try:
+            shape, dtype = [int(n) for n in obj.shape], str(obj.dtype).replace("torch.", "")
+        except Exception:
+            pass
+    return Holder(name, kind, type(obj).__name__, sum(by_device.values()), by_device, count, shape, dtype)
+
+
+def has_cuda_tensor(obj: Any, kinds: TorchKinds) -> bool:
+    for tensor in _tensors(obj, kinds):
+        try:
+            if str(tensor.device).startswith("cuda"):
+                return True
+        except Exception:
+            continue
+    return False
+
+
+# --- the namespace and IPython's hidden references ---------------------------------------------------
+
+
+def resolve_shell(shell: Any = None) -> Any:
+    """The given shell, else the running IPython shell, else None (plain Python)."""
+    if shell is not None:
+        return shell
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython.get_ipython() if ipython is not None else None
+    except Exception:
+        return None
+
+
+def namespace_of(shell: Any) -> Tuple[MutableMapping[str, Any], Mapping[str, Any]]:
+    """(user namespace, IPython's hidden names) — __main__ outside IPython."""
+    if shell is not None and isinstance(getattr(shell, "user_ns", None), dict):
+        return shell.user_ns, getattr(shell, "user_ns_hidden", {}) or {}
+    return sys.modules["__main__"].__dict__, {}
+
+
+def is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
+    return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
+
+
+def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
+    """The user's own variables: IPython's names, modules, classes and functions left out."""
+    namespace, hidden = namespace_of(resolve_shell(shell))
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    return [
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(name, str) and not is_ipython_name(name, value, hidden) and not isinstance(value, skip)
+    ]
+
+
+def _walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
+    # Modules claim their parameters first, so an optimizer is charged only for its own state.
+    return {"module": 0, "tensor": 1, "optimizer": 3}.get(_kind(item[1], kinds), 2)
+
+
+def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[Any]] = None) -> List[Holder]:
+    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall."""
+    kinds = torch_kinds()
+    if kinds is None:
+        return []
+    seen = set() if seen is None else seen
+    found = [
+        h
+        for h in (
+            measure(name, value, kinds, seen)
+            for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
+            if name not in exclude
+        )
+        if h is not None
+    ]
+    return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
+
+
+def exception_tracebacks(value: Any, limit: int = 50) -> List[Any]:
+    """Tracebacks of an exception and of its causes/contexts (chained exceptions pin frames too)."""
+    found, pending, seen = [], [value], set()
+    while pending and len(seen) < limit:
+        exc = pending.pop()
+        if not isinstance(exc, BaseException) or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            found.append(exc.__traceback__)
+        pending.extend((exc.__cause__, exc.__context__))
+    return found
+
+
+def traceback_frames(tracebacks: Iterable[Any]) -> List[Any]:
+    """The distinct frames of some tracebacks, in order."""
+    frames: Dict[int, Any] = {}
+    for tb in tracebacks:
+        while tb is not None:
+            frames.setdefault(id(tb.tb_frame), tb.tb_frame)
+            tb = tb.tb_next
+    return list(frames.values())
+
+
+def frame_holder(frames: Sequence[Any], kinds: TorchKinds, seen: Set[Any], name: str = "traceback") -> Holder:
+    """The tensors held only by the local variables of some frames (module-level frames are the user
+    namespace itself and are skipped)."""
+    total = Holder(name, "traceback", "traceback", 0, {}, 0)
+    for frame in frames:
+        try:
+            if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
+                continue
+            local_values = list(frame.f_locals.values())
+        except Exception:
+            continue
+        for value in local_values:
+            part = measure(name, value, kinds, seen)
+            if part is not None:
+                total.tensors += part.tensors
+                for device, size in part.by_device.items():
+                    total.by_device[device] = total.by_device.get(device, 0) + size
+        del local_values
+    total.bytes = sum(total.by_device.values())
+    return total

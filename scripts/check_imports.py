@@ -1,0 +1,240 @@
+"""Check that gpumem_kernel's imports point down: no import circle between its modules, nor between its folders.
+
+The graph is built with `ast` from every import statement, at module level and inside functions alike (an
+import moved into a function to dodge a circle is still a circle), relative and absolute:
+`from gpumem_kernel.probe import holders` depends on probe/holders.py, `from gpumem_kernel.probe.holders import
+Holder` too, `import gpumem_kernel.render.units` on render/units.py. Importing a submodule runs its package's
+`__init__.py` first; that implicit step is not an edge (every module would depend on its own package).
+Imports made from strings at run time (`importlib.import_module`, the lazy public API of `__init__.py`) are
+not seen.
+
+    python scripts/check_imports.py          # prints the layers, bottom first; exit status 1 on a circle
+
+tests/test_layers.py runs the same check in the test command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+
+PACKAGE = "gpumem_kernel"
+SKIP_DIRS = {"labextension", "__pycache__"}
+Graph = Dict[str, Set[str]]
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # dotted, e.g. gpumem_kernel.probe.holders
+    path: Path
+    is_package: bool  # an __init__.py
+
+
+def find_modules(root: Path, package: str = PACKAGE) -> Dict[str, Module]:
+    """Every .py file of the package, by dotted name."""
+    modules: Dict[str, Module] = {}
+    base = root / package
+    for path in sorted(base.rglob("*.py")):
+        if SKIP_DIRS & set(path.relative_to(base).parts):
+            continue
+        parts = (package,) + path.relative_to(base).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        modules[name] = Module(name, path, is_package)
+    return modules
+
+
+def _absolute(module: Module, node: ast.ImportFrom) -> Optional[str]:
+    """The module an ImportFrom names, made absolute (None when it climbs above the package)."""
+    if node.level == 0:
+        return node.module
+    base = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+    if node.level - 1 > len(base):
+        return None
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _named(node: ast.AST, module: Module) -> Iterator[str]:
+    """The dotted names an import statement asks for: the modules, and `from` names that may be modules."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+    elif isinstance(node, ast.ImportFrom):
+        source = _absolute(module, node)
+        if source is not None:
+            for alias in node.names:
+                yield f"{source}.{alias.name}" if alias.name != "*" else source
+
+
+def imports_of(module: Module, modules: Dict[str, Module]) -> Set[str]:
+    """The package's modules `module` imports, anywhere in its body."""
+    tree = ast.parse(module.path.read_text("utf-8"), filename=str(module.path))
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        for name in _named(node, module):
+            # `from a.b import c`: a.b.c if that is a module, else a.b (c is a name defined in it)
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module.name:
+                found.add(name)
+    return found
+
+
+def build_graph(root: Path, package: str = PACKAGE) -> Graph:
+    modules = find_modules(root, package)
+    return {name: imports_of(module, modules) for name, module in modules.items()}
+
+
+def folder_of(name: str) -> str:
+    """The capability folder a module belongs to ("probe", "render", ...), a top-level module's own name
+    ("extension"), or "__init__" for the package itself."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def folder_graph(graph: Graph) -> Graph:
+    """Folder A depends on folder B when a module of A imports a module of B."""
+    folders: Graph = {}
+    for name, targets in graph.items():
+        mine = folder_of(name)
+        folders.setdefault(mine, set()).update(folder_of(t) for t in targets if folder_of(t) != mine)
+    return folders
+
+
+def find_cycles(graph: Graph) -> List[List[str]]:
+    """Every strongly connected part with more than one node (or a node importing itself), as a closed path."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    parts: List[List[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1 or node in graph.get(node, ()):
+                parts.append(_closed_path(sorted(part), graph))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return parts
+
+
+def _closed_path(part: Sequence[str], graph: Graph) -> List[str]:
+    """One circle through the part's first node, for the message (a -> b -> a)."""
+    members = set(part)
+    start = part[0]
+    paths = {start: [start]}
+    pending = [start]
+    while pending:
+        node = pending.pop(0)
+        for target in sorted(graph.get(node, ())):
+            if target == start:
+                return paths[node] + [start]
+            if target in members and target not in paths:
+                paths[target] = paths[node] + [target]
+                pending.append(target)
+    return list(part)
+
+
+def layers(graph: Graph) -> List[List[str]]:
+    """Nodes by layer, bottom first: a node sits one above the highest node it imports (graph without circles)."""
+    level: Dict[str, int] = {}
+
+    def depth(node: str, trail: Tuple[str, ...] = ()) -> int:
+        if node not in level:
+            below = [depth(t, trail + (node,)) for t in graph.get(node, ()) if t not in trail]
+            level[node] = 1 + max(below, default=-1)
+        return level[node]
+
+    for node in graph:
+        depth(node)
+    result: List[List[str]] = [[] for _ in range(max(level.values(), default=-1) + 1)]
+    for node, n in level.items():
+        result[n].append(node)
+    return [sorted(nodes) for nodes in result]
+
+
+@dataclass
+class Report:
+    module_cycles: List[List[str]]
+    folder_cycles: List[List[str]]
+    module_layers: List[List[str]]
+    folder_layers: List[List[str]]
+
+    @property
+    def ok(self) -> bool:
+        return not self.module_cycles and not self.folder_cycles
+
+    def text(self) -> str:
+        lines = []
+        for title, cycles in (("module", self.module_cycles), ("folder", self.folder_cycles)):
+            for cycle in cycles:
+                lines.append(f"import circle between {title}s: " + " -> ".join(map(_short, cycle)))
+        if self.ok:
+            lines.append("folders, bottom layer first (each imports only from layers below it):")
+            lines += [f"  {n}: {', '.join(nodes)}" for n, nodes in enumerate(self.folder_layers)]
+            lines.append("modules, bottom layer first:")
+            lines += [f"  {n}: {', '.join(map(_short, nodes))}" for n, nodes in enumerate(self.module_layers)]
+        return "\n".join(lines)
+
+
+def _short(name: str) -> str:
+    """A module's name without the package's ("probe.holders"); the package itself keeps its name."""
+    return name.partition(".")[2] or name
+
+
+def check(root: Path, package: str = PACKAGE) -> Report:
+    modules = find_modules(root, package)
+    graph = {name: imports_of(module, modules) for name, module in modules.items()}
+    folders = folder_graph(graph)
+    module_cycles, folder_cycles = find_cycles(graph), find_cycles(folders)
+    return Report(
+        module_cycles,
+        folder_cycles,
+        layers(graph) if not module_cycles else [],
+        layers(folders) if not folder_cycles else [],
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the repository root")
+    args = parser.parse_args(argv)
+    report = check(Path(args.root))
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,797 @@
+/*
+ * GENERATED FILE: do not edit. Made by scripts/gen_wire.mjs (`jlpm gen:wire`) from
+ * gpumem_kernel/wire/schemas/*.schema.json, the one source of the wire format; change a schema, then run it.
+ */
+
+/**
+ * The TypeScript types of every gpumem message and payload, one interface per object shape of the schemas.
+ * src/wire/protocol.ts and src/wire/analysispayload.ts export them under the names the rest of src/ uses.
+ */
+
+/**
+ * One training step's memory and the batch sizes that fit. Sizes are integer bytes.
+ */
+export interface IAnalysisPayload {
+  version: 1;
+  /**
+   * traced: fake CPU tensors + caching-allocator model; measured: real steps on the GPU
+   */
+  engine: 'traced' | 'measured';
+  model: IAnalysisModel;
+  settings: IAnalysisSettings;
+  /**
+   * unique parameter storages (a tied weight counts once)
+   */
+  parameters_bytes: number;
+  buffers_bytes: number;
+  /**
+   * gradients alive when optimizer.step() starts
+   */
+  gradients_bytes: number;
+  /**
+   * device-resident optimizer state (read from a stepped optimizer, else traced)
+   */
+  optimizer_bytes: number;
+  /**
+   * optimizer `step` scalars that stay on the host (non-fused optimizers)
+   */
+  optimizer_host_bytes: number;
+  /**
+   * extra bytes during step(): foreach temporaries
+   */
+  optimizer_transient_bytes: number;
+  /**
+   * forward outputs kept for backward, at the end of the forward pass
+   */
+  activations_bytes: number;
+  input_bytes: number;
+  /**
+   * autocast's low-precision weight copies
+   */
+  autocast_cache_bytes: number;
+  /**
+   * other live bytes at the peak
+   */
+  temporary_bytes: number;
+  /**
+   * peak of live tensor bytes (unrounded)
+   */
+  peak_live_bytes: number;
+  /**
+   * peak allocated (caching-allocator blocks), per rank
+   */
+  peak_allocated_bytes: number;
+  /**
+   * peak reserved (segments), per rank
+   */
+  peak_reserved_bytes: number | null;
+  /**
+   * CUDA context: an estimate by GPU generation, or this kernel's measured one (NVML usage - torch reserved) when it exists
+   */
+  context_bytes: number;
+  /**
+   * cuBLAS workspaces + the largest cuDNN workspace (inside reserved)
+   */
+  workspace_bytes: number;
+  /**
+   * device footprint of a steady-state step: peak reserved + a CUDA context not yet created (estimate), per rank
+   */
+  peak_bytes: number;
+  figures: IFigure[];
+  breakdown_at_peak: null | IBreakdownAtPeak;
+  phase_peaks: {
+    [k: string]: number;
+  } | null;
+  peak_phase: null | 'input' | 'forward' | 'backward' | 'optimizer' | 'zero_grad' | 'other';
+  /**
+   * fp32 footprint minus AMP footprint at the current batch (negative: AMP costs memory)
+   */
+  amp_saved_bytes: number | null;
+  allocator: null | IAllocatorSummary;
+  device: IAnalysisDevice;
+  curve: ICurvePoint[];
+  fit: null | IFit;
+  recommendations: IRecommendations;
+  distributed: null | IDistributed;
+  error_bound: IErrorBound;
+  notes: string[];
+  elapsed_seconds: number;
+  /**
+   * The analysed configuration in the training-config shape (data.batch_size, training.gradient_accumulation_steps, use_amp, amp_dtype, gradient_checkpointing), written by the kernel with PyYAML, comments first. The text output prints it; the browser's "Copy as YAML" copies it verbatim. Absent from outputs saved before it existed.
+   */
+  config_yaml?: string;
+  /**
+   * Python for a training loop with gradient accumulation at the recommended pick, keeping the analysed mixed precision (autocast, GradScaler for fp16); the browser's "Insert code" inserts it verbatim. null when the pick needs no accumulation. Absent from outputs saved before it existed.
+   */
+  accumulation_code?: string | null;
+}
+export interface IAnalysisModel {
+  name: string;
+  parameter_count: number;
+  trainable_parameter_count: number;
+  parameters_by_dtype: {
+    [k: string]: number;
+  };
+  buffers_by_dtype: {
+    [k: string]: number;
+  };
+  largest_layer: IAnalysisModelLargestLayer;
+}
+export interface IAnalysisModelLargestLayer {
+  name: string;
+  bytes: number;
+}
+export interface IAnalysisSettings {
+  batch_size: number;
+  input: string;
+  loss: string;
+  optimizer: string;
+  amp: null | 'fp16' | 'bf16';
+  grad_accum: number;
+  checkpointing: boolean;
+  device: string | null;
+  target: string | null;
+  memory: string | null;
+  world_size: number;
+  strategy: null | 'ddp' | 'fsdp' | 'zero1' | 'zero2' | 'zero3';
+  multiple: number | null;
+  effective_batch: number;
+}
+export interface IFigure {
+  name: string;
+  bytes: number | null;
+  engine: 'read' | 'traced' | 'measured' | 'modelled' | 'estimate' | 'nvml' | 'source';
+  note: string;
+}
+export interface IBreakdownAtPeak {
+  parameter: number;
+  buffer: number;
+  gradient: number;
+  optimizer_state: number;
+  input: number;
+  activation: number;
+  autocast_cache: number;
+  temporary: number;
+}
+export interface IAllocatorSummary {
+  segments: number;
+  small_segments: number;
+  large_segments: number;
+  fragmentation: number;
+}
+export interface IAnalysisDevice {
+  name: string | null;
+  source: 'nvml' | 'target' | 'memory' | 'none';
+  total_bytes: number | null;
+  free_bytes: number | null;
+  reclaimable_bytes: number;
+  reserve_bytes: number | null;
+  /**
+   * what a step may use: free + reclaimable - reserve
+   */
+  limit_bytes: number | null;
+  compute_capability: string | null;
+  bf16: boolean | null;
+  context_bytes: number;
+  context_source: 'estimate' | 'nvml' | 'in use' | 'none';
+}
+export interface ICurvePoint {
+  batch_size: number;
+  peak_bytes: number;
+  peak_allocated_bytes: number;
+  peak_reserved_bytes: number | null;
+  engine: 'traced' | 'measured';
+}
+export interface IFit {
+  intercept_bytes: number;
+  slope_bytes_per_sample: number;
+  max_relative_residual: number | null;
+  points: number;
+}
+export interface IRecommendations {
+  maximum: number | null;
+  recommended: number | null;
+  safe: number | null;
+  rounding: string;
+  extrapolated: boolean;
+  note: string;
+  current: IAnalysisRecommendationsCurrent;
+  accumulation: IAnalysisRecommendationsAccumulation;
+  lr: IAnalysisRecommendationsLr;
+}
+export interface IAnalysisRecommendationsCurrent {
+  batch_size: number;
+  peak_bytes: number;
+  status: 'fits' | 'tight' | 'will-not-fit' | 'unknown';
+  fraction_of_limit: number | null;
+}
+export interface IAnalysisRecommendationsAccumulation {
+  target_effective_batch: number;
+  explicit_target: boolean;
+  maximum: number | null;
+  recommended: number | null;
+  safe: number | null;
+}
+export interface IAnalysisRecommendationsLr {
+  from_effective_batch: number;
+  to_effective_batch: number | null;
+  linear: number | null;
+  sqrt: number | null;
+  hint: string;
+}
+export interface IDistributed {
+  world_size: number;
+  strategy: 'ddp' | 'fsdp' | 'zero1' | 'zero2' | 'zero3';
+  parameters_bytes: number;
+  gradients_bytes: number;
+  optimizer_bytes: number;
+  extra_bytes: number;
+  extra_note: string;
+  activations_bytes: number;
+  peak_bytes: number;
+  note: string;
+}
+export interface IErrorBound {
+  relative: number;
+  absolute_bytes: number;
+  statement: string;
+}
+/**
+ * The largest batch that ran full training steps (forward, loss, backward, optimizer step) and a recommended batch below it. Sizes are integer bytes. engine 'simulated': a cap on tracked tensor bytes on the CPU, not a GPU.
+ */
+export interface IAutobatchPayload {
+  version: 1;
+  /**
+   * 0: not even batch 1 fits
+   */
+  maximum: number;
+  recommended: number;
+  margin: number;
+  rounding: string;
+  trials: ITrial[];
+  n_trials: number;
+  seconds: number;
+  engine: 'cuda' | 'simulated';
+  device: string;
+  limit_bytes: number | null;
+  steps: number;
+  start_batch: number;
+  start_source: 'start_batch' | 'analysis' | 'default';
+  predicted: number | null;
+  model_name: string;
+  optimizer: string;
+  amp: 'fp16' | 'bf16' | null;
+  at_least: boolean;
+  interrupted: boolean;
+  notes: string[];
+  /**
+   * The recommended batch in the training-config shape (data.batch_size, training.use_amp, amp_dtype), written by the kernel with PyYAML, comments first. The text output prints it; the browser's "Copy as YAML" copies it verbatim. Absent from outputs saved before it existed.
+   */
+  config_yaml?: string;
+}
+export interface ITrial {
+  batch: number;
+  ok: boolean;
+  peak_bytes: number | null;
+  seconds: number;
+  reserved_bytes: number | null;
+  phase: 'start' | 'predicted' | 'grow' | 'shrink' | 'slope' | 'secant' | 'edge' | 'bisect' | 'scan';
+  error: string | null;
+}
+/**
+ * The batch size x num_workers x AMP sweep: one row per configuration, three picks, diagnostics. Sizes are integer bytes, times milliseconds. engine 'simulated': CPU timings and a cap on tracked tensor bytes.
+ */
+export interface IBenchmarkPayload {
+  version: 1;
+  engine: 'cuda' | 'cpu' | 'simulated';
+  device: IBenchmarkDevice;
+  limit_bytes: number | null;
+  memory_target: number;
+  memory_source: string;
+  amp_dtype: 'float16' | 'bfloat16';
+  config: IBenchmarkConfig;
+  model: IBenchmarkModel;
+  optimizer: string;
+  data: string;
+  rows: IBenchmarkRow[];
+  picks: IBenchmarkPicks;
+  diagnostics: string[];
+  notes: string[];
+  interrupted: boolean;
+  seconds: number;
+  workers: IBenchmarkWorkers;
+  /**
+   * The recommended pick in the training-config shape (data.batch_size, num_workers, pin_memory; training.use_amp, amp_dtype), written by the kernel with PyYAML, comments first; null when no configuration qualified. The text output prints it; the browser's "Copy as YAML" copies it verbatim. Absent from outputs saved before it existed.
+   */
+  config_yaml?: string | null;
+}
+export interface IBenchmarkDevice {
+  type: 'cuda' | 'cpu';
+  index: number | null;
+  name: string;
+  total_bytes: number | null;
+}
+export interface IBenchmarkConfig {
+  /**
+   * @minItems 1
+   */
+  batch_sizes: number[];
+  /**
+   * @minItems 1
+   */
+  num_workers_options: number[];
+  steps_per_test: number;
+  warmup_steps: number;
+  test_mixed_precision: boolean;
+  test_pin_memory: boolean;
+  memory_target: number;
+}
+export interface IBenchmarkModel {
+  name: string;
+  parameter_count: number;
+}
+export interface IBenchmarkRow {
+  batch_size: number;
+  num_workers: number;
+  amp: boolean;
+  pin_memory: boolean;
+  status: 'ok' | 'oom' | 'swapping-suspected';
+  io_ms: number | null;
+  h2d_ms: number | null;
+  forward_ms: number | null;
+  backward_ms: number | null;
+  optimizer_ms: number | null;
+  total_ms: number | null;
+  samples_per_s: number | null;
+  gpu_util: number | null;
+  peak_bytes: number | null;
+  peak_allocated_bytes: number | null;
+  peak_reserved_bytes: number | null;
+  device_used_bytes: number | null;
+  efficiency: number | null;
+  loader_restarts: number;
+  seconds: number;
+  error: string | null;
+}
+export interface IBenchmarkPicks {
+  highest_throughput: null | IBenchmarkPick;
+  best_efficiency: null | IBenchmarkPick;
+  recommended: null | IBenchmarkPick;
+}
+export interface IBenchmarkPick {
+  kind: 'highest_throughput' | 'best_efficiency' | 'recommended';
+  /**
+   * index into rows
+   */
+  row: number;
+  batch_size: number;
+  num_workers: number;
+  amp: boolean;
+  pin_memory: boolean;
+  samples_per_s: number;
+  peak_bytes: number | null;
+  efficiency: number | null;
+  gpu_util: number | null;
+  note: string;
+}
+export interface IBenchmarkWorkers {
+  leftover: number[];
+  terminated: number[];
+}
+/**
+ * Written by gpumem_kernel/clear/reclaim.py:ClearReport.to_payload. Sizes are integer bytes; null: not measurable.
+ */
+export interface IClearPayload {
+  version: 1;
+  dry_run: boolean;
+  torch_imported: boolean;
+  cuda_initialized: boolean;
+  traceback_sources: string[];
+  traceback_frames: number;
+  traceback_freed: null | IClearHolder;
+  output_cache: IClearHolder[];
+  output_cache_entries: number;
+  deleted: IClearHolder[];
+  gc_collected: number | null;
+  emptied_cache: boolean;
+  devices: IClearDevice[];
+  host_rss_before: number | null;
+  host_rss_after: number | null;
+  holders: IClearHolder[];
+  holders_more: number;
+  notes: string[];
+  reclaimed: {
+    [k: string]: number | null;
+  };
+}
+/**
+ * A name that keeps tensors alive and the bytes only it keeps alive, per device (cuda:N, cpu, mps).
+ */
+export interface IClearHolder {
+  name: string;
+  kind: 'tensor' | 'module' | 'optimizer' | 'list' | 'tuple' | 'dict' | 'set' | 'traceback' | 'other';
+  type_name: string;
+  bytes: number;
+  by_device: IClearByDevice;
+  tensors: number;
+  shape: number[] | null;
+  dtype: string | null;
+}
+export interface IClearByDevice {
+  [k: string]: number;
+}
+/**
+ * One CUDA device: torch allocator figures (when CUDA is initialised) and NVML's figure for this process.
+ */
+export interface IClearDevice {
+  device: string;
+  name: string | null;
+  allocated_before: number | null;
+  allocated_after: number | null;
+  reserved_before: number | null;
+  reserved_after: number | null;
+  this_kernel_before: number | null;
+  this_kernel_after: number | null;
+}
+export interface IErrorMessage {
+  type: 'error';
+  id: string | null;
+  code: 'bad-request' | 'unknown-action' | 'internal';
+  message: string;
+}
+export interface IHello {
+  type: 'hello';
+  protocol: number;
+  version: string;
+  pid: number;
+  capabilities: string[];
+  interval: number;
+  history_seconds: number;
+  python: string;
+  ipykernel: string | null;
+  torch: string | null;
+  /**
+   * start time of the kernel process (psutil create_time, seconds since the epoch); with pid, identifies it for the processes/terminate actions. Optional: older kernels omit it.
+   */
+  create_time?: number | null;
+}
+export interface IHistory {
+  type: 'history';
+  samples: ISample[];
+}
+export interface ISample {
+  type: 'sample';
+  /**
+   * position in the sampler's stream, from 1; 0 for a sample taken on request
+   */
+  seq: number;
+  /**
+   * seconds since the epoch
+   */
+  time: number;
+  gpu: IGpuInfo;
+  kernel: IKernelUsage;
+  host: IHostMemory;
+  /**
+   * new problems since the last sample (each reported once)
+   */
+  errors: string[];
+}
+export interface IGpuInfo {
+  available: boolean;
+  reason: string | null;
+  driver_version: string | null;
+  cuda_driver_version: string | null;
+  /**
+   * CUDA_VISIBLE_DEVICES as the kernel sees it; null when unset
+   */
+  visible_devices: string | null;
+  device_order: 'FASTEST_FIRST' | 'PCI_BUS_ID';
+  devices: IDevice[];
+}
+export interface IDevice {
+  nvml_index: number;
+  /**
+   * torch's cuda:N for this kernel; null when CUDA_VISIBLE_DEVICES hides it
+   */
+  cuda_index: number | null;
+  name: string | null;
+  uuid: string | null;
+  mig: boolean;
+  total: number | null;
+  used: number | null;
+  free: number | null;
+  util_gpu: number | null;
+  util_mem: number | null;
+  compute_capability: string | null;
+  sm_count: number | null;
+  /**
+   * NVML's figure for this kernel's PID on this device; null when not listed
+   */
+  this_kernel: number | null;
+  allocator: null | IAllocator;
+  processes: IGpuProcess[];
+}
+/**
+ * PyTorch caching-allocator statistics; present only when torch is imported and CUDA already initialised
+ */
+export interface IAllocator {
+  allocated: number;
+  reserved: number;
+  peak_allocated: number;
+  peak_reserved: number;
+  num_ooms: number;
+  num_alloc_retries: number;
+}
+export interface IGpuProcess {
+  pid: number;
+  name: string | null;
+  used: number | null;
+  /**
+   * from a kernel-<id>.json in the process's command line
+   */
+  kernel_id: string | null;
+  this_kernel: boolean;
+}
+export interface IKernelUsage {
+  pid: number;
+  gpu_used: number | null;
+  torch: ITorchState;
+}
+export interface ITorchState {
+  imported: boolean;
+  version: string | null;
+  cuda_initialized: boolean;
+}
+export interface IHostMemory {
+  rss: number;
+  total: number;
+  available: number;
+  children: IChildren;
+  container_limit: number | null;
+  container_usage: number | null;
+}
+/**
+ * child processes of the kernel, recursively (DataLoader workers)
+ */
+export interface IChildren {
+  count: number;
+  rss: number;
+}
+/**
+ * Sizes are integer bytes; a field the message or probe cannot tell is null. Written by gpumem_kernel/oom/checklist.py:oom_bundle.
+ */
+export interface IOomPayload {
+  version: 1;
+  /**
+   * @minItems 1
+   */
+  summary: string[];
+  info: IOomInfo;
+  diagnosis: IOomDiagnosis;
+  /**
+   * @minItems 1
+   */
+  steps: IOomStep[];
+}
+/**
+ * The numbers of PyTorch's message (parse_oom_message).
+ */
+export interface IOomInfo {
+  format: '1.x' | '2.x' | 'cuda-error' | 'unknown';
+  backend: 'CUDA' | 'HIP' | 'XPU';
+  exception: string | null;
+  message: string;
+  tried_to_allocate: number | null;
+  device: number | null;
+  total_capacity: number | null;
+  free: number | null;
+  allowed: number | null;
+  allocated_by_pytorch: number | null;
+  private_pools: number | null;
+  reserved_unallocated: number | null;
+  reserved_total: number | null;
+  this_process_total: number | null;
+  other_processes: IOomProcessUse[];
+  hint: 'expandable_segments' | 'max_split_size_mb' | null;
+}
+export interface IOomProcessUse {
+  pid: number;
+  used: number;
+}
+/**
+ * What the message, a fresh probe and the user namespace say (diagnose).
+ */
+export interface IOomDiagnosis {
+  device: number | null;
+  too_large: boolean;
+  fragmentation: null | IOomFragmentation;
+  other_processes: IOomProcess[];
+  pid_unmatched: boolean;
+  traceback: null | IOomTraceback;
+  host: null | IOomHost;
+  loaders: IOomLoader[];
+  num_workers: number | null;
+  amp: 'likely' | 'unknown';
+  bf16_supported: boolean | null;
+  batch_size: number | null;
+  batch_size_source: string | null;
+  input_size: null | IOomInputSize;
+  model: null | IOomModel;
+  names: IOomNames;
+  alloc_conf_var: 'PYTORCH_CUDA_ALLOC_CONF' | 'PYTORCH_HIP_ALLOC_CONF';
+  alloc_conf: string | null;
+  torch_version: string | null;
+  notes: string[];
+}
+export interface IOomFragmentation {
+  reserved_unallocated: number;
+  threshold: number;
+  decisive: boolean;
+  expandable_segments_set: boolean;
+  suggest: boolean;
+}
+export interface IOomProcess {
+  pid: number;
+  used: number | null;
+  name: string | null;
+  kernel_id: string | null;
+  child_of_kernel: boolean;
+  source: 'message' | 'probe' | 'both';
+}
+export interface IOomTraceback {
+  frames: number;
+  tensors: number;
+  bytes: number;
+  by_device: IOomByDevice;
+}
+export interface IOomByDevice {
+  [k: string]: number;
+}
+export interface IOomHost {
+  rss: number | null;
+  total: number | null;
+  available: number | null;
+  workers: number;
+  workers_rss: number;
+  container_limit: number | null;
+  container_usage: number | null;
+  low: boolean;
+}
+export interface IOomLoader {
+  name: string;
+  batch_size: number | null;
+  num_workers: number;
+}
+export interface IOomInputSize {
+  name: string;
+  value: number;
+  kind: 'image' | 'sequence';
+}
+export interface IOomModel {
+  name: string;
+  type_name: string;
+  parameters: number;
+  bytes: number;
+  blocks: string | null;
+  blocks_kind: 'ModuleList' | 'Sequential' | null;
+  hf_checkpointing: boolean;
+  checkpointing_on: boolean;
+}
+export interface IOomNames {
+  model: string;
+  optimizer: string;
+  loader: string;
+  criterion: string;
+  device: string;
+}
+/**
+ * One checklist step: a button (action), a cell to insert (code) or advice (action null).
+ */
+export interface IOomStep {
+  id: string;
+  title: string;
+  detail: string;
+  action: 'clear' | 'restart' | 'shutdown-kernel' | 'insert-cell' | 'insert-env-cell-and-restart' | null;
+  kernel_id: string | null;
+  code: string | null;
+}
+export interface IOpenMessage {
+  type: 'open';
+  protocol: number;
+  interval?: number;
+  history_seconds?: number;
+  client?: string;
+}
+export interface IReply {
+  type: 'reply';
+  id: string;
+  action: 'snapshot' | 'history' | 'configure' | 'children' | 'processes' | 'terminate' | 'ping';
+  result: {
+    [k: string]: unknown;
+  };
+}
+export interface IHistoryResult {
+  samples: ISample[];
+}
+export interface IConfigureResult {
+  interval: number;
+  history_seconds: number;
+}
+export interface IChildrenResult {
+  children: IChildProcess[];
+}
+export interface IChildProcess {
+  pid: number;
+  create_time: number;
+  name: string | null;
+  rss: number | null;
+  /**
+   * NVML bytes on all devices; 0: a GPU is visible and does not list it; null: no GPU, or NVML gave no figure
+   */
+  gpu_used: number | null;
+}
+export interface IProcessesResult {
+  processes: IProcessState[];
+}
+export interface IProcessState {
+  pid: number;
+  /**
+   * as asked
+   */
+  create_time: number;
+  /**
+   * the PID runs (not a zombie)
+   */
+  alive: boolean;
+  /**
+   * alive and started at create_time (within 0.01 s): not a reused PID
+   */
+  same_process: boolean;
+  /**
+   * null unless same_process
+   */
+  name: string | null;
+  /**
+   * as in child; null unless same_process
+   */
+  gpu_used: number | null;
+}
+export interface ITerminateResult {
+  terminated: number[];
+  refused: IRefusal[];
+}
+export interface IRefusal {
+  pid: number;
+  reason: string;
+}
+export interface IPingResult {}
+export interface IRequestMessage {
+  type: 'request';
+  id: string;
+  /**
+   * v1: snapshot | history | configure | children | processes | terminate | ping; unknown actions are answered with an error
+   */
+  action: string;
+  args?: {
+    [k: string]: unknown;
+  };
+}
+export interface IConfigureArgs {
+  interval?: number;
+  history_seconds?: number;
+}
+export interface INoArgs {}
+export interface IProcessArgs {
+  /**
+   * @maxItems 1024
+   */
+  pids: IProcessRef[];
+}
+/**
+ * a process: its PID and its start time (psutil create_time, seconds since the epoch), which tells a reused PID apart
+ */
+export interface IProcessRef {
+  pid: number;
+  create_time: number;
+}

@@ -1,0 +1,673 @@
+/*
+ * GENERATED FILE: do not edit. Made by scripts/gen_wire.mjs (`jlpm gen:wire`) from
+ * gpumem_kernel/wire/schemas/*.schema.json, the one source of the wire format; change a schema, then run it.
+ */
+
+/**
+ * One check per schema the browser reads: `check(value, 'sample')` is null when the value fits, else one
+ * line naming the first field that does not. Made of the keyword functions in ../keywords.ts; fields the
+ * schema does not name are ignored (README.md beside the schemas, "Extra fields").
+ */
+import {
+  type Check,
+  additionalProperties,
+  all,
+  array,
+  constant,
+  enumOf,
+  integer,
+  minItems,
+  nullable,
+  number,
+  object,
+  optional,
+  pattern,
+  properties,
+  propertyNames,
+  string,
+  type,
+  uniqueItems,
+  when
+} from '../keywords';
+
+const c1: Check = integer(10, 3600);
+
+const c2: Check = nullable(string());
+
+const c3: Check = nullable(number());
+
+/** hello.schema.json */
+export const hello: Check = object({
+  type: constant('hello'),
+  protocol: integer(1),
+  version: string(),
+  pid: integer(0),
+  capabilities: all(array(string()), uniqueItems),
+  interval: number(0.1, 60),
+  history_seconds: c1,
+  python: string(),
+  ipykernel: c2,
+  torch: c2,
+  create_time: optional(c3)
+});
+
+const c4: Check = constant('history');
+
+const c5: Check = nullable(integer(0));
+
+const c6: Check = nullable(integer(0, 100));
+
+/** sample.schema.json#/$defs/allocator */
+const allocator: Check = object({
+  allocated: integer(0),
+  reserved: integer(0),
+  peak_allocated: integer(0),
+  peak_reserved: integer(0),
+  num_ooms: integer(0),
+  num_alloc_retries: integer(0)
+});
+
+/** sample.schema.json#/$defs/process */
+const gpuProcess: Check = object({
+  pid: integer(0),
+  name: c2,
+  used: c5,
+  kernel_id: c2,
+  this_kernel: type('boolean')
+});
+
+/** sample.schema.json#/$defs/device */
+const device: Check = object({
+  nvml_index: integer(0),
+  cuda_index: c5,
+  name: c2,
+  uuid: c2,
+  mig: type('boolean'),
+  total: c5,
+  used: c5,
+  free: c5,
+  util_gpu: c6,
+  util_mem: c6,
+  compute_capability: nullable(all(string(), pattern(new RegExp('^[0-9]+\\.[0-9]+$', 'u')))),
+  sm_count: c5,
+  this_kernel: c5,
+  allocator: nullable(allocator),
+  processes: array(gpuProcess)
+});
+
+/** sample.schema.json */
+export const sample: Check = object({
+  type: constant('sample'),
+  seq: integer(0),
+  time: number(),
+  gpu: object({
+    available: type('boolean'),
+    reason: c2,
+    driver_version: c2,
+    cuda_driver_version: c2,
+    visible_devices: c2,
+    device_order: enumOf('FASTEST_FIRST', 'PCI_BUS_ID'),
+    devices: array(device)
+  }),
+  kernel: object({
+    pid: integer(0),
+    gpu_used: c5,
+    torch: object({ imported: type('boolean'), version: c2, cuda_initialized: type('boolean') })
+  }),
+  host: object({
+    rss: integer(0),
+    total: integer(0),
+    available: integer(0),
+    children: object({ count: integer(0), rss: integer(0) }),
+    container_limit: c5,
+    container_usage: c5
+  }),
+  errors: array(string())
+});
+
+/** history.schema.json */
+export const history: Check = object({ type: c4, samples: array(sample) });
+
+/** reply.schema.json#/$defs/history_result */
+export const historyResult: Check = object({ samples: array(sample) });
+
+/** reply.schema.json#/$defs/configure_result */
+export const configureResult: Check = object({ interval: number(0.1, 60), history_seconds: c1 });
+
+/** reply.schema.json#/$defs/child */
+const childProcess: Check = object({
+  pid: integer(1),
+  create_time: number(),
+  name: c2,
+  rss: c5,
+  gpu_used: c5
+});
+
+/** reply.schema.json#/$defs/children_result */
+export const childrenResult: Check = object({ children: array(childProcess) });
+
+/** reply.schema.json#/$defs/process_state */
+const processState: Check = object({
+  pid: integer(1),
+  create_time: number(),
+  alive: type('boolean'),
+  same_process: type('boolean'),
+  name: c2,
+  gpu_used: c5
+});
+
+/** reply.schema.json#/$defs/processes_result */
+export const processesResult: Check = object({ processes: array(processState) });
+
+/** reply.schema.json#/$defs/refusal */
+const refusal: Check = object({ pid: integer(), reason: string() });
+
+/** reply.schema.json#/$defs/terminate_result */
+export const terminateResult: Check = object({ terminated: array(integer(1)), refused: array(refusal) });
+
+/** reply.schema.json#/$defs/ping_result */
+export const pingResult: Check = object({});
+
+/** reply.schema.json */
+export const reply: Check = all(
+  object({
+    type: constant('reply'),
+    id: string(1),
+    action: enumOf('snapshot', 'history', 'configure', 'children', 'processes', 'terminate', 'ping'),
+    result: type('object')
+  }),
+  when(properties({ action: constant('snapshot') }, []), properties({ result: sample }, [])),
+  when(properties({ action: c4 }, []), properties({ result: historyResult }, [])),
+  when(properties({ action: constant('configure') }, []), properties({ result: configureResult }, [])),
+  when(properties({ action: constant('children') }, []), properties({ result: childrenResult }, [])),
+  when(properties({ action: constant('processes') }, []), properties({ result: processesResult }, [])),
+  when(properties({ action: constant('terminate') }, []), properties({ result: terminateResult }, [])),
+  when(properties({ action: constant('ping') }, []), properties({ result: pingResult }, []))
+);
+
+/** error.schema.json */
+export const errorMessage: Check = object({
+  type: constant('error'),
+  id: c2,
+  code: enumOf('bad-request', 'unknown-action', 'internal'),
+  message: string(1)
+});
+
+/** clear.schema.json#/$defs/by_device */
+const clearByDevice: Check = all(type('object'), additionalProperties(integer(0)));
+
+/** clear.schema.json#/$defs/holder */
+const clearHolder: Check = object({
+  name: string(),
+  kind: enumOf('tensor', 'module', 'optimizer', 'list', 'tuple', 'dict', 'set', 'traceback', 'other'),
+  type_name: string(),
+  bytes: integer(0),
+  by_device: clearByDevice,
+  tensors: integer(0),
+  shape: nullable(array(integer(0))),
+  dtype: c2
+});
+
+const c7: Check = array(clearHolder);
+
+/** clear.schema.json#/$defs/device */
+const clearDevice: Check = object({
+  device: all(string(), pattern(new RegExp('^cuda:[0-9]+$', 'u'))),
+  name: c2,
+  allocated_before: c5,
+  allocated_after: c5,
+  reserved_before: c5,
+  reserved_after: c5,
+  this_kernel_before: c5,
+  this_kernel_after: c5
+});
+
+const c8: Check = nullable(integer());
+
+/** clear.schema.json */
+export const clearPayload: Check = object({
+  version: constant(1),
+  dry_run: type('boolean'),
+  torch_imported: type('boolean'),
+  cuda_initialized: type('boolean'),
+  traceback_sources: array(string()),
+  traceback_frames: integer(0),
+  traceback_freed: nullable(clearHolder),
+  output_cache: c7,
+  output_cache_entries: integer(0),
+  deleted: c7,
+  gc_collected: c5,
+  emptied_cache: type('boolean'),
+  devices: array(clearDevice),
+  host_rss_before: c5,
+  host_rss_after: c5,
+  holders: c7,
+  holders_more: integer(0),
+  notes: array(string()),
+  reclaimed: all(
+    type('object'),
+    additionalProperties(c8),
+    propertyNames(pattern(new RegExp('^cuda:[0-9]+$', 'u')))
+  )
+});
+
+/** oom.schema.json#/$defs/info */
+const oomInfo: Check = object({
+  format: enumOf('1.x', '2.x', 'cuda-error', 'unknown'),
+  backend: enumOf('CUDA', 'HIP', 'XPU'),
+  exception: c2,
+  message: string(undefined, 2000),
+  tried_to_allocate: c5,
+  device: c5,
+  total_capacity: c5,
+  free: c5,
+  allowed: c5,
+  allocated_by_pytorch: c5,
+  private_pools: c5,
+  reserved_unallocated: c5,
+  reserved_total: c5,
+  this_process_total: c5,
+  other_processes: array(object({ pid: integer(0), used: integer(0) })),
+  hint: enumOf('expandable_segments', 'max_split_size_mb', null)
+});
+
+/** oom.schema.json#/$defs/fragmentation */
+const oomFragmentation: Check = object({
+  reserved_unallocated: integer(0),
+  threshold: integer(0),
+  decisive: type('boolean'),
+  expandable_segments_set: type('boolean'),
+  suggest: type('boolean')
+});
+
+/** oom.schema.json#/$defs/process */
+const oomProcess: Check = object({
+  pid: integer(0),
+  used: c5,
+  name: c2,
+  kernel_id: c2,
+  child_of_kernel: type('boolean'),
+  source: enumOf('message', 'probe', 'both')
+});
+
+/** oom.schema.json#/$defs/by_device */
+const oomByDevice: Check = all(type('object'), additionalProperties(integer(0)));
+
+/** oom.schema.json#/$defs/traceback */
+const oomTraceback: Check = object({
+  frames: integer(0),
+  tensors: integer(0),
+  bytes: integer(0),
+  by_device: oomByDevice
+});
+
+/** oom.schema.json#/$defs/host */
+const oomHost: Check = object({
+  rss: c5,
+  total: c5,
+  available: c5,
+  workers: integer(0),
+  workers_rss: integer(0),
+  container_limit: c5,
+  container_usage: c5,
+  low: type('boolean')
+});
+
+/** oom.schema.json#/$defs/loader */
+const oomLoader: Check = object({ name: string(), batch_size: c5, num_workers: integer(0) });
+
+const c9: Check = nullable(type('boolean'));
+
+const c10: Check = nullable(integer(1));
+
+/** oom.schema.json#/$defs/input_size */
+const oomInputSize: Check = object({ name: string(), value: integer(1), kind: enumOf('image', 'sequence') });
+
+/** oom.schema.json#/$defs/model */
+const oomModel: Check = object({
+  name: string(),
+  type_name: string(),
+  parameters: integer(0),
+  bytes: integer(0),
+  blocks: c2,
+  blocks_kind: enumOf('ModuleList', 'Sequential', null),
+  hf_checkpointing: type('boolean'),
+  checkpointing_on: type('boolean')
+});
+
+/** oom.schema.json#/$defs/names */
+const oomNames: Check = object({
+  model: string(),
+  optimizer: string(),
+  loader: string(),
+  criterion: string(),
+  device: string()
+});
+
+/** oom.schema.json#/$defs/diagnosis */
+const oomDiagnosis: Check = object({
+  device: c5,
+  too_large: type('boolean'),
+  fragmentation: nullable(oomFragmentation),
+  other_processes: array(oomProcess),
+  pid_unmatched: type('boolean'),
+  traceback: nullable(oomTraceback),
+  host: nullable(oomHost),
+  loaders: array(oomLoader),
+  num_workers: c5,
+  amp: enumOf('likely', 'unknown'),
+  bf16_supported: c9,
+  batch_size: c10,
+  batch_size_source: c2,
+  input_size: nullable(oomInputSize),
+  model: nullable(oomModel),
+  names: oomNames,
+  alloc_conf_var: enumOf('PYTORCH_CUDA_ALLOC_CONF', 'PYTORCH_HIP_ALLOC_CONF'),
+  alloc_conf: c2,
+  torch_version: c2,
+  notes: array(string())
+});
+
+/** oom.schema.json#/$defs/step */
+const oomStep: Check = all(
+  object({
+    id: all(string(), pattern(new RegExp('^[a-z0-9-]+$', 'u'))),
+    title: string(1),
+    detail: string(),
+    action: enumOf('clear', 'restart', 'shutdown-kernel', 'insert-cell', 'insert-env-cell-and-restart', null),
+    kernel_id: c2,
+    code: c2
+  }),
+  when(properties({ action: constant('shutdown-kernel') }, []), properties({ kernel_id: string(1) }, [])),
+  when(
+    properties({ action: enumOf('insert-cell', 'insert-env-cell-and-restart') }, []),
+    properties({ code: string(1) }, [])
+  )
+);
+
+/** oom.schema.json */
+export const oomPayload: Check = object({
+  version: constant(1),
+  summary: all(array(string()), minItems(1)),
+  info: oomInfo,
+  diagnosis: oomDiagnosis,
+  steps: all(array(oomStep), minItems(1))
+});
+
+const c11: Check = enumOf('traced', 'measured');
+
+const c12: Check = all(type('object'), additionalProperties(integer(0)));
+
+/** analysis.schema.json */
+export const analysisPayload: Check = object({
+  version: constant(1),
+  engine: c11,
+  model: object({
+    name: string(),
+    parameter_count: integer(0),
+    trainable_parameter_count: integer(0),
+    parameters_by_dtype: c12,
+    buffers_by_dtype: c12,
+    largest_layer: object({ name: string(), bytes: integer(0) })
+  }),
+  settings: object({
+    batch_size: integer(1),
+    input: string(),
+    loss: string(),
+    optimizer: string(),
+    amp: enumOf(null, 'fp16', 'bf16'),
+    grad_accum: integer(1),
+    checkpointing: type('boolean'),
+    device: c2,
+    target: c2,
+    memory: c2,
+    world_size: integer(1),
+    strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
+    multiple: c10,
+    effective_batch: integer(1)
+  }),
+  parameters_bytes: integer(0),
+  buffers_bytes: integer(0),
+  gradients_bytes: integer(0),
+  optimizer_bytes: integer(0),
+  optimizer_host_bytes: integer(0),
+  optimizer_transient_bytes: integer(0),
+  activations_bytes: integer(0),
+  input_bytes: integer(0),
+  autocast_cache_bytes: integer(0),
+  temporary_bytes: integer(0),
+  peak_live_bytes: integer(0),
+  peak_allocated_bytes: integer(),
+  peak_reserved_bytes: c8,
+  context_bytes: integer(0),
+  workspace_bytes: integer(0),
+  peak_bytes: integer(),
+  figures: array(
+    object({
+      name: string(),
+      bytes: c5,
+      engine: enumOf('read', 'traced', 'measured', 'modelled', 'estimate', 'nvml', 'source'),
+      note: string()
+    })
+  ),
+  breakdown_at_peak: nullable(
+    object({
+      parameter: integer(0),
+      buffer: integer(0),
+      gradient: integer(0),
+      optimizer_state: integer(0),
+      input: integer(0),
+      activation: integer(0),
+      autocast_cache: integer(0),
+      temporary: integer(0)
+    })
+  ),
+  phase_peaks: nullable(
+    all(
+      type('object'),
+      additionalProperties(integer(0)),
+      propertyNames(enumOf('input', 'forward', 'backward', 'optimizer', 'zero_grad', 'other'))
+    )
+  ),
+  peak_phase: enumOf(null, 'input', 'forward', 'backward', 'optimizer', 'zero_grad', 'other'),
+  amp_saved_bytes: c8,
+  allocator: nullable(
+    object({
+      segments: integer(0),
+      small_segments: integer(0),
+      large_segments: integer(0),
+      fragmentation: number(0, 1)
+    })
+  ),
+  device: object({
+    name: c2,
+    source: enumOf('nvml', 'target', 'memory', 'none'),
+    total_bytes: c5,
+    free_bytes: c5,
+    reclaimable_bytes: integer(0),
+    reserve_bytes: c5,
+    limit_bytes: c5,
+    compute_capability: c2,
+    bf16: c9,
+    context_bytes: integer(0),
+    context_source: enumOf('estimate', 'nvml', 'in use', 'none')
+  }),
+  curve: array(
+    object({
+      batch_size: integer(1),
+      peak_bytes: integer(),
+      peak_allocated_bytes: integer(),
+      peak_reserved_bytes: c8,
+      engine: c11
+    })
+  ),
+  fit: nullable(
+    object({
+      intercept_bytes: number(),
+      slope_bytes_per_sample: number(),
+      max_relative_residual: c3,
+      points: integer(0)
+    })
+  ),
+  recommendations: object({
+    maximum: c5,
+    recommended: c5,
+    safe: c5,
+    rounding: string(),
+    extrapolated: type('boolean'),
+    note: string(),
+    current: object({
+      batch_size: integer(1),
+      peak_bytes: integer(),
+      status: enumOf('fits', 'tight', 'will-not-fit', 'unknown'),
+      fraction_of_limit: c3
+    }),
+    accumulation: object({
+      target_effective_batch: integer(1),
+      explicit_target: type('boolean'),
+      maximum: c5,
+      recommended: c5,
+      safe: c5
+    }),
+    lr: object({
+      from_effective_batch: integer(1),
+      to_effective_batch: c5,
+      linear: c3,
+      sqrt: c3,
+      hint: string()
+    })
+  }),
+  distributed: nullable(
+    object({
+      world_size: integer(1),
+      strategy: enumOf('ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
+      parameters_bytes: integer(0),
+      gradients_bytes: integer(0),
+      optimizer_bytes: integer(0),
+      extra_bytes: integer(0),
+      extra_note: string(),
+      activations_bytes: integer(0),
+      peak_bytes: integer(),
+      note: string()
+    })
+  ),
+  error_bound: object({ relative: number(0), absolute_bytes: integer(0), statement: string() }),
+  notes: array(string()),
+  elapsed_seconds: number(0),
+  config_yaml: optional(string()),
+  accumulation_code: optional(c2)
+});
+
+/** autobatch.schema.json */
+export const autobatchPayload: Check = object({
+  version: constant(1),
+  maximum: integer(0),
+  recommended: integer(0),
+  margin: number(0, 1, 'max'),
+  rounding: string(),
+  trials: array(
+    object({
+      batch: integer(1),
+      ok: type('boolean'),
+      peak_bytes: c5,
+      seconds: number(0),
+      reserved_bytes: c5,
+      phase: enumOf('start', 'predicted', 'grow', 'shrink', 'slope', 'secant', 'edge', 'bisect', 'scan'),
+      error: c2
+    })
+  ),
+  n_trials: integer(0),
+  seconds: number(0),
+  engine: enumOf('cuda', 'simulated'),
+  device: string(),
+  limit_bytes: c5,
+  steps: integer(2),
+  start_batch: integer(1),
+  start_source: enumOf('start_batch', 'analysis', 'default'),
+  predicted: c5,
+  model_name: string(),
+  optimizer: string(),
+  amp: enumOf('fp16', 'bf16', null),
+  at_least: type('boolean'),
+  interrupted: type('boolean'),
+  notes: array(string()),
+  config_yaml: optional(string())
+});
+
+const c13: Check = number(0, 1, 'min');
+
+const c14: Check = nullable(number(0));
+
+/** benchmark.schema.json#/$defs/pick */
+const benchmarkPick: Check = object({
+  kind: enumOf('highest_throughput', 'best_efficiency', 'recommended'),
+  row: integer(0),
+  batch_size: integer(1),
+  num_workers: integer(0),
+  amp: type('boolean'),
+  pin_memory: type('boolean'),
+  samples_per_s: number(0),
+  peak_bytes: c5,
+  efficiency: c14,
+  gpu_util: c14,
+  note: string()
+});
+
+const c15: Check = nullable(benchmarkPick);
+
+const c16: Check = array(integer());
+
+/** benchmark.schema.json */
+export const benchmarkPayload: Check = object({
+  version: constant(1),
+  engine: enumOf('cuda', 'cpu', 'simulated'),
+  device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
+  limit_bytes: c5,
+  memory_target: c13,
+  memory_source: string(),
+  amp_dtype: enumOf('float16', 'bfloat16'),
+  config: object({
+    batch_sizes: all(array(integer(1)), minItems(1)),
+    num_workers_options: all(array(integer(0)), minItems(1)),
+    steps_per_test: integer(1),
+    warmup_steps: integer(0),
+    test_mixed_precision: type('boolean'),
+    test_pin_memory: type('boolean'),
+    memory_target: c13
+  }),
+  model: object({ name: string(), parameter_count: integer(0) }),
+  optimizer: string(),
+  data: string(),
+  rows: array(
+    object({
+      batch_size: integer(1),
+      num_workers: integer(0),
+      amp: type('boolean'),
+      pin_memory: type('boolean'),
+      status: enumOf('ok', 'oom', 'swapping-suspected'),
+      io_ms: c14,
+      h2d_ms: c14,
+      forward_ms: c14,
+      backward_ms: c14,
+      optimizer_ms: c14,
+      total_ms: c14,
+      samples_per_s: c14,
+      gpu_util: c14,
+      peak_bytes: c5,
+      peak_allocated_bytes: c5,
+      peak_reserved_bytes: c5,
+      device_used_bytes: c5,
+      efficiency: c14,
+      loader_restarts: integer(0),
+      seconds: number(0),
+      error: c2
+    })
+  ),
+  picks: object({ highest_throughput: c15, best_efficiency: c15, recommended: c15 }),
+  diagnostics: array(string()),
+  notes: array(string()),
+  interrupted: type('boolean'),
+  seconds: number(0),
+  workers: object({ leftover: c16, terminated: c16 }),
+  config_yaml: optional(c2)
+});

@@ -1,0 +1,54 @@
+"""A sample goes through the loaded extension's sampler (its lock owns the shared prober), else the prober."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import pytest
+
+from gpumem_kernel.probe import snapshot
+
+
+class FakeSampler:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def snapshot(self) -> Dict[str, Any]:
+        self.calls.append("snapshot")
+        return {"seq": 0, "from": "sampler"}
+
+    def latest(self) -> Dict[str, Any]:
+        self.calls.append("latest")
+        return {"seq": 7, "from": "sampler"}
+
+
+@pytest.fixture
+def attached():
+    sampler = FakeSampler()
+    snapshot.attach(sampler)
+    yield sampler
+    snapshot.detach(sampler)
+
+
+def test_samples_go_through_the_attached_sampler(attached):
+    assert snapshot.sample_now() == {"seq": 0, "from": "sampler"}
+    assert snapshot.latest_sample() == {"seq": 7, "from": "sampler"}
+    assert snapshot.take_sample() == {"seq": 0, "from": "sampler"}
+    assert attached.calls == ["snapshot", "latest", "snapshot"]
+
+
+def test_detaching_another_sampler_changes_nothing(attached):
+    snapshot.detach(FakeSampler())
+    assert snapshot.running_sampler() is attached
+
+
+def test_without_a_sampler_the_prober_answers_and_a_failure_is_none(monkeypatch):
+    assert snapshot.running_sampler() is None
+    sample = snapshot.sample_now()
+    assert {"gpu", "host", "kernel"} <= set(sample)
+
+    def failing() -> Any:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(snapshot, "sample_now", failing)
+    assert snapshot.take_sample() is None

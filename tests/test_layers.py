@@ -1,0 +1,86 @@
+"""Dependencies point down: no import circle between gpumem_kernel's modules or folders (scripts/check_imports.py),
+counting imports inside functions too."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _checker() -> Any:
+    spec = importlib.util.spec_from_file_location("check_imports", ROOT / "scripts" / "check_imports.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules.setdefault("check_imports", module)  # dataclasses look their module up while it loads
+    spec.loader.exec_module(sys.modules["check_imports"])
+    return sys.modules["check_imports"]
+
+
+def _package(tmp_path: Path, files: Dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / "gpumem_kernel" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def test_gpumem_kernel_has_no_import_circle(capsys):
+    report = _checker().check(ROOT)
+    print(report.text())  # the layer order, shown with -s or on failure
+    assert report.ok, report.text()
+    folders = [folder for layer in report.folder_layers for folder in layer]
+    # the layering the README draws: measuring and rendering at the bottom, the user's commands near the top
+    assert folders.index("probe") < folders.index("clear") < folders.index("magics") < folders.index("extension")
+    assert folders.index("analysis") < folders.index("autobatch") and folders.index("analysis") < folders.index(
+        "benchmark"
+    )
+
+
+def test_a_circle_through_a_function_level_relative_import_is_found(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "low/__init__.py": "",
+            "low/a.py": "def f():\n    from ..high import b  # only to dodge the circle\n",
+            "high/__init__.py": "",
+            "high/b.py": "from gpumem_kernel.low.a import f\n",
+        },
+    )
+    report = _checker().check(root)
+    assert not report.ok
+    assert report.module_cycles == [["gpumem_kernel.high.b", "gpumem_kernel.low.a", "gpumem_kernel.high.b"]]
+    assert report.folder_cycles == [["high", "low", "high"]]
+    assert "import circle between modules: high.b -> low.a -> high.b" in report.text()
+
+
+def test_a_circle_between_folders_only_is_found(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "x/__init__.py": "",
+            "x/one.py": "import gpumem_kernel.y.two\n",
+            "x/three.py": "",
+            "y/__init__.py": "",
+            "y/two.py": "",
+            "y/four.py": "from gpumem_kernel.x import three\n",
+        },
+    )
+    report = _checker().check(root)
+    assert report.module_cycles == [] and report.folder_cycles == [["x", "y", "x"]]
+
+
+def test_layers_put_each_module_above_what_it_imports(tmp_path):
+    root = _package(
+        tmp_path,
+        {"__init__.py": "", "a.py": "", "b.py": "from . import a\n", "c.py": "from .b import name\nimport json\n"},
+    )
+    report = _checker().check(root)
+    assert report.ok
+    assert report.module_layers == [["gpumem_kernel", "gpumem_kernel.a"], ["gpumem_kernel.b"], ["gpumem_kernel.c"]]
