@@ -93,6 +93,7 @@ _LAZY = {
     "auto_select_batch_size": "autobatch.search",
     "run_benchmark": "benchmark.sweep",
     "load_config": "benchmark.sweep",
+    "clear_gpu_memory": "clear.reclaim",
 }
 
 

@@ -45,6 +45,11 @@ jlpm build:prod
 
 step "jupyterlab-gpumem (editable) and its labextension link"
 # The labextension was just built (production); the editable hook would rebuild it in development mode.
+# A link left by an earlier `develop` would make pip write the shared install.json through it into
+# gpumem_kernel/labextension/, and the next wheel would hold that file twice.
+link=".venv/share/jupyter/labextensions/jupyterlab-gpumem"
+if [ -L "$link" ]; then rm "$link"; fi
+rm -f gpumem_kernel/labextension/install.json
 SKIP_JUPYTER_BUILDER=1 pip install -q --no-build-isolation -e ".[test]"
 jupyter labextension develop --overwrite . >/dev/null
 

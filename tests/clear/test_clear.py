@@ -295,3 +295,10 @@ def test_a_failing_checklist_never_hides_the_traceback_or_unregisters_the_handle
     assert "OutOfMemoryError" in captured.stdout and captured.outputs == []
     assert "gpumem: could not build the OOM checklist: OSError: NVML exploded" in captured.stderr
     assert RuntimeError in shell.custom_exceptions
+
+
+def test_clear_gpu_memory_is_part_of_the_package_api():
+    import gpumem_kernel
+
+    assert gpumem_kernel.clear_gpu_memory is clear_gpu_memory
+    assert "clear_gpu_memory" in gpumem_kernel.__all__
