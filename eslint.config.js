@@ -81,7 +81,8 @@ module.exports = tseslint.config(
   },
   {
     // The plugin modules import what activate() builds at once (the model, the panel, the status item, the
-    // actions and their host), and the restart headline, which the panel loads at start anyway.
+    // actions and their host), and the restart headline and the OOM outputs' registry (oom/reveal), which the
+    // panel loads at start anyway.
     files: ['src/index.ts', 'src/actions/plugin.ts'],
     rules: {
       'jupyter/prefer-lazy-imports': [
@@ -91,6 +92,7 @@ module.exports = tseslint.config(
             './actions',
             './labhost',
             './restart/report',
+            './oom/reveal',
             './channel/model',
             './panel/panel',
             './panel/statusitem',

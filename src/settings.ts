@@ -25,6 +25,16 @@ export interface IGpuMemSettings {
   readonly clearOutputsOnRestart: boolean;
   /** How long "Restart and free" waits for NVML to drop the old kernel's PID (5–300 s). */
   readonly restartTimeoutSeconds: number;
+  /** How the kernel's analyze/autobatch picks are rounded down without `--round` (sent with `configure`). */
+  readonly batchRounding: BatchRounding;
+}
+
+/** The values of the "Batch-size rounding" setting, as `--round` takes them. */
+export const BATCH_ROUNDINGS = ['pow2', '8', 'none'] as const;
+export type BatchRounding = (typeof BATCH_ROUNDINGS)[number];
+
+function isBatchRounding(value: unknown): value is BatchRounding {
+  return (BATCH_ROUNDINGS as readonly unknown[]).includes(value);
 }
 
 export const DEFAULT_SETTINGS: IGpuMemSettings = {
@@ -37,7 +47,8 @@ export const DEFAULT_SETTINGS: IGpuMemSettings = {
   showStatusBar: true,
   confirmRestart: true,
   clearOutputsOnRestart: false,
-  restartTimeoutSeconds: 30
+  restartTimeoutSeconds: 30,
+  batchRounding: 'pow2'
 };
 
 function boolOr(value: unknown, fallback: boolean): boolean {
@@ -74,7 +85,10 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
       5,
       300,
       DEFAULT_SETTINGS.restartTimeoutSeconds
-    )
+    ),
+    batchRounding: isBatchRounding(composite.batchRounding)
+      ? composite.batchRounding
+      : DEFAULT_SETTINGS.batchRounding
   };
 }
 

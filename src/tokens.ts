@@ -99,28 +99,44 @@ export const IGpuMemModel = new Token<IGpuMemModel>(
   'The live GPU memory of the current notebook kernel (state, samples, history, requests).'
 );
 
-/** The OOM checklist's ticks, remembered per notebook path. */
+/**
+ * The OOM checklist's ticks, remembered per OOM occurrence (one error in one kernel run), under the key
+ * `occurrenceKey(payload)` of actions/ticks.ts.
+ */
 export interface ITickStore {
-  /** Emitted with the notebook path whose ticks changed (or finished loading). */
+  /** Emitted with the occurrence key whose ticks changed (or finished loading). */
   readonly changed: ISignal<ITickStore, string>;
-  /** The ticked step ids of a notebook (empty until loaded: `changed` fires when they arrive). */
-  ticks(path: string): ReadonlySet<string>;
+  /** The ticked step ids of an occurrence (empty until loaded: `changed` fires when they arrive). */
+  ticks(key: string): ReadonlySet<string>;
   /** Tick or untick one step. */
-  set(path: string, stepId: string, ticked: boolean): void;
-  /** Untick every step of a notebook. */
-  reset(path: string): void;
+  set(key: string, stepId: string, ticked: boolean): void;
+  /** Untick every step of an occurrence. */
+  reset(key: string): void;
 }
 
+/**
+ * Which kernel run of a session a report or checklist belongs to: SessionActions counts the runs, one more
+ * whenever the kernel restarts, dies or is replaced. A report of an earlier run is history, not current.
+ */
+export interface IKernelRunTag {
+  readonly kernelRun: number;
+}
+
+/** Who started a clear or a restart: a checklist step (`<occurrence key>#<step id>`), or null (the panel's bar). */
+export type ActionOrigin = string | null;
+
 /** The last clear. */
-export interface IClearRun {
+export interface IClearRun extends IKernelRunTag {
   readonly phase: 'running' | 'done' | 'failed';
+  readonly origin: ActionOrigin;
   readonly report: IClearPayload | null;
   readonly error: string | null;
 }
 
-/** The last restart-and-free. */
-export interface IRestartRun {
+/** The last restart-and-free (tagged with the kernel run it started, once done). */
+export interface IRestartRun extends IKernelRunTag {
   readonly phase: RestartPhase | 'failed';
+  readonly origin: ActionOrigin;
   readonly clearOutputs: boolean;
   readonly report: IRestartReport | null;
   readonly error: string | null;
@@ -129,7 +145,7 @@ export interface IRestartRun {
 }
 
 /** The checklist of the last OOM. */
-export interface IOomRun {
+export interface IOomRun extends IKernelRunTag {
   /** waiting: for the failing cell to end; loading: asking the kernel; ready / failed. */
   readonly phase: 'waiting' | 'loading' | 'ready' | 'failed';
   readonly error: IOomError;
@@ -145,8 +161,12 @@ export interface ISessionActions {
   readonly widgetId: string | null;
   /** Emitted on any change of the runs below or of the ticks. */
   readonly changed: ISignal<ISessionActions, void>;
-  /** The notebook's path (the key of its ticks). */
+  /** The notebook's path. */
   readonly path: string;
+  /** The current kernel run (see IKernelRunTag): runs tagged with a smaller number are history. */
+  readonly kernelRun: number;
+  /** The ticks key of the OOM shown (`occurrenceKey`), or null while no checklist is ready. */
+  readonly oomKey: string | null;
   readonly clearRun: IClearRun | null;
   readonly restartRun: IRestartRun | null;
   readonly oomRun: IOomRun | null;
@@ -156,20 +176,27 @@ export interface ISessionActions {
   readonly restarting: boolean;
   /** The kernel is executing (a request of ours waits behind the running cell). */
   readonly kernelBusy: boolean;
-  /** The step ids ticked in this notebook. */
+  /** The step ids ticked in the checklist shown (empty without one). */
   readonly ticks: ReadonlySet<string>;
   /** The kernel's children as last reported (`children` action), for the kernel PID they belong to. */
   readonly children: ReadonlyArray<IChildProcess>;
   setTick(stepId: string, ticked: boolean): void;
   resetTicks(): void;
   /** The safe clear; resolves true when a report came back. */
-  clear(): Promise<boolean>;
+  clear(origin?: ActionOrigin): Promise<boolean>;
   /** Restart and free; resolves with the report, or null when cancelled, failed or already running. */
-  restartAndFree(clearOutputs?: boolean, note?: string | null): Promise<IRestartReport | null>;
+  restartAndFree(
+    clearOutputs?: boolean,
+    note?: string | null,
+    origin?: ActionOrigin
+  ): Promise<IRestartReport | null>;
   /** End an old child that outlived the restart. */
   endLeftover(pid: number): Promise<void>;
-  /** Run a checklist step's action; ticks the step when it did what it says. */
-  runStep(step: IOomStep): Promise<void>;
+  /**
+   * Run a checklist step's action; ticks the step in occurrence `key` (default: the checklist shown) when
+   * it did what it says.
+   */
+  runStep(step: IOomStep, key?: string | null): Promise<void>;
   /** Show the checklist of the kernel's last OOM. */
   loadLastOom(): Promise<void>;
   /** Hide the checklist (its ticks stay remembered). */
@@ -187,7 +214,7 @@ export interface IGpuMemActions {
   readonly changed: ISignal<IGpuMemActions, void>;
   /** The actions of the session the panel follows. */
   readonly current: ISessionActions | null;
-  /** The OOM checklist's ticks, per notebook. */
+  /** The OOM checklist's ticks, per OOM occurrence. */
   readonly ticks: ITickStore;
   /** "notebook: <path>" / "console: <path>" for a kernel of this server, else null. */
   labelKernel(kernelId: string): string | null;

@@ -2,3 +2,4 @@ import './chart.css';
 import './base.css';
 import './actions.css';
 import './analysis.css';
+import './lifecycle.css';

@@ -5,7 +5,11 @@ Two engines, one report (see shared/notes/memory-estimation.md):
   storage followed by category, the event stream replayed through a model of the CUDA caching allocator
   (trace.py, allocator.py), plus the CUDA context and workspaces;
 - *measured* (CUDA already initialised by the user, or `device="cuda"` asked explicitly): three real steps on
-  a copy of the model at 2–3 batch sizes from a clean allocator, peaks of steps 2–3, linear fit, residuals.
+  a copy of the model at each batch size the search tries (at most MEASURED_RUNS) from a clean allocator,
+  peaks of steps 2–3, linear fit, residuals.
+
+The maximum batch is searched from the same first batch (SEED) whatever batch the user analyses: it is a
+property of the model, the step and the device. The picks below it are rounded as analysis.picks says.
 
 The user's model, optimizer and RNG state are never touched: every run works on copies, and the RNG state
 is restored. torch is imported inside functions only.
@@ -23,6 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.picks import RECOMMENDED_SHARE, SAFE_SHARE, Rounding
+from gpumem_kernel.analysis.picks import from_options as rounding_from_options
+from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
 from gpumem_kernel.analysis.storage import NullTracker
 from gpumem_kernel.analysis.trace import (
@@ -51,7 +58,6 @@ OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 AMP_MODES = ("fp16", "bf16")
 MAX_BATCH = 1 << 20  # search cap: past this the answer is "at least"
-RECOMMENDED_SHARE, SAFE_SHARE = 0.6, 0.4  # the analysis guide's picks, as shares of the maximum
 TIGHT_SHARE = 0.9  # a current batch above 90% of the usable memory is "tight"
 TRACED_RELATIVE_ERROR = 0.10  # CPU-validated 5% on live bytes + GPU kernels and allocator model
 CONTEXT_UNCERTAINTY = 160 * MiB
@@ -928,45 +934,120 @@ class _Search:
     fit: Optional[Fit]
 
 
-SEARCH_STEPS = 8  # runs after the first two points
-CLOSE_ENOUGH = 0.97  # a fitting point within 3% of the limit ends the search
+SEED = 8  # the search's first batch, whatever batch is analysed: the maximum is the model's, not the -b's
+GROWTH = 64  # until a batch goes over the limit, one step grows the largest fitting batch at most 64-fold
+CLOSE = 200  # the bracket is closed when it is at most 1/200 of the batch wide (0.5%, well inside the ±10%)
+TRACED_RUNS = 40  # traces a search may make (fake tensors: tens of milliseconds each for small models)
+MEASURED_RUNS = 14  # real three-step runs a search may make on the GPU
 
 
-def search_maximum(engine: Any, batch: int, limit: Optional[int], verify_up_to: Optional[int] = None) -> _Search:
-    """Points at batch and 2×batch, then a bracketing search (secant steps alternating with bisection) for
-    the largest batch whose footprint fits `limit`; every candidate is run, none is taken from the line alone.
-    Real GPU runs above `verify_up_to` are not made: the answer is then extrapolated and says so."""
-    first = engine.point(batch)
-    if first is None:
-        return _Search([], 0 if limit is not None else None, False, f"batch {batch} ran out of memory", None)
-    second = engine.point(2 * batch)
-    points: Dict[int, _Point] = {first.batch_size: first}
-    if second is None:
-        note = f"batch {2 * batch} ran out of memory; the maximum lies between {batch} and {2 * batch - 1}"
-        return _Search([first], batch if limit is not None and first.footprint <= limit else 0, False, note, None)
-    points[second.batch_size] = second
+def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -> _Search:
+    """The largest batch whose footprint fits `limit`, found the same way whatever batch the user analyses.
+
+    From batch SEED it grows (along the line through the two largest fitting batches, at most GROWTH-fold;
+    doubling while the footprint is flat) until a batch goes over the limit, then closes the bracket to 0.5%
+    of the batch (exact below 200): secant steps alternating with bisection, so a poor line costs a few runs
+    and never a wrong answer.
+    Every candidate is run, none is read off the line; a batch that cannot run (an OOM on the GPU, a trace
+    error such as BatchNorm at batch 1) counts as over. After `runs` runs the answer is the largest batch
+    that fit; if nothing has gone over by then, the line through the largest runs is extrapolated and the
+    answer says so."""
     if limit is None:
-        return _Search(
-            sorted(points.values(), key=lambda p: p.batch_size),
-            None,
-            False,
-            "no device limit: pass target= or memory= to get batch sizes",
-            _fit(list(points.values())),
-        )
-    failed: set = set()
-    maximum, extrapolated = _bracket(engine, points, failed, limit, verify_up_to)
-    ordered = sorted(points.values(), key=lambda p: p.batch_size)
-    note = ""
-    if extrapolated:
-        note = (
-            f"maximum {maximum} is extrapolated along the line through the largest runs "
-            f"(up to batch {ordered[-1].batch_size})"
-        )
-    elif maximum >= MAX_BATCH:
-        note = f"memory allows at least {MAX_BATCH}: the search stops there"
-    elif maximum == 0:
-        note = "even batch 1 does not fit: try amp, checkpointing, a sharded strategy or a smaller model"
-    return _Search(ordered, maximum, extrapolated, note, _fit(ordered))
+        return _Search([], None, False, "no device limit: pass target= or memory= to get batch sizes", None)
+    bracket = _Bracket(engine, limit)
+    maximum, extrapolated = bracket.close(runs)
+    ordered = sorted(bracket.points.values(), key=lambda p: p.batch_size)
+    return _Search(ordered, maximum, extrapolated, bracket.note(maximum, extrapolated, runs), _fit(ordered))
+
+
+class _Bracket:
+    """The runs of one search: the points that ran, the batches that could not, and the next candidate."""
+
+    def __init__(self, engine: Any, limit: int) -> None:
+        self.engine, self.limit = engine, limit
+        self.points: Dict[int, _Point] = {}
+        self.failed: set = set()
+        self.runs = 0
+        self.last_was_secant = False
+        self.ran_out = False  # the run budget ended the search before the bracket closed
+
+    def run(self, batch: int) -> None:
+        self.runs += 1  # counted whether or not the engine had it cached: the same runs for every -b
+        point = self.engine.point(batch)
+        if point is None:
+            self.failed.add(batch)
+        else:
+            self.points[batch] = point
+
+    def lo(self) -> Optional[_Point]:
+        fits = [p for p in self.points.values() if p.footprint <= self.limit]
+        return max(fits, key=lambda p: p.batch_size) if fits else None
+
+    def hi(self) -> Optional[int]:
+        over = [p.batch_size for p in self.points.values() if p.footprint > self.limit] + list(self.failed)
+        return min(over) if over else None
+
+    def close(self, runs: int) -> Tuple[int, bool]:
+        """(maximum, extrapolated)."""
+        self.run(SEED)
+        while True:
+            lo, hi = self.lo(), self.hi()
+            if lo is None and hi is not None and hi <= 1:
+                return 0, False
+            if lo is not None and hi is not None and hi - lo.batch_size <= max(1, lo.batch_size // CLOSE):
+                return lo.batch_size, False
+            if lo is not None and hi is None and lo.batch_size >= MAX_BATCH:
+                return MAX_BATCH, False
+            if self.runs >= runs:
+                self.ran_out = True
+                return self._out_of_runs(lo, hi)
+            self.run(self._candidate(lo, hi))
+
+    def _candidate(self, lo: Optional[_Point], hi: Optional[int]) -> int:
+        if lo is None:  # nothing fits yet: halve
+            return max(1, (hi or 2) // 2)
+        if hi is None:  # nothing over yet: grow
+            line = self._line_above(lo)
+            step = lo.batch_size * 2 if line is None else line
+            return min(max(step, lo.batch_size + 1), lo.batch_size * GROWTH, MAX_BATCH)
+        secant = None
+        if not self.last_was_secant and hi in self.points:
+            secant = _line_solve(lo, self.points[hi], self.limit)
+        self.last_was_secant = secant is not None
+        candidate = secant if secant is not None else (lo.batch_size + hi) // 2
+        return min(max(candidate, lo.batch_size + 1), hi - 1)
+
+    def _line_above(self, lo: _Point) -> Optional[int]:
+        """Where the line through the two largest fitting batches meets the limit (None while it is flat)."""
+        fits = sorted((p for p in self.points.values() if p.footprint <= self.limit), key=lambda p: p.batch_size)
+        return _line_solve(fits[-2], lo, self.limit) if len(fits) >= 2 else None
+
+    def _out_of_runs(self, lo: Optional[_Point], hi: Optional[int]) -> Tuple[int, bool]:
+        if lo is None:
+            return 0, False
+        if hi is None:
+            line = self._line_above(lo)
+            if line is not None and line > lo.batch_size:
+                return min(line, MAX_BATCH), True
+        return lo.batch_size, False
+
+    def note(self, maximum: int, extrapolated: bool, runs: int) -> str:
+        ordered = sorted(self.points)
+        hi = self.hi()
+        if extrapolated:
+            return (
+                f"maximum {maximum} is extrapolated along the line through the largest runs "
+                f"(up to batch {ordered[-1]}, {runs} runs)"
+            )
+        if maximum >= MAX_BATCH:
+            return f"memory allows at least {MAX_BATCH}: the search stops there"
+        if maximum == 0:
+            return "even batch 1 does not fit: try amp, checkpointing, a sharded strategy or a smaller model"
+        if hi is not None and hi in self.failed and hi == maximum + 1:
+            return f"batch {hi} ran out of memory or could not run: {maximum} is the largest batch below it that ran"
+        if self.ran_out and hi is not None:
+            return f"the search stopped after {runs} runs: the maximum lies between {maximum} and {hi - 1}"
+        return ""
 
 
 def _line_solve(a: _Point, b: _Point, limit: int) -> Optional[int]:
@@ -976,55 +1057,7 @@ def _line_solve(a: _Point, b: _Point, limit: int) -> Optional[int]:
     return int(math.floor(a.batch_size + (limit - a.footprint) / slope))
 
 
-def _bracket(
-    engine: Any, points: Dict[int, _Point], failed: set, limit: int, verify_up_to: Optional[int]
-) -> Tuple[int, bool]:
-    for step in range(SEARCH_STEPS):
-        fits = [p for p in points.values() if p.footprint <= limit]
-        over = [p for p in points.values() if p.footprint > limit] + [
-            _Point(b, 0, None, limit + 1, "oom") for b in failed
-        ]
-        lo = max(fits, key=lambda p: p.batch_size) if fits else None
-        hi = min(over, key=lambda p: p.batch_size) if over else None
-        if lo is None:
-            if hi is None or hi.batch_size <= 1:
-                return 0, False
-            candidate = max(1, hi.batch_size // 2)
-        elif hi is None:
-            if lo.batch_size >= MAX_BATCH or lo.footprint >= CLOSE_ENOUGH * limit:
-                return min(lo.batch_size, MAX_BATCH), False
-            a, b = sorted(points.values(), key=lambda p: p.batch_size)[-2:]
-            candidate = _line_solve(a, b, limit) or MAX_BATCH
-            candidate = min(max(candidate, lo.batch_size + 1), MAX_BATCH)
-        else:
-            if hi.batch_size - lo.batch_size <= max(1, lo.batch_size // 100) or lo.footprint >= CLOSE_ENOUGH * limit:
-                return lo.batch_size, False
-            secant = _line_solve(lo, hi, limit) if hi.engine != "oom" else None
-            middle = (lo.batch_size + hi.batch_size) // 2
-            candidate = secant if secant is not None and step % 2 == 0 else middle
-            candidate = min(max(candidate, lo.batch_size + 1), hi.batch_size - 1)
-        if verify_up_to is not None and candidate > verify_up_to:
-            return candidate, lo is not None and candidate > lo.batch_size
-        point = engine.point(candidate)
-        if point is None:
-            failed.add(candidate)
-        else:
-            points[candidate] = point
-    fits = [p.batch_size for p in points.values() if p.footprint <= limit]
-    return (max(fits) if fits else 0), False
-
-
 # --- recommendations ----------------------------------------------------------------------------------------------
-
-
-def round_batch(value: float, multiple: Optional[int]) -> int:
-    """Round down to a power of two, or to a multiple of `multiple` (values below it stay as they are)."""
-    v = int(math.floor(value))
-    if v < 1:
-        return 0
-    if multiple:
-        return v if v < multiple else (v // multiple) * multiple
-    return 1 << (v.bit_length() - 1)
 
 
 def recommend(
@@ -1036,17 +1069,16 @@ def recommend(
     batch_size: int,
     grad_accum: int,
     effective_batch: Optional[int],
-    multiple: Optional[int],
+    rounding: Rounding,
     extrapolated: bool,
     note: str,
 ) -> Recommendations:
     picks: Dict[str, Optional[int]] = {"maximum": maximum, "recommended": None, "safe": None}
     if maximum is not None and maximum >= 1:
-        picks["recommended"] = max(1, round_batch(RECOMMENDED_SHARE * maximum, multiple))
-        picks["safe"] = max(1, round_batch(SAFE_SHARE * maximum, multiple))
+        picks["recommended"] = max(1, rounding.apply(RECOMMENDED_SHARE * maximum))
+        picks["safe"] = max(1, rounding.apply(SAFE_SHARE * maximum))
         if picks["safe"] == picks["recommended"] and picks["recommended"] > 1:  # rounding merged them
-            step = multiple if multiple and picks["recommended"] > multiple else picks["recommended"] // 2
-            picks["safe"] = picks["recommended"] - step
+            picks["safe"] = rounding.step_below(picks["recommended"])
     status, fraction = "unknown", None
     if limit:
         fraction = current.footprint / limit
@@ -1064,12 +1096,11 @@ def recommend(
 
     steps = {k: (math.ceil(target / micro_batch(v)) if v else None) for k, v in picks.items()}
     lr = _lr_scaling(batch_size * grad_accum, micro_batch(picks["recommended"]), steps["recommended"])
-    rounding = f"multiple of {multiple}" if multiple else "power of two"
     return Recommendations(
         maximum=picks["maximum"],
         recommended=picks["recommended"],
         safe=picks["safe"],
-        rounding=rounding,
+        rounding=rounding.label,
         extrapolated=extrapolated,
         note=note,
         current=Current(batch_size, current.footprint, status, fraction),
@@ -1118,6 +1149,7 @@ def analyze(
     effective_batch: Optional[int] = None,
     reserve: Union[None, int, float] = None,
     vocab_size: Optional[int] = None,
+    rounding: Any = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -1127,6 +1159,9 @@ def analyze(
     optimizer: adamw | adam | sgd | sgd-momentum, or your optimizer (its class, settings and state are used).
     target / memory: plan for a GPU from gpus.py or a memory size ('16GiB'); the traced engine is used.
     reserve: safety reserve in bytes or as a fraction (default max(5%, 512 MiB)).
+    rounding: how the recommended and safe picks are rounded down: 'pow2', 'none' or N (a multiple of N;
+    `multiple=N` says the same); default: the JupyterLab setting "Batch-size rounding", else pow2.
+    The maximum does not depend on batch_size: the search starts from the same batch for every batch_size.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -1136,6 +1171,7 @@ def analyze(
     world_size = _positive_int(world_size, "world_size")
     if multiple is not None:
         multiple = _positive_int(multiple, "multiple")
+    picks_rounding = resolve_rounding(rounding_from_options(rounding, multiple))
     if effective_batch is not None:
         effective_batch = _positive_int(effective_batch, "effective_batch")
     strategy = _check_choice(strategy, STRATEGIES, "strategy")
@@ -1175,9 +1211,8 @@ def analyze(
             info = _measured_limit(info, measured_on, model, kind, reserve)
         else:
             engine = traced
-        found = search_maximum(
-            engine, batch_size, info.limit_bytes, verify_up_to=None if engine is traced else 8 * batch_size
-        )
+        found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
+        found = _with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
         if current is None:  # the user's batch ran out of memory on the GPU itself
             over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
@@ -1207,7 +1242,7 @@ def analyze(
         batch_size=batch_size,
         grad_accum=grad_accum,
         effective_batch=effective_batch,
-        multiple=multiple,
+        rounding=picks_rounding[0],
         extrapolated=found.extrapolated,
         note=found.note,
     )
@@ -1229,8 +1264,22 @@ def analyze(
         target,
         memory,
         device,
+        picks_rounding,
         time.perf_counter() - started,
     )
+
+
+def _with_analysed_batch(engine: Any, found: _Search, batch_size: int, limit: Optional[int]) -> _Search:
+    """The search's points plus the analysed batch's (and, without a device limit, twice it, for the slope),
+    for the curve and the fit; the maximum is the search's alone."""
+    batches = [batch_size] if limit is not None else [batch_size, 2 * batch_size]
+    points = {p.batch_size: p for p in found.points}
+    for batch in batches:
+        point = points.get(batch) or engine.point(batch)
+        if point is not None:
+            points[batch] = point
+    ordered = sorted(points.values(), key=lambda p: p.batch_size)
+    return _Search(ordered, found.maximum, found.extrapolated, found.note, _fit(ordered))
 
 
 def asdict_shallow(plan: TracePlan) -> Dict[str, Any]:
@@ -1316,7 +1365,7 @@ def _figures(
             "optimizer",
             trace.optimizer_state,
             "traced",
-            f"modelled: {modelled.state_bytes} B" if modelled.known else "traced only",
+            f"modelled: {format_bytes(modelled.state_bytes, 'fit')}" if modelled.known else "traced only",
         )
     )
     return [
@@ -1328,7 +1377,7 @@ def _figures(
             "optimizer_transient",
             trace.optimizer_transient,
             "traced",
-            f"temporaries during step(); modelled {modelled.transient_bytes} B"
+            f"temporaries during step(); modelled {format_bytes(modelled.transient_bytes, 'fit')}"
             if modelled.known
             else "temporaries during step()",
         ),
@@ -1389,6 +1438,7 @@ def _report(
     target: Any,
     memory: Any,
     device: Any,
+    picks_rounding: Tuple[Rounding, str],
     elapsed: float,
 ) -> AnalysisReport:
     params = list(model.parameters())
@@ -1409,11 +1459,14 @@ def _report(
         "memory": None if memory is None else str(memory),
         "world_size": sharding.world_size,
         "strategy": sharding.strategy,
-        "multiple": None,
+        "multiple": picks_rounding[0].multiple,
         "effective_batch": recs.accumulation.target_effective_batch,
+        # how the picks were rounded (--round's value) and where that came from: option | setting | default
+        "round": picks_rounding[0].code,
+        "round_source": picks_rounding[1],
+        # the shares of the maximum the recommended and safe picks aim at, before rounding
+        "pick_shares": {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE},
     }
-    if recs.rounding.startswith("multiple"):
-        settings["multiple"] = int(recs.rounding.rsplit(" ", 1)[1])
     distributed = _distributed(sharding, trace, point, recs) if sharding.world_size > 1 or sharding.strategy else None
     device_result = trace.device
     figures = _figures(engine, trace, info, user_opt, modelled, point, plan)

@@ -10,6 +10,8 @@ import html
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from gpumem_kernel.analysis.picks import RECOMMENDED_SHARE, SAFE_SHARE, rule, share_caption
+from gpumem_kernel.analysis.picks import rounding_text as _rounding_text
 from gpumem_kernel.render.snippets import AMP_DTYPES, LoopNames, accumulation_loop, config_yaml
 from gpumem_kernel.render.units import format_bytes, human
 
@@ -157,21 +159,41 @@ def _usage_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def pick_notes(payload: Mapping[str, Any]) -> Dict[str, str]:
+    """What the maximum, recommended and safe picks are, each share computed from the numbers shown: the
+    one wording of the text report, the HTML table and `%gpumem recommend`."""
+    recs = payload["recommendations"]
+    maximum = recs["maximum"]
+    if not maximum:
+        why = recs["note"] or ("no device limit" if maximum is None else "even batch 1 does not fit")
+        return {"maximum": why, "recommended": "n/a", "safe": "n/a"}
+    shares = payload["settings"].get("pick_shares") or {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE}
+    extra = ", extrapolated" if recs["extrapolated"] else ""
+    return {
+        "maximum": f"largest batch whose peak fits {human(payload['device']['limit_bytes'])}{extra}",
+        "recommended": "balanced: "
+        + share_caption(recs["recommended"], maximum, shares["recommended"], recs["rounding"]),
+        "safe": "conservative: " + share_caption(recs["safe"], maximum, shares["safe"], recs["rounding"]),
+    }
+
+
+def rounding_text(payload: Mapping[str, Any]) -> str:
+    """ "power of two (default)", "multiple of 8 (JupyterLab setting)", "none (--round)"."""
+    return _rounding_text(payload["recommendations"]["rounding"], payload["settings"].get("round_source"))
+
+
 def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
     recs = payload["recommendations"]
     current = recs["current"]
+    notes = pick_notes(payload)
     lines = ["🎯 Batch Size Recommendations:"]
-    if recs["maximum"] is None:
-        lines.append(_row("Maximum", f"n/a ({recs['note'] or 'no device limit'})"))
-    elif recs["maximum"] == 0:
-        lines.append(_row("Maximum", f"0 ({recs['note'] or 'even batch 1 does not fit'})"))
+    if not recs["maximum"]:
+        lines.append(_row("Maximum", f"{_n(recs['maximum'])} ({notes['maximum']})"))
     else:
-        limit = payload["device"]["limit_bytes"]
-        extra = ", extrapolated" if recs["extrapolated"] else ""
         lines += [
-            _row("Maximum", f"{recs['maximum']} (largest batch whose peak fits {human(limit)}{extra})"),
-            _row("Recommended", f"{recs['recommended']} (balanced, ~60% of maximum, {recs['rounding']})"),
-            _row("Safe", f"{recs['safe']} (conservative, very stable, ~40%)"),
+            _row("Maximum", f"{recs['maximum']} ({notes['maximum']})"),
+            _row("Recommended", f"{recs['recommended']} ({notes['recommended']})"),
+            _row("Safe", f"{recs['safe']} ({notes['safe']})"),
         ]
     lines.append(_row("Current", f"{current['batch_size']} {STATUS_TEXT[current['status']]}"))
     acc = recs["accumulation"]
@@ -214,6 +236,7 @@ def _settings_block(payload: Mapping[str, Any]) -> List[str]:
         _row("Input", str(settings["input"])),
         _row("Grad Accum", str(settings["grad_accum"])),
         _row("Checkpointing", "on" if settings["checkpointing"] else "off"),
+        _row("Pick Rounding", rounding_text(payload)),
         _row("Engine", f"{payload['engine']} ({payload['elapsed_seconds']:.1f} s)"),
     ]
     return lines
@@ -311,7 +334,7 @@ def analysis_yaml(payload: Mapping[str, Any]) -> str:
     if recs["maximum"] is not None:
         header.append(
             f"maximum {recs['maximum']}, recommended {_n(recs['recommended'])}, safe {_n(recs['safe'])} "
-            f"({recs['rounding']})" + (", maximum extrapolated" if recs["extrapolated"] else "")
+            f"({rule(recs['rounding'])})" + (", maximum extrapolated" if recs["extrapolated"] else "")
         )
     else:
         header.append(f"no batch recommendation: {recs['note'] or 'no device limit'}")
@@ -380,15 +403,22 @@ def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
     )
 
 
+def pick_rows(payload: Mapping[str, Any]) -> List[Sequence[Any]]:
+    """The "Batch sizes" table of the HTML and of `%gpumem recommend`: (pick, batch, note)."""
+    recs, notes = payload["recommendations"], pick_notes(payload)
+    return [
+        ("maximum", _n(recs["maximum"]), notes["maximum"]),
+        ("recommended", _n(recs["recommended"]), notes["recommended"]),
+        ("safe", _n(recs["safe"]), notes["safe"]),
+        ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
+        ("rounding", "", rounding_text(payload)),
+    ]
+
+
 def render_html(payload: Mapping[str, Any]) -> str:
     recs = payload["recommendations"]
     figures = [(f["name"], human(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]
-    picks = [
-        ("maximum", _n(recs["maximum"]), recs["note"]),
-        ("recommended", _n(recs["recommended"]), recs["rounding"]),
-        ("safe", _n(recs["safe"]), recs["rounding"]),
-        ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
-    ]
+    picks = pick_rows(payload)
     curve = [
         (
             p["batch_size"],

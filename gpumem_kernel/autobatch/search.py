@@ -67,7 +67,7 @@ class AutobatchResult:
     maximum: int  # largest batch that ran `steps` full training steps; 0: not even batch 1
     recommended: int  # maximum x (1 - margin), rounded down
     margin: float
-    rounding: str
+    rounding: str  # "power of two" | "multiple of N" | "none"
     trials: List[Trial]
     n_trials: int
     seconds: float
@@ -84,6 +84,8 @@ class AutobatchResult:
     at_least: bool = False  # the search stopped at max_batch: the true maximum may be higher
     interrupted: bool = False
     notes: List[str] = field(default_factory=list)
+    round: str = "pow2"  # the rounding as --round takes it: pow2 | none | N
+    round_source: str = "default"  # where it came from: option (--round) | setting (JupyterLab) | default
     version: int = 1
     config_yaml: str = ""  # written from the rest by to_payload: what "Copy as YAML" copies
 
@@ -313,7 +315,7 @@ def _predict(
             return maximum, f"analysis ({report.engine}) predicted {maximum}"
         make, _ = batch_maker(model, input)
         plan = TracePlan(model=model, optimizer=optimizer, make_batch=make, loss_fn=loss or default_loss, amp=amp)
-        found = search_maximum(_LiveBytesEngine(plan), hint, cap)
+        found = search_maximum(_LiveBytesEngine(plan), cap)
     except (ValueError, RuntimeError) as exc:
         return None, f"no analysis prediction ({first_line(exc)})"
     return found.maximum, f"analysis (traced live bytes, {len(found.points)} traces) predicted {found.maximum}"
@@ -373,9 +375,11 @@ def auto_select_batch_size(
     steps: int = 2,
     predict: bool = True,
     progress: Optional[Callable[[Trial], None]] = None,
+    rounding: Any = None,
 ) -> AutobatchResult:
     """The largest batch that runs `steps` full training steps on `device` without OOM, and a recommended
-    batch `margin` below it (rounded down to a power of two, or to a multiple of `multiple`).
+    batch `margin` below it, rounded down: `rounding` 'pow2', 'none' or N (a multiple of N; `multiple=N` says
+    the same); default: the JupyterLab setting "Batch-size rounding", else a power of two.
 
     input: shape without the batch ('3x224x224', (512,)), a sample batch, or a callable batch_size -> batch
     (as in analyze()). loss(output, batch) -> scalar; forward(model, batch) -> output (default: model(x),
@@ -385,11 +389,13 @@ def auto_select_batch_size(
     `interrupted`. The model, optimizer and RNG states are restored exactly in every case.
     """
 
-    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind, round_batch
+    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind
+    from gpumem_kernel.analysis.picks import from_options, resolve
     from gpumem_kernel.analysis.trace import default_loss, feed
 
     started = time.perf_counter()
     _check_args(model, margin, max_batch, steps, start_batch, multiple)
+    picks_rounding, round_source = resolve(from_options(rounding, multiple))
     cap = parse_cap(simulate)
     amp_mode = _amp_mode(amp)
     kind = _optimizer_kind(optimizer)
@@ -444,12 +450,12 @@ def auto_select_batch_size(
             f"simulated: a cap of {format_bytes(cap, 'MiB')} on tracked live tensor bytes on the CPU; a real GPU adds "
             "the CUDA context, cuBLAS/cuDNN workspaces and allocator rounding"
         )
-    recommended = max(1, round_batch(maximum * (1 - margin), multiple)) if maximum else 0
+    recommended = max(1, picks_rounding.apply(maximum * (1 - margin))) if maximum else 0
     return AutobatchResult(
         maximum=maximum,
         recommended=recommended,
         margin=float(margin),
-        rounding=f"multiple of {multiple}" if multiple else "power of two",
+        rounding=picks_rounding.label,
         trials=search.trials,
         n_trials=len(search.trials),
         seconds=round(time.perf_counter() - started, 3),
@@ -466,6 +472,8 @@ def auto_select_batch_size(
         at_least=at_least,
         interrupted=interrupted,
         notes=notes,
+        round=picks_rounding.code,
+        round_source=round_source,
     )
 
 
@@ -507,6 +515,22 @@ def _label(payload: Dict[str, Any]) -> str:
     return "simulated" if payload["engine"] == "simulated" else payload["device"]
 
 
+def recommended_note(payload: Mapping[str, Any]) -> str:
+    """What the recommended batch is: how far below the maximum, computed from the two numbers shown, and
+    the margin and rounding that made it (the one wording of the text, the HTML and the YAML comment)."""
+    from gpumem_kernel.analysis.picks import below_caption
+
+    if not payload["maximum"]:
+        return "n/a: not even batch 1 ran"
+    return below_caption(payload["recommended"], payload["maximum"], payload["margin"], payload["rounding"])
+
+
+def _rounding_text(payload: Mapping[str, Any]) -> str:
+    from gpumem_kernel.analysis.picks import rounding_text
+
+    return rounding_text(payload["rounding"], payload.get("round_source"))
+
+
 def render_text(payload: Dict[str, Any]) -> str:
     sim = payload["engine"] == "simulated"
     cap = payload["limit_bytes"]
@@ -523,7 +547,8 @@ def render_text(payload: Dict[str, Any]) -> str:
     lines += [
         f"  Maximum:          {maximum}{more} (ran {payload['steps']} full training steps"
         f"{', simulated' if sim else ''})",
-        f"  Recommended:      {payload['recommended']} ({payload['margin']:.0%} margin, {payload['rounding']})",
+        f"  Recommended:      {payload['recommended']} ({recommended_note(payload)})",
+        f"  Rounding:         {_rounding_text(payload)}",
         f"  Start:            {payload['start_batch']} ({payload['start_source']})",
         f"  Trials:           {payload['n_trials']} in {payload['seconds']:.1f} s",
         "",
@@ -552,8 +577,7 @@ def autobatch_yaml(payload: Mapping[str, Any]) -> str:
         f"gpumem autobatch of {payload['model_name']}: {measured} on {payload['device']}"
         + (f", limit {format_bytes(limit, 'auto')}" if limit is not None else ""),
         f"maximum {'at least ' if payload['at_least'] else ''}{payload['maximum']}, recommended "
-        f"{payload['recommended']} ({payload['margin']:.0%} margin, {payload['rounding']})"
-        + (", interrupted" if payload["interrupted"] else ""),
+        f"{payload['recommended']} ({recommended_note(payload)})" + (", interrupted" if payload["interrupted"] else ""),
     ]
     training: Dict[str, Any] = {"use_amp": payload["amp"] is not None}
     if payload["amp"] is not None:
@@ -580,7 +604,7 @@ def render_html(payload: Dict[str, Any]) -> str:
     return (
         f"<div class='gpumem-autobatch'><p><b>Auto batch size — {e(payload['model_name'])}</b> "
         f"({e(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
-        f"<b>{payload['recommended']}</b> ({payload['margin']:.0%} margin, {e(payload['rounding'])}); "
+        f"<b>{payload['recommended']}</b> ({e(recommended_note(payload))}; rounding {e(_rounding_text(payload))}); "
         f"{payload['n_trials']} trials in {payload['seconds']:.1f} s</p>"
         f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
         f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"

@@ -366,9 +366,11 @@ class Channel:
         if request.action == "history":
             return {"samples": self._sampler.history()}
         if request.action == "configure":
-            unknown: List[str] = sorted(set(request.args) - {"interval", "history_seconds"})
+            unknown: List[str] = sorted(set(request.args) - {"interval", "history_seconds", "rounding"})
             if unknown:
                 raise ProtocolError("bad-request", f"configure does not take {', '.join(unknown)}", request.id)
+            if "rounding" in request.args:
+                _set_rounding(request.args["rounding"], request.id)
             try:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
@@ -381,3 +383,16 @@ class Channel:
     def _no_args(request: Request) -> None:
         if request.args:
             raise ProtocolError("bad-request", f"{request.action} takes no args", request.id)
+
+
+def _set_rounding(value: Any, request_id: str) -> None:
+    """The JupyterLab setting "Batch-size rounding": the default of this kernel's analyze/autobatch picks
+    (one per kernel: the last browser to send it wins)."""
+    from gpumem_kernel.analysis.picks import set_setting
+
+    if not isinstance(value, str):
+        raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
+    try:
+        set_setting(value)
+    except ValueError as error:
+        raise ProtocolError("bad-request", f"configure: {error}", request_id) from None

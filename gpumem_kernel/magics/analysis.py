@@ -42,6 +42,7 @@ _OPTION_NAMES = {
     "start_batch": "batch",
     "margin": "margin",
     "multiple": "multiple",
+    "rounding": "round",
     "steps": "steps",
     "dataset": "dataset",
     "loader_factory": "loader-factory",
@@ -255,7 +256,8 @@ examples:
   %gpumem analyze model -b 32 --target "RTX 4080 Super" --amp bf16 --optimizer adamw
   %gpumem analyze lm -b 8 --input 512 --vocab 32000 --memory 24GiB --checkpointing
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
-  %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100"""
+  %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
+  %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8"""
 
 _ANALYSIS_ARGUMENTS = [
     argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel (model, trainer.model)"),
@@ -301,11 +303,13 @@ _ANALYSIS_ARGUMENTS = [
     ),
     argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB or 24GB"),
     argument(
-        "--multiple",
-        type=argcheck.count,
-        metavar="N",
-        help="round the picks down to a multiple of N (default: a power of two)",
+        "--round",
+        type=argcheck.rounding,
+        metavar="pow2|N|none",
+        help="round the recommended and safe picks down to a power of two (pow2), a multiple of N (e.g. 8) or "
+        'only to a whole batch (none); default: the JupyterLab setting "Batch-size rounding", else pow2',
     ),
+    argument("--multiple", type=argcheck.count, metavar="N", help="same as --round N"),
     argument(
         "--effective-batch",
         type=argcheck.count,
@@ -336,8 +340,9 @@ def _with(arguments: List[Any]) -> Callable[[Callable[..., Any]], Callable[..., 
 @_with(_ANALYSIS_ARGUMENTS)
 def analyze_arguments(line: str) -> None:
     """Memory of one training step of MODEL (parameters, gradients, optimizer state, activations, peak) and
-    the batch sizes that fit: maximum, recommended (~60%) and safe (~40%). Traced on fake tensors without a
-    GPU or for --target/--memory; measured on the GPU when CUDA is in use or --device names it."""
+    the batch sizes that fit: the maximum (the same for every --batch), recommended (60% of it) and safe (40%),
+    rounded down as --round says. Traced on fake tensors without a GPU or for --target/--memory; measured on
+    the GPU when CUDA is in use or --device names it."""
 
 
 @magic_arguments("gpumem recommend")
@@ -366,6 +371,7 @@ def run_analysis(shell: Any, args: Any, command: str) -> Any:
         world_size=args.world_size,
         strategy=args.strategy,
         multiple=args.multiple,
+        rounding=args.round,
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
     )
@@ -392,22 +398,16 @@ def analyze(shell: Any, rest: str) -> None:
 
 def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
     """The picks of an analysis payload: text/plain (the analysis guide's recommendation block) and text/html."""
-    from gpumem_kernel.analysis.render import BANNER, STATUS_TEXT, _e, _n, _recommendation_block, _table, _title
+    from gpumem_kernel.analysis.render import BANNER, _e, _recommendation_block, _table, _title, pick_rows
 
     recs = payload["recommendations"]
     bound = payload["error_bound"]["statement"]
     text = [BANNER, _title(payload), BANNER] + _recommendation_block(payload)
     text += ["", f"Engine: {payload['engine']}; error bound: {bound}", BANNER]
-    picks = [
-        ("maximum", _n(recs["maximum"]), recs["note"]),
-        ("recommended", _n(recs["recommended"]), f"~60% of maximum, {recs['rounding']}"),
-        ("safe", _n(recs["safe"]), f"~40% of maximum, {recs['rounding']}"),
-        ("current", recs["current"]["batch_size"], STATUS_TEXT[recs["current"]["status"]]),
-    ]
     html = (
         f"<div class='gpumem-recommend'><p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}"
         f"</b>; model {_e(payload['model']['name'])}</p>"
-        + _table("Batch sizes", ("pick", "batch", "note"), picks)
+        + _table("Batch sizes", ("pick", "batch", "note"), pick_rows(payload))
         + f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(bound)}</i></p></div>"
     )
     return {"text/plain": "\n".join(text), "text/html": html}
@@ -443,7 +443,7 @@ def recommend(shell: Any, rest: str) -> None:
     epilog="""
 examples:
   %gpumem autobatch model --input 3x224x224 --amp bf16
-  %gpumem autobatch model --input 3x64x64 --simulate 6GiB --margin 0.2 --multiple 8"""
+  %gpumem autobatch model --input 3x64x64 --simulate 6GiB --margin 0.2 --round 8"""
 )
 @argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel")
 @argument(
@@ -464,11 +464,13 @@ examples:
 @argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)")
 @argument("--margin", type=float, default=0.10, metavar="F", help="recommended = maximum x (1 - F), default 0.1")
 @argument(
-    "--multiple",
-    type=argcheck.count,
-    metavar="N",
-    help="round the recommendation to a multiple of N (default: a power of two)",
+    "--round",
+    type=argcheck.rounding,
+    metavar="pow2|N|none",
+    help="round the recommendation down to a power of two (pow2), a multiple of N (e.g. 8) or only to a whole "
+    'batch (none); default: the JupyterLab setting "Batch-size rounding", else pow2',
 )
+@argument("--multiple", type=argcheck.count, metavar="N", help="same as --round N")
 @argument("--max", type=argcheck.count, default=2**16, metavar="N", help="largest batch to try (default 65536)")
 @argument("--steps", type=int, default=2, metavar="N", help="full training steps per trial (>= 2, default 2)")
 @argument(
@@ -509,6 +511,7 @@ def autobatch(shell: Any, rest: str) -> None:
         amp=_amp(args.amp),
         margin=args.margin,
         multiple=args.multiple,
+        rounding=args.round,
         max_batch=args.max,
         simulate=_memory(args.simulate, "--simulate", command),
         steps=args.steps,

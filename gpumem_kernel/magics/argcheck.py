@@ -30,6 +30,17 @@ def count(text: str) -> int:
     return value
 
 
+def rounding(text: str) -> str:
+    """argparse type of `--round`: pow2, none or N (a multiple of N), as analysis.picks reads it; the value
+    normalised (`8`, `pow2`, `none`)."""
+    from gpumem_kernel.analysis.picks import parse_rounding
+
+    try:
+        return parse_rounding(text).code
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 # --- devices -----------------------------------------------------------------------------------------------------
 
 CPU, AUTO, CUDA, INDEX = "cpu", "auto", "cuda", "cuda:N"  # the forms a command may accept

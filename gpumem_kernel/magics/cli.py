@@ -266,8 +266,12 @@ def _configure_autobatch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", choices=("fp16", "bf16"))
     parser.add_argument("--margin", type=float, default=0.10, help="recommended = maximum x (1 - margin)")
     parser.add_argument(
-        "--multiple", type=argcheck.count, help="round the recommendation to a multiple (default: power of 2)"
+        "--round",
+        type=argcheck.rounding,
+        metavar="pow2|N|none",
+        help="round the recommendation down to a power of two (default), a multiple of N (e.g. 8) or a whole batch",
     )
+    parser.add_argument("--multiple", type=argcheck.count, help="same as --round N")
     parser.add_argument("--max-batch", type=argcheck.count, default=2**16)
     parser.add_argument("--steps", type=int, default=2, help="training steps per trial (>= 2)")
     parser.add_argument("--no-predict", action="store_true", help="skip the analysis prediction")
@@ -297,6 +301,7 @@ def _run_autobatch(args: argparse.Namespace) -> int:
         amp=args.amp,
         margin=args.margin,
         multiple=args.multiple,
+        rounding=args.round,
         max_batch=args.max_batch,
         simulate=args.simulate,
         steps=args.steps,
@@ -410,7 +415,14 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     plan = parser.add_mutually_exclusive_group()
     plan.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB')
     plan.add_argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB")
-    parser.add_argument("--multiple", type=argcheck.count, help="round the picks to a multiple (default: power of two)")
+    parser.add_argument(
+        "--round",
+        type=argcheck.rounding,
+        metavar="pow2|N|none",
+        help="round the recommended and safe picks down to a power of two (default), a multiple of N (e.g. 8) "
+        "or a whole batch",
+    )
+    parser.add_argument("--multiple", type=argcheck.count, help="same as --round N")
     parser.add_argument(
         "--effective-batch", type=argcheck.count, help="target effective batch: accumulation steps per pick"
     )
@@ -440,6 +452,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         world_size=args.world_size,
         strategy=args.strategy,
         multiple=args.multiple,
+        rounding=args.round,
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
     )

@@ -14,6 +14,8 @@ import math
 import os
 import re
 import sys
+import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -26,6 +28,7 @@ from gpumem_kernel.probe.holders import (
     traceback_frames,
     user_variables,
 )
+from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.snippets import LoopNames, accumulation_loop
@@ -255,6 +258,15 @@ class CodeNames:
 
 
 @dataclass
+class Cause:
+    """What the figures say caused the OOM; the checklist puts this cause's steps first (CAUSE_STEPS)."""
+
+    kind: str  # "too-large" | "other-processes" | "fragmentation" | "traceback" | "host-memory"
+    bytes: Optional[int]  # the request (too-large), or the memory that cause holds; None: unknown (host-memory)
+    decisive: bool  # explains the OOM alone: that memory plus the free memory would have covered the request
+
+
+@dataclass
 class Diagnosis:
     device: Optional[int]
     too_large: bool
@@ -276,6 +288,7 @@ class Diagnosis:
     alloc_conf: Optional[str]
     torch_version: Optional[str]
     notes: List[str]
+    causes: List[Cause] = field(default_factory=list)  # strongest first; empty: the figures name none
 
     def to_payload(self) -> Dict[str, Any]:
         return asdict(self)
@@ -464,7 +477,7 @@ def _fragmentation(info: OomInfo, expandable_on: bool) -> Optional[Fragmentation
     if cached is None:
         return None
     tried = info.tried_to_allocate
-    threshold = min(GIB, tried // 4) if tried else GIB
+    threshold = _threshold(tried)
     # Below one 20 MiB large-pool block the cache cannot be the reason.
     flagged = cached >= threshold and cached >= 20 * MIB
     decisive = bool(tried and info.free is not None and cached + info.free >= tried and cached >= 20 * MIB)
@@ -606,7 +619,7 @@ def diagnose(
         )
     scaler_or_half = scan.scaler or (model and _half_precision(scan, model.name))
     torch = loaded_torch()
-    return Diagnosis(
+    diagnosis = Diagnosis(
         device=info.device,
         too_large=too_large,
         fragmentation=_fragmentation(info, expandable_on),
@@ -628,6 +641,75 @@ def diagnose(
         torch_version=(str(getattr(torch, "__version__", "")) or None) if torch is not None else None,
         notes=notes,
     )
+    diagnosis.causes = _causes(info, diagnosis)
+    cause_note = _cause_note(info, diagnosis.causes)
+    if cause_note is not None:
+        notes.insert(0, cause_note)
+    return diagnosis
+
+
+# --- the cause: which steps come first --------------------------------------------------------------------
+# A finding is a cause when the memory it holds matters for this request: at least a quarter of it (at most
+# 1 GiB; 1 GiB when the request is unknown) and at least one 20 MiB large-pool block. It is decisive when that
+# memory plus the free memory would have covered the request. Causes are ordered: a request larger than the
+# GPU first (nothing else can help), then decisive causes, then the others, each group largest first.
+
+
+def _threshold(tried: Optional[int]) -> int:
+    return min(GIB, tried // 4) if tried else GIB
+
+
+def _cause(amount: int, info: OomInfo, kind: str) -> Optional[Cause]:
+    tried = info.tried_to_allocate
+    decisive = bool(tried and info.free is not None and amount + info.free >= tried)
+    if amount < 20 * MIB or not (decisive or amount >= _threshold(tried)):
+        return None
+    return Cause(kind, amount, decisive)
+
+
+def _causes(info: OomInfo, d: Diagnosis) -> List[Cause]:
+    if d.too_large:
+        return [Cause("too-large", info.tried_to_allocate, True)]
+    found: List[Cause] = []
+    others = sum(p.used or 0 for p in d.other_processes)
+    if others and not d.pid_unmatched:  # unmatched: the "other" process may be this kernel itself
+        found.append(_cause(others, info, "other-processes"))
+    f = d.fragmentation
+    if f is not None and f.suggest:
+        found.append(_cause(f.reserved_unallocated, info, "fragmentation"))
+    if d.traceback is not None:  # what the failed call's frames keep alive on the GPU that ran out
+        cuda = {device: n for device, n in d.traceback.by_device.items() if device.startswith("cuda")}
+        pinned = cuda.get(f"cuda:{info.device}", 0) if info.device is not None else sum(cuda.values())
+        if pinned:
+            found.append(_cause(pinned, info, "traceback"))
+    causes = sorted((c for c in found if c is not None), key=lambda c: (not c.decisive, -(c.bytes or 0)))
+    if d.host is not None and d.host.low:
+        causes.append(Cause("host-memory", None, False))
+    return causes
+
+
+_CAUSE_WORDS = {  # kind: (what holds the memory, given its size; what comes first)
+    "other-processes": ("other processes hold {} on this GPU", "the steps about them come first"),
+    "fragmentation": ("fragmentation, {} reserved but unallocated", "expandable segments come first"),
+    "traceback": ("the failed call's traceback keeps {} of tensors alive", "clearing comes first"),
+}
+
+
+def _cause_note(info: OomInfo, causes: Sequence[Cause]) -> Optional[str]:
+    """One line naming the first cause and what it puts first (too-large and host memory have their own)."""
+    cause = causes[0] if causes else None
+    if cause is None or cause.bytes is None or cause.kind not in _CAUSE_WORDS:
+        return None
+    what, first = _CAUSE_WORDS[cause.kind]
+    head = "Likely cause: " + what.format(human(cause.bytes))
+    if cause.decisive:
+        return f"{head}; that memory plus the free memory would have covered the request, so {first}"
+    if info.tried_to_allocate and info.free is not None:
+        return (
+            f"{head}, so {first}; with the free memory that makes {human(cause.bytes + info.free)} of the "
+            f"{human(info.tried_to_allocate)} requested: make the step smaller as well"
+        )
+    return f"{head}, so {first}"
 
 
 def _half_precision(scan: _Scan, model_name: str) -> bool:
@@ -675,6 +757,7 @@ class Step:
     action: Optional[str]  # one of ACTIONS, or None for advice
     kernel_id: Optional[str] = None  # for "shutdown-kernel"
     code: Optional[str] = None  # for "insert-cell" and "insert-env-cell-and-restart"
+    not_applicable: Optional[str] = None  # why it cannot help here (shown folded); None: it may help
 
 
 def suggested_batch(last_recommendation: Optional[int], batch_size: Optional[int]) -> Tuple[Optional[int], str]:
@@ -896,10 +979,13 @@ def _inputs_step(d: Diagnosis) -> Step:
     return Step("smaller-inputs", "Use smaller images or shorter sequences", detail, None)
 
 
-def _host_step(d: Diagnosis) -> Optional[Step]:
+def _host_step(d: Diagnosis) -> Step:
     h = d.host
     if h is None:
-        return None
+        detail = (
+            "free -h (or the Task Manager) shows the host's memory; each DataLoader worker is a process of its own."
+        )
+        return Step("host-memory", "Check host memory and DataLoader workers", detail, None)
     parts = [f"kernel RSS {human(h.rss)}", f"{human(h.available)} of {human(h.total)} available"]
     if h.workers:
         parts.append(
@@ -914,12 +1000,12 @@ def _host_step(d: Diagnosis) -> Optional[Step]:
     return Step("host-memory", "Check host memory and DataLoader workers", detail, None)
 
 
-def _workers_step(d: Diagnosis) -> Optional[Step]:
+def _workers_step(d: Diagnosis) -> Step:
     workers = d.num_workers or 0
     children = d.host.workers if d.host else 0
     if workers <= 0 and children <= 0:
-        return None
-    if workers > 0:
+        title, detail = "Use fewer DataLoader workers", "Lower num_workers (0 loads in the kernel itself)."
+    elif workers > 0:
         title = f"Use fewer DataLoader workers ({workers} → {workers // 2})"
         detail = f"Halve num_workers ({workers} → {workers // 2}; 0 loads in the kernel itself)."
     else:
@@ -997,10 +1083,8 @@ def _checkpoint_step(d: Diagnosis) -> Step:
     )
 
 
-def _expandable_step(info: OomInfo, d: Diagnosis) -> Optional[Step]:
+def _expandable_step(info: OomInfo, d: Diagnosis) -> Step:
     f = d.fragmentation
-    if f is not None and f.expandable_segments_set:
-        return None
     options = [
         o for o in (d.alloc_conf or "").split(",") if o.strip() and not o.strip().startswith("expandable_segments")
     ]
@@ -1010,7 +1094,9 @@ def _expandable_step(info: OomInfo, d: Diagnosis) -> Optional[Step]:
         "# Must run before torch first uses the GPU: this cell goes to the top, then the kernel restarts.\n"
         f'os.environ["{d.alloc_conf_var}"] = "{value}"\n'
     )
-    if f is not None and f.suggest:
+    if f is not None and f.expandable_segments_set:
+        detail = f"Already on in this kernel ({d.alloc_conf_var})."
+    elif f is not None and f.suggest:
         detail = (
             f"PyTorch held {human(f.reserved_unallocated)} reserved but unallocated: the free memory is cut into "
             "pieces too small for this request. Expandable segments let the allocator grow segments instead."
@@ -1053,6 +1139,115 @@ def _model_step(d: Diagnosis) -> Step:
     return Step("smaller-model", "Use a smaller model", detail, None)
 
 
+# --- the order and the fold -------------------------------------------------------------------------------
+# The one ordering rule of the checklist (the browser shows the steps in the order the payload gives).
+# Steps are keyed by id; "shutdown-*" stands for every "Shut down the notebook kernel …" step.
+#
+# COST_ORDER, cheapest and least drastic first: what changes nothing in your code (clear: nothing is lost;
+# restart: the variables are lost; other processes: someone else's work), then changes to the training step
+# that keep the model (batch, evaluation batch, accumulation, mixed precision, input size), the host side
+# (host memory, workers), checkpointing (20–30 % more compute), expandable segments (a restart plus a
+# different allocator for every later allocation: worth it for fragmentation, which puts it first), and last
+# a smaller model (it changes what is trained).
+COST_ORDER: Tuple[str, ...] = (
+    "clear",
+    "restart",
+    "shutdown-*",
+    "other-processes",
+    "batch-size",
+    "eval-batch-size",
+    "grad-accumulation",
+    "mixed-precision",
+    "smaller-inputs",
+    "host-memory",
+    "fewer-workers",
+    "grad-checkpointing",
+    "expandable-segments",
+    "smaller-model",
+)
+# The steps each cause (Diagnosis.causes, strongest first) puts ahead of COST_ORDER, in this order.
+CAUSE_STEPS: Dict[str, Tuple[str, ...]] = {
+    # one tensor larger than the GPU: only a smaller step helps
+    "too-large": ("batch-size", "smaller-inputs", "mixed-precision", "grad-checkpointing", "grad-accumulation"),
+    "other-processes": ("shutdown-*", "other-processes"),
+    # clearing returns only whole unused segments, and the fragmentation comes back; expandable segments stop it
+    "fragmentation": ("expandable-segments", "clear", "restart"),
+    "traceback": ("clear", "restart"),
+    "host-memory": ("host-memory", "fewer-workers"),
+}
+# What cannot help when one allocation is larger than the GPU: freeing or rearranging memory.
+_FREES_MEMORY = ("clear", "restart", "shutdown-*", "other-processes", "expandable-segments")
+
+
+def step_key(step_id: str) -> str:
+    """The COST_ORDER/CAUSE_STEPS key of a step id."""
+    return "shutdown-*" if step_id.startswith("shutdown-") else step_id
+
+
+def order_steps(steps: Sequence[Step], diagnosis: Diagnosis) -> List[Step]:
+    """The checklist's order: the steps that may help, those of the diagnosis's causes first (strongest cause
+    first), then the rest by COST_ORDER; then the steps that cannot help here (shown folded), by COST_ORDER."""
+    rank: Dict[str, int] = {}
+    for cause in diagnosis.causes:
+        for key in CAUSE_STEPS.get(cause.kind, ()):
+            rank.setdefault(key, len(rank))
+    for key in COST_ORDER:
+        rank.setdefault(key, len(rank))
+    cost = {key: i for i, key in enumerate(COST_ORDER)}
+
+    def position(step: Step) -> Tuple[int, int]:
+        key = step_key(step.id)
+        if step.not_applicable is not None:
+            return (1, cost.get(key, len(cost)))
+        return (0, rank.get(key, len(rank)))
+
+    return sorted(steps, key=position)  # stable: shutdown steps keep their order (most memory first)
+
+
+def _processes_listed(info: OomInfo, sample: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """Who listed the GPU's processes, when someone could: PyTorch's 2.x message (it names this process
+    only when NVML's list was read) or the probe (NVML listed this kernel). None: nobody could tell."""
+    if info.format == "2.x" and info.this_process_total is not None:
+        return "PyTorch's message"
+    if any(device.get("this_kernel") is not None for device in _sample_devices(sample, info.device)):
+        return "NVML"
+    return None
+
+
+def _not_applicable(
+    step: Step, info: OomInfo, d: Diagnosis, batch: Optional[int], sample: Optional[Mapping[str, Any]]
+) -> Optional[str]:
+    """Why `step` cannot help with this OOM, or None when it may. The one place steps are folded."""
+    key = step_key(step.id)
+    if d.too_large and key in _FREES_MEMORY:
+        return (
+            f"One allocation of {human(info.tried_to_allocate)} is larger than all the memory this GPU allows: "
+            "freeing or rearranging memory cannot make room for it."
+        )
+    f = d.fragmentation
+    if key == "other-processes" and not d.other_processes:
+        listed = _processes_listed(info, sample)
+        if listed is not None:
+            return f"{listed} lists no other process on this GPU."
+    if key == "clear" and f is not None and f.reserved_unallocated < 20 * MIB:
+        if d.traceback is not None and d.traceback.tensors == 0:
+            return (
+                f"PyTorch held only {human(f.reserved_unallocated)} reserved but unallocated, and the failed "
+                "call's traceback keeps no tensor alive: clearing has little to free."
+            )
+    if key in ("batch-size", "grad-accumulation") and batch is not None and batch <= 1:
+        return "The batch size is already 1: it cannot be made smaller."
+    if key == "grad-checkpointing" and d.model is not None and d.model.checkpointing_on:
+        return f"`{d.names.model}` already has gradient checkpointing on."
+    if key == "expandable-segments" and f is not None and f.expandable_segments_set:
+        return f"Expandable segments are already on ({d.alloc_conf_var})."
+    if key == "host-memory" and d.host is None:
+        return "The probe could not read the host's memory."
+    if key == "fewer-workers" and not (d.num_workers or 0) and not (d.host.workers if d.host else 0):
+        return "There are no DataLoader workers (num_workers is 0 and the kernel has no child processes)."
+    return None
+
+
 def build_checklist(
     info: OomInfo,
     diagnosis: Diagnosis,
@@ -1060,7 +1255,8 @@ def build_checklist(
     batch_size: Optional[int] = None,
     sample: Optional[Mapping[str, Any]] = None,
 ) -> List[Step]:
-    """The steps, cheapest and least drastic first. `batch_size` overrides the one found in the namespace."""
+    """The steps in order_steps's order: the diagnosis's causes first, then by cost, the steps that cannot
+    help last (with why). `batch_size` overrides the one found in the namespace."""
     d = diagnosis
     batch = batch_size or d.batch_size
     new_batch, why = suggested_batch(last_recommendation, batch)
@@ -1086,7 +1282,10 @@ def build_checklist(
         _expandable_step(info, d),
         _model_step(d),
     ]
-    return [s for s in steps if s is not None]
+    present = [s for s in steps if s is not None]
+    for step in present:
+        step.not_applicable = _not_applicable(step, info, d, batch, sample)
+    return order_steps(present, d)
 
 
 # --- the bundle ------------------------------------------------------------------------------------------
@@ -1119,7 +1318,8 @@ def _summary(info: OomInfo) -> List[str]:
 def _diagnosis_lines(d: Diagnosis) -> List[str]:
     lines = list(d.notes)
     f = d.fragmentation
-    if f is not None and f.suggest:
+    named = bool(d.causes) and d.causes[0].kind == "fragmentation"  # the "Likely cause" note gives the figure
+    if f is not None and f.suggest and not named:
         lines.append(f"Fragmentation: {human(f.reserved_unallocated)} reserved but unallocated")
     elif f is not None and f.expandable_segments_set:
         lines.append(f"Expandable segments are already on ({d.alloc_conf_var})")
@@ -1138,6 +1338,18 @@ def _diagnosis_lines(d: Diagnosis) -> List[str]:
     return lines
 
 
+def occurrence() -> Dict[str, Any]:
+    """Which error a checklist is about: one out-of-memory error in one run of this kernel process. The
+    browser keeps the checklist's ticks under `id` (a new error starts unticked), and tells a checklist of an
+    earlier kernel run by (`kernel_pid`, `kernel_start`), which `hello` carries as (`pid`, `create_time`)."""
+    return {
+        "id": uuid.uuid4().hex,
+        "kernel_pid": os.getpid(),
+        "kernel_start": own_create_time(),
+        "time": time.time(),
+    }
+
+
 def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Dict[str, Any]:
     """MIME bundle for display(..., raw=True): the rich payload, static escaped HTML, a numbered checklist."""
     payload = {
@@ -1146,6 +1358,7 @@ def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Di
         "info": info.to_payload(),
         "diagnosis": diagnosis.to_payload(),
         "steps": [asdict(s) for s in steps],
+        "occurrence": occurrence(),
     }
     return {
         OOM_MIME: payload,
@@ -1154,12 +1367,21 @@ def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Di
     }
 
 
+def _steps_heading(d: Diagnosis) -> str:
+    return "Checklist (likely cause first, then cheapest)" if d.causes else "Checklist (cheapest first)"
+
+
 def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
     lines = _summary(info) + [f"  - {line}" for line in _diagnosis_lines(d)]
-    lines.append("Checklist (cheapest first):")
+    lines.append(f"{_steps_heading(d)}:")
+    folded = [s for s in steps if s.not_applicable is not None]
     for number, step in enumerate(steps, 1):
+        if folded and step is folded[0]:
+            lines.append(f"Not applicable here ({len(folded)}):")
         button = f"  [{step.action}]" if step.action else ""
         lines.append(f"{number:2d}. [ ] {step.title}{button}")
+        if step.not_applicable is not None:
+            lines.append(f"      Not applicable: {step.not_applicable}")
         lines.append(f"      {step.detail}")
         if step.code:
             lines.extend(f"        {line}" for line in step.code.rstrip("\n").split("\n"))
@@ -1173,11 +1395,18 @@ def _oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
     diagnosis = _diagnosis_lines(d)
     if diagnosis:
         parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in diagnosis) + "</ul>")
-    parts.append(f"<details><summary>PyTorch's message</summary><pre>{e(info.message)}</pre></details><ol>")
-    for step in steps:
+    parts.append(f"<details><summary>PyTorch's message</summary><pre>{e(info.message)}</pre></details>")
+    parts.append(f"<p><strong>{e(_steps_heading(d))}</strong></p><ol>")
+    folded = [s for s in steps if s.not_applicable is not None]
+    for number, step in enumerate(steps, 1):
+        if folded and step is folded[0]:
+            parts.append(f'</ol><details><summary>Not applicable here ({len(folded)})</summary><ol start="{number}">')
         code = f"<pre><code>{e(step.code)}</code></pre>" if step.code else ""
-        parts.append(f'<li data-step="{e(step.id)}"><strong>{e(step.title)}</strong><br>{e(step.detail)}{code}</li>')
-    parts.append("</ol></div>")
+        why = f"<br><em>Not applicable: {e(step.not_applicable)}</em>" if step.not_applicable is not None else ""
+        parts.append(
+            f'<li data-step="{e(step.id)}"><strong>{e(step.title)}</strong>{why}<br>{e(step.detail)}{code}</li>'
+        )
+    parts.append("</ol></details></div>" if folded else "</ol></div>")
     return "".join(parts)
 
 

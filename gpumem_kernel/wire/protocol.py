@@ -15,7 +15,8 @@ from importlib import resources
 from typing import Any, Dict, List, Mapping, Optional
 
 PROTOCOL_VERSION = 1
-CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate", "ping")
+# "rounding": `configure` takes `rounding` (the JupyterLab setting "Batch-size rounding" for analyze/autobatch picks)
+CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate", "ping", "rounding")
 ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping")
 MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0

@@ -37,6 +37,11 @@ export class GpuMemActions implements IGpuMemActions, IDisposable {
     return this._changed;
   }
 
+  /** Emitted with any session's actions when they change (the inline checklists of every notebook listen). */
+  get sessionChanged(): ISignal<this, SessionActions> {
+    return this._sessionChanged;
+  }
+
   /** The actions of the session the panel follows. */
   get current(): SessionActions | null {
     const ctx = this._model.sessionContext;
@@ -121,6 +126,7 @@ export class GpuMemActions implements IGpuMemActions, IDisposable {
   }
 
   private _onActionsChanged(actions: SessionActions): void {
+    this._sessionChanged.emit(actions);
     if (actions === this.current) {
       this._changed.emit();
     }
@@ -138,4 +144,5 @@ export class GpuMemActions implements IGpuMemActions, IDisposable {
   private readonly _actions = new Map<ISessionContext, SessionActions>();
   private _isDisposed = false;
   private readonly _changed = new Signal<this, void>(this);
+  private readonly _sessionChanged = new Signal<this, SessionActions>(this);
 }

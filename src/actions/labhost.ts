@@ -9,11 +9,13 @@
 import type { ILabShell, JupyterFrontEnd } from '@jupyterlab/application';
 import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
+import { Signal } from '@lumino/signaling';
 
 import type { GpuMemActions } from './actions';
 import { OPEN_OOM_COMMAND, PANEL_ID } from '../commandids';
+import { stepFeedback } from './feedback';
 import type { Trans } from '../ui/i18n';
-import type { IInlineHost } from './inline';
+import type { IInlineHost, IKernelIdentity } from './inline';
 import type { IOomError } from './oom/detect';
 import type { IOomStep } from '../wire/protocol';
 import type { CellPlace, IActionHost } from './sessionactions';
@@ -156,23 +158,52 @@ export class LabActionHost implements IActionHost {
 
   /** What the inline outputs (the checklist, the analysis output's "Insert code") can do. */
   inlineHost(): IInlineHost {
+    const manager = this._requireManager();
+    // Inline checklists re-render on ticks, on any notebook's clear or restart (the line under the step that
+    // started it), and when the current kernel process changes (a checklist of an earlier one says so).
+    const changed = new Signal<LabActionHost, void>(this);
+    manager.ticks.changed.connect(() => changed.emit());
+    manager.sessionChanged.connect(() => changed.emit());
+    let identity = '';
+    this._model.changed.connect(() => {
+      const hello = this._model.hello;
+      const now = hello === null ? '' : `${hello.pid}@${hello.create_time ?? ''}`;
+      if (now !== identity) {
+        identity = now;
+        changed.emit();
+      }
+    });
+    const actionsOf = (node: HTMLElement) => {
+      const panel = this._notebookContaining(node);
+      return panel === null ? null : manager.forWidget(panel.id);
+    };
     return {
-      ticks: this._requireManager().ticks,
+      ticks: manager.ticks,
+      changed,
       pathOf: node => this._notebookContaining(node)?.context.path ?? null,
-      run: (node, step) => {
-        const panel = this._notebookContaining(node);
-        const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
+      run: (node, step, key) => {
+        const actions = actionsOf(node);
         if (actions === null) {
           return;
         }
         if (SHOWN_IN_PANEL.includes(step.action)) {
           this._shell.activateById(PANEL_ID);
         }
-        void actions.runStep(step);
+        void actions.runStep(step, key);
       },
-      busy: node => {
+      busy: node => actionsOf(node)?.busy ?? false,
+      feedback: (node, key, stepId) => {
+        const actions = actionsOf(node);
+        return actions === null
+          ? null
+          : stepFeedback(actions, key, stepId, this._model.settings.units, this.trans);
+      },
+      kernelOf: (node): IKernelIdentity | null => {
+        // Known for the notebook the panel follows (reading another's would start a bridge to its kernel).
         const panel = this._notebookContaining(node);
-        return panel !== null && (this._requireManager().forWidget(panel.id)?.busy ?? false);
+        const hello =
+          panel !== null && panel.sessionContext === this._model.sessionContext ? this._model.hello : null;
+        return hello === null ? null : { pid: hello.pid, createTime: hello.create_time ?? null };
       },
       labelKernel: kernelId => this._requireManager().labelKernel(kernelId),
       copy: text => Clipboard.copyToSystem(text),

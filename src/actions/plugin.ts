@@ -23,6 +23,7 @@ import {
 import { TRANSLATION_DOMAIN } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
 import { setInlineHost } from './inline';
+import { notebookOomOutputs, setOomOutputs } from './oom/reveal';
 import { LabActionHost } from './labhost';
 import { restartHeadline } from './restart/report';
 import { TickStore } from './ticks';
@@ -67,6 +68,13 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     });
     host.manager = manager;
     setInlineHost(host.inlineHost());
+    // The panel's brief OOM checklist links to the full one in the notebook's cell output.
+    setOomOutputs(
+      notebookOomOutputs(
+        id => notebooks.find(panel => panel.id === id) ?? null,
+        id => shell.activateById(id)
+      )
+    );
 
     const addNotebook = (panel: NotebookPanel): void => {
       manager.add(panel.sessionContext, panel.id);

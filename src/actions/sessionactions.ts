@@ -27,7 +27,16 @@ import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/dete
 import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
 import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
 import type { IGpuMemSettings } from '../settings';
-import type { IBridgeView, IClearRun, IOomRun, IRestartRun, ISessionActions, ITickStore } from '../tokens';
+import { occurrenceKey, stepOrigin } from './ticks';
+import type {
+  ActionOrigin,
+  IBridgeView,
+  IClearRun,
+  IOomRun,
+  IRestartRun,
+  ISessionActions,
+  ITickStore
+} from '../tokens';
 
 /** Where a cell goes. */
 export type CellPlace = 'below-active' | 'top';
@@ -62,6 +71,13 @@ export namespace SessionActions {
     /** Delay before re-sending an aborted request (default 1000 ms). */
     retryDelayMs?: number;
   }
+}
+
+const NO_TICKS: ReadonlySet<string> = new Set<string>();
+
+/** A kernel process as its hello names it (PID and start time), or null before a hello. */
+function processOf(hello: IHello | null): string | null {
+  return hello === null ? null : `${hello.pid}@${hello.create_time ?? '?'}`;
 }
 
 function messageOf(error: unknown): string {
@@ -109,6 +125,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._retryDelayMs = options.retryDelayMs ?? 1000;
     this.sessionContext.iopubMessage.connect(this._onIopub, this);
     this.sessionContext.statusChanged.connect(this._onStatus, this);
+    this.sessionContext.kernelChanged.connect(this._onKernelChanged, this);
     this._ticks.changed.connect(this._onTicks, this);
   }
 
@@ -120,9 +137,25 @@ export class SessionActions implements ISessionActions, IDisposable {
     return this._changed;
   }
 
-  /** The notebook's path (the key of its ticks). */
+  /** The notebook's path. */
   get path(): string {
     return this.sessionContext.path;
+  }
+
+  /**
+   * The current kernel run: one more each time the kernel restarts (ours, Kernel > Restart, another
+   * client's), dies (with or without the server restarting it) or is replaced by another kernel. Reports
+   * and checklists tagged with an earlier run describe a process that is gone: the panel shows them as
+   * history.
+   */
+  get kernelRun(): number {
+    return this._kernelRun;
+  }
+
+  /** The ticks key of the checklist shown, or null while none is ready. */
+  get oomKey(): string | null {
+    const payload = this._oom?.payload ?? null;
+    return payload === null ? null : occurrenceKey(payload);
   }
 
   get clearRun(): IClearRun | null {
@@ -156,17 +189,24 @@ export class SessionActions implements ISessionActions, IDisposable {
     return this.sessionContext.session?.kernel?.status === 'busy';
   }
 
-  /** The step ids ticked in this notebook. */
+  /** The step ids ticked in the checklist shown (its occurrence's ticks; empty without one). */
   get ticks(): ReadonlySet<string> {
-    return this._ticks.ticks(this.path);
+    const key = this.oomKey;
+    return key === null ? NO_TICKS : this._ticks.ticks(key);
   }
 
   setTick(stepId: string, ticked: boolean): void {
-    this._ticks.set(this.path, stepId, ticked);
+    const key = this.oomKey;
+    if (key !== null) {
+      this._ticks.set(key, stepId, ticked);
+    }
   }
 
   resetTicks(): void {
-    this._ticks.reset(this.path);
+    const key = this.oomKey;
+    if (key !== null) {
+      this._ticks.reset(key);
+    }
   }
 
   /** The kernel's children as last reported (`children` action), for the kernel PID they belong to. */
@@ -186,32 +226,42 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._oomSeq++;
     this._stopWaiting?.();
     this._ticks.changed.disconnect(this._onTicks, this);
+    this.sessionContext.kernelChanged.disconnect(this._onKernelChanged, this);
     Signal.clearData(this);
   }
 
   /**
    * The safe clear (`frontend.clear()`): queued behind a running cell; a second press while it runs does
-   * nothing. Resolves true when a report came back.
+   * nothing. Resolves true when a report came back. `origin`: the checklist step that started it (its
+   * result shows under that step), null for the panel's button.
    */
-  async clear(): Promise<boolean> {
+  async clear(origin: ActionOrigin = null): Promise<boolean> {
     if (this.clearing) {
       return false;
     }
+    const kernelRun = this._kernelRun;
     const kernel = this._kernel();
     if (kernel === null) {
-      this._setClear({ phase: 'failed', report: null, error: this._host.trans.__('No kernel to clear.') });
+      this._setClear({
+        phase: 'failed',
+        report: null,
+        error: this._host.trans.__('No kernel to clear.'),
+        origin,
+        kernelRun
+      });
       return false;
     }
-    this._setClear({ phase: 'running', report: null, error: null });
+    this._setClear({ phase: 'running', report: null, error: null, origin, kernelRun });
     const options = { retryDelayMs: this._retryDelayMs };
     const result = clearReportOf(await callFrontend(kernel, CLEAR_CALL, options));
     if (this._isDisposed) {
       return false;
     }
+    // Tagged with the run it started in: a kernel that died meanwhile makes it history.
     this._setClear(
       result.ok
-        ? { phase: 'done', report: result.value, error: null }
-        : { phase: 'failed', report: null, error: result.error }
+        ? { phase: 'done', report: result.value, error: null, origin, kernelRun }
+        : { phase: 'failed', report: null, error: result.error, origin, kernelRun }
     );
     return result.ok;
   }
@@ -220,14 +270,20 @@ export class SessionActions implements ISessionActions, IDisposable {
    * Restart the kernel and free its memory (and clear outputs when `clearOutputs`, default: the setting).
    * Resolves with the report, or null when cancelled, failed or already running.
    */
-  async restartAndFree(clearOutputs?: boolean, note: string | null = null): Promise<IRestartReport | null> {
+  async restartAndFree(
+    clearOutputs?: boolean,
+    note: string | null = null,
+    origin: ActionOrigin = null
+  ): Promise<IRestartReport | null> {
     if (this.restarting) {
       return null;
     }
     const settings = this._host.settings();
     const clear = clearOutputs ?? settings.clearOutputsOnRestart;
     const previous = this._restart;
-    this._setRestart({ phase: 'confirming', clearOutputs: clear, report: null, error: null, note });
+    // While it runs, it belongs to the run it restarts; once done, to the new run it reports on.
+    const base = { clearOutputs: clear, note, origin };
+    this._setRestart({ ...base, phase: 'confirming', report: null, error: null, kernelRun: this._kernelRun });
     try {
       const report = await restartAndFree({
         confirm: () =>
@@ -262,10 +318,16 @@ export class SessionActions implements ISessionActions, IDisposable {
         this._setRestart(previous);
         return null;
       }
-      this._setRestart({ phase: 'done', clearOutputs: clear, report, error: null, note });
+      this._setRestart({ ...base, phase: 'done', report, error: null, kernelRun: this._kernelRun });
       return report;
     } catch (error) {
-      this._setRestart({ phase: 'failed', clearOutputs: clear, report: null, error: messageOf(error), note });
+      this._setRestart({
+        ...base,
+        phase: 'failed',
+        report: null,
+        error: messageOf(error),
+        kernelRun: this._kernelRun
+      });
       return null;
     }
   }
@@ -304,15 +366,20 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._setRestart({ ...current, report: { ...current.report, leftovers } });
   }
 
-  /** Run a checklist step's action; ticks the step when it did what it says. */
-  async runStep(step: IOomStep): Promise<void> {
+  /**
+   * Run a checklist step's action; ticks the step of occurrence `key` (default: the checklist shown here)
+   * when it did what it says. Clear and restart remember the step as their origin, so their result shows
+   * under the button that started them (inline and in the panel).
+   */
+  async runStep(step: IOomStep, key: string | null = this.oomKey): Promise<void> {
+    const origin = key === null ? null : stepOrigin(key, step.id);
     let done = false;
     switch (step.action) {
       case 'clear':
-        done = await this.clear();
+        done = await this.clear(origin);
         break;
       case 'restart':
-        done = (await this.restartAndFree()) !== null;
+        done = (await this.restartAndFree(undefined, null, origin)) !== null;
         break;
       case 'shutdown-kernel':
         done = step.kernel_id !== null && (await this._host.shutDownKernel(step.kernel_id));
@@ -325,14 +392,14 @@ export class SessionActions implements ISessionActions, IDisposable {
           const note = this._host.trans.__(
             'Run the cell inserted at the top of the notebook first: the allocator reads its setting only before torch first uses the GPU.'
           );
-          done = (await this.restartAndFree(undefined, note)) !== null;
+          done = (await this.restartAndFree(undefined, note, origin)) !== null;
         }
         break;
       case null:
         return;
     }
-    if (done && !this._isDisposed) {
-      this.setTick(step.id, true);
+    if (done && !this._isDisposed && key !== null) {
+      this._ticks.set(key, step.id, true);
     }
   }
 
@@ -341,7 +408,7 @@ export class SessionActions implements ISessionActions, IDisposable {
    * no OOM was seen here, e.g. it happened before the page loaded).
    */
   async loadLastOom(): Promise<void> {
-    if (this._oom !== null && this._oom.phase !== 'failed') {
+    if (this._oom !== null && this._oom.phase !== 'failed' && this._oom.kernelRun === this._kernelRun) {
       return;
     }
     const kernel = this._kernel();
@@ -349,15 +416,17 @@ export class SessionActions implements ISessionActions, IDisposable {
       return;
     }
     const seq = ++this._oomSeq;
+    const kernelRun = this._kernelRun;
     const error: IOomError = { ename: 'OutOfMemoryError', evalue: '', parentId: null };
-    this._setOom({ phase: 'loading', error, payload: null, problem: null });
+    this._setOom({ phase: 'loading', error, payload: null, problem: null, kernelRun });
     const options = { retryDelayMs: this._retryDelayMs };
     const result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, options));
     this._settleOom(
       seq,
       error,
       result,
-      this._host.trans.__('No CUDA out-of-memory error in this kernel yet.')
+      this._host.trans.__('No CUDA out-of-memory error in this kernel yet.'),
+      kernelRun
     );
   }
 
@@ -368,9 +437,9 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._setOom(null);
   }
 
-  /** Hide the clear report or the restart report. */
+  /** Hide the clear report or the restart report (a clear of an earlier kernel run even while "running"). */
   dismissReport(which: 'clear' | 'restart'): void {
-    if (which === 'clear' && !this.clearing) {
+    if (which === 'clear' && (!this.clearing || this._clear?.kernelRun !== this._kernelRun)) {
       this._setClear(null);
     } else if (which === 'restart' && !this.restarting) {
       this._setRestart(null);
@@ -448,7 +517,8 @@ export class SessionActions implements ISessionActions, IDisposable {
   private async _onOom(error: IOomError): Promise<void> {
     this._stopWaiting?.(); // a newer OOM replaces the one still waiting
     const seq = ++this._oomSeq;
-    this._setOom({ phase: 'waiting', error, payload: null, problem: null });
+    const kernelRun = this._kernelRun;
+    this._setOom({ phase: 'waiting', error, payload: null, problem: null, kernelRun });
     this._host.notifyOom(this, error);
     // ipykernel aborts requests queued behind the failing cell: ask only once that cell has ended.
     if (error.parentId !== null) {
@@ -474,7 +544,8 @@ export class SessionActions implements ISessionActions, IDisposable {
           phase: 'failed',
           error,
           payload: null,
-          problem: this._host.trans.__('The kernel restarted before the checklist could be built.')
+          problem: this._host.trans.__('The kernel restarted before the checklist could be built.'),
+          kernelRun
         });
         return;
       }
@@ -483,24 +554,76 @@ export class SessionActions implements ISessionActions, IDisposable {
     if (kernel === null) {
       return;
     }
-    this._setOom({ phase: 'loading', error, payload: null, problem: null });
+    this._setOom({ phase: 'loading', error, payload: null, problem: null, kernelRun });
     const options = { retryDelayMs: this._retryDelayMs };
     let result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, options));
     if (result.ok && result.value === null && seq === this._oomSeq) {
       // The handler did not see it (the shim was loaded later, or another library raised it): parse the text.
       result = oomPayloadOf(await callFrontend(kernel, oomFromTextCall(oomText(error)), options));
     }
-    this._settleOom(seq, error, result, this._host.trans.__('The kernel could not read this error message.'));
+    this._settleOom(
+      seq,
+      error,
+      result,
+      this._host.trans.__('The kernel could not read this error message.'),
+      kernelRun
+    );
   }
 
   private _onStatus(_: unknown, status: Kernel.Status): void {
-    if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
-      this._stopWaiting?.();
+    switch (status) {
+      case 'restarting':
+      case 'autorestarting':
+      case 'dead':
+        this._stopWaiting?.();
+        this._endRun();
+        break;
+      case 'starting':
+        // Outside our own start-up: another client restarted the kernel (JupyterLab reports only this) —
+        // unless it is the new process of the restart counted last, still before its hello (a server restart
+        // after kill -9 reports 'restarting', 'autorestarting', 'busy', then the new process's 'starting').
+        if (this._sawRunning && !this._sameProcessAsEnded()) {
+          this._endRun();
+        }
+        break;
+      case 'idle':
+      case 'busy':
+        this._runEnded = false;
+        this._sawRunning = true;
+        break;
     }
   }
 
-  private _onTicks(_: ITickStore, path: string): void {
-    if (path === this.path) {
+  private _onKernelChanged(_: unknown, change: { oldValue: unknown; newValue: unknown }): void {
+    // SessionContext.restartKernel() announces its restart as a change to the same kernel connection: that
+    // restart was counted by its statuses already.
+    if (change.oldValue !== null && change.oldValue !== undefined && change.oldValue !== change.newValue) {
+      this._stopWaiting?.();
+      this._runEnded = false; // another kernel: always a new run
+      this._endRun();
+    }
+  }
+
+  /** The kernel process of this run is gone: count a new run (once per restart, however many statuses). */
+  private _endRun(): void {
+    if (this._runEnded) {
+      return;
+    }
+    this._runEnded = true;
+    this._sawRunning = false;
+    this._endedProcess = processOf(this._bridge()?.hello ?? null);
+    this._kernelRun++;
+    this._changed.emit();
+  }
+
+  /** The bridge still knows only the process that the last counted end ended (no hello since). */
+  private _sameProcessAsEnded(): boolean {
+    const now = processOf(this._bridge()?.hello ?? null);
+    return now !== null && now === this._endedProcess;
+  }
+
+  private _onTicks(_: ITickStore, key: string): void {
+    if (key === this.oomKey) {
       this._changed.emit();
     }
   }
@@ -523,15 +646,22 @@ export class SessionActions implements ISessionActions, IDisposable {
     seq: number,
     error: IOomError,
     result: ReturnType<typeof oomPayloadOf>,
-    whenNone: string
+    whenNone: string,
+    kernelRun: number
   ): void {
     if (seq !== this._oomSeq) {
       return;
     }
     if (result.ok && result.value !== null) {
-      this._setOom({ phase: 'ready', error, payload: result.value, problem: null });
+      this._setOom({ phase: 'ready', error, payload: result.value, problem: null, kernelRun });
     } else {
-      this._setOom({ phase: 'failed', error, payload: null, problem: result.ok ? whenNone : result.error });
+      this._setOom({
+        phase: 'failed',
+        error,
+        payload: null,
+        problem: result.ok ? whenNone : result.error,
+        kernelRun
+      });
     }
   }
 
@@ -549,6 +679,13 @@ export class SessionActions implements ISessionActions, IDisposable {
   private _restart: IRestartRun | null = null;
   private _oom: IOomRun | null = null;
   private _oomSeq = 0;
+  private _kernelRun = 0;
+  /** The run was counted as ended and no new one has been seen running yet. */
+  private _runEnded = false;
+  /** The kernel of this run reported idle or busy (a later 'starting' is a restart, not the start-up). */
+  private _sawRunning = false;
+  /** The kernel process (`processOf` its hello) whose end was counted last. */
+  private _endedProcess: string | null = null;
   /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */
   private _stopWaiting: (() => void) | null = null;
   private _children: { pid: number; count: number; list: ReadonlyArray<IChildProcess> } | null = null;

@@ -187,9 +187,27 @@ export class KernelBridge implements IDisposable {
         console.warn(`jupyterlab-gpumem: could not reconfigure the sampler: ${messageOf(error)}`);
       });
     }
+    if (old.batchRounding !== settings.batchRounding) {
+      this._sendRounding();
+    }
     if (!old.autoLoad && settings.autoLoad && this._state.name === 'autoload-off') {
       void this._start({ restart: true, force: false });
     }
+  }
+
+  /**
+   * The "Batch-size rounding" setting, to a kernel whose hello lists the capability "rounding": the default of
+   * its `%gpumem analyze`/`autobatch` picks when a command gives no `--round` (older kernels are not asked).
+   */
+  private _sendRounding(): void {
+    if (this._comm === null || !this._isConnectedState() || !this._hello?.capabilities.includes('rounding')) {
+      return;
+    }
+    this.request('configure', { rounding: this._settings.batchRounding }).catch((error: unknown) => {
+      if (!this._isDisposed) {
+        console.warn(`jupyterlab-gpumem: could not send the batch-size rounding: ${messageOf(error)}`);
+      }
+    });
   }
 
   /** Start over with the current kernel (the Retry button). */
@@ -371,7 +389,21 @@ export class KernelBridge implements IDisposable {
     }
   }
 
-  private _onKernelChanged(): void {
+  private _onKernelChanged(_: ISessionContext, change: { oldValue: unknown; newValue: unknown }): void {
+    if (change.oldValue !== null && change.oldValue === change.newValue) {
+      // SessionContext.restartKernel() ends by announcing a "change" to the same kernel connection. Its
+      // statuses already said that it restarted (and the reconnect follows them); starting over as for
+      // another kernel would forget how the old process ended.
+      if (
+        this._needsStart &&
+        this._kernelStatus !== 'restarting' &&
+        this._kernelStatus !== 'autorestarting'
+      ) {
+        this._needsStart = false;
+        void this._start({ restart: true, force: false });
+      }
+      return;
+    }
     this._needsStart = false;
     void this._start({ restart: false, force: false });
   }
@@ -382,7 +414,7 @@ export class KernelBridge implements IDisposable {
     }
     this._kernelStatus = status;
     const before = this._state;
-    this._apply({ type: 'kernel-status', status });
+    this._apply({ type: 'kernel-status', status, now: Date.now() });
     const after = this._state;
     const restarted = after.name === 'waiting' && after.phase === 'restarting' && before !== after;
     if (restarted || (status === 'dead' && before.name !== 'dead')) {
@@ -462,7 +494,7 @@ export class KernelBridge implements IDisposable {
     }
     this._kernelStatus = kernel.status;
     if (kernel.status === 'dead') {
-      this._apply({ type: 'kernel-status', status: 'dead' });
+      this._apply({ type: 'kernel-status', status: 'dead', now: Date.now() });
       this._needsStart = true;
       return;
     }
@@ -615,6 +647,7 @@ export class KernelBridge implements IDisposable {
           interval: message.interval,
           now: Date.now()
         });
+        this._sendRounding(); // a new kernel (or a restarted one) starts from pow2
         break;
       case 'history':
         this._history.merge(message.samples);

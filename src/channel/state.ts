@@ -27,6 +27,19 @@ export type StateName =
 /** What a `waiting` state waits for. */
 export type WaitingPhase = 'starting' | 'restarting' | 'bootstrapping' | 'opening';
 
+/**
+ * How the kernel's previous process ended, for the panel to say so after the fact: JupyterLab reports a
+ * restart someone asked for as 'restarting'; a process that died and that the server restarted as
+ * 'restarting' then 'autorestarting'; one the server could not (or would not) restart as 'dead'.
+ */
+export interface IKernelEnd {
+  readonly cause: 'restarted' | 'died';
+  /** For `died`: the server started a new kernel process on its own. */
+  readonly restartedByServer: boolean;
+  /** Date.now() when it was noticed. */
+  readonly at: number;
+}
+
 /** The bridge's state; immutable (each event gives a new object, or the same one when nothing changed). */
 export interface IBridgeState {
   readonly name: StateName;
@@ -50,12 +63,20 @@ export interface IBridgeState {
   readonly interval: number;
   /** Date.now() of the last sample (or of `hello`); null before. */
   readonly lastSampleAt: number | null;
+  /** How this session's kernel process last ended (restart, death); null since the kernel was chosen. */
+  readonly lastEnd: IKernelEnd | null;
+  /**
+   * True from a restart or death until the next `hello`: one episode. JupyterLab reports a server restart
+   * as 'restarting', 'autorestarting', then (once the new process is up, often after our reconnect began)
+   * the new process's own 'starting': within one episode, a later 'starting' is no second restart.
+   */
+  readonly endPending: boolean;
 }
 
 /** Everything the bridge tells the state machine. */
 export type BridgeEvent =
   | { readonly type: 'kernel-changed'; readonly kernelName: string | null; readonly hasSession: boolean }
-  | { readonly type: 'kernel-status'; readonly status: Kernel.Status }
+  | { readonly type: 'kernel-status'; readonly status: Kernel.Status; readonly now: number }
   | { readonly type: 'language'; readonly name: string }
   | { readonly type: 'bootstrap-ok'; readonly version: string; readonly protocol: number }
   | { readonly type: 'bootstrap-missing'; readonly detail: string }
@@ -86,7 +107,9 @@ export const INITIAL_STATE: IBridgeState = {
   kernelProtocol: null,
   kernelVersion: null,
   interval: 1,
-  lastSampleAt: null
+  lastSampleAt: null,
+  lastEnd: null,
+  endPending: false
 };
 
 /** Samples missed before the panel says "kernel not responding". */
@@ -150,17 +173,41 @@ export function next(state: IBridgeState, event: BridgeEvent): IBridgeState {
       if (state.name === 'no-kernel' || state.name === 'unsupported') {
         return state;
       }
+      const restarting = state.name === 'waiting' && state.phase === 'restarting';
       switch (event.status) {
         case 'dead':
-          return state.name === 'dead' ? state : to(state, 'dead', { lastSampleAt: null });
+          return state.name === 'dead'
+            ? state
+            : to(state, 'dead', {
+                lastSampleAt: null,
+                lastEnd: { cause: 'died', restartedByServer: false, at: event.now },
+                endPending: true
+              });
+        case 'autorestarting': {
+          // The process died and the server started a new one (JupyterLab says 'restarting' just before).
+          const lastEnd: IKernelEnd = {
+            cause: 'died',
+            restartedByServer: true,
+            at: state.endPending ? (state.lastEnd?.at ?? event.now) : event.now
+          };
+          return to(state, 'waiting', { phase: 'restarting', lastSampleAt: null, lastEnd, endPending: true });
+        }
         case 'restarting':
-        case 'autorestarting':
         case 'starting':
           // 'starting' outside our own start-up is a new kernel process: another client restarted it
-          // (a REST call, another browser tab), which JupyterLab reports only as this status.
-          return state.name === 'waiting' && (state.phase === 'restarting' || state.phase === 'starting')
+          // (a REST call, another browser tab), which JupyterLab reports only as this status — or the new
+          // process of a restart already noted (then it is the same episode: how it ended stays).
+          return restarting || (state.name === 'waiting' && state.phase === 'starting')
             ? state
-            : to(state, 'waiting', { phase: 'restarting', lastSampleAt: null });
+            : to(state, 'waiting', {
+                phase: 'restarting',
+                lastSampleAt: null,
+                lastEnd:
+                  state.endPending && state.lastEnd !== null
+                    ? state.lastEnd
+                    : { cause: 'restarted', restartedByServer: false, at: event.now },
+                endPending: true
+              });
         default:
           return state;
       }
@@ -203,7 +250,8 @@ export function next(state: IBridgeState, event: BridgeEvent): IBridgeState {
       return to(state, 'live', {
         kernelVersion: event.version,
         interval: event.interval > 0 ? event.interval : state.interval,
-        lastSampleAt: event.now
+        lastSampleAt: event.now,
+        endPending: false
       });
 
     case 'sample':
@@ -241,6 +289,28 @@ export function next(state: IBridgeState, event: BridgeEvent): IBridgeState {
   }
 }
 
+/**
+ * The line the panel keeps after the kernel came back, saying how its previous process ended (null: nothing
+ * to say — no end seen, or the state's own message says it, while restarting or dead).
+ */
+export function describeKernelEnd(
+  state: IBridgeState,
+  trans: Trans,
+  time: (at: number) => string
+): string | null {
+  const end = state.lastEnd;
+  if (end === null || state.name === 'dead' || (state.name === 'waiting' && state.phase === 'restarting')) {
+    return null;
+  }
+  if (end.cause === 'died') {
+    return trans.__(
+      'The kernel died at %1 and the server restarted it: the variables and GPU memory of the old process are gone.',
+      time(end.at)
+    );
+  }
+  return trans.__('The kernel was restarted at %1.', time(end.at));
+}
+
 /** What the panel shows for a state: a sentence, and optionally a command the user can copy. */
 export interface IStateMessage {
   readonly text: string;
@@ -274,7 +344,13 @@ export function describeState(state: IBridgeState, trans: Trans): IStateMessage 
     case 'waiting':
       switch (state.phase) {
         case 'restarting':
-          return plain(trans.__('Kernel restarting…'));
+          return plain(
+            state.lastEnd?.cause === 'died'
+              ? trans.__(
+                  'The kernel died (its process ended without being asked to, e.g. killed, or out of host memory); the server is restarting it… Variables and GPU memory of the old process are gone.'
+                )
+              : trans.__('Kernel restarting…')
+          );
         case 'bootstrapping':
           return plain(trans.__('Loading gpumem_kernel in the kernel… (waits for a running cell to finish)'));
         case 'opening':
@@ -320,7 +396,11 @@ export function describeState(state: IBridgeState, trans: Trans): IStateMessage 
     case 'stale':
       return plain(trans.__('Kernel not responding: no sample for %1 intervals', STALE_INTERVALS));
     case 'dead':
-      return plain(trans.__('The kernel died; restart it'));
+      return plain(
+        trans.__(
+          'The kernel died and the server did not restart it: restart it (Kernel › Restart Kernel…) to see its GPU memory again'
+        )
+      );
     case 'error':
       if (state.closedByKernel) {
         return plain(

@@ -33,14 +33,14 @@ export class GpuMemOutput extends ReactWidget implements IRenderMime.IRenderer {
     this._data = model.data[this._mimeType];
     if (this._host === null) {
       this._host = inlineHost();
-      this._host?.ticks.changed.connect(this._onTicks, this);
+      this._host?.changed.connect(this._onHostChanged, this);
     }
     this.update();
     return Promise.resolve();
   }
 
   dispose(): void {
-    this._host?.ticks.changed.disconnect(this._onTicks, this);
+    this._host?.changed.disconnect(this._onHostChanged, this);
     super.dispose();
   }
 
@@ -62,7 +62,8 @@ export class GpuMemOutput extends ReactWidget implements IRenderMime.IRenderer {
     );
   }
 
-  private _onTicks(): void {
+  /** Ticks, a clear or restart under way, or the notebook's kernel changed: the checklist shows them. */
+  private _onHostChanged(): void {
     this.update();
   }
 

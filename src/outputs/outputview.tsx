@@ -7,11 +7,10 @@
  */
 import * as React from 'react';
 
-import { OomChecklist } from '../actions/oom/checklist';
 import { ClearReport } from '../actions/clear/report';
 import type { Trans } from '../ui/i18n';
 import type { IInlineHost } from '../actions/inline';
-import { checklistMarkdown } from '../actions/oom/text';
+import { InlineOomChecklist } from '../actions/oom/inlinechecklist';
 import {
   CLEAR_MIME,
   clearPayloadProblem,
@@ -56,28 +55,5 @@ export function GpuMemOutputView(props: IGpuMemOutputViewProps): JSX.Element {
   if (problem !== null) {
     return <InvalidOutput trans={trans} problem={problem} />;
   }
-  const payload = data as IOomPayload;
-  const path = host?.pathOf(node) ?? null;
-  const ticks = host !== null && path !== null ? host.ticks.ticks(path) : null;
-  const label = (kernelId: string): string | null => host?.labelKernel(kernelId) ?? null;
-  return (
-    <OomChecklist
-      payload={payload}
-      trans={trans}
-      ticks={ticks}
-      onTick={(id, ticked) => {
-        if (host !== null && path !== null) {
-          host.ticks.set(path, id, ticked);
-        }
-      }}
-      onAction={host !== null && path !== null ? step => host.run(node, step) : null}
-      busy={host?.busy(node) ?? false}
-      kernelLabel={host !== null ? label : undefined}
-      onCopyMarkdown={
-        host !== null
-          ? () => host.copy(checklistMarkdown(payload, ticks ?? new Set(), trans, label))
-          : undefined
-      }
-    />
-  );
+  return <InlineOomChecklist payload={data as IOomPayload} trans={trans} host={host} node={node} />;
 }

@@ -171,6 +171,29 @@ function ProcessTable(props: IProcessProps): JSX.Element {
   );
 }
 
+/**
+ * One row of a facts list: a label and its value, in a `div` of their own, so that the value takes the width
+ * its own label leaves (not the width the longest label of the list leaves) and stays on one line.
+ */
+export function Fact(props: {
+  readonly label: string;
+  /** The label's tooltip. */
+  readonly labelTitle?: string;
+  /** The value's tooltip. */
+  readonly title?: string;
+  readonly className?: string;
+  readonly children: React.ReactNode;
+}): JSX.Element {
+  return (
+    <div className="jp-GpuMem-fact">
+      <dt title={props.labelTitle}>{props.label}</dt>
+      <dd className={props.className} title={props.title}>
+        {props.children}
+      </dd>
+    </div>
+  );
+}
+
 export interface IDeviceSectionProps {
   readonly device: IDevice;
   readonly settings: IGpuMemSettings;
@@ -216,30 +239,25 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
       )}
       <Legend segments={segments} total={total} unit={unit} trans={trans} />
       <dl className="jp-GpuMem-facts">
-        <dt>{trans.__('GPU utilisation')}</dt>
-        <dd>{formatPercentValue(device.util_gpu)}</dd>
-        <dt>{trans.__('Memory utilisation')}</dt>
-        <dd>{formatPercentValue(device.util_mem)}</dd>
-        <dt>{trans.__('Compute capability')}</dt>
-        <dd>
+        <Fact label={trans.__('GPU utilisation')}>{formatPercentValue(device.util_gpu)}</Fact>
+        <Fact label={trans.__('Memory utilisation')}>{formatPercentValue(device.util_mem)}</Fact>
+        <Fact label={trans.__('Compute capability')}>
           {device.compute_capability ?? trans.__('n/a')}
           {device.sm_count !== null ? ` · ${trans.__('%1 SMs', device.sm_count)}` : ''}
-        </dd>
+        </Fact>
       </dl>
       {allocator !== null && (
         <dl className="jp-GpuMem-allocator">
-          <dt>{trans.__('Allocated')}</dt>
-          <dd>{formatBytes(allocator.allocated, unit)}</dd>
-          <dt>{trans.__('Reserved')}</dt>
-          <dd>{formatBytes(allocator.reserved, unit)}</dd>
-          <dt>{trans.__('Peak allocated')}</dt>
-          <dd>{formatBytes(allocator.peak_allocated, unit)}</dd>
-          <dt>{trans.__('Peak reserved')}</dt>
-          <dd>{formatBytes(allocator.peak_reserved, unit)}</dd>
-          <dt>{trans.__('OOMs / retries')}</dt>
-          <dd className={allocator.num_ooms > 0 ? 'jp-GpuMem-bad' : undefined}>
+          <Fact label={trans.__('Allocated')}>{formatBytes(allocator.allocated, unit)}</Fact>
+          <Fact label={trans.__('Reserved')}>{formatBytes(allocator.reserved, unit)}</Fact>
+          <Fact label={trans.__('Peak allocated')}>{formatBytes(allocator.peak_allocated, unit)}</Fact>
+          <Fact label={trans.__('Peak reserved')}>{formatBytes(allocator.peak_reserved, unit)}</Fact>
+          <Fact
+            label={trans.__('OOMs / retries')}
+            className={allocator.num_ooms > 0 ? 'jp-GpuMem-bad' : undefined}
+          >
             {`${allocator.num_ooms} / ${allocator.num_alloc_retries}`}
-          </dd>
+          </Fact>
         </dl>
       )}
       {device.processes.length > 0 && (

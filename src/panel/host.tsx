@@ -4,6 +4,9 @@
  *
  * GPU trouble often starts as host trouble (pinned memory, workers × dataset copies, a container killed by
  * its cgroup limit), so these numbers sit in the same panel.
+ *
+ * Each fact is a row of its own (a `div` around its dt/dd pair): the value takes the width its label leaves,
+ * so that "21.6 / 23.5 GiB available" stays on one line at the sidebar's default width.
  */
 import * as React from 'react';
 
@@ -11,6 +14,7 @@ import { formatBytes, formatBytesPair, formatPercent, percentOf } from '../ui/fo
 import type { Trans } from '../ui/i18n';
 import type { IHostMemory } from '../wire/protocol';
 import { type IGpuMemSettings, usageLevel } from '../settings';
+import { Fact } from './device';
 
 export interface IHostSectionProps {
   readonly host: IHostMemory;
@@ -29,12 +33,11 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
     <section className="jp-GpuMem-host">
       <h3>{trans.__('Host memory')}</h3>
       <dl className="jp-GpuMem-facts">
-        <dt>{trans.__('Kernel RSS')}</dt>
-        <dd>{formatBytes(host.rss, unit)}</dd>
-        <dt title={trans.__('Child processes of the kernel, such as DataLoader workers')}>
-          {trans.__('DataLoader workers')}
-        </dt>
-        <dd>
+        <Fact label={trans.__('Kernel RSS')}>{formatBytes(host.rss, unit)}</Fact>
+        <Fact
+          label={trans.__('DataLoader workers')}
+          labelTitle={trans.__('Child processes of the kernel, such as DataLoader workers')}
+        >
           {host.children.count > 0
             ? trans._n(
                 '%1 process, %2 RSS',
@@ -44,24 +47,23 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
                 formatBytes(host.children.rss, unit)
               )
             : trans.__('none')}
-        </dd>
-        <dt>{trans.__('System')}</dt>
-        <dd title={trans.__('%1 in use', formatPercent(used, host.total))}>
+        </Fact>
+        <Fact label={trans.__('System')} title={trans.__('%1 in use', formatPercent(used, host.total))}>
           {trans.__('%1 available', formatBytesPair(host.available, host.total, unit, 'short'))}
-        </dd>
+        </Fact>
         {limit !== null && (
-          <>
-            <dt>{trans.__('Container limit')}</dt>
-            <dd className={containerLevel !== 'ok' ? `jp-GpuMem-level-${containerLevel}` : undefined}>
-              {host.container_usage !== null
-                ? trans.__(
-                    '%1 (%2)',
-                    formatBytesPair(host.container_usage, limit, unit),
-                    formatPercent(host.container_usage, limit)
-                  )
-                : formatBytes(limit, unit)}
-            </dd>
-          </>
+          <Fact
+            label={trans.__('Container limit')}
+            className={containerLevel !== 'ok' ? `jp-GpuMem-level-${containerLevel}` : undefined}
+          >
+            {host.container_usage !== null
+              ? trans.__(
+                  '%1 (%2)',
+                  formatBytesPair(host.container_usage, limit, unit),
+                  formatPercent(host.container_usage, limit)
+                )
+              : formatBytes(limit, unit)}
+          </Fact>
         )}
       </dl>
     </section>

@@ -6,14 +6,15 @@
  */
 import * as React from 'react';
 
+import { CopyButton } from '../ui/copybutton';
 import type { Trans } from '../ui/i18n';
 import { describeState, type IBridgeState } from '../channel/state';
 
 export interface IStateMessageProps {
   readonly state: IBridgeState;
   readonly trans: Trans;
-  /** Copy text to the clipboard. */
-  readonly onCopy: (text: string) => void;
+  /** Copy text to the clipboard (the button says "Copied" once it returned or its promise resolved). */
+  readonly onCopy: (text: string) => void | Promise<void>;
   readonly onRetry: () => void;
   readonly onLoadNow: () => void;
 }
@@ -32,14 +33,13 @@ export function StateMessage(props: IStateMessageProps): JSX.Element {
       {message.command !== null && (
         <div className="jp-GpuMem-command">
           <code>{message.command}</code>
-          <button
-            type="button"
-            className="jp-mod-styled jp-GpuMem-copy"
+          <CopyButton
+            className="jp-GpuMem-copy"
             title={trans.__('Copy to the clipboard')}
-            onClick={() => props.onCopy(message.command ?? '')}
-          >
-            {trans.__('Copy')}
-          </button>
+            label={trans.__('Copy')}
+            copy={() => props.onCopy(message.command ?? '')}
+            trans={trans}
+          />
         </div>
       )}
       {(canRetry || state.name === 'autoload-off') && (

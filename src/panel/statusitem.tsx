@@ -28,7 +28,10 @@ export class GpuMemStatusItem extends ReactWidget {
       <UseSignal signal={this._model.changed} initialSender={this._model}>
         {() => {
           const summary = statusSummary(this._model, this._trans);
+          // jp-StatusBar-TextItem: JupyterLab's own text items' font and 24px line, so that our text sits
+          // on the same baseline as theirs (without it, it rode 4 px above them).
           const classes = [
+            'jp-StatusBar-TextItem',
             'jp-GpuMem-statusItem',
             `jp-GpuMem-level-${summary.level}`,
             summary.stale ? 'jp-mod-stale' : ''

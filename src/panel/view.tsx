@@ -12,7 +12,7 @@ import { formatTimeOfDay } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { deviceKey, primaryDevice } from '../channel/sample';
 import type { ISample } from '../wire/protocol';
-import type { StateName } from '../channel/state';
+import { describeKernelEnd, type IBridgeState, type StateName } from '../channel/state';
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { ActionsSection } from '../actions/view';
 import { DeviceSection, type IKernelShutdown } from './device';
@@ -29,13 +29,16 @@ export interface IGpuMemViewProps {
 }
 
 /** A short word for the header badge. */
-export function stateBadge(name: StateName, trans: Trans): string {
-  switch (name) {
+export function stateBadge(state: IBridgeState, trans: Trans): string {
+  switch (state.name) {
     case 'live':
       return trans.__('live');
     case 'stale':
       return trans.__('not responding');
     case 'waiting':
+      if (state.phase === 'restarting') {
+        return state.lastEnd?.cause === 'died' ? trans.__('kernel died') : trans.__('restarting');
+      }
       return trans.__('connecting');
     case 'no-kernel':
       return trans.__('no kernel');
@@ -125,6 +128,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
   const busyQueue = model.pendingRequests > 0 && model.kernelStatus === 'busy';
   const manager = props.actions ?? null;
   const current = manager?.current ?? null;
+  const kernelEnd = describeKernelEnd(state, trans, at => formatTimeOfDay(at / 1000));
   const shutDown: IKernelShutdown | null =
     manager === null
       ? null
@@ -136,9 +140,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           {model.kernelLabel ?? trans.__('No kernel')}
         </div>
         <div className="jp-GpuMem-headerLine">
-          <span className={`jp-GpuMem-badge jp-GpuMem-badge-${state.name}`}>
-            {stateBadge(state.name, trans)}
-          </span>
+          <span className={`jp-GpuMem-badge jp-GpuMem-badge-${state.name}`}>{stateBadge(state, trans)}</span>
           {sample !== null && (
             <span className="jp-GpuMem-updated" data-seq={sample.seq}>
               {trans.__('updated %1', formatTimeOfDay(sample.time))}
@@ -147,6 +149,16 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           {busyQueue && <span className="jp-GpuMem-queued">{trans.__('queued: kernel busy')}</span>}
         </div>
       </header>
+      {kernelEnd !== null && (
+        <p
+          className="jp-GpuMem-kernelEnd"
+          data-cause={state.lastEnd?.cause}
+          data-restarted-by-server={state.lastEnd?.restartedByServer ? 'yes' : 'no'}
+          role="status"
+        >
+          {kernelEnd}
+        </p>
+      )}
       {manager !== null && current !== null && model.kernelStatus !== null && (
         <ActionsSection
           actions={current}

@@ -4,6 +4,12 @@
  * fixed domain and ticks); this module owns the scales, the axes and grid, the lines with their gaps and
  * dashed (extrapolated) parts, the markers and the legend.
  *
+ * Two rules of geometry hold for every chart: a marker that names the series it marks sits on that series'
+ * line (its y is read off the line as drawn, and the line is extended, dotted, to a marker beyond its ends),
+ * and no two labels overlap (tick, rule and marker labels are placed greedily, from estimated text widths,
+ * at the first of a few candidate spots that is free, or left out; their tooltips and the legend still say
+ * what they are).
+ *
  * No chart library: the scales are a few lines of arithmetic, the bundle stays small, and every colour comes
  * from JupyterLab's theme variables through CSS classes (style/analysis.css, the timeline's colours in
  * style/base.css), so charts follow light and dark themes. Every label is React text.
@@ -57,6 +63,11 @@ export interface IChartMarker {
   readonly className?: string;
   /** Drawn hollow and dashed: a value beyond what was run. */
   readonly extrapolated?: boolean;
+  /**
+   * The id of the series this marker marks: it is drawn on that series' line at `x` (interpolated as the
+   * line is drawn, or along its end segment beyond it), whatever `y` says.
+   */
+  readonly series?: string;
 }
 
 /** A horizontal line across the plot: a device limit, a memory target, a warning threshold. */
@@ -185,6 +196,151 @@ export function byteAxis(label: string): IChartAxis {
   };
 }
 
+/** A rectangle in SVG user units. */
+export interface IBox {
+  readonly x0: number;
+  readonly y0: number;
+  readonly x1: number;
+  readonly y1: number;
+}
+
+export type TextAnchor = 'start' | 'middle' | 'end';
+
+/** Where a label may go: its text position and anchor. */
+export interface ILabelSpot {
+  readonly x: number;
+  readonly y: number;
+  readonly anchor: TextAnchor;
+}
+
+/** A label to place: its text and the spots it may take, best first. */
+export interface ILabelRequest {
+  readonly text: string;
+  readonly spots: ReadonlyArray<ILabelSpot>;
+}
+
+/** The font size of every label drawn in the plot (chart.css: .jp-GpuMem-chartAxis, -RuleLabel, -MarkerLabel). */
+export const LABEL_FONT_SIZE = 9;
+
+/** The half-size of a marker shape (the diamond reaches 1.3 times it). */
+const MARKER_SIZE = 4.5;
+
+/**
+ * The width of `text` in the UI font, estimated generously (no DOM measure: the chart renders in tests and
+ * before layout), for wide fonts such as DejaVu Sans (digits 0.64 em): narrow punctuation 0.34 em, capitals
+ * 0.78 em, wide letters 0.95 em, everything else 0.66 em.
+ */
+export function textWidth(text: string, fontSize = LABEL_FONT_SIZE): number {
+  let em = 0;
+  for (const ch of text) {
+    em += /[\s.,:;'!|()[\]]/.test(ch) ? 0.34 : /[mwMW%@—]/.test(ch) ? 0.95 : /[A-Z]/.test(ch) ? 0.78 : 0.66;
+  }
+  return em * fontSize;
+}
+
+/** The box a label covers: from its baseline `y` up by the font's ascent and down by its descent. */
+export function labelBox(spot: ILabelSpot, text: string, fontSize = LABEL_FONT_SIZE): IBox {
+  const width = textWidth(text, fontSize);
+  const x0 = spot.anchor === 'start' ? spot.x : spot.anchor === 'end' ? spot.x - width : spot.x - width / 2;
+  return { x0, x1: x0 + width, y0: spot.y - 0.95 * fontSize, y1: spot.y + 0.25 * fontSize };
+}
+
+/** True when two boxes share some area. */
+export function intersects(a: IBox, b: IBox): boolean {
+  return a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+}
+
+function within(box: IBox, bounds: IBox): boolean {
+  return box.x0 >= bounds.x0 && box.x1 <= bounds.x1 && box.y0 >= bounds.y0 && box.y1 <= bounds.y1;
+}
+
+/**
+ * Greedy label placement: each label, in order, takes its first spot that lies within `bounds` and meets
+ * neither a label placed before (in `taken` or in this call) nor an obstacle (the marker shapes); failing
+ * that, its first spot that meets no label; failing that, it is left out (null). `taken` grows with the
+ * labels placed, so that several calls share one plot.
+ */
+export function placeLabels(
+  requests: ReadonlyArray<ILabelRequest>,
+  bounds: IBox,
+  taken: IBox[],
+  obstacles: ReadonlyArray<IBox> = []
+): Array<ILabelSpot | null> {
+  return requests.map(request => {
+    const fits = (spot: ILabelSpot, avoid: ReadonlyArray<IBox>): boolean => {
+      const box = labelBox(spot, request.text);
+      return within(box, bounds) && !avoid.some(other => intersects(box, other));
+    };
+    const spot =
+      request.spots.find(s => fits(s, [...taken, ...obstacles])) ?? request.spots.find(s => fits(s, taken));
+    if (spot === undefined) {
+      return null;
+    }
+    taken.push(labelBox(spot, request.text));
+    return spot;
+  });
+}
+
+/** The spots around a marker for its label: above, below, right, left, then the diagonals. */
+export function markerLabelSpots(cx: number, cy: number): ILabelSpot[] {
+  const gap = MARKER_SIZE * 1.3 + 2;
+  return [
+    { x: cx, y: cy - gap - 1, anchor: 'middle' },
+    { x: cx, y: cy + gap + 0.95 * LABEL_FONT_SIZE, anchor: 'middle' },
+    { x: cx + gap, y: cy + 3, anchor: 'start' },
+    { x: cx - gap, y: cy + 3, anchor: 'end' },
+    { x: cx + gap - 2, y: cy - gap, anchor: 'start' },
+    { x: cx - gap + 2, y: cy - gap, anchor: 'end' },
+    { x: cx + gap - 2, y: cy + gap + 6, anchor: 'start' },
+    { x: cx - gap + 2, y: cy + gap + 6, anchor: 'end' }
+  ];
+}
+
+/** The spots along a horizontal rule for its label: above it at the left, right and middle, then below. */
+export function ruleLabelSpots(y: number, x0: number, x1: number): ILabelSpot[] {
+  const above = y - 3;
+  const below = y + 3 + 0.95 * LABEL_FONT_SIZE;
+  const middle = (x0 + x1) / 2;
+  return [above, below].flatMap(at => [
+    { x: x0 + 3, y: at, anchor: 'start' as const },
+    { x: x1 - 3, y: at, anchor: 'end' as const },
+    { x: middle, y: at, anchor: 'middle' as const }
+  ]);
+}
+
+/** The box of a marker shape centred at (cx, cy). */
+function markerBox(cx: number, cy: number): IBox {
+  const r = MARKER_SIZE * 1.3;
+  return { x0: cx - r, y0: cy - r, x1: cx + r, y1: cy + r };
+}
+
+/**
+ * The value of a series at `x`, as its line is drawn between its measured points (ignoring gaps): linear in
+ * x, or linear in log2 x where the axis is logarithmic and the series is not `linearBetweenPoints`; beyond
+ * its ends, along its first or last segment. Null without a measured point.
+ */
+export function valueOnSeries(series: IChartSeries, x: number, logAxis: boolean): number | null {
+  const points = runsOf(series.points).flat();
+  if (points.length === 0) {
+    return null;
+  }
+  if (points.length === 1) {
+    return points[0].y;
+  }
+  const next = points.findIndex(p => p.x >= x);
+  const i = next === -1 ? points.length - 1 : Math.max(next, 1);
+  return between(points[i - 1], points[i], x, logAxis && !series.linearBetweenPoints);
+}
+
+/** The value at `x` on the straight line through a and b (in log2 x when `logX`). */
+function between(a: IMeasured, b: IMeasured, x: number, logX: boolean): number {
+  if (b.x === a.x) {
+    return b.y;
+  }
+  const f = logX && a.x > 0 && b.x > 0 && x > 0 ? Math.log2 : (n: number): number => n;
+  return a.y + ((f(x) - f(a.x)) / (f(b.x) - f(a.x))) * (b.y - a.y);
+}
+
 function shapeElement(shape: MarkerShape, cx: number, cy: number, size: number): JSX.Element {
   switch (shape) {
     case 'circle':
@@ -293,6 +449,15 @@ function yRange(
   return top > 0 ? { lo: 0, hi: top * 1.08, labelTop: top } : { lo: 0, hi: 1, labelTop: 1 / 1.08 };
 }
 
+/** A placed label as SVG text; nothing for a label left out. */
+function labelText(className: string, spot: ILabelSpot | null, text: string): JSX.Element | null {
+  return spot === null || text === '' ? null : (
+    <text className={className} x={fmt(spot.x)} y={fmt(spot.y)} textAnchor={spot.anchor}>
+      {text}
+    </text>
+  );
+}
+
 /** `<figure class="jp-GpuMem-chart">`. */
 export function Chart(props: IChartProps): JSX.Element {
   const markers = props.markers ?? [];
@@ -326,12 +491,64 @@ export function Chart(props: IChartProps): JSX.Element {
   };
   const leftTicks = axisTicks('left', props.left);
   const rightTicks = right ? axisTicks('right', right) : [];
+  const logAxis = x?.log === true;
+
+  // Markers that mark a series sit on its line: their value is read off the line as it is drawn.
+  const placed = markers.map(m => {
+    const on = m.series !== undefined ? props.series.find(s => s.id === m.series) : undefined;
+    const value = on !== undefined ? valueOnSeries(on, m.x, logAxis) : null;
+    const series = value !== null ? on : undefined;
+    const side = series?.axis ?? m.axis;
+    const y = value ?? m.y;
+    return { marker: m, series, value: y, cx: xOf(m.x), cy: y === null ? TOP + 4 : yOf(side, y) };
+  });
+
+  // Labels, placed so that no two overlap: the axes' ticks first (in order, a tick whose label would
+  // overlap an earlier one goes unlabelled), then the markers' labels, then the rules' labels.
+  const taken: IBox[] = [];
+  const anywhere: IBox = { x0: -Infinity, y0: -Infinity, x1: Infinity, y1: Infinity };
+  const plotArea: IBox = { x0: LEFT, y0: 0, x1: WIDTH - RIGHT, y1: bottom };
+  const tickSpots = (
+    ticks: ReadonlyArray<IChartTick>,
+    spot: (t: IChartTick) => ILabelSpot
+  ): Array<ILabelSpot | null> =>
+    placeLabels(
+      ticks.map(t => ({ text: t.label, spots: [spot(t)] })),
+      anywhere,
+      taken
+    );
+  const leftSpots = tickSpots(leftTicks, t => ({ x: LEFT - 4, y: yOf('left', t.value) + 3, anchor: 'end' }));
+  const rightSpots = tickSpots(rightTicks, t => ({
+    x: WIDTH - RIGHT + 4,
+    y: yOf('right', t.value) + 3,
+    anchor: 'start'
+  }));
+  const xSpots = tickSpots(xTicks, t => ({ x: xOf(t.value), y: bottom + 13, anchor: t.anchor ?? 'middle' }));
+  const obstacles = placed.map(p => markerBox(p.cx, p.cy));
+  const markerSpots = placeLabels(
+    placed.map(p => ({
+      text: p.marker.short ?? '',
+      spots: p.marker.short ? markerLabelSpots(p.cx, p.cy) : []
+    })),
+    plotArea,
+    taken,
+    obstacles
+  );
+  const ruleSpots = placeLabels(
+    rules.map(r => ({
+      text: r.label,
+      spots: r.quiet ? [] : ruleLabelSpots(yOf(r.axis, r.y), LEFT, WIDTH - RIGHT)
+    })),
+    plotArea,
+    taken,
+    obstacles
+  );
 
   const line = (s: IChartSeries): JSX.Element[] => {
     const runs = runsOf(s.points);
     const base = `jp-GpuMem-chartLine ${s.colorClass}${s.dashed ? ' jp-GpuMem-chartLine-dashed' : ''}`;
     const densify = (ps: ReadonlyArray<IMeasured>): ReadonlyArray<IMeasured> => {
-      if (!props.x.log || !s.linearBetweenPoints || ps.length < 2) {
+      if (!logAxis || !s.linearBetweenPoints || ps.length < 2) {
         return ps;
       }
       const out: IMeasured[] = [ps[0]];
@@ -341,7 +558,7 @@ export function Chart(props: IChartProps): JSX.Element {
         for (let k = 1; k <= n; k++) {
           // evenly spaced on the (log) axis, values linear in x
           const x = a.x * (b.x / a.x) ** (k / n);
-          out.push({ x, y: a.y + ((x - a.x) / (b.x - a.x)) * (b.y - a.y) });
+          out.push({ x, y: between(a, b, x, false) });
         }
       }
       return out;
@@ -351,8 +568,19 @@ export function Chart(props: IChartProps): JSX.Element {
       (ps.length === 1 ? [ps[0], ps[0]] : densify(ps))
         .map(p => `${fmt(xOf(p.x))},${fmt(yOf(s.axis, p.y))}`)
         .join(' ');
+    // The markers on this series become points of its line, so that the line passes exactly through them.
+    const marks = placed
+      .filter(p => p.series === s && p.value !== null)
+      .map(p => ({ x: p.marker.x, y: p.value as number }));
+    const withMarks = (run: IMeasured[]): IMeasured[] => {
+      const inside = marks.filter(
+        m => m.x > run[0].x && m.x < run[run.length - 1].x && !run.some(p => p.x === m.x)
+      );
+      return inside.length === 0 ? run : [...run, ...inside].sort((a, b) => a.x - b.x);
+    };
     const out: JSX.Element[] = [];
-    runs.forEach((pts, r) => {
+    runs.forEach((measured, r) => {
+      const pts = withMarks(measured);
       const cut = s.dashedFrom;
       const solid = cut === undefined ? pts : pts.filter(p => p.x <= cut);
       const dashed = cut === undefined ? [] : pts.filter(p => p.x >= cut || p === solid[solid.length - 1]);
@@ -376,7 +604,7 @@ export function Chart(props: IChartProps): JSX.Element {
         );
       }
       if (s.dots ?? true) {
-        for (const p of pts) {
+        for (const p of measured) {
           out.push(
             <circle
               key={`${s.id}-pt-${p.x}`}
@@ -390,6 +618,24 @@ export function Chart(props: IChartProps): JSX.Element {
         }
       }
     });
+    // A marker beyond the line's ends (or in a gap) gets a dotted extension of the line to it.
+    const all = runs.flat();
+    for (const m of marks.filter(m => !runs.some(run => m.x >= run[0].x && m.x <= run[run.length - 1].x))) {
+      const before = all.filter(p => p.x < m.x);
+      const after = all.filter(p => p.x > m.x);
+      const ext = [...before.slice(-1), m, ...after.slice(0, 1)];
+      out.push(
+        <polyline
+          key={`${s.id}-to-${m.x}`}
+          className={`${base} jp-GpuMem-chartLine-extrapolated`}
+          points={toPoints(ext)}
+          data-series={s.id}
+          data-extension=""
+        >
+          <title>{s.label}</title>
+        </polyline>
+      );
+    }
     return out;
   };
 
@@ -403,7 +649,7 @@ export function Chart(props: IChartProps): JSX.Element {
         role="img"
         aria-label={props.ariaLabel}
       >
-        {leftTicks.map(t => (
+        {leftTicks.map((t, i) => (
           <g key={`yl${t.value}`}>
             <line
               className="jp-GpuMem-chartGrid"
@@ -412,23 +658,15 @@ export function Chart(props: IChartProps): JSX.Element {
               y1={yOf('left', t.value)}
               y2={yOf('left', t.value)}
             />
-            <text className="jp-GpuMem-chartAxis" x={LEFT - 4} y={yOf('left', t.value) + 3} textAnchor="end">
-              {t.label}
-            </text>
+            {labelText('jp-GpuMem-chartAxis', leftSpots[i], t.label)}
           </g>
         ))}
-        {rightTicks.map(t => (
-          <text
-            key={`yr${t.value}`}
-            className="jp-GpuMem-chartAxis jp-GpuMem-chartAxis-right"
-            x={WIDTH - RIGHT + 4}
-            y={yOf('right', t.value) + 3}
-            textAnchor="start"
-          >
-            {t.label}
-          </text>
+        {rightTicks.map((t, i) => (
+          <React.Fragment key={`yr${t.value}`}>
+            {labelText('jp-GpuMem-chartAxis jp-GpuMem-chartAxis-right', rightSpots[i], t.label)}
+          </React.Fragment>
         ))}
-        {xTicks.map(t => (
+        {xTicks.map((t, i) => (
           <g key={`x${t.value}`}>
             <line
               className="jp-GpuMem-chartTick"
@@ -437,14 +675,7 @@ export function Chart(props: IChartProps): JSX.Element {
               y1={bottom}
               y2={bottom + 3}
             />
-            <text
-              className="jp-GpuMem-chartAxis"
-              x={xOf(t.value)}
-              y={bottom + 13}
-              textAnchor={t.anchor ?? 'middle'}
-            >
-              {t.label}
-            </text>
+            {labelText('jp-GpuMem-chartAxis', xSpots[i], t.label)}
           </g>
         ))}
         <line className="jp-GpuMem-chartFrame" x1={LEFT} x2={WIDTH - RIGHT} y1={bottom} y2={bottom} />
@@ -471,44 +702,30 @@ export function Chart(props: IChartProps): JSX.Element {
             {right.label}
           </text>
         )}
-        {rules.map(r => (
+        {rules.map((r, i) => (
           <g key={r.id} className={`jp-GpuMem-chartRule ${r.className}`} data-rule={r.id}>
             <line x1={LEFT} x2={WIDTH - RIGHT} y1={yOf(r.axis, r.y)} y2={yOf(r.axis, r.y)} />
-            {!r.quiet && (
-              <text
-                className="jp-GpuMem-chartRuleLabel"
-                x={LEFT + 3}
-                y={yOf(r.axis, r.y) - 3}
-                textAnchor="start"
-              >
-                {r.label}
-              </text>
-            )}
+            {labelText('jp-GpuMem-chartRuleLabel', ruleSpots[i], r.label)}
             <title>{r.label}</title>
           </g>
         ))}
         {props.series.map(s => line(s))}
-        {markers.map(m => {
-          const cx = xOf(m.x);
-          const cy = m.y === null ? TOP + 4 : yOf(m.axis, m.y);
-          return (
-            <g
-              key={m.id}
-              className={`jp-GpuMem-chartMarker jp-GpuMem-chartMarker-${m.shape}${m.className ? ` ${m.className}` : ''}${
-                m.extrapolated ? ' jp-GpuMem-chartMarker-extrapolated' : ''
-              }`}
-              data-kind={m.kind}
-            >
-              {shapeElement(m.shape, cx, cy, 4.5)}
-              {m.short ? (
-                <text className="jp-GpuMem-chartMarkerLabel" x={cx} y={cy - 8} textAnchor="middle">
-                  {m.short}
-                </text>
-              ) : null}
-              <title>{m.label}</title>
-            </g>
-          );
-        })}
+        {placed.map(({ marker: m, series, cx, cy }, i) => (
+          <g
+            key={m.id}
+            className={`jp-GpuMem-chartMarker jp-GpuMem-chartMarker-${m.shape}${m.className ? ` ${m.className}` : ''}${
+              m.extrapolated ? ' jp-GpuMem-chartMarker-extrapolated' : ''
+            }`}
+            data-kind={m.kind}
+            data-series={series?.id}
+            data-x={fmt(cx)}
+            data-y={fmt(cy)}
+          >
+            {shapeElement(m.shape, cx, cy, MARKER_SIZE)}
+            {labelText('jp-GpuMem-chartMarkerLabel', markerSpots[i], m.short ?? '')}
+            <title>{m.label}</title>
+          </g>
+        ))}
       </svg>
       <ul className="jp-GpuMem-chartLegend">
         {props.series.map(s => (

@@ -90,10 +90,51 @@ function measured(bytes: number | null | undefined): bytes is number {
   return bytes !== null && bytes !== undefined && Number.isFinite(bytes);
 }
 
+/** The smaller units of each system, largest first, for values too small to read in the unit picked. */
+const BINARY_STEPS: ReadonlyArray<IScale> = [
+  { symbol: 'GiB', factor: GIB, digits: 2 },
+  { symbol: 'MiB', factor: MIB, digits: 0 },
+  { symbol: 'KiB', factor: KIB, digits: 0 },
+  { symbol: 'B', factor: 1, digits: 0 }
+];
+const DECIMAL_STEPS: ReadonlyArray<IScale> = [
+  { symbol: 'GB', factor: 1e9, digits: 2 },
+  { symbol: 'MB', factor: 1e6, digits: 0 },
+  { symbol: 'kB', factor: 1e3, digits: 0 },
+  { symbol: 'B', factor: 1, digits: 0 }
+];
+
+/** How many significant digits a formatted number shows ("0.06" → 1, "61" → 2, "11.42" → 4). */
+export function significantDigits(text: string): number {
+  return text.replace(/[-.]/g, '').replace(/^0+/, '').length;
+}
+
 /**
- * `formatBytes(12262485688)` → "11.42 GiB"; null or undefined (not measured) → "n/a".
+ * The one rule for sizes too small for the unit the user picked: a value that would show fewer than two
+ * significant digits there ("0.06 GiB", "0.0 GiB" in the short form, "5 MiB") is shown in the largest unit of
+ * the same system (binary for GiB and MiB, decimal for GB) in which it is at least 1, with two or three
+ * significant digits: "61 MiB", "512 MiB", "5.0 MiB", "60 MB". Zero stays in the unit picked ("0.00 GiB").
+ */
+function readable(bytes: number, scale: IScale, digits: Digits | undefined): string {
+  const text = formatInScale(bytes, scale, digits);
+  if (bytes === 0 || significantDigits(text) >= 2) {
+    return `${text} ${scale.symbol}`;
+  }
+  const steps = scale.factor === 1e9 ? DECIMAL_STEPS : BINARY_STEPS;
+  const magnitude = Math.abs(bytes);
+  const step = steps.find(s => s.factor <= scale.factor && magnitude >= s.factor) ?? steps[steps.length - 1];
+  const value = bytes / step.factor;
+  const places = step.factor === 1 || Math.abs(value) >= 10 ? 0 : 1;
+  return `${value.toFixed(places)} ${step.symbol}`;
+}
+
+/**
+ * `formatBytes(12262485688)` → "11.42 GiB"; null or undefined (not measured) → "n/a". In a unit of the
+ * settings, values too small to read there step down to a smaller unit (see `readable`: "61 MiB", not
+ * "0.06 GiB").
  *
- * @param unit - a unit of the settings, or a scale shared by several values (the ticks of one axis).
+ * @param unit - a unit of the settings, or a scale shared by several values (the ticks of one axis, kept as
+ *   given so that an axis reads in one unit).
  * @param digits - decimals; defaults to the unit's usual precision (2 for GiB/GB, 0 for MiB).
  */
 export function formatBytes(
@@ -104,8 +145,13 @@ export function formatBytes(
   if (!measured(bytes)) {
     return NOT_MEASURED;
   }
-  const scale = typeof unit === 'string' ? scaleFor(bytes, unit) : unit;
-  return `${formatInScale(bytes, scale, digits)} ${scale.symbol}`;
+  if (typeof unit !== 'string') {
+    return `${formatInScale(bytes, unit, digits)} ${unit.symbol}`;
+  }
+  const scale = scaleFor(bytes, unit);
+  return unit === 'auto'
+    ? `${formatInScale(bytes, scale, digits)} ${scale.symbol}`
+    : readable(bytes, scale, digits);
 }
 
 /**

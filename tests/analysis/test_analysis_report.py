@@ -19,9 +19,9 @@ from gpumem_kernel.analysis.analyze import (  # noqa: E402
     monitor_gpu_memory,  # noqa: E402
     print_memory_analysis,
     recommend_batch_size,
-    round_batch,
     search_maximum,
 )
+from gpumem_kernel.analysis.picks import Rounding  # noqa: E402
 from gpumem_kernel.analysis.render import MIME, analysis_bundle  # noqa: E402
 
 GiB = 1 << 30
@@ -119,32 +119,48 @@ class _Synthetic:
 
 
 def test_search_finds_the_maximum_of_a_line_and_of_a_convex_curve() -> None:
-    line = search_maximum(_Synthetic(lambda b: 1000 + 10 * b), 8, 2000)
+    line = search_maximum(_Synthetic(lambda b: 1000 + 10 * b), 2000)
     assert line.maximum == 100 and not line.extrapolated
-    convex = search_maximum(_Synthetic(lambda b: max(3000, 1000 + 10 * b)), 8, 5000)
-    assert 396 <= convex.maximum <= 400  # within 1%: the model-state plateau does not mislead it
+    convex = search_maximum(_Synthetic(lambda b: max(3000, 1000 + 10 * b)), 5000)
+    assert 398 <= convex.maximum <= 400  # within 0.5%: the model-state plateau does not mislead it
     assert convex.fit is not None and convex.fit.points == len(convex.points)
+    far = search_maximum(_Synthetic(lambda b: 10**6 + 3 * b), 10**6 + 3 * 250_000)
+    assert 250_000 * 0.995 <= far.maximum <= 250_000 and not far.extrapolated
 
 
 def test_search_never_extrapolates_silently() -> None:
     engine = _Synthetic(lambda b: 1000 + 10 * b)
-    found = search_maximum(engine, 8, 100_000, verify_up_to=64)  # a real GPU: no runs above 64
-    assert found.extrapolated and found.maximum > 64 and "extrapolated" in found.note
-    assert max(engine.calls) <= 64
+    found = search_maximum(engine, 100_000_000, runs=3)  # out of runs before anything went over
+    assert found.extrapolated and found.maximum > max(engine.calls) and "extrapolated" in found.note
+    assert len(engine.calls) == 3
 
 
 def test_search_handles_ooms_and_batches_that_do_not_fit() -> None:
-    ooming = search_maximum(_Synthetic(lambda b: 100 * b, oom_above=20), 16, 10**9)
-    assert ooming.maximum == 16 and "ran out of memory" in ooming.note
-    too_big = search_maximum(_Synthetic(lambda b: 5000 + b), 8, 1000)
+    ooming = search_maximum(_Synthetic(lambda b: 100 * b, oom_above=20), 10**9)
+    assert ooming.maximum == 20 and "batch 21 ran out of memory" in ooming.note
+    too_big = search_maximum(_Synthetic(lambda b: 5000 + b), 1000)
     assert too_big.maximum == 0 and "does not fit" in too_big.note
-    unlimited = search_maximum(_Synthetic(lambda b: b), 8, None)
+    unlimited = search_maximum(_Synthetic(lambda b: b), None)
     assert unlimited.maximum is None
 
 
+def test_the_search_runs_the_same_batches_whatever_was_analysed() -> None:
+    """The maximum is the model's: the search starts from the same batch for every -b (it used to start at
+    -b and 2x -b and stop within 1-3%, so -b 8 and -b 2048 gave different maxima)."""
+    footprint = _Synthetic(lambda b: 50_000 + 37 * b + (b * 7919) % 1000)  # a line with allocator-like noise
+    first = search_maximum(footprint, 1_000_000)
+    footprint.calls.clear()
+    for analysed in (1, 8, 2048):
+        footprint.point(analysed)  # the analysed batch is traced first and cached by the engine
+    second = search_maximum(footprint, 1_000_000)
+    assert first.maximum == second.maximum
+    assert [p.batch_size for p in first.points] == [p.batch_size for p in second.points]
+
+
 def test_rounding_recommendations_and_status() -> None:
-    assert [round_batch(v, None) for v in (307.2, 205, 1.5, 0.4)] == [256, 128, 1, 0]
-    assert [round_batch(v, 8) for v in (307.2, 205, 5)] == [304, 200, 5]
+    assert [Rounding().apply(v) for v in (307.2, 205, 1.5, 0.4)] == [256, 128, 1, 0]
+    assert [Rounding(multiple=8).apply(v) for v in (307.2, 205, 5)] == [304, 200, 5]
+    assert [Rounding(exact=True).apply(v) for v in (307.2, 205, 1.5, 0.4)] == [307, 205, 1, 0]
     current = _Point(64, 0, 0, 95 * GiB // 10, "traced")
     recs = analysis.recommend(
         512,
@@ -154,7 +170,7 @@ def test_rounding_recommendations_and_status() -> None:
         batch_size=64,
         grad_accum=2,
         effective_batch=None,
-        multiple=None,
+        rounding=Rounding(),
         extrapolated=False,
         note="",
     )
@@ -170,7 +186,7 @@ def test_rounding_recommendations_and_status() -> None:
         batch_size=64,
         grad_accum=8,
         effective_batch=None,
-        multiple=None,
+        rounding=Rounding(),
         extrapolated=False,
         note="",
     )
@@ -183,7 +199,7 @@ def test_rounding_recommendations_and_status() -> None:
         batch_size=64,
         grad_accum=1,
         effective_batch=1024,
-        multiple=None,
+        rounding=Rounding(),
         extrapolated=False,
         note="",
     )
@@ -196,7 +212,7 @@ def test_rounding_recommendations_and_status() -> None:
         batch_size=64,
         grad_accum=1,
         effective_batch=128,
-        multiple=None,
+        rounding=Rounding(),
         extrapolated=False,
         note="",
     )

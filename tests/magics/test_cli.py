@@ -364,6 +364,24 @@ def test_analyze_command(session, capsys):
     assert payload["settings"]["input"].startswith("(3, 16, 16)")
 
 
+def test_analyze_and_autobatch_round_as_asked(session, capsys):
+    code, out, err = run(
+        capsys, "analyze", "--model", "tiny_models:mlp", "--memory", "2GiB", "--round", "8", "--format", "json"
+    )
+    assert code == 0, err
+    payload = json.loads(out)
+    recs = payload["recommendations"]
+    assert recs["rounding"] == "multiple of 8" and recs["recommended"] % 8 == 0 and recs["safe"] % 8 == 0
+    assert (payload["settings"]["round"], payload["settings"]["round_source"]) == ("8", "option")
+    code, out, err = run(
+        capsys, "autobatch", "--model", "tiny_models:mlp", "--simulate", "150000", "--round", "none", "--quiet"
+    )
+    assert code == 0, err
+    assert "Rounding:         none (--round)" in out and "rounded down to a whole batch" in out
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--round", "eight")
+    assert code == 2 and "argument --round: unknown rounding 'eight'" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -151,6 +151,8 @@ def test_analyze_json_prints_the_payload(ip):
             "argument -b/--batch: expected an integer from 1 to 2147483647, got 'many'",
         ),
         ("%gpumem analyze model --strategy zero4", "argument --strategy: invalid choice: 'zero4'"),
+        ("%gpumem analyze model --round 2^", "argument --round: unknown rounding '2^': use pow2 (the default), none"),
+        ("%gpumem analyze model --memory 2GiB --round 8 --multiple 16", "--multiple 16 and --round '8' disagree"),
         ("%gpumem analyze", "the following arguments are required: MODEL"),
         ("%gpumem analyze model --bogus", "unrecognized arguments: --bogus"),
         ("%gpumem recommend nope", "MODEL: no variable named 'nope'"),
@@ -181,6 +183,7 @@ def test_help_documents_every_option(ip):
         "--target",
         "--memory",
         "--multiple",
+        "--round",
         "--effective-batch",
         "--world-size",
         "--strategy",
@@ -191,7 +194,7 @@ def test_help_documents_every_option(ip):
         assert option in text, option
     for command, options in (
         ("recommend", ("--target", "--memory")),
-        ("autobatch", ("--simulate", "--margin", "--max", "--multiple")),
+        ("autobatch", ("--simulate", "--margin", "--max", "--multiple", "--round")),
         ("benchmark", ("--synthetic", "--loader-factory", "--dataset", "--save-yaml")),
     ):
         text = run(ip, f"%gpumem {command} --help").stdout
@@ -212,6 +215,39 @@ def test_recommend_shows_only_the_three_picks(ip):
     recs = picks["recommendations"]
     assert f"Recommended:      {recs['recommended']} " in text and f"Safe:             {recs['safe']} " in text
     assert recs["recommended"] % 8 == 0
+
+
+def test_the_maximum_does_not_change_with_the_batch_asked_about(ip):
+    """-b is the batch the breakdown is of; the maximum is the model's on that device (it was 507 at -b 8 and
+    510 at -b 2048)."""
+    maxima = {
+        b: run(ip, f"%gpumem analyze wide --memory 2GiB -b {b}").outputs[0].data[ANALYSIS_MIME]["recommendations"]
+        for b in (8, 64, 2048)
+    }
+    assert len({(r["maximum"], r["recommended"], r["safe"]) for r in maxima.values()}) == 1, maxima
+
+
+def test_round_chooses_how_the_picks_are_rounded(ip):
+    def picks(line: str) -> dict:
+        payload = run(ip, f"%gpumem analyze wide --memory 2GiB -b 64 {line}").outputs[0].data[ANALYSIS_MIME]
+        schema("analysis").validate(payload)
+        return payload
+
+    by_eight, exact, default = picks("--round 8"), picks("--round none"), picks("")
+    maximum = default["recommendations"]["maximum"]
+    assert by_eight["recommendations"]["maximum"] == exact["recommendations"]["maximum"] == maximum
+    assert by_eight["recommendations"]["recommended"] == int(0.6 * maximum) // 8 * 8
+    assert exact["recommendations"]["recommended"] == int(0.6 * maximum)
+    recommended = default["recommendations"]["recommended"]
+    assert recommended & (recommended - 1) == 0  # a power of two by default
+    assert [p["settings"]["round"] for p in (by_eight, exact, default)] == ["8", "none", "pow2"]
+    assert [p["settings"]["round_source"] for p in (by_eight, exact, default)] == ["option", "option", "default"]
+    text = run(ip, "%gpumem recommend wide --memory 2GiB -b 64 --round 8").outputs[0].data["text/plain"]
+    share = round(100 * by_eight["recommendations"]["recommended"] / maximum)
+    assert f"{share}% of the maximum {maximum}; aim 60%, rounded down to a multiple of 8" in text
+    result = run(ip, "%gpumem autobatch wide --input 128 --simulate 3MiB --round none").outputs[-1].data
+    assert result[AUTOBATCH_MIME]["round"] == "none"
+    assert result[AUTOBATCH_MIME]["recommended"] == int(result[AUTOBATCH_MIME]["maximum"] * 0.9)
 
 
 def test_the_oom_checklist_uses_the_last_recommendation(ip):

@@ -13,15 +13,20 @@ import jsonschema
 import pytest
 
 from gpumem_kernel.wire.protocol import load_payload_schema
+from gpumem_kernel.oom import checklist as checklist_module
 from gpumem_kernel.oom.checklist import (
     ACTIONS,
+    CAUSE_STEPS,
+    COST_ORDER,
     OOM_MIME,
     SEED_STEPS,
+    TracebackPin,
     build_checklist,
     diagnose,
     oom_bundle,
     oom_report,
     parse_oom_message,
+    step_key,
     suggested_batch,
 )
 
@@ -47,6 +52,13 @@ ORDER = [
     "expandable-segments",
     "smaller-model",
 ]
+# The PyTorch 2.x message of ui-tests/tests/oom.spec.ts: 412 MiB cached is below a quarter of the 2 GiB
+# request, and nothing else holds memory, so the figures name no cause.
+NO_CAUSE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB "
+    "of which 1.10 GiB is free. Including non-PyTorch memory, this process has 14.58 GiB memory in use. Of the "
+    "allocated memory 13.90 GiB is allocated by PyTorch, and 412.00 MiB is reserved by PyTorch but unallocated."
+)
 V2 = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB "
     "of which 3.06 MiB is free. Process 4242 has 2.00 GiB memory in use. Process 777 has 1.50 GiB memory in use. "
@@ -179,11 +191,189 @@ def validate(payload: Dict[str, Any]) -> None:
     jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(json.loads(json.dumps(payload)))
 
 
-def test_steps_are_ordered_cheapest_to_most_drastic() -> None:
-    _, _, steps = checklist()
-    order = [("shutdown-*" if i.startswith("shutdown-") else i) for i in ids(steps)]
-    assert order == ORDER
+def own_kernel_only(children: int = 2) -> Dict[str, Any]:
+    """A probe that lists only this kernel on the GPU (NVML can list processes; there are no others)."""
+    own = {"pid": 1000, "name": "python", "used": GIB, "kernel_id": "mine", "this_kernel": True}
+    return sample(processes=[own], children=children)
+
+
+def test_without_a_cause_steps_are_ordered_cheapest_to_most_drastic() -> None:
+    """The cost order (COST_ORDER) when the figures name no cause; was the order of every checklist before."""
+    assert list(COST_ORDER) == ORDER
+    info, d, steps = checklist(text=NO_CAUSE, probe=own_kernel_only())
+    assert d.causes == []
+    assert [step_key(i) for i in ids(steps)] == [k for k in ORDER if k not in ("shutdown-*", "other-processes")] + [
+        "other-processes"  # folded: PyTorch's message lists no other process
+    ]
     assert all(s.action in ACTIONS or s.action is None for s in steps)
+
+
+def test_with_another_kernel_and_a_process_holding_memory_their_steps_come_first() -> None:
+    """V2: the other kernel and PID 777 hold 3.50 GiB for a 20 MiB request; 51.92 MiB cached would do too."""
+    _, d, steps = checklist()
+    assert [(c.kind, c.decisive) for c in d.causes] == [("other-processes", True), ("fragmentation", True)]
+    assert [step_key(i) for i in ids(steps)] == [
+        "shutdown-*",
+        "other-processes",
+        "expandable-segments",
+        "clear",
+        "restart",
+        *[k for k in ORDER if k not in ("clear", "restart", "shutdown-*", "other-processes", "expandable-segments")],
+    ]
+    assert d.notes[0] == (
+        "Likely cause: other processes hold 3.50 GiB on this GPU; that memory plus the free memory would have "
+        "covered the request, so the steps about them come first"
+    )
+
+
+# Each real message's diagnosis (its first cause) and the step it puts first; no probe, no namespace.
+FIRST_STEPS = [
+    ("v2_fragmentation.txt", "fragmentation", "expandable-segments"),  # 9.35 GiB cached: the largest share
+    ("v2_this_process.txt", "fragmentation", "expandable-segments"),
+    ("v21_no_process_lines.txt", "fragmentation", "expandable-segments"),
+    ("v2_private_pools.txt", "fragmentation", "expandable-segments"),
+    ("v2_hip_allowed_private_pools.txt", "fragmentation", "expandable-segments"),
+    ("v21_one_process_container.txt", "fragmentation", "expandable-segments"),  # the "other" may be itself
+    ("v1_reserved.txt", "fragmentation", "expandable-segments"),
+    ("v1_reserved_max_split.txt", "fragmentation", "expandable-segments"),
+    ("v1_cached.txt", "fragmentation", "expandable-segments"),
+    ("v2_docs_url_other_process.txt", "other-processes", "other-processes"),
+    ("v2_several_processes.txt", "other-processes", "other-processes"),
+    ("v21_capacty_wrapped.txt", "other-processes", "other-processes"),
+    ("v2_too_large.txt", "too-large", "batch-size"),
+    ("v113_cuda_oom_class_zero_free.txt", "too-large", "batch-size"),  # 10.73 GiB on an 8 GiB GPU
+    ("v2_hip.txt", None, "clear"),
+    ("v2_kib_free_truncated.txt", None, "clear"),
+    ("v1_allowed_zero_bytes.txt", None, "clear"),
+    ("v2_windows_bogus_process.txt", None, "clear"),  # the other process's figure is impossible: unknown
+    ("async_allocator.txt", None, "clear"),  # cudaMallocAsync's message: no figures this parser reads
+    ("cuda_error_oom.txt", None, "clear"),  # no figures
+    ("cublas_create_handle.txt", None, "clear"),
+    ("v0_cuda_runtime_error.txt", None, "clear"),
+]
+
+
+@pytest.mark.parametrize("name, cause, first", FIRST_STEPS)
+def test_each_diagnosis_puts_its_step_first(name: str, cause: Optional[str], first: str) -> None:
+    info = parse_oom_message(message(name))
+    d = diagnose(info, None, shell_with(), env={})
+    steps = build_checklist(info, d)
+    assert (d.causes[0].kind if d.causes else None) == cause
+    assert steps[0].id == first
+    if cause is not None:  # the cause's steps lead, in CAUSE_STEPS's order, where they may help
+        leading = [k for k in CAUSE_STEPS[cause] if k in {step_key(s.id) for s in steps if s.not_applicable is None}]
+        assert [step_key(s.id) for s in steps[: len(leading)]] == leading
+
+
+def test_the_first_steps_cover_every_message_with_figures() -> None:
+    named = {name for name, _, _ in FIRST_STEPS}
+    parsed = [parse_oom_message(message(e["file"])) for e in CORPUS if e["oom"]]
+    with_figures = {
+        e["file"] for e, info in zip([e for e in CORPUS if e["oom"]], parsed) if info and info.format != "cuda-error"
+    }
+    assert with_figures <= named
+
+
+def test_fragmentation_that_would_not_cover_the_request_alone_says_so() -> None:
+    """v2_fragmentation: 9.35 GiB cached + 12.73 GiB free = 22.08 GiB, short of the 22.78 GiB request."""
+    info = parse_oom_message(message("v2_fragmentation.txt"))
+    d = diagnose(info, None, shell_with(), env={})
+    assert [(c.kind, c.decisive) for c in d.causes] == [("fragmentation", False)]
+    assert d.notes[0].startswith("Likely cause: fragmentation, 9.35 GiB reserved but unallocated, so expandable")
+    assert "22.08 GiB of the 22.78 GiB requested: make the step smaller as well" in d.notes[0]
+    d = diagnose(parse_oom_message(message("v2_this_process.txt")), None, shell_with(), env={})
+    assert d.notes[0] == (
+        "Likely cause: fragmentation, 194.87 MiB reserved but unallocated; that memory plus the free memory would "
+        "have covered the request, so expandable segments come first"
+    )
+
+
+def test_another_kernel_holding_the_memory_puts_its_shutdown_first() -> None:
+    probe = sample(
+        processes=[
+            {"pid": 1000, "name": "python", "used": GIB, "kernel_id": "mine", "this_kernel": True},
+            {
+                "pid": 4242,
+                "name": "python",
+                "used": int(30.5 * GIB),
+                "kernel_id": "8f0c1d2e-other",
+                "this_kernel": False,
+            },
+        ]
+    )
+    info = parse_oom_message(message("v2_docs_url_other_process.txt"))
+    d = diagnose(info, probe, shell_with(), env={})
+    steps = build_checklist(info, d, None, None, probe)
+    assert [s.id for s in steps[:2]] == ["shutdown-8f0c1d2e-other", "other-processes"]
+
+
+def test_tensors_the_traceback_keeps_alive_put_clear_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    pin = TracebackPin(frames=4, tensors=3, bytes=3 * GIB, by_device={"cuda:0": 3 * GIB})
+    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: pin)
+    info, d, steps = checklist(text=NO_CAUSE, probe=own_kernel_only())
+    assert [(c.kind, c.bytes, c.decisive) for c in d.causes] == [("traceback", 3 * GIB, True)]
+    assert ids(steps)[:2] == ["clear", "restart"]
+    assert d.notes[0].startswith("Likely cause: the failed call's traceback keeps 3.00 GiB of tensors alive")
+
+
+def test_low_host_memory_puts_the_host_steps_first_when_nothing_else_explains_it() -> None:
+    probe = own_kernel_only()
+    probe["host"]["available"] = GIB  # of 32 GiB
+    _, d, steps = checklist(text=NO_CAUSE, probe=probe)
+    assert [c.kind for c in d.causes] == ["host-memory"]
+    assert ids(steps)[:2] == ["host-memory", "fewer-workers"]
+
+
+def folded(steps) -> Dict[str, str]:
+    return {s.id: s.not_applicable for s in steps if s.not_applicable is not None}
+
+
+def test_steps_that_cannot_help_are_kept_last_with_the_reason() -> None:
+    _, _, steps = checklist(text=NO_CAUSE, probe=own_kernel_only())
+    assert folded(steps) == {"other-processes": "PyTorch's message lists no other process on this GPU."}
+    assert steps[-1].id == "other-processes"
+    # NVML listed this kernel and nobody else (a 1.x message does not list processes)
+    info = parse_oom_message(message("v1_reserved.txt"))
+    d = diagnose(info, own_kernel_only(), shell_with(), env={})
+    assert folded(build_checklist(info, d, None, None, own_kernel_only())) == {
+        "other-processes": "NVML lists no other process on this GPU."
+    }
+    # nobody could list the processes: the step may help
+    info = parse_oom_message(message("v21_no_process_lines.txt"))
+    d = diagnose(info, None, shell_with(), env={})
+    assert "other-processes" not in folded(build_checklist(info, d, None, None, None))
+
+
+def test_a_request_larger_than_the_gpu_folds_every_step_that_only_frees_memory() -> None:
+    info = parse_oom_message(message("v2_too_large.txt"))
+    d = diagnose(info, own_kernel_only(), shell_with(**training_namespace()), env={})
+    steps = build_checklist(info, d, None, None, own_kernel_only())
+    assert set(folded(steps)) == {"clear", "restart", "other-processes", "expandable-segments"}
+    assert all("larger than all the memory this GPU allows" in why for why in folded(steps).values())
+    assert ids(steps)[:5] == [
+        "batch-size",
+        "smaller-inputs",
+        "mixed-precision",
+        "grad-checkpointing",
+        "grad-accumulation",
+    ]
+    assert [step_key(i) for i in ids(steps)[-4:]] == ["clear", "restart", "other-processes", "expandable-segments"]
+
+
+def test_clear_folds_when_nothing_is_cached_and_the_traceback_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = NO_CAUSE.replace("412.00 MiB is reserved", "2.00 MiB is reserved")
+    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: TracebackPin(5, 0, 0, {}))
+    _, _, steps = checklist(text=text, probe=own_kernel_only())
+    assert folded(steps)["clear"].startswith("PyTorch held only 2.00 MiB reserved but unallocated")
+    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: None)  # unknown: it may help
+    _, _, steps = checklist(text=text, probe=own_kernel_only())
+    assert "clear" not in folded(steps)
+
+
+def test_batch_size_one_folds_the_batch_steps() -> None:
+    _, _, steps = checklist(text=NO_CAUSE, ns={"batch_size": 1}, probe=own_kernel_only())
+    assert folded(steps)["batch-size"] == "The batch size is already 1: it cannot be made smaller."
+    assert "grad-accumulation" in folded(steps)
 
 
 def test_other_jupyter_kernels_get_a_shutdown_button_and_other_processes_are_listed() -> None:
@@ -355,6 +545,7 @@ def test_hugging_face_models_use_their_own_switch() -> None:
     _run(step.code, ns)
     _, _, steps = checklist(ns=ns)
     assert next(s for s in steps if s.id == "grad-checkpointing").action is None  # already on
+    assert folded(steps)["grad-checkpointing"] == "`net` already has gradient checkpointing on."
 
 
 def test_every_seed_checklist_step_is_covered() -> None:
@@ -365,13 +556,14 @@ def test_every_seed_checklist_step_is_covered() -> None:
     assert len([k for k in SEED_STEPS if k.startswith("001")]) == 8  # that guide's checklist has 8 items
 
 
-def test_fewer_workers_only_when_workers_exist() -> None:
+def test_fewer_workers_folds_without_workers() -> None:
     _, _, steps = checklist(ns=training_namespace(workers=0), probe=sample(children=0))
-    assert "fewer-workers" not in ids(steps)
+    assert folded(steps)["fewer-workers"].startswith("There are no DataLoader workers")
     _, _, steps = checklist(ns=training_namespace(workers=2), probe=sample(children=0))
     assert next(s for s in steps if s.id == "fewer-workers").title == "Use fewer DataLoader workers (2 → 1)"
+    assert "fewer-workers" not in folded(steps)
     _, _, steps = checklist(ns={}, probe=sample(children=3))
-    assert "fewer-workers" in ids(steps)
+    assert "fewer-workers" not in folded(steps)
 
 
 def test_expandable_segments() -> None:
@@ -390,8 +582,9 @@ def test_expandable_segments() -> None:
         {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
     ):
         _, d, steps = checklist(text=message("v2_this_process.txt"), env=env)
-        assert "expandable-segments" not in ids(steps)
+        assert folded(steps)["expandable-segments"].startswith("Expandable segments are already on")
         assert d.fragmentation.expandable_segments_set and not d.fragmentation.suggest
+        assert "fragmentation" not in [c.kind for c in d.causes]
     _, d, steps = checklist(text=message("v2_hip.txt"))
     assert 'os.environ["PYTORCH_HIP_ALLOC_CONF"]' in next(s for s in steps if s.id == "expandable-segments").code
 
@@ -486,8 +679,25 @@ def test_plain_text_is_a_numbered_checklist() -> None:
     steps = bundle[OOM_MIME]["steps"]
     numbered = [line for line in text.splitlines() if line[:3].strip().rstrip(".").isdigit()]
     assert len(numbered) == len(steps)
-    assert numbered[0].startswith(" 1. [ ] Clear GPU memory")
+    assert numbered[0].startswith(" 1. [ ] Shut down the notebook kernel 8f0c1d2e")
+    assert "Checklist (likely cause first, then cheapest):" in text
     assert text.startswith("CUDA out of memory on GPU 0: tried to allocate 20.00 MiB")
+
+
+def test_plain_text_and_html_fold_the_steps_that_cannot_help() -> None:
+    probe = own_kernel_only(children=0)
+    bundle = oom_report(NO_CAUSE, shell_with(**training_namespace(workers=0)), sample=probe, env={})
+    lines = bundle["text/plain"].splitlines()
+    assert "Checklist (cheapest first):" in lines
+    at = lines.index("Not applicable here (2):")
+    assert lines[at + 1].startswith("12. [ ] Check other processes on the GPU")
+    assert lines[at + 2] == "      Not applicable: PyTorch's message lists no other process on this GPU."
+    assert lines[at + 4].startswith("13. [ ] Use fewer DataLoader workers")
+    page = bundle["text/html"]
+    assert '<details><summary>Not applicable here (2)</summary><ol start="12">' in page
+    assert (
+        page.index('data-step="clear"') < page.index("Not applicable here") < page.index('data-step="other-processes"')
+    )
 
 
 def test_hostile_strings_are_escaped_in_html() -> None:
@@ -519,3 +729,14 @@ def test_eval_cap_and_quarter_steps_follow_the_seed() -> None:
     assert "drop_last=True" in batch.detail
     evaluation = next(s for s in steps if s.id == "eval-batch-size")
     assert f"at most {math.floor(8 * 1.3)}" in evaluation.detail
+
+
+def test_the_cause_note_is_not_repeated_by_the_fragmentation_line() -> None:
+    info = parse_oom_message(message("v2_this_process.txt"))
+    d = diagnose(info, None, shell_with(), env={})
+    findings = [
+        line
+        for line in oom_bundle(info, d, build_checklist(info, d))["text/plain"].splitlines()
+        if line.startswith("  - ")
+    ]
+    assert [line for line in findings if "194.87 MiB" in line] == [f"  - {d.notes[0]}"]  # the "Likely cause" note only

@@ -65,8 +65,8 @@ MIRRORS = [
     Mirror(reclaim.ClearReport, "clear.schema.json", added=frozenset({"version", "reclaimed"})),
     # the OOM checklist's parts (oom_bundle puts them under version/summary/info/diagnosis/steps)
     Mirror(checklist.OomInfo, "oom.schema.json#/$defs/info"),
-    Mirror(checklist.Diagnosis, "oom.schema.json#/$defs/diagnosis"),
-    Mirror(checklist.Step, "oom.schema.json#/$defs/step"),
+    Mirror(checklist.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes"})),
+    Mirror(checklist.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
     # %gpumem analyze, autobatch, benchmark
     Mirror(
         analyze.AnalysisReport,
@@ -82,7 +82,9 @@ MIRRORS = [
         },
         added_later=frozenset({"config_yaml", "accumulation_code"}),
     ),
-    Mirror(search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml"})),
+    Mirror(
+        search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml", "round", "round_source"})
+    ),
     Mirror(sweep.BenchmarkResult, "benchmark.schema.json", added_later=frozenset({"config_yaml"})),
     Mirror(sweep.BenchmarkConfig, "benchmark.schema.json#/properties/config"),
 ]

@@ -10,7 +10,7 @@ import { GIB, MIB } from '../../__tests__/fixtures';
 import type { IHello, ISample } from '../../wire/protocol';
 import { restartHeadline } from '../restart/report';
 import { SessionActions } from '../sessionactions';
-import { TickStore } from '../ticks';
+import { occurrenceKey, TickStore } from '../ticks';
 import { ActionSessionContext, FakeBridge, FakeHost, flush } from '../../__tests__/actionfakes';
 import { answerReply, FakeKernel } from '../../__tests__/fakes';
 import * as fx from '../../__tests__/fixtures';
@@ -40,21 +40,23 @@ function setup(options: { answers?: (expression: string) => unknown; bridge?: Fa
   host: FakeHost;
   actions: SessionActions;
   bridge: FakeBridge | null;
+  ticks: TickStore;
 } {
   const kernel = new StrictKernel(options.answers ?? (() => answerReply({ ok: true, oom: null })));
   const ctx = new ActionSessionContext(kernel);
   const host = new FakeHost();
   const bridge = options.bridge === undefined ? new FakeBridge(fx.hello, fx.sample()) : options.bridge;
+  const ticks = new TickStore(null);
   const actions = new SessionActions({
     sessionContext: ctx.asContext,
     bridge: () => bridge,
     host,
-    ticks: new TickStore(null),
+    ticks,
     widgetId: 'notebook-1',
     retryDelayMs: 1
   });
   actionsList.push(actions);
-  return { ctx, kernel, host, actions, bridge };
+  return { ctx, kernel, host, actions, bridge, ticks };
 }
 
 afterEach(() => {
@@ -158,29 +160,33 @@ describe('the OOM follow-up', () => {
 
 describe('checklist steps', () => {
   it('inserts cells, restarts after the env cell, shuts down kernels, and ticks what ran', async () => {
-    const { ctx, host, actions, bridge } = setup();
+    const { ctx, host, actions, bridge, ticks } = setup();
     host.settingsValue = { ...host.settingsValue, confirmRestart: false, restartTimeoutSeconds: 0.05 };
     bridge!.answer = action => (action === 'children' ? { children: [] } : { processes: [] });
     const steps = oom2x().steps;
     const byId = (id: string) => steps.find(s => s.id === id)!;
+    const key = occurrenceKey(oom2x());
 
-    await actions.runStep(byId('grad-accumulation'));
+    await actions.runStep(byId('grad-accumulation'), key);
     expect(host.inserted).toEqual([{ code: byId('grad-accumulation').code, place: 'below-active' }]);
 
-    await actions.runStep(byId('expandable-segments'));
+    await actions.runStep(byId('expandable-segments'), key);
     expect(host.inserted[1].place).toBe('top');
     expect(ctx.restarts).toBe(1);
 
-    await actions.runStep({
-      ...byId('clear'),
-      id: 'shutdown-x',
-      action: 'shutdown-kernel',
-      kernel_id: 'k-9'
-    });
+    await actions.runStep(
+      {
+        ...byId('clear'),
+        id: 'shutdown-x',
+        action: 'shutdown-kernel',
+        kernel_id: 'k-9'
+      },
+      key
+    );
     expect(host.shutDown).toEqual(['k-9']);
 
-    await actions.runStep(byId('batch-size')); // advice only: nothing to do, no tick
-    expect([...actions.ticks].sort()).toEqual(['expandable-segments', 'grad-accumulation', 'shutdown-x']);
+    await actions.runStep(byId('batch-size'), key); // advice only: nothing to do, no tick
+    expect([...ticks.ticks(key)].sort()).toEqual(['expandable-segments', 'grad-accumulation', 'shutdown-x']);
   });
 });
 
@@ -201,14 +207,26 @@ describe('clear', () => {
     ctx.setStatus('idle');
     release(answerReply({ ok: true, report: clearCpu() }));
     expect(await first).toBe(true);
-    expect(actions.clearRun).toEqual({ phase: 'done', report: clearCpu(), error: null });
+    expect(actions.clearRun).toEqual({
+      phase: 'done',
+      report: clearCpu(),
+      error: null,
+      origin: null,
+      kernelRun: 0
+    });
     expect(actions.busy).toBe(false);
   });
 
   it('reports a failure in one line', async () => {
     const { actions } = setup({ answers: () => answerReply({ ok: false, error: 'RuntimeError: boom' }) });
     expect(await actions.clear()).toBe(false);
-    expect(actions.clearRun).toEqual({ phase: 'failed', report: null, error: 'RuntimeError: boom' });
+    expect(actions.clearRun).toEqual({
+      phase: 'failed',
+      report: null,
+      error: 'RuntimeError: boom',
+      origin: null,
+      kernelRun: 0
+    });
   });
 });
 

@@ -54,6 +54,29 @@ export function noGpuReason(report: IClearPayload, trans: Trans): string {
   return trans.__('no CUDA device is in use');
 }
 
+/**
+ * The report in one sentence, for the line under the checklist step that started the clear: what was freed
+ * on the GPU, or why there was nothing to free.
+ */
+export function clearHeadline(report: IClearPayload, unit: SizeUnit, trans: Trans): string {
+  if (report.dry_run) {
+    return trans.__('Dry run: nothing was changed.');
+  }
+  if (report.devices.length === 0) {
+    return trans.__('There was no GPU memory to free: %1.', noGpuReason(report, trans));
+  }
+  const known = report.devices
+    .map(d => report.reclaimed[d.device])
+    .filter((bytes): bytes is number => typeof bytes === 'number');
+  if (known.length === 0) {
+    return trans.__('Cleared; the GPU driver did not say how much was freed.');
+  }
+  const freed = known.reduce((sum, bytes) => sum + bytes, 0);
+  return freed > 0
+    ? trans.__('Freed %1 of GPU memory.', formatBytes(freed, unit))
+    : trans.__('Cleared, but no GPU memory was freed: variables still hold it.');
+}
+
 function DeviceRow(props: {
   device: IClearDevice;
   reclaimed: number | null | undefined;

@@ -1,6 +1,12 @@
 /**
- * The OOM checklist: what failed, what the kernel found, and the steps from cheapest to most drastic, each
- * with a tick box and — where the kernel named one — a button that does it.
+ * The OOM checklist: what failed, what the kernel found, and the steps in the kernel's order (the diagnosed
+ * cause's steps first, then from cheapest to most drastic), each with a tick box and — where the kernel named
+ * one — a button that does it. The steps the kernel found cannot help here are folded under "Not applicable
+ * here (N)", each with why, so they can still be opened. The order and the fold are the kernel's
+ * (gpumem_kernel/oom/checklist.py order_steps): this view only splits the steps where the payload says.
+ *
+ * In full (inline, under the traceback) or brief (the panel: the diagnosis, the first steps and a link that
+ * opens the full one in the notebook, see ./linked.tsx).
  *
  * The same component renders in the panel and inline in the cell output (the MIME renderer), so a user who
  * scrolls back to the failed cell finds the same buttons. Every string comes from the kernel and is rendered
@@ -8,8 +14,10 @@
  */
 import * as React from 'react';
 
+import { CopyButton } from '../../ui/copybutton';
+import type { IStepFeedback } from '../feedback';
 import type { Trans } from '../../ui/i18n';
-import { diagnosisLines, stepActionLabel } from './text';
+import { diagnosisLines, splitSteps, stepActionLabel, stepsHeading } from './text';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
 
 export interface IOomChecklistProps {
@@ -24,9 +32,16 @@ export interface IOomChecklistProps {
   readonly busy?: boolean;
   /** "notebook: a.ipynb" for a `shutdown-kernel` step's kernel (null: not a kernel of this server). */
   readonly kernelLabel?: (kernelId: string) => string | null;
-  readonly onCopyMarkdown?: () => void;
+  /** What the clear or restart a step started says, shown under that step's button (null: nothing). */
+  readonly feedback?: (step: IOomStep) => IStepFeedback | null;
+  /** Copies the checklist as Markdown; the button says "Copied" once it returned (or its promise resolved). */
+  readonly onCopyMarkdown?: () => unknown;
   readonly onResetTicks?: () => void;
   readonly onDismiss?: () => void;
+  /** Brief: show only this many of the steps that may help, and a link to the full checklist (`onOpenFull`). */
+  readonly brief?: number;
+  /** Opens the full checklist (brief only). */
+  readonly onOpenFull?: () => void;
 }
 
 function StepItem(props: { step: IOomStep; index: number; checklist: IOomChecklistProps }): JSX.Element {
@@ -45,6 +60,7 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
         step.action === 'insert-env-cell-and-restart')) ||
     (step.action === 'shutdown-kernel' && where === null && checklist.kernelLabel !== undefined);
   const titleId = `jp-GpuMem-step-${step.id}-${index}`;
+  const feedback = checklist.feedback?.(step) ?? null;
   return (
     <li
       className={`jp-GpuMem-oomStep${ticked ? ' jp-mod-ticked' : ''}`}
@@ -66,6 +82,9 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
           {step.title}
         </span>
       </div>
+      {(step.not_applicable ?? null) !== null && (
+        <p className="jp-GpuMem-oomStepReason">{trans.__('Not applicable: %1', step.not_applicable ?? '')}</p>
+      )}
       {step.detail !== '' && <p className="jp-GpuMem-oomStepDetail">{step.detail}</p>}
       {where !== null && <p className="jp-GpuMem-oomStepWhere">{where}</p>}
       {step.code !== null && (
@@ -90,6 +109,11 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
           {label}
         </button>
       )}
+      {feedback !== null && (
+        <p className="jp-GpuMem-stepFeedback" data-phase={feedback.phase} role="status" aria-live="polite">
+          {feedback.text}
+        </p>
+      )}
     </li>
   );
 }
@@ -98,8 +122,18 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
 export function OomChecklist(props: IOomChecklistProps): JSX.Element {
   const { payload, trans } = props;
   const findings = diagnosisLines(payload, trans);
+  const { apply, folded } = splitSteps(payload);
+  const brief = props.brief !== undefined && props.onOpenFull !== undefined;
+  const shown = brief ? apply.slice(0, props.brief) : apply;
+  const more = payload.steps.length - shown.length;
   return (
-    <div className="jp-GpuMem-oomChecklist" data-format={payload.info.format}>
+    <div
+      className="jp-GpuMem-oomChecklist"
+      data-format={payload.info.format}
+      data-occurrence={payload.occurrence?.id ?? ''}
+      data-brief={brief ? 'yes' : 'no'}
+      tabIndex={-1}
+    >
       <div className="jp-GpuMem-oomSummary">
         {payload.summary.map((line, i) => (
           <p key={i} className={i === 0 ? 'jp-GpuMem-oomHeadline' : undefined}>
@@ -114,23 +148,52 @@ export function OomChecklist(props: IOomChecklistProps): JSX.Element {
           ))}
         </ul>
       )}
-      <h4 className="jp-GpuMem-oomStepsTitle">{trans.__('Checklist (cheapest first)')}</h4>
+      <h4 className="jp-GpuMem-oomStepsTitle">{stepsHeading(payload, trans)}</h4>
       <ol className="jp-GpuMem-oomSteps">
-        {payload.steps.map((step, i) => (
+        {shown.map((step, i) => (
           <StepItem key={`${step.id}#${i}`} step={step} index={i} checklist={props} />
         ))}
       </ol>
+      {brief && more > 0 && (
+        <p className="jp-GpuMem-oomMore">
+          <button
+            type="button"
+            className="jp-mod-styled jp-mod-accept jp-GpuMem-oomOpenFull"
+            title={trans.__('Scroll the notebook to the full checklist under the traceback')}
+            onClick={props.onOpenFull}
+          >
+            {trans.__('Open the full checklist')}
+          </button>{' '}
+          <span className="jp-GpuMem-muted">
+            {trans._n('%1 more step, under the traceback', '%1 more steps, under the traceback', more, more)}
+          </span>
+        </p>
+      )}
+      {!brief && folded.length > 0 && (
+        <details className="jp-GpuMem-oomFolded">
+          <summary>{trans.__('Not applicable here (%1)', folded.length)}</summary>
+          <ol className="jp-GpuMem-oomSteps" start={apply.length + 1}>
+            {folded.map((step, i) => (
+              <StepItem
+                key={`${step.id}#${apply.length + i}`}
+                step={step}
+                index={apply.length + i}
+                checklist={props}
+              />
+            ))}
+          </ol>
+        </details>
+      )}
       {(props.onCopyMarkdown || props.onResetTicks || props.onDismiss) && (
         <div className="jp-GpuMem-oomFooter">
           {props.onCopyMarkdown && (
-            <button
-              type="button"
-              className="jp-mod-styled jp-GpuMem-oomCopy"
+            <CopyButton
+              className="jp-GpuMem-oomCopy"
               title={trans.__('Copy the checklist with its diagnosis as Markdown')}
-              onClick={props.onCopyMarkdown}
-            >
-              {trans.__('Copy as Markdown')}
-            </button>
+              label={trans.__('Copy as Markdown')}
+              copy={props.onCopyMarkdown}
+              trans={trans}
+            />
           )}
           {props.onResetTicks && props.ticks !== null && props.ticks.size > 0 && (
             <button type="button" className="jp-mod-styled jp-GpuMem-oomReset" onClick={props.onResetTicks}>

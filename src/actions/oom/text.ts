@@ -14,7 +14,9 @@ export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
   const d = payload.diagnosis;
   const lines = [...d.notes];
   const f = d.fragmentation;
-  if (f !== null && f.suggest) {
+  // The kernel's "Likely cause: fragmentation, …" note (in `notes`) already gives the figure.
+  const named = d.causes?.[0]?.kind === 'fragmentation';
+  if (f !== null && f.suggest && !named) {
     lines.push(
       trans.__('Fragmentation: %1 reserved but unallocated', formatBytes(f.reserved_unallocated, 'auto'))
     );
@@ -53,6 +55,28 @@ export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
   return lines;
 }
 
+/**
+ * The payload's steps split where the kernel split them: those that may help (in the kernel's order: the
+ * diagnosis's cause first, then by cost) and those it found cannot help here (`not_applicable`: shown folded,
+ * with why). Both keep the payload's order; the browser adds no ordering rule of its own. An output saved by an
+ * older kernel has no `not_applicable`: every step may help.
+ */
+export function splitSteps(payload: IOomPayload): { apply: IOomStep[]; folded: IOomStep[] } {
+  const apply: IOomStep[] = [];
+  const folded: IOomStep[] = [];
+  for (const step of payload.steps) {
+    ((step.not_applicable ?? null) === null ? apply : folded).push(step);
+  }
+  return { apply, folded };
+}
+
+/** The heading over the steps: whether the kernel's diagnosis named a cause whose steps come first. */
+export function stepsHeading(payload: IOomPayload, trans: Trans): string {
+  return (payload.diagnosis.causes ?? []).length > 0
+    ? trans.__('Checklist (likely cause first, then cheapest)')
+    : trans.__('Checklist (cheapest first)');
+}
+
 /** The words on a step's button; null for advice-only steps. */
 export function stepActionLabel(step: IOomStep, trans: Trans): string | null {
   switch (step.action) {
@@ -83,7 +107,8 @@ export function fenceFor(code: string): string {
 
 /**
  * The checklist with its diagnosis as Markdown: the summary, the findings, then the steps in order as a
- * task list (ticked ones `[x]`), each step's code in a fenced block.
+ * task list (ticked ones `[x]`), each step's code in a fenced block; the steps that cannot help here last,
+ * under "Not applicable here (N)", each with why.
  *
  * @param kernelLabel - names the notebook of a `shutdown-kernel` step's kernel ("notebook: a.ipynb").
  */
@@ -107,12 +132,19 @@ export function checklistMarkdown(
     }
     out.push('');
   }
-  out.push(`**${trans.__('Checklist (cheapest first)')}**`, '');
-  payload.steps.forEach((step, i) => {
+  out.push(`**${stepsHeading(payload, trans)}**`, '');
+  const { apply, folded } = splitSteps(payload);
+  [...apply, ...folded].forEach((step, i) => {
+    if (i === apply.length) {
+      out.push('', `**${trans.__('Not applicable here (%1)', folded.length)}**`, '');
+    }
     const box = ticks.has(step.id) ? '[x]' : '[ ]';
     const number = `${i + 1}.`;
     const indent = ' '.repeat(number.length + 1);
     let text = `${number} ${box} **${oneLine(step.title)}**`;
+    if (step.not_applicable) {
+      text += ` (${trans.__('not applicable: %1', oneLine(step.not_applicable))})`;
+    }
     if (step.detail) {
       text += ` — ${oneLine(step.detail)}`;
     }

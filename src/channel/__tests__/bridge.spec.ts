@@ -271,6 +271,38 @@ describe('KernelBridge: following the kernel', () => {
     expect(bridge.history.length).toBe(2);
   });
 
+  it('keeps how the kernel ended through SessionContext.restartKernel()’s "change" to the same kernel', async () => {
+    const { ctx, bridge } = await liveBridge();
+    ctx.setStatus('restarting');
+    ctx.setStatus('idle');
+    // restartKernel() ends with kernelChanged(old === new): a restart, not another kernel.
+    ctx.kernelChanged.emit({ name: 'kernel', oldValue: ctx.kernel, newValue: ctx.kernel });
+    await flush();
+    ctx.kernel.comm.receive(fx.hello);
+    expect(bridge.state.name).toBe('live');
+    expect(bridge.state.lastEnd).toMatchObject({ cause: 'restarted', restartedByServer: false });
+    expect(ctx.kernel.expressions).toEqual([BOOTSTRAP_EXPRESSION, BOOTSTRAP_EXPRESSION]); // one re-bootstrap
+  });
+
+  it('says the kernel died when the server restarted it after kill -9', async () => {
+    const { ctx, bridge } = await liveBridge();
+    // JupyterLab 4.4, as seen in a real browser: the server's "restarting" status, its own 'autorestarting',
+    // the reconnect, and the new process's 'starting' after our re-bootstrap began.
+    ctx.setStatus('restarting');
+    ctx.setStatus('autorestarting');
+    expect(bridge.state).toMatchObject({ name: 'waiting', phase: 'restarting' });
+    expect(bridge.state.lastEnd).toMatchObject({ cause: 'died', restartedByServer: true });
+    ctx.setStatus('unknown');
+    ctx.setStatus('busy');
+    await flush();
+    ctx.setStatus('starting');
+    ctx.setStatus('idle');
+    await flush();
+    ctx.kernel.comm.receive(fx.hello);
+    expect(bridge.state.name).toBe('live');
+    expect(bridge.state.lastEnd?.cause).toBe('died');
+  });
+
   it('notices a restart by another client (only a "starting" status)', async () => {
     const { ctx, bridge } = await liveBridge();
     const oldComm = ctx.kernel.comm;
@@ -417,6 +449,29 @@ describe('KernelBridge: requests', () => {
     ctx.kernel.comm.receive(fx.configureReply('r-1'));
     await flush();
     expect(bridge.state.interval).toBe(0.5);
+  });
+
+  it('sends the batch-size rounding setting to kernels that take it, on hello and on change', async () => {
+    const ctx = new FakeSessionContext(new FakeKernel('k1'));
+    const bridge = makeBridge(ctx, { ...DEFAULT_SETTINGS, batchRounding: '8' });
+    await flush();
+    ctx.kernel.comm.receive({ ...fx.hello, capabilities: [...fx.hello.capabilities, 'rounding'] });
+    expect(ctx.kernel.comm.sent).toEqual([
+      { type: 'request', id: 'r-1', action: 'configure', args: { rounding: '8' } }
+    ]);
+    bridge.updateSettings({ ...DEFAULT_SETTINGS, batchRounding: 'none' });
+    expect(ctx.kernel.comm.sent[1]).toEqual({
+      type: 'request',
+      id: 'r-2',
+      action: 'configure',
+      args: { rounding: 'none' }
+    });
+  });
+
+  it('does not send the rounding to an older kernel (no "rounding" capability)', async () => {
+    const { ctx, bridge } = await liveBridge();
+    bridge.updateSettings({ ...DEFAULT_SETTINGS, batchRounding: '8' });
+    expect(ctx.kernel.comm.sent).toEqual([]);
   });
 });
 

@@ -202,7 +202,8 @@ describe('settings', () => {
       showStatusBar: true,
       confirmRestart: true,
       clearOutputsOnRestart: false,
-      restartTimeoutSeconds: 30
+      restartTimeoutSeconds: 30,
+      batchRounding: 'pow2'
     });
   });
 
@@ -225,8 +226,11 @@ describe('settings', () => {
       units: 'KB',
       autoLoad: 'no',
       confirmRestart: 'yes',
-      restartTimeoutSeconds: 1
+      restartTimeoutSeconds: 1,
+      batchRounding: '7'
     });
+    expect(s.batchRounding).toBe('pow2');
+    expect(readSettings({ batchRounding: '8' }).batchRounding).toBe('8');
     expect(s.confirmRestart).toBe(true);
     expect(s.restartTimeoutSeconds).toBe(5);
     expect(s.interval).toBe(0.1);

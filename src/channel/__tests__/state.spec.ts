@@ -1,6 +1,7 @@
 import { untranslated } from '../../ui/i18n';
 import {
   type BridgeEvent,
+  describeKernelEnd,
   describeState,
   type IBridgeState,
   INITIAL_STATE,
@@ -19,7 +20,7 @@ const T0 = 1_000_000;
 
 const toLive: BridgeEvent[] = [
   { type: 'kernel-changed', kernelName: 'Python 3 (ipykernel)', hasSession: true },
-  { type: 'kernel-status', status: 'idle' },
+  { type: 'kernel-status', status: 'idle', now: T0 },
   { type: 'language', name: 'python' },
   { type: 'bootstrap-ok', version: '0.1.0', protocol: 1 },
   { type: 'hello', protocol: 1, version: '0.1.0', interval: 1, now: T0 },
@@ -59,7 +60,7 @@ describe('state machine', () => {
 
   it('returns the same object when nothing changes', () => {
     const live = run(toLive);
-    expect(next(live, { type: 'kernel-status', status: 'busy' })).toBe(live);
+    expect(next(live, { type: 'kernel-status', status: 'busy', now: T0 })).toBe(live);
     expect(next(live, { type: 'tick', now: T0 + 1000 })).toBe(live);
   });
 
@@ -76,15 +77,15 @@ describe('state machine', () => {
   });
 
   it('re-bootstraps after a restart', () => {
-    const restarting = next(run(toLive), { type: 'kernel-status', status: 'restarting' });
+    const restarting = next(run(toLive), { type: 'kernel-status', status: 'restarting', now: T0 });
     expect(restarting).toMatchObject({ name: 'waiting', phase: 'restarting', lastSampleAt: null });
     expect(message(restarting)).toBe('Kernel restarting…');
     // A sample from the old comm must not bring it back to live.
     expect(next(restarting, { type: 'sample', now: T0 + 5000 })).toBe(restarting);
     const again = run(
       [
-        { type: 'kernel-status', status: 'starting' },
-        { type: 'kernel-status', status: 'idle' },
+        { type: 'kernel-status', status: 'starting', now: T0 },
+        { type: 'kernel-status', status: 'idle', now: T0 },
         { type: 'language', name: 'python' },
         { type: 'bootstrap-ok', version: '0.1.0', protocol: 1 },
         { type: 'hello', protocol: 1, version: '0.1.0', interval: 1, now: T0 + 9000 }
@@ -92,7 +93,7 @@ describe('state machine', () => {
       restarting
     );
     expect(again.name).toBe('live');
-    const auto = next(run(toLive), { type: 'kernel-status', status: 'autorestarting' });
+    const auto = next(run(toLive), { type: 'kernel-status', status: 'autorestarting', now: T0 });
     expect(auto.phase).toBe('restarting');
   });
 
@@ -104,7 +105,7 @@ describe('state machine', () => {
     expect(r.name).toBe('unsupported');
     expect(message(r)).toBe('GPU memory needs a Python kernel; R kernels are not supported');
     // Status changes of an unsupported kernel change nothing.
-    expect(next(r, { type: 'kernel-status', status: 'restarting' })).toBe(r);
+    expect(next(r, { type: 'kernel-status', status: 'restarting', now: T0 })).toBe(r);
   });
 
   it('shows the install command when the shim is missing', () => {
@@ -162,12 +163,15 @@ describe('state machine', () => {
   });
 
   it('shows a dead kernel, and recovers on restart', () => {
-    const dead = next(run(toLive), { type: 'kernel-status', status: 'dead' });
+    const dead = next(run(toLive), { type: 'kernel-status', status: 'dead', now: T0 });
     expect(dead.name).toBe('dead');
-    expect(message(dead)).toBe('The kernel died; restart it');
+    expect(message(dead)).toBe(
+      'The kernel died and the server did not restart it: restart it (Kernel › Restart Kernel…) to see its GPU memory again'
+    );
+    expect(dead.lastEnd).toEqual({ cause: 'died', restartedByServer: false, at: T0 });
     expect(next(dead, { type: 'tick', now: T0 + 99999 })).toBe(dead);
     expect(next(dead, { type: 'sample', now: T0 })).toBe(dead);
-    const restarting = next(dead, { type: 'kernel-status', status: 'restarting' });
+    const restarting = next(dead, { type: 'kernel-status', status: 'restarting', now: T0 });
     expect(restarting.phase).toBe('restarting');
   });
 
@@ -186,7 +190,7 @@ describe('state machine', () => {
     expect(closed).toMatchObject({ name: 'error', closedByKernel: true });
     expect(message(closed)).toContain('closed the GPU memory channel');
     // Not while restarting: JupyterLab drops the comm then.
-    const restarting = next(run(toLive), { type: 'kernel-status', status: 'restarting' });
+    const restarting = next(run(toLive), { type: 'kernel-status', status: 'restarting', now: T0 });
     expect(next(restarting, { type: 'comm-closed' })).toBe(restarting);
   });
 
@@ -206,5 +210,81 @@ describe('state machine', () => {
     for (const name of names) {
       expect(message({ ...INITIAL_STATE, name }).length).toBeGreaterThan(3);
     }
+  });
+});
+
+describe('how the kernel ended', () => {
+  const at = (ms: number): string => `t+${ms - T0}`;
+  const backToLive: BridgeEvent[] = [
+    { type: 'kernel-status', status: 'idle', now: T0 + 4000 },
+    { type: 'language', name: 'python' },
+    { type: 'bootstrap-ok', version: '0.1.0', protocol: 1 },
+    { type: 'hello', protocol: 1, version: '0.1.0', interval: 1, now: T0 + 5000 }
+  ];
+
+  it('says the kernel died and the server restarted it (kill -9), not only "restarting"', () => {
+    // JupyterLab reports the server's restart of a dead process as 'restarting', then 'autorestarting'.
+    const died = run(
+      [
+        { type: 'kernel-status', status: 'restarting', now: T0 + 1000 },
+        { type: 'kernel-status', status: 'autorestarting', now: T0 + 1001 }
+      ],
+      run(toLive)
+    );
+    expect(died).toMatchObject({ name: 'waiting', phase: 'restarting' });
+    expect(died.lastEnd).toEqual({ cause: 'died', restartedByServer: true, at: T0 + 1000 });
+    expect(message(died)).toContain('The kernel died');
+    expect(message(died)).toContain('the server is restarting it');
+    expect(describeKernelEnd(died, untranslated, at)).toBeNull(); // the state's own message says it
+
+    const live = run(backToLive, died);
+    expect(live.name).toBe('live');
+    expect(describeKernelEnd(live, untranslated, at)).toBe(
+      'The kernel died at t+1000 and the server restarted it: the variables and GPU memory of the old process are gone.'
+    );
+  });
+
+  it('keeps "died" through the new process’s own late "starting" (one episode until its hello)', () => {
+    // The order JupyterLab 4.4 reported after kill -9 in a real browser.
+    const events: BridgeEvent[] = [
+      { type: 'kernel-status', status: 'restarting', now: T0 + 1000 },
+      { type: 'kernel-status', status: 'autorestarting', now: T0 + 1001 },
+      { type: 'kernel-status', status: 'unknown', now: T0 + 1002 },
+      { type: 'kernel-status', status: 'busy', now: T0 + 2200 },
+      { type: 'language', name: 'python' }, // our reconnect began
+      { type: 'kernel-status', status: 'starting', now: T0 + 2250 },
+      ...backToLive
+    ];
+    const live = run(events, run(toLive));
+    expect(live).toMatchObject({ name: 'live', endPending: false });
+    expect(live.lastEnd).toEqual({ cause: 'died', restartedByServer: true, at: T0 + 1000 });
+    // After that hello, a 'starting' is another restart (another client's).
+    const again = next(live, { type: 'kernel-status', status: 'starting', now: T0 + 9000 });
+    expect(again.lastEnd).toEqual({ cause: 'restarted', restartedByServer: false, at: T0 + 9000 });
+  });
+
+  it('says a restart someone asked for is a restart', () => {
+    const restarted = next(run(toLive), { type: 'kernel-status', status: 'restarting', now: T0 + 2000 });
+    expect(restarted.lastEnd).toEqual({ cause: 'restarted', restartedByServer: false, at: T0 + 2000 });
+    expect(message(restarted)).toBe('Kernel restarting…');
+    expect(describeKernelEnd(run(backToLive, restarted), untranslated, at)).toBe(
+      'The kernel was restarted at t+2000.'
+    );
+    // Another client's restart: JupyterLab reports only 'starting'.
+    const other = next(run(toLive), { type: 'kernel-status', status: 'starting', now: T0 + 3000 });
+    expect(other.lastEnd?.cause).toBe('restarted');
+  });
+
+  it('says a kernel the server did not restart is dead', () => {
+    const dead = next(run(toLive), { type: 'kernel-status', status: 'dead', now: T0 + 1000 });
+    expect(message(dead)).toContain('the server did not restart it');
+    expect(describeKernelEnd(dead, untranslated, at)).toBeNull();
+  });
+
+  it('forgets it when the notebook gets another kernel', () => {
+    const restarted = next(run(toLive), { type: 'kernel-status', status: 'restarting', now: T0 });
+    const other = next(restarted, { type: 'kernel-changed', kernelName: 'Python 3 (gpu)', hasSession: true });
+    expect(other.lastEnd).toBeNull();
+    expect(INITIAL_STATE.lastEnd).toBeNull();
   });
 });

@@ -9,7 +9,7 @@
 import '../../__tests__/domshim';
 
 import type { IAnalysisPayload } from '../../wire/analysispayload';
-import { accumulationCode, breakdownRows, peakAt, stackSegments } from '../analysis/view';
+import { accumulationCode, breakdownRows, peakAt, size, stackSegments } from '../analysis/view';
 import { untranslated } from '../../ui/i18n';
 import {
   ANALYSIS_MIME,
@@ -95,6 +95,7 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
       'buffers',
       'gradients',
       'optimizer',
+      'states',
       'activations',
       'input',
       'autocast_cache',
@@ -104,11 +105,12 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
     ]);
     const cells = (key: string): string[] =>
       texts(node.querySelector(`.jp-GpuMem-breakdown tr[data-row="${key}"]`) as Element, 'td');
-    expect(cells('parameters').slice(0, 3)).toEqual(['Parameters', '135 KiB', 'read']);
-    expect(cells('activations').slice(0, 3)).toEqual(['Activations', '8.78 MiB', 'traced']);
-    expect(cells('context').slice(0, 3)).toEqual(['CUDA context', '448 MiB', 'estimate']);
-    expect(cells('context')[3]).toBe('estimate by GPU generation');
-    expect(cells('optimizer')[3]).toContain('AdamW');
+    // category, size in the step, alive at the peak (the stacked bar's figure), engine, note
+    expect(cells('parameters').slice(0, 4)).toEqual(['Parameters', '135 KiB', '135 KiB', 'read']);
+    expect(cells('activations').slice(0, 4)).toEqual(['Activations', '8.78 MiB', '8.75 MiB', 'traced']);
+    expect(cells('context').slice(0, 4)).toEqual(['CUDA context', '448 MiB', '448 MiB', 'estimate']);
+    expect(cells('context')[4]).toBe('estimate by GPU generation');
+    expect(cells('optimizer')[4]).toContain('AdamW');
     const foot = texts(node, '.jp-GpuMem-breakdown tfoot tr[data-row="peak"] td');
     expect(foot[0]).toBe('490 MiB');
     // every figure engine shown is one of the payload's words
@@ -177,8 +179,9 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
     expect(
       (svg.querySelector('polyline[data-series="peak"]')?.getAttribute('points')?.split(' ') ?? []).length
     ).toBeGreaterThan(p.curve.length);
+    const atMaximum = p.curve.find(c => c.batch_size === p.recommendations.maximum);
     expect(markers[2].querySelector('title')?.textContent).toBe(
-      `maximum: batch ${p.recommendations.maximum}, predicted peak 15.1 GiB`
+      `maximum: batch ${p.recommendations.maximum}, predicted peak ${size(atMaximum?.peak_bytes)}`
     );
   });
 

@@ -8,6 +8,7 @@
 import * as React from 'react';
 
 import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
+import { analysisPickCaption, roundingText } from '../picks';
 import type { CurrentStatus, FigureEngine, IAnalysisPayload, IFigure } from '../../wire/analysispayload';
 import { byteAxis, Chart, type IChartMarker, type IChartSeries, type MarkerShape } from '../../ui/chart';
 import { formatBytes, formatCount, formatSeconds, NOT_MEASURED } from '../../ui/format';
@@ -47,9 +48,71 @@ export function engineLabel(engine: FigureEngine | 'n/a', trans: Trans): string 
 export interface IBreakdownRow {
   readonly key: string;
   readonly label: string;
+  /** The category's size in the step (what the text report lists). */
   readonly bytes: number | null;
+  /** What of it is alive at the step's peak: the stacked bar's figure (null without a breakdown). */
+  readonly atPeak: number | null;
   readonly engine: FigureEngine | 'n/a';
   readonly note: string;
+  /** A subtotal of the rows above it (model states). */
+  readonly subtotal?: boolean;
+}
+
+/** The stacked bar's figures: what fills the step's device footprint (peak_bytes). */
+interface IStackFigures {
+  /** Model states: parameters + buffers + gradients + optimizer state. */
+  readonly states: number;
+  readonly activations: number;
+  readonly input: number;
+  /** cuBLAS + cuDNN workspaces, inside peak reserved. */
+  readonly workspace: number;
+  /** The rest of peak reserved: temporaries, the autocast cache and the allocator's rounding. */
+  readonly other: number;
+  readonly context: number;
+}
+
+/**
+ * The bar's figures: the categories alive at the peak (breakdown_at_peak) when the payload has them, else
+ * (older outputs) the whole-step sizes; then the workspace, the rest of peak reserved and the CUDA context.
+ */
+function stackFigures(payload: IAnalysisPayload): IStackFigures {
+  const b = payload.breakdown_at_peak;
+  const states = b
+    ? b.parameter + b.buffer + b.gradient + b.optimizer_state
+    : payload.parameters_bytes + payload.buffers_bytes + payload.gradients_bytes + payload.optimizer_bytes;
+  const activations = b ? b.activation : payload.activations_bytes;
+  const input = b ? b.input : payload.input_bytes;
+  const reserved = payload.peak_reserved_bytes ?? payload.peak_allocated_bytes;
+  const context = Math.max(0, payload.peak_bytes - reserved);
+  const inReserved = Math.max(0, payload.peak_bytes - context);
+  const workspace = Math.min(payload.workspace_bytes, Math.max(0, inReserved - states - activations - input));
+  const other = Math.max(0, inReserved - states - activations - input - workspace);
+  return { states, activations, input, workspace, other, context };
+}
+
+/**
+ * What is alive at the step's peak, by table row: the stacked bar's figures split as the table splits them, so
+ * the bar and the table's "At the peak" column cannot disagree. Null for outputs without a breakdown.
+ */
+export function peakComposition(payload: IAnalysisPayload): Readonly<Record<string, number>> | null {
+  const b = payload.breakdown_at_peak;
+  if (!b) {
+    return null;
+  }
+  const bar = stackFigures(payload);
+  return {
+    parameters: b.parameter,
+    buffers: b.buffer,
+    gradients: b.gradient,
+    optimizer: b.optimizer_state,
+    states: bar.states,
+    activations: bar.activations,
+    input: bar.input,
+    autocast_cache: b.autocast_cache,
+    temporaries: b.temporary,
+    workspace: bar.workspace,
+    context: bar.context
+  };
 }
 
 /**
@@ -57,6 +120,8 @@ export interface IBreakdownRow {
  * batch memory, in the order of the text report (gpumem_kernel/analysis/render.py).
  */
 export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdownRow[] {
+  const peak = peakComposition(payload);
+  const atPeak = (key: string): number | null => peak?.[key] ?? null;
   const fromFigure = (
     key: string,
     name: string,
@@ -65,7 +130,14 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
     fallbackNote = ''
   ): IBreakdownRow => {
     const f = figure(payload, name);
-    return { key, label, bytes, engine: f?.engine ?? payload.engine, note: f?.note || fallbackNote };
+    return {
+      key,
+      label,
+      bytes,
+      atPeak: atPeak(key),
+      engine: f?.engine ?? payload.engine,
+      note: f?.note || fallbackNote
+    };
   };
   const cublas = figure(payload, 'cublas_workspace');
   const cudnn = figure(payload, 'cudnn_workspace');
@@ -96,12 +168,23 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
         (optimizer.note ? ` · ${optimizer.note}` : '') +
         (transient ? ` · ${trans.__('+%1 during step()', size(transient))}` : '')
     },
+    {
+      key: 'states',
+      label: trans.__('Model states'),
+      bytes:
+        payload.parameters_bytes + payload.buffers_bytes + payload.gradients_bytes + payload.optimizer_bytes,
+      atPeak: atPeak('states'),
+      engine: payload.engine,
+      note: trans.__('the four rows above; the bar shows what of them is alive at the peak'),
+      subtotal: true
+    },
     fromFigure('activations', 'activations', trans.__('Activations'), payload.activations_bytes),
     fromFigure('input', 'input', trans.__('Input batch'), payload.input_bytes, payload.settings.input),
     {
       key: 'autocast_cache',
       label: trans.__('Autocast cache'),
       bytes: payload.autocast_cache_bytes,
+      atPeak: atPeak('autocast_cache'),
       engine: payload.engine,
       note: payload.settings.amp
         ? trans.__('low-precision weight copies (%1)', payload.settings.amp)
@@ -111,6 +194,7 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
       key: 'temporaries',
       label: trans.__('Temporaries'),
       bytes: payload.temporary_bytes,
+      atPeak: atPeak('temporaries'),
       engine: payload.engine,
       note: trans.__('other live tensors at the peak (%1)', payload.peak_phase ?? trans.__('step'))
     },
@@ -118,6 +202,7 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
       key: 'workspace',
       label: trans.__('Workspace'),
       bytes: payload.workspace_bytes,
+      atPeak: atPeak('workspace'),
       engine: workspaceEngine,
       note: trans.__('cuBLAS + cuDNN, inside reserved')
     },
@@ -125,6 +210,7 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
       key: 'context',
       label: trans.__('CUDA context'),
       bytes: payload.context_bytes,
+      atPeak: atPeak('context'),
       engine: context?.engine ?? 'estimate',
       note: contextNote[payload.device.context_source]
     }
@@ -141,28 +227,19 @@ export interface IStackSegment {
 
 /**
  * The stacked bar: what fills the step's device footprint (peak_bytes), then what is left of the usable memory.
- * Categories are those alive at the peak when the trace has them; "other" is temporaries, the autocast cache
- * and the allocator's rounding (the rest of peak reserved).
+ * Categories are those alive at the peak when the trace has them (the table's "At the peak" column shows the
+ * same figures); "other" is temporaries, the autocast cache and the allocator's rounding (the rest of peak
+ * reserved).
  */
 export function stackSegments(payload: IAnalysisPayload, trans: Trans): IStackSegment[] {
-  const b = payload.breakdown_at_peak;
-  const states = b
-    ? b.parameter + b.buffer + b.gradient + b.optimizer_state
-    : payload.parameters_bytes + payload.buffers_bytes + payload.gradients_bytes + payload.optimizer_bytes;
-  const activations = b ? b.activation : payload.activations_bytes;
-  const input = b ? b.input : payload.input_bytes;
-  const reserved = payload.peak_reserved_bytes ?? payload.peak_allocated_bytes;
-  const context = Math.max(0, payload.peak_bytes - reserved);
-  const inReserved = Math.max(0, payload.peak_bytes - context);
-  const workspace = Math.min(payload.workspace_bytes, Math.max(0, inReserved - states - activations - input));
-  const other = Math.max(0, inReserved - states - activations - input - workspace);
+  const bar = stackFigures(payload);
   const segments: IStackSegment[] = [
-    { key: 'states', label: trans.__('model states'), bytes: states },
-    { key: 'activations', label: trans.__('activations'), bytes: activations },
-    { key: 'input', label: trans.__('input'), bytes: input },
-    { key: 'workspace', label: trans.__('workspace'), bytes: workspace },
-    { key: 'other', label: trans.__('temporaries & rounding'), bytes: other },
-    { key: 'context', label: trans.__('CUDA context'), bytes: context }
+    { key: 'states', label: trans.__('model states'), bytes: bar.states },
+    { key: 'activations', label: trans.__('activations'), bytes: bar.activations },
+    { key: 'input', label: trans.__('input'), bytes: bar.input },
+    { key: 'workspace', label: trans.__('workspace'), bytes: bar.workspace },
+    { key: 'other', label: trans.__('temporaries, autocast & rounding'), bytes: bar.other },
+    { key: 'context', label: trans.__('CUDA context'), bytes: bar.context }
   ];
   const limit = payload.device.limit_bytes;
   const used = segments.reduce((sum, s) => sum + s.bytes, 0);
@@ -170,6 +247,18 @@ export function stackSegments(payload: IAnalysisPayload, trans: Trans): IStackSe
     segments.push({ key: 'free', label: trans.__('free'), bytes: Math.max(0, limit - used) });
   }
   return segments;
+}
+
+/** The bar's caption: whose figures it stacks (alive at the peak, or the whole step for older outputs). */
+export function stackCaption(payload: IAnalysisPayload, trans: Trans): string {
+  const limit = payload.device.limit_bytes;
+  const footprint =
+    limit !== null
+      ? trans.__('step footprint %1 of %2 usable', size(payload.peak_bytes), size(limit))
+      : trans.__('step footprint %1 (no device limit)', size(payload.peak_bytes));
+  return payload.breakdown_at_peak
+    ? trans.__('Alive at the peak (%1): %2', payload.peak_phase ?? trans.__('step'), footprint)
+    : trans.__('Step sizes: %1', footprint);
 }
 
 function StackedBar(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element {
@@ -183,11 +272,7 @@ function StackedBar(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Ele
   const over = limit !== null && payload.peak_bytes > limit;
   return (
     <figure className="jp-GpuMem-stack">
-      <figcaption className="jp-GpuMem-chartCaption">
-        {limit !== null
-          ? trans.__('Step footprint %1 of %2 usable', size(payload.peak_bytes), size(limit))
-          : trans.__('Step footprint %1 (no device limit)', size(payload.peak_bytes))}
-      </figcaption>
+      <figcaption className="jp-GpuMem-chartCaption">{stackCaption(payload, trans)}</figcaption>
       <svg
         className="jp-GpuMem-stackSvg"
         viewBox={`0 0 ${W} 18`}
@@ -315,6 +400,8 @@ export function curveMarkers(payload: IAnalysisPayload, trans: Trans): IChartMar
       shape: PICK_SHAPES[name],
       className: `jp-GpuMem-pick-${name}`,
       short: name === 'current' ? '' : String(batch),
+      // The picks are points of the predicted-peak curve: drawn on its line (the analysed batch keeps its own peak).
+      series: name === 'current' ? undefined : 'peak',
       extrapolated,
       label:
         trans.__('%1: batch %2, predicted peak %3', pickLabel(name, trans), batch, size(y)) +
@@ -468,13 +555,13 @@ function Cards(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element 
         kind="recommended"
         title={trans.__('Recommended')}
         value={value(recs.recommended)}
-        detail={trans.__('balanced, ~60% of maximum, %1', recs.rounding)}
+        detail={pickDetail(trans.__('balanced'), analysisPickCaption(payload, 'recommended', trans))}
       />
       <Card
         kind="safe"
         title={trans.__('Safe')}
         value={value(recs.safe)}
-        detail={trans.__('conservative, ~40% of maximum')}
+        detail={pickDetail(trans.__('conservative'), analysisPickCaption(payload, 'safe', trans))}
       />
       <Card
         kind="current"
@@ -514,6 +601,11 @@ function Cards(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element 
   );
 }
 
+/** "balanced · 50% of the maximum 507; aim 60%, rounded down to a power of two". */
+function pickDetail(kind: string, caption: string | null): string {
+  return caption === null ? kind : `${kind} · ${caption}`;
+}
+
 function lrValue(payload: IAnalysisPayload): string {
   const lr = payload.recommendations.lr;
   if (lr.linear === null || lr.sqrt === null) {
@@ -528,6 +620,8 @@ function lrValue(payload: IAnalysisPayload): string {
 function BreakdownTable(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element {
   const { payload, trans } = props;
   const rows = breakdownRows(payload, trans);
+  // "At the peak": the stacked bar's figures, next to the step's sizes they are part of
+  const atPeak = payload.breakdown_at_peak !== null;
   const totals: Array<[string, string, number | null, string]> = [
     [
       'peak_allocated',
@@ -555,15 +649,31 @@ function BreakdownTable(props: { payload: IAnalysisPayload; trans: Trans }): JSX
         <tr>
           <th>{trans.__('Category')}</th>
           <th className="jp-GpuMem-num">{trans.__('Size')}</th>
+          {atPeak && (
+            <th
+              className="jp-GpuMem-num"
+              title={trans.__(
+                'alive at the peak (%1): the figures of the bar above',
+                payload.peak_phase ?? ''
+              )}
+            >
+              {trans.__('At the peak')}
+            </th>
+          )}
           <th>{trans.__('Engine')}</th>
           <th>{trans.__('Note')}</th>
         </tr>
       </thead>
       <tbody>
         {rows.map(row => (
-          <tr key={row.key} data-row={row.key}>
+          <tr key={row.key} data-row={row.key} className={row.subtotal ? 'jp-GpuMem-subtotal' : undefined}>
             <td>{row.label}</td>
             <td className="jp-GpuMem-num">{size(row.bytes)}</td>
+            {atPeak && (
+              <td className="jp-GpuMem-num" data-column="at-peak">
+                {size(row.atPeak)}
+              </td>
+            )}
             <td>
               <span className={`jp-GpuMem-engine jp-GpuMem-engine-${row.engine}`}>
                 {engineLabel(row.engine, trans)}
@@ -578,6 +688,7 @@ function BreakdownTable(props: { payload: IAnalysisPayload; trans: Trans }): JSX
           <tr key={key} data-row={key}>
             <th scope="row">{label}</th>
             <td className="jp-GpuMem-num">{size(bytes)}</td>
+            {atPeak && <td />}
             <td>
               <span className={`jp-GpuMem-engine jp-GpuMem-engine-${payload.engine}`}>
                 {engineLabel(payload.engine, trans)}
@@ -681,6 +792,12 @@ export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
   if (settings.checkpointing) {
     facts.push(trans.__('gradient checkpointing'));
   }
+  facts.push(
+    trans.__(
+      'picks rounded: %1',
+      roundingText(payload.recommendations.rounding, settings.round_source, trans)
+    )
+  );
   if (settings.world_size > 1) {
     facts.push(trans.__('%1 ranks (%2)', settings.world_size, settings.strategy ?? 'ddp'));
   }

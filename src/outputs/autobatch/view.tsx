@@ -5,6 +5,7 @@
 import * as React from 'react';
 
 import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
+import { belowCaption, roundingText } from '../picks';
 import type { IAutobatchPayload, TrialPhase } from '../../wire/analysispayload';
 import { formatBytes, formatSeconds, NOT_MEASURED } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
@@ -43,6 +44,14 @@ function startText(payload: IAutobatchPayload, trans: Trans): string {
   }
 }
 
+/** "38% below the maximum 26; margin 10%, rounded down to a power of two" (nothing ran: why there is none). */
+export function recommendedDetail(payload: IAutobatchPayload, trans: Trans): string {
+  if (payload.maximum === 0) {
+    return trans.__('none: not even batch 1 ran');
+  }
+  return belowCaption(payload.recommended, payload.maximum, payload.margin, payload.rounding, trans);
+}
+
 export interface IAutobatchViewProps {
   readonly payload: IAutobatchPayload;
   readonly trans: Trans;
@@ -78,6 +87,9 @@ export function AutobatchView(props: IAutobatchViewProps): JSX.Element {
           {trans._n('%1 step per trial', '%1 steps per trial', payload.steps, payload.steps)}
         </span>
         <span className="jp-GpuMem-richFact">{startText(payload, trans)}</span>
+        <span className="jp-GpuMem-richFact">
+          {trans.__('rounded: %1', roundingText(payload.rounding, payload.round_source, trans))}
+        </span>
         {payload.limit_bytes !== null && (
           <span className="jp-GpuMem-richFact">
             {trans.__('limit %1', formatBytes(payload.limit_bytes, 'auto'))}
@@ -101,7 +113,7 @@ export function AutobatchView(props: IAutobatchViewProps): JSX.Element {
           kind="recommended"
           title={trans.__('Recommended')}
           value={String(payload.recommended)}
-          detail={trans.__('%1% below the maximum, %2', Math.round(payload.margin * 100), payload.rounding)}
+          detail={recommendedDetail(payload, trans)}
         />
         <Card
           kind="margin"

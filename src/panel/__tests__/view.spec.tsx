@@ -173,12 +173,12 @@ describe('GpuMemView', () => {
     expect(host?.textContent).toContain('2.00 / 8.00 GiB (25.0%)');
   });
 
-  it('offers the install command to copy', () => {
+  it('offers the install command to copy', async () => {
     const model = stubModel({ state: 'not-installed', latest: null });
     const node = render(model);
     const state = node.querySelector('.jp-GpuMem-state[data-state="not-installed"]');
     expect(state?.querySelector('code')?.textContent).toBe('%pip install jupyterlab-gpumem');
-    act(() => (state?.querySelector('.jp-GpuMem-copy') as HTMLButtonElement).click());
+    await act(async () => (state?.querySelector('.jp-GpuMem-copy') as HTMLButtonElement).click());
     expect(copied).toEqual(['%pip install jupyterlab-gpumem']);
     const retry = [...node.querySelectorAll('button')].find(b => b.textContent === 'Retry');
     act(() => retry?.click());
@@ -206,6 +206,48 @@ describe('GpuMemView', () => {
     const node = render(stubModel({ state: 'waiting', stateChanges: { phase: 'restarting' } }));
     expect(node.querySelector('.jp-GpuMem-state')?.textContent).toContain('Kernel restarting');
     expect(node.querySelector('.jp-GpuMem-device')).toBeNull();
+  });
+
+  it('says the kernel died while the server restarts it, not only "connecting"', () => {
+    const died = { cause: 'died' as const, restartedByServer: true, at: Date.UTC(2025, 0, 1, 12, 3, 4) };
+    let node = render(stubModel({ state: 'waiting', stateChanges: { phase: 'restarting', lastEnd: died } }));
+    expect(node.querySelector('.jp-GpuMem-badge')?.textContent).toBe('kernel died');
+    expect(node.querySelector('.jp-GpuMem-state')?.textContent).toContain(
+      'The kernel died (its process ended without being asked to'
+    );
+    expect(node.querySelector('.jp-GpuMem-kernelEnd')).toBeNull(); // said once, by the state message
+
+    // Back to live: one line keeps saying what happened, with the time.
+    node = render(stubModel({ stateChanges: { lastEnd: died } }));
+    const end = node.querySelector('.jp-GpuMem-kernelEnd');
+    expect(end?.getAttribute('role')).toBe('status');
+    expect(end?.getAttribute('data-cause')).toBe('died');
+    expect(end?.getAttribute('data-restarted-by-server')).toBe('yes');
+    expect(end?.textContent).toMatch(
+      /^The kernel died at \d\d:\d\d:\d\d and the server restarted it: the variables and GPU memory of the old process are gone\.$/
+    );
+  });
+
+  it('tells a restart someone asked for from a death', () => {
+    const restarted = { cause: 'restarted' as const, restartedByServer: false, at: Date.now() };
+    let node = render(
+      stubModel({ state: 'waiting', stateChanges: { phase: 'restarting', lastEnd: restarted } })
+    );
+    expect(node.querySelector('.jp-GpuMem-badge')?.textContent).toBe('restarting');
+    node = render(stubModel({ stateChanges: { lastEnd: restarted } }));
+    expect(node.querySelector('.jp-GpuMem-kernelEnd')?.textContent).toMatch(/^The kernel was restarted at /);
+    node = render(stubModel({ state: 'dead', latest: null }));
+    expect(node.querySelector('.jp-GpuMem-badge')?.textContent).toBe('kernel dead');
+    expect(node.querySelector('.jp-GpuMem-state')?.textContent).toContain('the server did not restart it');
+  });
+
+  it('says "Copied" after copying a command', async () => {
+    const node = render(stubModel({ state: 'autoload-off', latest: null }));
+    const copy = node.querySelector<HTMLButtonElement>('.jp-GpuMem-copy')!;
+    await act(async () => copy.click());
+    expect(copied).toEqual(['%load_ext gpumem_kernel']);
+    expect(copy.textContent).toBe('Copied');
+    expect(node.querySelector('.jp-GpuMem-copyStatus')?.textContent).toBe('Copied to the clipboard');
   });
 
   it('copes with devices NVML could not read and with MIG slices', () => {

@@ -10,7 +10,8 @@ import {
   formatTimeOfDay,
   isSizeUnit,
   percentOf,
-  scaleFor
+  scaleFor,
+  significantDigits
 } from '../format';
 
 const GIB = 1024 ** 3;
@@ -62,6 +63,54 @@ describe('formatBytes', () => {
     const scale = scaleFor(10 * GIB, 'auto');
     expect(formatBytes(2.5 * GIB, scale, 1)).toBe('2.5 GiB');
     expect(formatBytes(512 * MIB, scale)).toBe('0.5 GiB');
+  });
+
+  // The kernel's RSS read "0.06 GiB" in the panel: one significant digit. A value too small for the unit
+  // picked steps down to the unit that shows it with two or three.
+  it.each([
+    [0.06 * GIB, 'GiB', undefined, '61 MiB'],
+    [0.0093 * GIB, 'GiB', undefined, '9.5 MiB'],
+    [0.5 * GIB, 'GiB', 'short', '512 MiB'],
+    [0.04 * GIB, 'GiB', 'short', '41 MiB'],
+    [5 * MIB, 'MiB', undefined, '5.0 MiB'],
+    [0.3 * MIB, 'MiB', undefined, '307 KiB'],
+    [60e6, 'GB', undefined, '60 MB'],
+    [0.5e9, 'GB', 'short', '500 MB'],
+    [512, 'GiB', undefined, '512 B'],
+    [-0.06 * GIB, 'GiB', undefined, '-61 MiB']
+  ] as const)('%d in %s (%s) is too small to read there → %s', (bytes, unit, digits, expected) => {
+    expect(formatBytes(bytes, unit, digits)).toBe(expected);
+  });
+
+  it.each([
+    [0.39 * GIB, 'GiB', undefined, '0.39 GiB'],
+    [0.1 * GIB, 'GiB', undefined, '0.10 GiB'],
+    [1.5 * GIB, 'GiB', 'short', '1.5 GiB'],
+    [12 * MIB, 'MiB', undefined, '12 MiB'],
+    [0, 'GiB', 'short', '0.0 GiB']
+  ] as const)('%d in %s (%s) reads in the unit picked → %s', (bytes, unit, digits, expected) => {
+    expect(formatBytes(bytes, unit, digits)).toBe(expected);
+  });
+
+  it('shows every size with at least two significant digits in every unit of the settings', () => {
+    for (const unit of ['GiB', 'GB', 'MiB', 'auto'] as const) {
+      for (const digits of [undefined, 'short'] as const) {
+        for (let bytes = 700; bytes < 64 * GIB; bytes *= 1.37) {
+          const number = formatBytes(bytes, unit, digits).split(' ')[0];
+          expect([unit, digits, bytes, number, significantDigits(number) >= 2]).toEqual([
+            unit,
+            digits,
+            bytes,
+            number,
+            true
+          ]);
+        }
+      }
+    }
+  });
+
+  it('keeps a scale shared by the ticks of one axis, however small the value', () => {
+    expect(formatBytes(0.06 * GIB, scaleFor(10 * GIB, 'auto'), 1)).toBe('0.1 GiB');
   });
 
   it.each([null, undefined, NaN, Infinity])('%p (not measured) → n/a', value => {

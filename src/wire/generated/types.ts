@@ -136,6 +136,22 @@ export interface IAnalysisSettings {
   strategy: null | 'ddp' | 'fsdp' | 'zero1' | 'zero2' | 'zero3';
   multiple: number | null;
   effective_batch: number;
+  /**
+   * how the picks were rounded down, as --round takes it: pow2 (a power of two), none (a whole batch) or N (a multiple of N); absent from outputs written before it existed
+   */
+  round?: string;
+  /**
+   * where the rounding came from: option (the command's --round or --multiple), setting (the JupyterLab setting "Batch-size rounding"), default (pow2)
+   */
+  round_source?: 'option' | 'setting' | 'default';
+  pick_shares?: IAnalysisSettingsPickShares;
+}
+/**
+ * the shares of the maximum the recommended and safe picks aim at, before rounding
+ */
+export interface IAnalysisSettingsPickShares {
+  recommended: number;
+  safe: number;
 }
 export interface IFigure {
   name: string;
@@ -192,6 +208,9 @@ export interface IRecommendations {
   maximum: number | null;
   recommended: number | null;
   safe: number | null;
+  /**
+   * the rounding in words: "power of two", "multiple of N" or "none"
+   */
   rounding: string;
   extrapolated: boolean;
   note: string;
@@ -247,7 +266,18 @@ export interface IAutobatchPayload {
   maximum: number;
   recommended: number;
   margin: number;
+  /**
+   * the rounding in words: "power of two", "multiple of N" or "none"
+   */
   rounding: string;
+  /**
+   * how the picks were rounded down, as --round takes it: pow2 (a power of two), none (a whole batch) or N (a multiple of N); absent from outputs written before it existed
+   */
+  round?: string;
+  /**
+   * where the rounding came from: option (the command's --round or --multiple), setting (the JupyterLab setting "Batch-size rounding"), default (pow2)
+   */
+  round_source?: 'option' | 'setting' | 'default';
   trials: ITrial[];
   n_trials: number;
   seconds: number;
@@ -573,6 +603,7 @@ export interface IOomPayload {
    * @minItems 1
    */
   steps: IOomStep[];
+  occurrence?: IOomOccurrence;
 }
 /**
  * The numbers of PyTorch's message (parse_oom_message).
@@ -623,6 +654,10 @@ export interface IOomDiagnosis {
   alloc_conf: string | null;
   torch_version: string | null;
   notes: string[];
+  /**
+   * The causes the figures point at, strongest first (the steps follow this order); empty when they name none. Optional: outputs saved by older kernels have none.
+   */
+  causes?: IOomCause[];
 }
 export interface IOomFragmentation {
   reserved_unallocated: number;
@@ -686,6 +721,20 @@ export interface IOomNames {
   device: string;
 }
 /**
+ * What the figures say caused the OOM. The checklist puts this cause's steps first (checklist.py CAUSE_STEPS).
+ */
+export interface IOomCause {
+  kind: 'too-large' | 'other-processes' | 'fragmentation' | 'traceback' | 'host-memory';
+  /**
+   * the request (too-large) or the memory that cause holds; null when unknown
+   */
+  bytes: number | null;
+  /**
+   * explains the OOM alone: that memory plus the free memory would have covered the request
+   */
+  decisive: boolean;
+}
+/**
  * One checklist step: a button (action), a cell to insert (code) or advice (action null).
  */
 export interface IOomStep {
@@ -695,6 +744,25 @@ export interface IOomStep {
   action: 'clear' | 'restart' | 'shutdown-kernel' | 'insert-cell' | 'insert-env-cell-and-restart' | null;
   kernel_id: string | null;
   code: string | null;
+  /**
+   * Why this step cannot help with this OOM (the browser folds it under "Not applicable here", the payload lists such steps last); null when it may help. Optional: outputs saved by older kernels have none.
+   */
+  not_applicable?: string | null;
+}
+/**
+ * Which error the checklist is about: one out-of-memory error in one run of the kernel process. The browser keeps the checklist's ticks under `id` (a new error starts unticked; a reload keeps the ticks of the error still shown) and marks a checklist whose (kernel_pid, kernel_start) is not the connected kernel's hello (pid, create_time) as one of an earlier kernel run. Optional: outputs saved by older kernels have none.
+ */
+export interface IOomOccurrence {
+  id: string;
+  kernel_pid: number;
+  /**
+   * psutil create_time of the kernel process, as hello's create_time; null when unknown
+   */
+  kernel_start: number | null;
+  /**
+   * when the checklist was built, seconds since the epoch
+   */
+  time: number;
 }
 export interface IOpenMessage {
   type: 'open';
@@ -780,6 +848,10 @@ export interface IRequestMessage {
 export interface IConfigureArgs {
   interval?: number;
   history_seconds?: number;
+  /**
+   * the JupyterLab setting "Batch-size rounding": how this kernel's analyze/autobatch picks are rounded down when the command gives no --round: pow2, none or N (a multiple of N); sent only to kernels whose hello lists the capability "rounding"
+   */
+  rounding?: string;
 }
 export interface INoArgs {}
 export interface IProcessArgs {

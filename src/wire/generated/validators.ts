@@ -344,6 +344,13 @@ const oomNames: Check = object({
   device: string()
 });
 
+/** oom.schema.json#/$defs/cause */
+const oomCause: Check = object({
+  kind: enumOf('too-large', 'other-processes', 'fragmentation', 'traceback', 'host-memory'),
+  bytes: c5,
+  decisive: type('boolean')
+});
+
 /** oom.schema.json#/$defs/diagnosis */
 const oomDiagnosis: Check = object({
   device: c5,
@@ -365,7 +372,8 @@ const oomDiagnosis: Check = object({
   alloc_conf_var: enumOf('PYTORCH_CUDA_ALLOC_CONF', 'PYTORCH_HIP_ALLOC_CONF'),
   alloc_conf: c2,
   torch_version: c2,
-  notes: array(string())
+  notes: array(string()),
+  causes: optional(array(oomCause))
 });
 
 /** oom.schema.json#/$defs/step */
@@ -376,7 +384,8 @@ const oomStep: Check = all(
     detail: string(),
     action: enumOf('clear', 'restart', 'shutdown-kernel', 'insert-cell', 'insert-env-cell-and-restart', null),
     kernel_id: c2,
-    code: c2
+    code: c2,
+    not_applicable: optional(c2)
   }),
   when(properties({ action: constant('shutdown-kernel') }, []), properties({ kernel_id: string(1) }, [])),
   when(
@@ -385,18 +394,33 @@ const oomStep: Check = all(
   )
 );
 
+/** oom.schema.json#/$defs/occurrence */
+const oomOccurrence: Check = object({
+  id: string(1, 64),
+  kernel_pid: integer(0),
+  kernel_start: c3,
+  time: number()
+});
+
 /** oom.schema.json */
 export const oomPayload: Check = object({
   version: constant(1),
   summary: all(array(string()), minItems(1)),
   info: oomInfo,
   diagnosis: oomDiagnosis,
-  steps: all(array(oomStep), minItems(1))
+  steps: all(array(oomStep), minItems(1)),
+  occurrence: optional(oomOccurrence)
 });
 
 const c11: Check = enumOf('traced', 'measured');
 
 const c12: Check = all(type('object'), additionalProperties(integer(0)));
+
+const c13: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
+
+const c14: Check = enumOf('option', 'setting', 'default');
+
+const c15: Check = number(0, 1, 'min');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
@@ -424,7 +448,10 @@ export const analysisPayload: Check = object({
     world_size: integer(1),
     strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
     multiple: c10,
-    effective_batch: integer(1)
+    effective_batch: integer(1),
+    round: optional(c13),
+    round_source: optional(c14),
+    pick_shares: optional(object({ recommended: c15, safe: c15 }))
   }),
   parameters_bytes: integer(0),
   buffers_bytes: integer(0),
@@ -565,6 +592,8 @@ export const autobatchPayload: Check = object({
   recommended: integer(0),
   margin: number(0, 1, 'max'),
   rounding: string(),
+  round: optional(c13),
+  round_source: optional(c14),
   trials: array(
     object({
       batch: integer(1),
@@ -594,9 +623,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c13: Check = number(0, 1, 'min');
-
-const c14: Check = nullable(number(0));
+const c16: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -608,14 +635,14 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c14,
-  gpu_util: c14,
+  efficiency: c16,
+  gpu_util: c16,
   note: string()
 });
 
-const c15: Check = nullable(benchmarkPick);
+const c17: Check = nullable(benchmarkPick);
 
-const c16: Check = array(integer());
+const c18: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -623,7 +650,7 @@ export const benchmarkPayload: Check = object({
   engine: enumOf('cuda', 'cpu', 'simulated'),
   device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
   limit_bytes: c5,
-  memory_target: c13,
+  memory_target: c15,
   memory_source: string(),
   amp_dtype: enumOf('float16', 'bfloat16'),
   config: object({
@@ -633,7 +660,7 @@ export const benchmarkPayload: Check = object({
     warmup_steps: integer(0),
     test_mixed_precision: type('boolean'),
     test_pin_memory: type('boolean'),
-    memory_target: c13
+    memory_target: c15
   }),
   model: object({ name: string(), parameter_count: integer(0) }),
   optimizer: string(),
@@ -645,29 +672,29 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c14,
-      h2d_ms: c14,
-      forward_ms: c14,
-      backward_ms: c14,
-      optimizer_ms: c14,
-      total_ms: c14,
-      samples_per_s: c14,
-      gpu_util: c14,
+      io_ms: c16,
+      h2d_ms: c16,
+      forward_ms: c16,
+      backward_ms: c16,
+      optimizer_ms: c16,
+      total_ms: c16,
+      samples_per_s: c16,
+      gpu_util: c16,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c14,
+      efficiency: c16,
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
-  picks: object({ highest_throughput: c15, best_efficiency: c15, recommended: c15 }),
+  picks: object({ highest_throughput: c17, best_efficiency: c17, recommended: c17 }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c16, terminated: c16 }),
+  workers: object({ leftover: c18, terminated: c18 }),
   config_yaml: optional(c2)
 });

@@ -17,7 +17,7 @@ import { GpuMemOutputView } from '../../../outputs/outputview';
 import { CLEAR_MIME, type IOomPayload, type IOomStep, OOM_MIME } from '../../../wire/protocol';
 import { RestartReport } from '../../restart/report';
 import type { IGpuMemActions, IRestartRun, ISessionActions } from '../../../tokens';
-import { TickStore } from '../../ticks';
+import { occurrenceKey, TickStore } from '../../ticks';
 
 import { GIB, MIB, OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { clearCpu, clearGpu, clearHoldersCpu, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
@@ -212,7 +212,15 @@ describe('ClearReport', () => {
 });
 
 describe('RestartReport', () => {
-  const base: IRestartRun = { phase: 'waiting', clearOutputs: false, report: null, error: null, note: null };
+  const base: IRestartRun = {
+    phase: 'waiting',
+    clearOutputs: false,
+    report: null,
+    error: null,
+    note: null,
+    origin: null,
+    kernelRun: 0
+  };
 
   it('shows progress, then the report with leftovers to end', () => {
     let node = render(<RestartReport run={base} unit="GiB" trans={untranslated} onEnd={() => undefined} />);
@@ -361,6 +369,8 @@ function stubActions(over: Partial<ISessionActions> = {}): ISessionActions & { c
     clearing: false,
     restarting: false,
     kernelBusy: false,
+    kernelRun: 0,
+    oomKey: null,
     ticks: new Set<string>(),
     clear: async () => void calls.push('clear'),
     restartAndFree: async () => void calls.push('restart'),
@@ -404,7 +414,7 @@ describe('ActionsSection', () => {
 
   it('says "queued: kernel busy" and cannot be pressed twice while the kernel runs a cell', () => {
     const actions = stubActions({
-      clearRun: { phase: 'running', report: null, error: null },
+      clearRun: { phase: 'running', report: null, error: null, origin: null, kernelRun: 0 },
       busy: true,
       clearing: true,
       kernelBusy: true
@@ -431,7 +441,8 @@ describe('ActionsSection', () => {
         phase: 'ready',
         error: { ename: 'OutOfMemoryError', evalue: 'CUDA out of memory.', parentId: 'c' },
         payload: oom2x(),
-        problem: null
+        problem: null,
+        kernelRun: 0
       }
     });
     const node = render(
@@ -458,7 +469,8 @@ describe('ActionsSection', () => {
         phase: 'failed',
         error: { ename: 'RuntimeError', evalue: 'CUDA out of memory.', parentId: 'c' },
         payload: null,
-        problem: "jupyterlab-gpumem is not installed (or too old) in this kernel's environment"
+        problem: "jupyterlab-gpumem is not installed (or too old) in this kernel's environment",
+        kernelRun: 0
       }
     });
     const node = render(
@@ -514,14 +526,18 @@ describe('GpuMemOutputView (the MIME renderer’s content)', () => {
 
   it('acts on the notebook that holds the output, with its ticks', () => {
     const ticks = new TickStore(null);
-    ticks.set('train.ipynb', 'restart', true);
+    const key = occurrenceKey(oom2x());
+    ticks.set(key, 'restart', true);
     const ran: string[] = [];
     const copied: string[] = [];
     const host: IInlineHost = {
       ticks,
+      changed: new Signal<unknown, void>({}),
       pathOf: n => (n === node ? 'train.ipynb' : null),
-      run: (n, step) => ran.push(`${n === node} ${step.id}`),
+      run: (n, step, k) => ran.push(`${n === node} ${step.id} ${k === key}`),
       busy: () => false,
+      feedback: () => null,
+      kernelOf: () => null,
       labelKernel: () => null,
       copy: text => copied.push(text),
       insertCode: () => undefined
@@ -535,8 +551,8 @@ describe('GpuMemOutputView (the MIME renderer’s content)', () => {
     act(() => button(view, 'Clear GPU memory').click());
     act(() => (view.querySelector('[data-step-id="clear"] .jp-GpuMem-oomTick') as HTMLInputElement).click());
     act(() => button(view, 'Copy as Markdown').click());
-    expect(ran).toEqual(['true clear']);
-    expect([...ticks.ticks('train.ipynb')].sort()).toEqual(['clear', 'restart']);
+    expect(ran).toEqual(['true clear true']);
+    expect([...ticks.ticks(key)].sort()).toEqual(['clear', 'restart']);
     expect(copied[0]).toContain('2. [x] **Restart the kernel and free its memory**');
   });
 });

@@ -5,7 +5,6 @@
  */
 import { untranslated } from '../../../ui/i18n';
 import { checklistMarkdown, diagnosisLines, fenceFor, stepActionLabel } from '../text';
-import { TickStore, ticksKey } from '../../ticks';
 import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { oom1x, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
 
@@ -86,38 +85,5 @@ describe('stepActionLabel', () => {
       'Insert cell below',
       'Insert at top and restart'
     ]);
-  });
-});
-
-describe('TickStore', () => {
-  it('remembers ticks per notebook in the state database', async () => {
-    const saved = new Map<string, unknown>([[ticksKey('b.ipynb'), ['restart']]]);
-    const db = {
-      fetch: async (id: string) => saved.get(id),
-      save: async (id: string, value: string[]) => void saved.set(id, value),
-      remove: async (id: string) => void saved.delete(id)
-    };
-    const store = new TickStore(db);
-    const changes: string[] = [];
-    store.changed.connect((_, path) => changes.push(path));
-    expect([...store.ticks('b.ipynb')]).toEqual([]);
-    await new Promise(resolve => setTimeout(resolve, 0));
-    expect([...store.ticks('b.ipynb')]).toEqual(['restart']);
-    store.set('a.ipynb', 'clear', true);
-    store.set('a.ipynb', 'batch-size', true);
-    store.set('a.ipynb', 'clear', false);
-    await new Promise(resolve => setTimeout(resolve, 0));
-    expect(saved.get(ticksKey('a.ipynb'))).toEqual(['batch-size']);
-    expect([...store.ticks('b.ipynb')]).toEqual(['restart']);
-    store.reset('b.ipynb');
-    await new Promise(resolve => setTimeout(resolve, 0));
-    expect(saved.has(ticksKey('b.ipynb'))).toBe(false);
-    expect(changes).toEqual(['b.ipynb', 'a.ipynb', 'a.ipynb', 'a.ipynb', 'b.ipynb']);
-  });
-
-  it('works without a database', () => {
-    const store = new TickStore(null);
-    store.set('a.ipynb', 'clear', true);
-    expect(store.ticks('a.ipynb').has('clear')).toBe(true);
   });
 });

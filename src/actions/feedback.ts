@@ -1,0 +1,66 @@
+/**
+ * The one line a checklist step shows under its button while its action runs and once it ended: "Clearing…",
+ * "Freed 1.20 GiB of GPU memory.", "Restarted: …". The full report stays in the panel; this line answers
+ * where the user clicked — the inline checklist under a traceback is often far from the panel's report.
+ *
+ * Only the clear or restart that this very step started (its origin, `stepOrigin(key, stepId)`) shows here,
+ * so the same step of another error, or the panel's own buttons, never borrow it.
+ */
+import { clearHeadline } from './clear/report';
+import type { SizeUnit } from '../ui/format';
+import type { Trans } from '../ui/i18n';
+import { restartHeadline, restartPhaseText } from './restart/report';
+import { stepOrigin } from './ticks';
+import type { ISessionActions } from '../tokens';
+
+/** What a step says about the action it started. */
+export interface IStepFeedback {
+  readonly phase: 'running' | 'done' | 'failed';
+  readonly text: string;
+}
+
+/** The feedback of step `stepId` of occurrence `key`, or null when that step started nothing (shown). */
+export function stepFeedback(
+  actions: ISessionActions,
+  key: string,
+  stepId: string,
+  unit: SizeUnit,
+  trans: Trans
+): IStepFeedback | null {
+  const origin = stepOrigin(key, stepId);
+  const clear = actions.clearRun;
+  const restart = actions.restartRun;
+  if (clear !== null && clear.origin === origin) {
+    switch (clear.phase) {
+      case 'running':
+        return {
+          phase: 'running',
+          text: actions.kernelBusy
+            ? trans.__('Queued: the kernel is busy running a cell; clearing starts when it ends…')
+            : trans.__('Clearing…')
+        };
+      case 'done':
+        return clear.report === null
+          ? null
+          : {
+              phase: 'done',
+              text: `${clearHeadline(clear.report, unit, trans)} ${trans.__('The full report is in the GPU Memory panel.')}`
+            };
+      case 'failed':
+        return { phase: 'failed', text: trans.__('Clearing failed: %1', clear.error ?? '') };
+    }
+  }
+  if (restart !== null && restart.origin === origin) {
+    switch (restart.phase) {
+      case 'failed':
+        return { phase: 'failed', text: trans.__('Restart failed: %1', restart.error ?? '') };
+      case 'done':
+        return restart.report === null
+          ? null
+          : { phase: 'done', text: restartHeadline(restart.report, unit, trans) };
+      default:
+        return { phase: 'running', text: restartPhaseText(restart.phase, trans) };
+    }
+  }
+  return null;
+}
