@@ -15,7 +15,8 @@ import type { ISessionActions } from '../tokens';
 
 /** What a step says about the action it started. */
 export interface IStepFeedback {
-  readonly phase: 'running' | 'done' | 'failed';
+  /** 'history': it ended in an earlier kernel run (what it said then, no longer about this kernel). */
+  readonly phase: 'running' | 'done' | 'failed' | 'history';
   readonly text: string;
 }
 
@@ -31,6 +32,13 @@ export function stepFeedback(
   const clear = actions.clearRun;
   const restart = actions.restartRun;
   if (clear !== null && clear.origin === origin) {
+    if (clear.kernelRun < actions.kernelRun) {
+      const then =
+        clear.report !== null
+          ? clearHeadline(clear.report, unit, trans)
+          : trans.__('Clearing did not finish: %1', clear.error ?? trans.__('the kernel ended'));
+      return { phase: 'history', text: trans.__('In an earlier kernel run: %1', then) };
+    }
     switch (clear.phase) {
       case 'running':
         return {

@@ -360,6 +360,13 @@ describe('actions answer where the user clicked', () => {
     node = container;
     expect(node.querySelector('[data-step-id="clear"] .jp-GpuMem-stepFeedback')?.textContent).toContain(done);
     expect(node.querySelector('[data-step-id="clear"] .jp-GpuMem-oomTick')).toHaveProperty('checked', true);
+    // After a restart, it says it was about the earlier kernel run.
+    t.ctx.setStatus('restarting');
+    t.ctx.setStatus('idle');
+    expect(stepFeedback(t.actions, key, 'clear', 'GiB', untranslated)).toEqual({
+      phase: 'history',
+      text: `In an earlier kernel run: ${done}`
+    });
     // A clear from the panel's own button is no step's.
     await t.actions.clear();
     expect(stepFeedback(t.actions, key, 'clear', 'GiB', untranslated)).toBeNull();
