@@ -100,7 +100,18 @@ const TYPE_NAMES = {
   benchmark: 'IBenchmarkPayload',
   'benchmark#/properties/config': 'IBenchmarkConfig',
   'benchmark#/properties/rows/items': 'IBenchmarkRow',
-  'benchmark#/$defs/pick': 'IBenchmarkPick'
+  'benchmark#/$defs/pick': 'IBenchmarkPick',
+  timeline: 'ITimelinePayload',
+  'timeline#/$defs/device': 'ITimelineDevice',
+  'timeline#/$defs/peak': 'ITimelinePeak',
+  'timeline#/$defs/band': 'ITimelineBand',
+  'timeline#/$defs/by_category': 'ITimelineByCategory',
+  'timeline#/$defs/small_point': 'ITimelineSmallPoint',
+  'timeline#/$defs/series_point': 'ITimelineSeriesPoint',
+  'timeline#/$defs/holder': 'ITimelineHolder',
+  'timeline#/$defs/frame': 'ITimelineFrame',
+  'timeline#/$defs/stack': 'ITimelineStack',
+  'timeline#/$defs/failed': 'ITimelineFailed'
 };
 
 /**
@@ -123,7 +134,8 @@ const BROWSER_READS = {
   oomPayload: 'oom',
   analysisPayload: 'analysis',
   autobatchPayload: 'autobatch',
-  benchmarkPayload: 'benchmark'
+  benchmarkPayload: 'benchmark',
+  timelinePayload: 'timeline'
 };
 
 /** Keywords that assert nothing about a value. */

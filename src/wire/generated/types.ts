@@ -8,6 +8,9 @@
  * src/wire/protocol.ts and src/wire/analysispayload.ts export them under the names the rest of src/ uses.
  */
 
+export type ITimelineCategory =
+  'parameter' | 'gradient' | 'optimizer_state' | 'activation' | 'input' | 'other';
+
 /**
  * One training step's memory and the batch sizes that fit. Sizes are integer bytes.
  */
@@ -866,4 +869,192 @@ export interface IProcessArgs {
 export interface IProcessRef {
   pid: number;
   create_time: number;
+}
+/**
+ * Written by gpumem_kernel/timeline/ (TimelinePayload): what was alive over one recorded cell (`%%gpumem --timeline`, CUDA allocator history) or one predicted training step (`%gpumem analyze ... --timeline`, the traced step). Time is the allocation-event index, as in PyTorch's memory_viz. Sizes are integer bytes; null: not known.
+ */
+export interface ITimelinePayload {
+  version: 1;
+  /**
+   * names the full history the kernel keeps for `timeline_export` (bounded: the last few timelines of this kernel run)
+   */
+  id: string;
+  /**
+   * recorded: PyTorch's allocator history of a CUDA device; predicted: the traced training step replayed through our allocator model (no GPU used)
+   */
+  source: 'recorded' | 'predicted';
+  /**
+   * what was recorded: a cell ("In [5]") or a step ("resnet50, batch 32, AdamW, bf16")
+   */
+  title: string;
+  device: ITimelineDevice;
+  /**
+   * seconds since the epoch
+   */
+  created: number;
+  /**
+   * allocation and free events in the full history
+   */
+  events_total: number;
+  /**
+   * events the recording lost (PyTorch's ring buffer was full); 0 for a predicted step
+   */
+  events_dropped: number;
+  /**
+   * allocations smaller than this are not drawn one by one but summed per category in `small`; 0: every allocation is a band
+   */
+  min_band_bytes: number;
+  /**
+   * bytes already allocated when the recording began and not freed in it, drawn under the bands (recorded: from the segment snapshot; predicted: 0, since the step's own parameters are bands)
+   */
+  baseline: number;
+  /**
+   * the event index where the timeline ends (the x axis runs 0..end)
+   */
+  end: number;
+  peak: ITimelinePeak;
+  /**
+   * allocations of at least min_band_bytes, in order of allocation: each is one tensor's storage (count 1)
+   *
+   * @maxItems 4000
+   */
+  bands: ITimelineBand[];
+  /**
+   * the step series of allocations below min_band_bytes, summed per category: a point holds from its `at` to the next point's; downsampled keeping every local maximum, so the peak is exact
+   *
+   * @maxItems 4000
+   */
+  small: ITimelineSmallPoint[];
+  /**
+   * the allocator's reserved bytes as a step series (segments), or null when unknown
+   *
+   * @maxItems 4000
+   */
+  reserved: ITimelineSeriesPoint[] | null;
+  /**
+   * what is alive at the peak, largest first, grouped by (category, allocating source line); its sizes sum to peak.bytes exactly (the last row may be 'the rest', stack null, when more than 200 groups)
+   *
+   * @maxItems 201
+   */
+  alive_at_peak: ITimelineHolder[];
+  /**
+   * deduplicated call stacks that bands, holders and `failed` point at by index
+   *
+   * @maxItems 4000
+   */
+  stacks: ITimelineStack[];
+  /**
+   * the allocation that ran out of memory when the timeline was captured at an OOM, else null
+   */
+  failed: null | ITimelineFailed;
+  /**
+   * one line each: what was downsampled, dropped or could not be attributed
+   */
+  notes: string[];
+}
+export interface ITimelineDevice {
+  /**
+   * the GPU recorded on, or the target GPU of a prediction
+   */
+  name: string | null;
+  /**
+   * CUDA device index (recorded), null for a prediction
+   */
+  index: number | null;
+  total: number | null;
+}
+export interface ITimelinePeak {
+  /**
+   * allocated bytes at the peak, baseline included
+   */
+  bytes: number;
+  /**
+   * the event index of the peak (first time it is reached)
+   */
+  at: number;
+  /**
+   * reserved bytes at that moment
+   */
+  reserved: number | null;
+}
+export interface ITimelineBand {
+  size: number;
+  category: ITimelineCategory;
+  /**
+   * event index of its allocation
+   */
+  start: number;
+  /**
+   * event index of its free; null: still alive at the end
+   */
+  end: number | null;
+  /**
+   * index into stacks; null: no frames recorded
+   */
+  stack: number | null;
+}
+export interface ITimelineSmallPoint {
+  at: number;
+  bytes: ITimelineByCategory;
+}
+export interface ITimelineByCategory {
+  parameter: number;
+  gradient: number;
+  optimizer_state: number;
+  activation: number;
+  input: number;
+  other: number;
+}
+export interface ITimelineSeriesPoint {
+  at: number;
+  bytes: number;
+}
+export interface ITimelineHolder {
+  size: number;
+  /**
+   * allocations in this group
+   */
+  count: number;
+  category: ITimelineCategory;
+  /**
+   * index into stacks (the group's allocating stack); null: no frames, or 'the rest'
+   */
+  stack: number | null;
+  /**
+   * true for the one row that sums the groups beyond the first 200
+   */
+  rest: boolean;
+}
+export interface ITimelineStack {
+  /**
+   * innermost first, as PyTorch records them
+   *
+   * @maxItems 64
+   */
+  frames: ITimelineFrame[];
+  /**
+   * index in frames of the innermost user frame: the line that allocated it; null when no frame is the user's
+   */
+  source: number | null;
+}
+export interface ITimelineFrame {
+  file: string;
+  line: number;
+  name: string;
+  /**
+   * the execution count when the frame is a notebook cell (shown as "In [N], line L"), else null
+   */
+  cell: number | null;
+  /**
+   * the user's own code: not torch, not another installed library, not Python's standard library, not gpumem_kernel, not IPython
+   */
+  user: boolean;
+}
+export interface ITimelineFailed {
+  /**
+   * the requested allocation
+   */
+  size: number;
+  device_free: number | null;
+  stack: number | null;
 }

@@ -16,6 +16,7 @@ import {
   constant,
   enumOf,
   integer,
+  maxItems,
   minItems,
   nullable,
   number,
@@ -697,4 +698,92 @@ export const benchmarkPayload: Check = object({
   seconds: number(0),
   workers: object({ leftover: c18, terminated: c18 }),
   config_yaml: optional(c2)
+});
+
+/** timeline.schema.json#/$defs/device */
+const timelineDevice: Check = object({ name: c2, index: c5, total: c5 });
+
+/** timeline.schema.json#/$defs/peak */
+const timelinePeak: Check = object({ bytes: integer(0), at: integer(0), reserved: c5 });
+
+/** timeline.schema.json#/$defs/category */
+const timelineCategory: Check = enumOf(
+  'parameter',
+  'gradient',
+  'optimizer_state',
+  'activation',
+  'input',
+  'other'
+);
+
+/** timeline.schema.json#/$defs/band */
+const timelineBand: Check = object({
+  size: integer(1),
+  category: timelineCategory,
+  start: integer(0),
+  end: c5,
+  stack: c5
+});
+
+/** timeline.schema.json#/$defs/by_category */
+const timelineByCategory: Check = object({
+  parameter: integer(0),
+  gradient: integer(0),
+  optimizer_state: integer(0),
+  activation: integer(0),
+  input: integer(0),
+  other: integer(0)
+});
+
+/** timeline.schema.json#/$defs/small_point */
+const timelineSmallPoint: Check = object({ at: integer(0), bytes: timelineByCategory });
+
+/** timeline.schema.json#/$defs/series_point */
+const timelineSeriesPoint: Check = object({ at: integer(0), bytes: integer(0) });
+
+/** timeline.schema.json#/$defs/holder */
+const timelineHolder: Check = object({
+  size: integer(0),
+  count: integer(1),
+  category: timelineCategory,
+  stack: c5,
+  rest: type('boolean')
+});
+
+/** timeline.schema.json#/$defs/frame */
+const timelineFrame: Check = object({
+  file: string(),
+  line: integer(0),
+  name: string(),
+  cell: c5,
+  user: type('boolean')
+});
+
+/** timeline.schema.json#/$defs/stack */
+const timelineStack: Check = object({ frames: all(array(timelineFrame), maxItems(64)), source: c5 });
+
+/** timeline.schema.json#/$defs/failed */
+const timelineFailed: Check = object({ size: integer(0), device_free: c5, stack: c5 });
+
+/** timeline.schema.json */
+export const timelinePayload: Check = object({
+  version: constant(1),
+  id: all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u'))),
+  source: enumOf('recorded', 'predicted'),
+  title: string(),
+  device: timelineDevice,
+  created: number(),
+  events_total: integer(0),
+  events_dropped: integer(0),
+  min_band_bytes: integer(0),
+  baseline: integer(0),
+  end: integer(0),
+  peak: timelinePeak,
+  bands: all(array(timelineBand), maxItems(4000)),
+  small: all(array(timelineSmallPoint), maxItems(4000)),
+  reserved: nullable(all(array(timelineSeriesPoint), maxItems(4000))),
+  alive_at_peak: all(array(timelineHolder), maxItems(201)),
+  stacks: all(array(timelineStack), maxItems(4000)),
+  failed: nullable(timelineFailed),
+  notes: array(string())
 });
