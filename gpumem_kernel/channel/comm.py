@@ -38,6 +38,7 @@ from gpumem_kernel.wire.protocol import (
     parse_open,
     parse_process_refs,
     parse_request,
+    parse_timeline_export_args,
     to_json,
 )
 from gpumem_kernel.probe.sampler import SampleDict, Sampler
@@ -375,6 +376,8 @@ class Channel:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
                 raise ProtocolError(error.code, str(error), request.id) from None
+        if request.action == "timeline_export":
+            return _timeline_export(request)
         raise ProtocolError(
             "unknown-action", f"unknown action {request.action!r}; v1 actions: {', '.join(ACTIONS)}", request.id
         )
@@ -383,6 +386,19 @@ class Channel:
     def _no_args(request: Request) -> None:
         if request.args:
             raise ProtocolError("bad-request", f"{request.action} takes no args", request.id)
+
+
+def _timeline_export(request: Request) -> Dict[str, Any]:
+    """A timeline this kernel run holds, as a file (base64). Touches only the store's own History objects, never
+    the user's, so it is safe on the subshell thread."""
+    from gpumem_kernel.timeline.export import export_result
+    from gpumem_kernel.timeline.store import STORE, unknown_message
+
+    args = parse_timeline_export_args(request.args, request.id)
+    history = STORE.get(args.id)
+    if history is None:
+        raise ProtocolError("bad-request", unknown_message(args.id), request.id)
+    return export_result(history, args.format, args.id)
 
 
 def _set_rounding(value: Any, request_id: str) -> None:

@@ -33,6 +33,7 @@ class Alloc:
     end: Optional[int]  # event index of the free; None: alive at the end of the history
     frames: Tuple[RawFrame, ...] = ()  # innermost first, as PyTorch records them
     address: Optional[int] = None  # the device address (recorded); predicted: the allocator model's, if any
+    requested: Optional[int] = None  # bytes asked for, when `size` is the allocator's rounded block
 
 
 @dataclass

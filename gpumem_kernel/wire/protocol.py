@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -16,12 +17,26 @@ from typing import Any, Dict, List, Mapping, Optional
 
 PROTOCOL_VERSION = 1
 # "rounding": `configure` takes `rounding` (the JupyterLab setting "Batch-size rounding" for analyze/autobatch picks)
-CAPABILITIES = ("sample", "snapshot", "history", "configure", "children", "processes", "terminate", "ping", "rounding")
-ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping")
+# "timeline": the `timeline_export` action (a timeline payload's history as a PyTorch snapshot pickle or a CSV)
+CAPABILITIES = (
+    "sample",
+    "snapshot",
+    "history",
+    "configure",
+    "children",
+    "processes",
+    "terminate",
+    "ping",
+    "rounding",
+    "timeline",
+)
+ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping", "timeline_export")
+TIMELINE_FORMATS = ("snapshot", "csv")
 MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0
 HISTORY_MIN, HISTORY_MAX = 10, 3600
 MAX_PIDS = 1024  # per processes/terminate request: a kernel and its workers, never a whole machine
+_TIMELINE_ID = re.compile(r"^tl-[0-9a-f]{8,32}$")
 
 
 # --- sample parts -------------------------------------------------------------------------------
@@ -221,6 +236,24 @@ class Terminated:
     refused: List[Refusal]
 
 
+@dataclass
+class TimelineExportArgs:
+    id: str
+    format: str  # "snapshot" | "csv"
+
+
+@dataclass
+class TimelineExport:
+    """`timeline_export` result: one file made from a timeline this kernel holds."""
+
+    id: str
+    format: str  # "snapshot" | "csv"
+    filename: str
+    media_type: str
+    data: str  # base64 of the file's bytes
+    bytes: int  # the file's size before base64
+
+
 def to_json(message: Any) -> Dict[str, Any]:
     """The JSON object (a dict) sent for a message dataclass."""
     return asdict(message)
@@ -322,6 +355,23 @@ def parse_process_refs(args: Mapping[str, Any], request_id: Optional[str] = None
             raise ProtocolError("bad-request", f"each pid must be {shape}, got {repr(item)[:80]}", request_id)
         refs[ProcessRef(pid, float(created))] = None
     return list(refs)
+
+
+def parse_timeline_export_args(args: Mapping[str, Any], request_id: Optional[str] = None) -> TimelineExportArgs:
+    """`{"id": "tl-…", "format": "snapshot" | "csv"}`; anything else raises ProtocolError."""
+    unknown = sorted(set(args) - {"id", "format"})
+    if unknown:
+        raise ProtocolError("bad-request", f"timeline_export does not take {', '.join(unknown)}", request_id)
+    timeline_id, fmt = args.get("id"), args.get("format")
+    if not isinstance(timeline_id, str) or not _TIMELINE_ID.match(timeline_id):
+        raise ProtocolError(
+            "bad-request", f"timeline_export needs an 'id' like tl-1a2b3c4d, got {timeline_id!r}"[:200], request_id
+        )
+    if fmt not in TIMELINE_FORMATS:
+        raise ProtocolError(
+            "bad-request", f"timeline_export 'format' must be snapshot or csv, got {fmt!r}"[:200], request_id
+        )
+    return TimelineExportArgs(id=timeline_id, format=fmt)
 
 
 # --- schemas ------------------------------------------------------------------------------------

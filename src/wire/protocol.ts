@@ -27,7 +27,9 @@ import type {
   IProcessesResult,
   IReply,
   ISample,
-  ITerminateResult
+  ITerminateResult,
+  ITimelineExportArgs,
+  ITimelineExportResult
 } from './generated/types';
 import * as checks from './generated/validators';
 import { type Check, describeValue, isRecord } from './keywords';
@@ -74,6 +76,8 @@ export type {
   IRequestMessage,
   ISample,
   ITerminateResult,
+  ITimelineExportArgs,
+  ITimelineExportResult,
   ITorchState
 } from './generated/types';
 
@@ -118,6 +122,8 @@ export interface IRequestArgs {
   terminate: IProcessArgs;
   /** "Still here": a comm the kernel has not heard from for a while is dropped. */
   ping: NoArgs;
+  /** A timeline payload's full history as a file; only for kernels whose hello lists "timeline". */
+  timeline_export: ITimelineExportArgs;
 }
 
 /** `result` of each request action (reply.schema.json, `if` action … `then` result). */
@@ -130,6 +136,8 @@ export interface IRequestResults {
   processes: IProcessesResult;
   terminate: ITerminateResult;
   ping: NoArgs;
+  /** The file, base64 in `data`; an unknown id is answered with an `error` ("re-run the cell"). */
+  timeline_export: ITimelineExportResult;
 }
 
 /** Every message the kernel may send. */
@@ -180,7 +188,8 @@ const RESULT_CHECKS: { readonly [A in RequestAction]: Check } = {
   children: checks.childrenResult,
   processes: checks.processesResult,
   terminate: checks.terminateResult,
-  ping: checks.pingResult
+  ping: checks.pingResult,
+  timeline_export: checks.timelineExportResult
 };
 
 /** Explains why `value` is not a valid sample, or null when it is. */

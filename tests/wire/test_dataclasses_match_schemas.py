@@ -61,6 +61,8 @@ MIRRORS = [
     Mirror(protocol.ProcessState, "reply.schema.json#/$defs/process_state"),
     Mirror(protocol.Refusal, "reply.schema.json#/$defs/refusal"),
     Mirror(protocol.Terminated, "reply.schema.json#/$defs/terminate_result"),
+    Mirror(protocol.TimelineExportArgs, "request.schema.json#/$defs/timeline_export_args", parsed=True),
+    Mirror(protocol.TimelineExport, "reply.schema.json#/$defs/timeline_export_result"),
     # the clear report (covers Holder and DeviceMemory)
     Mirror(reclaim.ClearReport, "clear.schema.json", added=frozenset({"version", "reclaimed"})),
     # the OOM checklist's parts (oom_bundle puts them under version/summary/info/diagnosis/steps)

@@ -777,7 +777,15 @@ export interface IOpenMessage {
 export interface IReply {
   type: 'reply';
   id: string;
-  action: 'snapshot' | 'history' | 'configure' | 'children' | 'processes' | 'terminate' | 'ping';
+  action:
+    | 'snapshot'
+    | 'history'
+    | 'configure'
+    | 'children'
+    | 'processes'
+    | 'terminate'
+    | 'ping'
+    | 'timeline_export';
   result: {
     [k: string]: unknown;
   };
@@ -837,11 +845,40 @@ export interface IRefusal {
   reason: string;
 }
 export interface IPingResult {}
+/**
+ * one file made from a timeline the kernel holds, for the browser to download
+ */
+export interface ITimelineExportResult {
+  /**
+   * as asked
+   */
+  id: string;
+  /**
+   * as asked
+   */
+  format: 'snapshot' | 'csv';
+  /**
+   * a suggested file name, e.g. gpumem-timeline-tl-1a2b3c4d.pickle or .csv
+   */
+  filename: string;
+  /**
+   * application/octet-stream (snapshot pickle) or text/csv
+   */
+  media_type: string;
+  /**
+   * the file's bytes, base64 (RFC 4648, with padding)
+   */
+  data: string;
+  /**
+   * the file's size before base64
+   */
+  bytes: number;
+}
 export interface IRequestMessage {
   type: 'request';
   id: string;
   /**
-   * v1: snapshot | history | configure | children | processes | terminate | ping; unknown actions are answered with an error
+   * v1: snapshot | history | configure | children | processes | terminate | ping | timeline_export; unknown actions are answered with an error
    */
   action: string;
   args?: {
@@ -869,6 +906,13 @@ export interface IProcessArgs {
 export interface IProcessRef {
   pid: number;
   create_time: number;
+}
+/**
+ * a timeline this kernel run holds (the `id` of a timeline payload) and the file to make of it: `snapshot` (PyTorch's memory snapshot pickle, what pytorch.org/memory_viz opens) or `csv` (one row per allocation); sent only to kernels whose hello lists the capability "timeline"
+ */
+export interface ITimelineExportArgs {
+  id: string;
+  format: 'snapshot' | 'csv';
 }
 /**
  * Written by gpumem_kernel/timeline/ (TimelinePayload): what was alive over one recorded cell (`%%gpumem --timeline`, CUDA allocator history) or one predicted training step (`%gpumem analyze ... --timeline`, the traced step). Time is the allocation-event index, as in PyTorch's memory_viz. Sizes are integer bytes; null: not known.

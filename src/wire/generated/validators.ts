@@ -169,12 +169,33 @@ export const terminateResult: Check = object({ terminated: array(integer(1)), re
 /** reply.schema.json#/$defs/ping_result */
 export const pingResult: Check = object({});
 
+const c7: Check = all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')));
+
+/** reply.schema.json#/$defs/timeline_export_result */
+export const timelineExportResult: Check = object({
+  id: c7,
+  format: enumOf('snapshot', 'csv'),
+  filename: string(1),
+  media_type: string(1),
+  data: string(),
+  bytes: integer(0)
+});
+
 /** reply.schema.json */
 export const reply: Check = all(
   object({
     type: constant('reply'),
     id: string(1),
-    action: enumOf('snapshot', 'history', 'configure', 'children', 'processes', 'terminate', 'ping'),
+    action: enumOf(
+      'snapshot',
+      'history',
+      'configure',
+      'children',
+      'processes',
+      'terminate',
+      'ping',
+      'timeline_export'
+    ),
     result: type('object')
   }),
   when(properties({ action: constant('snapshot') }, []), properties({ result: sample }, [])),
@@ -183,7 +204,11 @@ export const reply: Check = all(
   when(properties({ action: constant('children') }, []), properties({ result: childrenResult }, [])),
   when(properties({ action: constant('processes') }, []), properties({ result: processesResult }, [])),
   when(properties({ action: constant('terminate') }, []), properties({ result: terminateResult }, [])),
-  when(properties({ action: constant('ping') }, []), properties({ result: pingResult }, []))
+  when(properties({ action: constant('ping') }, []), properties({ result: pingResult }, [])),
+  when(
+    properties({ action: constant('timeline_export') }, []),
+    properties({ result: timelineExportResult }, [])
+  )
 );
 
 /** error.schema.json */
@@ -209,7 +234,7 @@ const clearHolder: Check = object({
   dtype: c2
 });
 
-const c7: Check = array(clearHolder);
+const c8: Check = array(clearHolder);
 
 /** clear.schema.json#/$defs/device */
 const clearDevice: Check = object({
@@ -223,7 +248,7 @@ const clearDevice: Check = object({
   this_kernel_after: c5
 });
 
-const c8: Check = nullable(integer());
+const c9: Check = nullable(integer());
 
 /** clear.schema.json */
 export const clearPayload: Check = object({
@@ -234,20 +259,20 @@ export const clearPayload: Check = object({
   traceback_sources: array(string()),
   traceback_frames: integer(0),
   traceback_freed: nullable(clearHolder),
-  output_cache: c7,
+  output_cache: c8,
   output_cache_entries: integer(0),
-  deleted: c7,
+  deleted: c8,
   gc_collected: c5,
   emptied_cache: type('boolean'),
   devices: array(clearDevice),
   host_rss_before: c5,
   host_rss_after: c5,
-  holders: c7,
+  holders: c8,
   holders_more: integer(0),
   notes: array(string()),
   reclaimed: all(
     type('object'),
-    additionalProperties(c8),
+    additionalProperties(c9),
     propertyNames(pattern(new RegExp('^cuda:[0-9]+$', 'u')))
   )
 });
@@ -317,9 +342,9 @@ const oomHost: Check = object({
 /** oom.schema.json#/$defs/loader */
 const oomLoader: Check = object({ name: string(), batch_size: c5, num_workers: integer(0) });
 
-const c9: Check = nullable(type('boolean'));
+const c10: Check = nullable(type('boolean'));
 
-const c10: Check = nullable(integer(1));
+const c11: Check = nullable(integer(1));
 
 /** oom.schema.json#/$defs/input_size */
 const oomInputSize: Check = object({ name: string(), value: integer(1), kind: enumOf('image', 'sequence') });
@@ -364,8 +389,8 @@ const oomDiagnosis: Check = object({
   loaders: array(oomLoader),
   num_workers: c5,
   amp: enumOf('likely', 'unknown'),
-  bf16_supported: c9,
-  batch_size: c10,
+  bf16_supported: c10,
+  batch_size: c11,
   batch_size_source: c2,
   input_size: nullable(oomInputSize),
   model: nullable(oomModel),
@@ -413,26 +438,26 @@ export const oomPayload: Check = object({
   occurrence: optional(oomOccurrence)
 });
 
-const c11: Check = enumOf('traced', 'measured');
+const c12: Check = enumOf('traced', 'measured');
 
-const c12: Check = all(type('object'), additionalProperties(integer(0)));
+const c13: Check = all(type('object'), additionalProperties(integer(0)));
 
-const c13: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
+const c14: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
 
-const c14: Check = enumOf('option', 'setting', 'default');
+const c15: Check = enumOf('option', 'setting', 'default');
 
-const c15: Check = number(0, 1, 'min');
+const c16: Check = number(0, 1, 'min');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
   version: constant(1),
-  engine: c11,
+  engine: c12,
   model: object({
     name: string(),
     parameter_count: integer(0),
     trainable_parameter_count: integer(0),
-    parameters_by_dtype: c12,
-    buffers_by_dtype: c12,
+    parameters_by_dtype: c13,
+    buffers_by_dtype: c13,
     largest_layer: object({ name: string(), bytes: integer(0) })
   }),
   settings: object({
@@ -448,11 +473,11 @@ export const analysisPayload: Check = object({
     memory: c2,
     world_size: integer(1),
     strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
-    multiple: c10,
+    multiple: c11,
     effective_batch: integer(1),
-    round: optional(c13),
-    round_source: optional(c14),
-    pick_shares: optional(object({ recommended: c15, safe: c15 }))
+    round: optional(c14),
+    round_source: optional(c15),
+    pick_shares: optional(object({ recommended: c16, safe: c16 }))
   }),
   parameters_bytes: integer(0),
   buffers_bytes: integer(0),
@@ -466,7 +491,7 @@ export const analysisPayload: Check = object({
   temporary_bytes: integer(0),
   peak_live_bytes: integer(0),
   peak_allocated_bytes: integer(),
-  peak_reserved_bytes: c8,
+  peak_reserved_bytes: c9,
   context_bytes: integer(0),
   workspace_bytes: integer(0),
   peak_bytes: integer(),
@@ -498,7 +523,7 @@ export const analysisPayload: Check = object({
     )
   ),
   peak_phase: enumOf(null, 'input', 'forward', 'backward', 'optimizer', 'zero_grad', 'other'),
-  amp_saved_bytes: c8,
+  amp_saved_bytes: c9,
   allocator: nullable(
     object({
       segments: integer(0),
@@ -516,7 +541,7 @@ export const analysisPayload: Check = object({
     reserve_bytes: c5,
     limit_bytes: c5,
     compute_capability: c2,
-    bf16: c9,
+    bf16: c10,
     context_bytes: integer(0),
     context_source: enumOf('estimate', 'nvml', 'in use', 'none')
   }),
@@ -525,8 +550,8 @@ export const analysisPayload: Check = object({
       batch_size: integer(1),
       peak_bytes: integer(),
       peak_allocated_bytes: integer(),
-      peak_reserved_bytes: c8,
-      engine: c11
+      peak_reserved_bytes: c9,
+      engine: c12
     })
   ),
   fit: nullable(
@@ -593,8 +618,8 @@ export const autobatchPayload: Check = object({
   recommended: integer(0),
   margin: number(0, 1, 'max'),
   rounding: string(),
-  round: optional(c13),
-  round_source: optional(c14),
+  round: optional(c14),
+  round_source: optional(c15),
   trials: array(
     object({
       batch: integer(1),
@@ -624,7 +649,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c16: Check = nullable(number(0));
+const c17: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -636,14 +661,14 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c16,
-  gpu_util: c16,
+  efficiency: c17,
+  gpu_util: c17,
   note: string()
 });
 
-const c17: Check = nullable(benchmarkPick);
+const c18: Check = nullable(benchmarkPick);
 
-const c18: Check = array(integer());
+const c19: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -651,7 +676,7 @@ export const benchmarkPayload: Check = object({
   engine: enumOf('cuda', 'cpu', 'simulated'),
   device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
   limit_bytes: c5,
-  memory_target: c15,
+  memory_target: c16,
   memory_source: string(),
   amp_dtype: enumOf('float16', 'bfloat16'),
   config: object({
@@ -661,7 +686,7 @@ export const benchmarkPayload: Check = object({
     warmup_steps: integer(0),
     test_mixed_precision: type('boolean'),
     test_pin_memory: type('boolean'),
-    memory_target: c15
+    memory_target: c16
   }),
   model: object({ name: string(), parameter_count: integer(0) }),
   optimizer: string(),
@@ -673,30 +698,30 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c16,
-      h2d_ms: c16,
-      forward_ms: c16,
-      backward_ms: c16,
-      optimizer_ms: c16,
-      total_ms: c16,
-      samples_per_s: c16,
-      gpu_util: c16,
+      io_ms: c17,
+      h2d_ms: c17,
+      forward_ms: c17,
+      backward_ms: c17,
+      optimizer_ms: c17,
+      total_ms: c17,
+      samples_per_s: c17,
+      gpu_util: c17,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c16,
+      efficiency: c17,
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
-  picks: object({ highest_throughput: c17, best_efficiency: c17, recommended: c17 }),
+  picks: object({ highest_throughput: c18, best_efficiency: c18, recommended: c18 }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c18, terminated: c18 }),
+  workers: object({ leftover: c19, terminated: c19 }),
   config_yaml: optional(c2)
 });
 
@@ -768,7 +793,7 @@ const timelineFailed: Check = object({ size: integer(0), device_free: c5, stack:
 /** timeline.schema.json */
 export const timelinePayload: Check = object({
   version: constant(1),
-  id: all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u'))),
+  id: c7,
   source: enumOf('recorded', 'predicted'),
   title: string(),
   device: timelineDevice,
