@@ -180,3 +180,21 @@ def install_in_running_kernel(gpus: List[FakeGpu]) -> None:
     prober = probe.default_prober()
     with loaded.sampler._probe_lock:
         prober.__init__(nvml=Nvml(module=FakeNvml(gpus)))
+
+
+def install_in_running_server(module: object) -> None:
+    """Make the loaded server extension (gpumem_kernel.server) read this fake driver from its next read on.
+
+    The server's counterpart of install_in_running_kernel, called inside the Jupyter server process by the
+    test-only server extension tests/server/server_fake_nvml.py: no production code reads a test switch.
+    """
+    from gpumem_kernel import server
+    from gpumem_kernel.probe.nvml import Nvml
+
+    loaded = server.current()
+    if loaded is None:
+        raise RuntimeError("load gpumem_kernel.server first")
+    watch = loaded.watch
+    with watch._lock:
+        watch.prober.__init__(nvml=Nvml(module=module), env={})
+        watch._view = None

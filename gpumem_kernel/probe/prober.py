@@ -291,6 +291,12 @@ class Prober:
         devices = self._devices(visible_value, errors)
         return Gpu(True, None, driver, cuda, visible_value, order, devices)
 
+    def gpus(self) -> Tuple[Gpu, List[str]]:
+        """Only what NVML says about every GPU and its processes, with the problems met (no host memory, no
+        torch): what the Jupyter server's extension reads for the whole machine (gpumem_kernel/server/)."""
+        errors: List[str] = []
+        return self._gpu(errors), errors
+
     # --- the sample ------------------------------------------------------------------------------
 
     def _attach_torch(self, devices: List[Device], errors: List[str]) -> None:
