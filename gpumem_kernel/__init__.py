@@ -94,6 +94,7 @@ _LAZY = {
     "run_benchmark": "benchmark.sweep",
     "load_config": "benchmark.sweep",
     "clear_gpu_memory": "clear.reclaim",
+    "record_timeline": "timeline.recorded",
 }
 
 

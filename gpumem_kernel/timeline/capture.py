@@ -1,0 +1,246 @@
+"""The OOM capture (JupyterLab setting "oomTimeline", off by default; sent with the comm's `configure`).
+
+When on, and once the user's code has initialised CUDA, every cell runs with PyTorch's allocator history
+recording (Python stacks, a ring buffer of MAX_ENTRIES entries, cleared at each cell's start), started in
+IPython's pre_run_cell and stopped in post_run_cell. At an out-of-memory error the snapshot is taken:
+from the allocator's OOM observer (`torch._C._cuda_attach_out_of_memory_observer`, called before the
+exception unwinds, so the failing operation's temporaries are still there) where this torch has it, else when
+the OOM handler sees the exception. `alive_at_oom()` turns it into the checklist's `alive` field (the top
+holders with their source lines, the failed allocation) and keeps the full History for the timeline.
+
+Cost, per PyTorch's docs: about 2 µs per allocation event for the Python stack, plus the ring buffer's memory
+("several KB" per entry at most). Nothing here initialises CUDA; the private APIs are guarded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
+from gpumem_kernel.timeline import recorded
+from gpumem_kernel.timeline.history import Failed, RawFrame
+
+MAX_ENTRIES = 20_000  # the bounded history kept while a cell runs
+TOP_HOLDERS = 10
+PENDING_SECONDS = 120.0  # an observer's snapshot older than this belongs to another error
+
+
+@dataclass
+class Pending:
+    snapshot: Dict[str, Any]
+    device: Optional[int]
+    size: Optional[int]
+    device_free: Optional[int]
+    time: float
+    where: str  # "observer" | "exception"
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.enabled = False
+        self.recording = False
+        self.observer = False  # attached (PyTorch has no detach: the callback checks `enabled`)
+        self.pending: Optional[Pending] = None
+        self.problem: Optional[str] = None  # why nothing is recorded although enabled (one line)
+
+
+STATE = _State()
+
+
+def set_enabled(on: bool) -> None:
+    """The setting: on from the next cell's start; off stops a recording at once."""
+    STATE.enabled = bool(on)
+    if not on:
+        STATE.pending = None
+        if STATE.recording:
+            torch = loaded_torch()
+            try:
+                if torch is not None:
+                    recorded.stop_history(torch)
+            finally:
+                STATE.recording = False
+
+
+def enabled() -> bool:
+    return STATE.enabled
+
+
+def _torch() -> Any:
+    return loaded_torch() if cuda_initialised() else None
+
+
+def pre_run_cell(*_: Any) -> None:
+    """IPython hook: start the bounded history for this cell (only when on and CUDA is already in use)."""
+    if not STATE.enabled or STATE.recording:
+        return
+    torch = _torch()
+    if torch is None:
+        STATE.problem = "CUDA was not in use when the cell started"
+        return
+    STATE.problem = recorded.history_api(torch)
+    if STATE.problem is not None:
+        return
+    try:
+        recorded.start_history(torch, MAX_ENTRIES, clear=True)
+        STATE.recording = True
+    except Exception as exc:
+        STATE.problem = f"could not start the allocator history: {type(exc).__name__}: {exc}".splitlines()[0]
+        return
+    _attach_observer(torch)
+
+
+def post_run_cell(*_: Any) -> None:
+    """IPython hook: stop the history (no cost between cells)."""
+    if not STATE.recording:
+        return
+    STATE.recording = False
+    torch = loaded_torch()
+    if torch is not None:
+        try:
+            recorded.stop_history(torch)
+        except Exception:
+            pass
+
+
+def pause() -> Optional[Callable[[], None]]:
+    """A recorder takes the history over for its block: returns what resumes the capture's own recording
+    afterwards (None when the capture is not recording)."""
+    if not STATE.recording:
+        return None
+    torch = loaded_torch()
+
+    def resume() -> None:
+        if STATE.recording and torch is not None:
+            try:
+                recorded.start_history(torch, MAX_ENTRIES, clear=False)
+            except Exception:
+                STATE.recording = False
+
+    return resume
+
+
+recorded.PAUSERS[:] = [pause]
+
+
+def _attach_observer(torch: Any) -> None:
+    if STATE.observer:
+        return
+    attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return
+    try:
+        attach(_on_oom)
+        STATE.observer = True
+    except Exception:
+        pass
+
+
+def _on_oom(device: Any, alloc: Any, device_allocated: Any = None, device_free: Any = None) -> None:
+    """PyTorch's OOM observer: called by the allocator when it gives up, before the exception unwinds (the
+    allocator's lock is released first, so taking a snapshot here is allowed, as PyTorch's docs show)."""
+    if not (STATE.enabled and STATE.recording):
+        return
+    torch = loaded_torch()
+    if torch is None:
+        return
+    try:
+        snapshot = torch.cuda.memory._snapshot()
+    except Exception:
+        return
+    STATE.pending = Pending(snapshot, _int(device), _int(alloc), _int(device_free), time.time(), "observer")
+
+
+def _int(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _take(tried: Optional[int], device: Optional[int]) -> Optional[Pending]:
+    """The snapshot of this error: the observer's, else one taken now (the handler runs while the traceback
+    still holds the failed call's tensors)."""
+    pending, STATE.pending = STATE.pending, None
+    if pending is not None and time.time() - pending.time <= PENDING_SECONDS:
+        return pending
+    torch = _torch()
+    if torch is None or not STATE.recording:
+        return None
+    try:
+        snapshot = torch.cuda.memory._snapshot()
+    except Exception:
+        return None
+    return Pending(snapshot, device, tried, None, time.time(), "exception")
+
+
+def _frame_json(frame: Optional[RawFrame]) -> Optional[Dict[str, Any]]:
+    if frame is None:
+        return None
+    from gpumem_kernel.timeline.frames import cell_of
+
+    return {"file": frame.file, "line": int(frame.line), "name": frame.name, "cell": cell_of(frame.file)}
+
+
+def _source(frames: Any) -> Optional[Dict[str, Any]]:
+    from gpumem_kernel.timeline.frames import source_index
+
+    if not frames:
+        return None
+    index = source_index(frames)
+    source = _frame_json(frames[index] if index is not None else frames[0]) or {}
+    source["user"] = index is not None
+    return source
+
+
+def alive_at_oom(
+    tried: Optional[int] = None, device: Optional[int] = None, title: str = ""
+) -> Optional[Dict[str, Any]]:
+    """The OOM checklist's `alive` field (oom.schema.json), or None when the capture is off or recorded
+    nothing for this error. Keeps the full History in the timeline store under the returned `timeline_id`."""
+    if not STATE.enabled:
+        return None
+    pending = _take(tried, device)
+    if pending is None:
+        return None
+    from gpumem_kernel.timeline.store import STORE
+
+    index = recorded.pick_device(pending.snapshot, pending.device)
+    failed = Failed(pending.size, pending.device_free) if pending.size is not None else None
+    history = recorded.history_from_snapshot(
+        pending.snapshot, index, title=title or "out of memory", failed=failed, max_entries=MAX_ENTRIES
+    )
+    timeline_id = STORE.add(history)
+    groups = recorded.alive_groups(pending.snapshot, index)
+    top = groups[:TOP_HOLDERS]
+    rest = groups[TOP_HOLDERS:]
+    notes: List[str] = []
+    if pending.where == "exception":
+        notes.append(
+            "taken when the error reached the handler (this torch has no OOM observer): the failing operation's "
+            "own temporaries were already freed"
+        )
+    if any(not g.frames for g in groups):
+        notes.append(
+            "blocks without a source line were allocated while no history was recorded (before the capture was "
+            "on, or in the cell that first used CUDA)"
+        )
+    notes.append(recorded.CATEGORY_NOTE)
+    fail = history.failed
+    return {
+        "timeline_id": timeline_id,
+        "device": index,
+        "allocated": sum(g.size for g in groups),
+        "blocks": sum(g.count for g in groups),
+        "holders": [
+            {"size": g.size, "count": g.count, "category": g.category, "source": _source(g.frames)} for g in top
+        ],
+        "rest": {"size": sum(g.size for g in rest), "count": sum(g.count for g in rest)} if rest else None,
+        "failed": None
+        if fail is None
+        else {"size": fail.size, "device_free": fail.device_free, "source": _source(fail.frames)},
+        "notes": notes,
+    }
