@@ -41,6 +41,18 @@ def test_the_wheel_ships_the_prebuilt_labextension_as_shared_data() -> None:
     assert ext + "schemas/jupyterlab-gpumem/plugin.json" in names
 
 
+def test_the_wheel_enables_its_jupyter_server_extension_on_install() -> None:
+    wheel = _wheel()
+    version = wheel.name.split("-")[1]
+    config = f"jupyterlab_gpumem-{version}.data/data/etc/jupyter/jupyter_server_config.d/jupyterlab_gpumem.json"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        enabled = json.loads(zf.read(config))["ServerApp"]["jpserver_extensions"]
+    assert enabled == {"gpumem_kernel.server": True}
+    for module in ("__init__", "watch", "kernels", "metrics", "handlers"):
+        assert f"gpumem_kernel/server/{module}.py" in names
+
+
 def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
     names, _, _ = _names_and_metadata()
     for module in (
@@ -71,7 +83,7 @@ def test_torch_is_not_a_requirement() -> None:
     assert runtime, "the runtime requirements are missing"
     assert not any(r.split()[1].lower().startswith("torch") for r in requires), requires
     names = {r.split()[1].split(">")[0].split("=")[0].split("<")[0].lower() for r in runtime}
-    assert {"ipykernel", "nvidia-ml-py", "psutil", "pyyaml"} <= names
+    assert {"ipykernel", "nvidia-ml-py", "psutil", "pyyaml", "prometheus-client"} <= names
 
 
 # The labextension's JavaScript, all chunks together: 243 KiB before the wire validators were generated and the

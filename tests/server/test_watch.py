@@ -236,3 +236,17 @@ def test_real_nvml_sees_a_kernel_holding_gpu_memory_and_creates_no_context_itsel
     assert result["kernel_bytes"] > 2**28  # the tensor (256 MiB) and the holder's CUDA context
     assert result["mine"] == [] and result["torch"] is False  # the server side never opened a CUDA context
     assert result["took"] < 0.5
+
+
+def test_the_server_side_builds_only_on_the_measuring_layers():
+    """No import of the kernel-only folders (channel, magics, extension need IPython / a comm)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("check_imports", root / "scripts" / "check_imports.py")
+    checker = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("check_imports", checker)
+    spec.loader.exec_module(sys.modules["check_imports"])
+    folders = sys.modules["check_imports"].folder_graph(sys.modules["check_imports"].build_graph(root))
+    assert folders["server"] <= {"probe", "wire"}, folders["server"]
