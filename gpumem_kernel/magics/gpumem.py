@@ -25,6 +25,7 @@ from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.status import status_bundle
 from gpumem_kernel.render.text import one_line, shown
 from gpumem_kernel.magics.status import get_status
+from gpumem_kernel.timeline.recorded import DEFAULT_MAX_ENTRIES, TimelineRecorder
 
 NO_OOM = "no CUDA out-of-memory error in this kernel yet"
 _HELP_FLAGS = ("--help", "-h")
@@ -121,7 +122,8 @@ def overview() -> str:
     """`%gpumem --help`: one usage line per command."""
     lines = ["GPU memory of this kernel. Commands:"]
     lines += [f"  {_summary(command)}" for command in COMMANDS.values()]
-    lines.append(f"  {cell_help().splitlines()[0][len('usage: ') :]}   (cell magic: the cell's peak and delta)")
+    usage = " ".join(cell_help().split("\n\n")[0][len("usage: ") :].split())
+    lines.append(f"  {usage}   (cell magic: the cell's peak and delta, or its memory timeline)")
     lines.append("%gpumem COMMAND --help shows a command's options.")
     return "\n".join(lines)
 
@@ -134,12 +136,28 @@ def overview() -> str:
     "--device",
     metavar="N",
     type=argcheck.device(argcheck.INDEX),
-    help="CUDA device to report: N or cuda:N (default: every device CUDA uses)",
+    help="CUDA device to report: N or cuda:N (default: every device CUDA uses; --timeline: the current one)",
+)
+@argument(
+    "--timeline",
+    action="store_true",
+    help="record the cell's CUDA allocations (PyTorch's allocator history, Python stacks) and show the memory "
+    "timeline after it: what was alive when, and which line allocated it. Needs CUDA already in use",
+)
+@argument(
+    "--max-entries",
+    metavar="N",
+    type=argcheck.count,
+    default=DEFAULT_MAX_ENTRIES,
+    help=f"--timeline: keep at most the last N allocator events (default {DEFAULT_MAX_ENTRIES:,}; "
+    "about 2 µs each to record, several KB each to keep)",
 )
 def _cell_arguments(line: str) -> None:
     """Run the cell and report its peak and delta of GPU memory (allocated and reserved, per device) when
     CUDA is initialised in this kernel (before or by the cell); otherwise the host RSS delta, and says so.
-    Never initialises CUDA itself. The peak is since the cell started (the device's peak counter is reset)."""
+    Never initialises CUDA itself. The peak is since the cell started (the device's peak counter is reset).
+    With --timeline, records the cell's allocations instead and shows its memory timeline (the cell's own
+    error still fails the cell, and the timeline of what ran is shown after its traceback)."""
 
 
 def cell_help() -> str:
@@ -266,7 +284,25 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> None:
         print(cell_help())
         return
     args = _parse(_cell_arguments, "cell", line)
+    if args.timeline:
+        timeline_cell(shell, cell, argcheck.device_index(args.device), args.max_entries)
+        return
     display(cell_bundle(monitor_cell(shell, cell, argcheck.device_index(args.device))), raw=True)
+
+
+def timeline_cell(shell: Any, cell: str, device: Optional[int], max_entries: int) -> Optional[TimelineRecorder]:
+    """`%%gpumem --timeline`: run the cell under the recorder, then show its timeline (also when the cell
+    failed: its traceback comes first, from IPython, and the cell still fails). Without CUDA in use: one line,
+    and the cell runs as it would."""
+    count = getattr(shell, "execution_count", None)
+    title = f"In [{count}]" if isinstance(count, int) else "the cell"
+    recorder = TimelineRecorder(device=device, max_entries=max_entries, title=title, printer=print)
+    with recorder:
+        run_nested_cell(shell, cell)
+    bundle = recorder.bundle()
+    if bundle is not None:
+        display(bundle, raw=True)
+    return recorder
 
 
 def _wants_help(rest: str) -> bool:
