@@ -3,3 +3,4 @@ import './base.css';
 import './actions.css';
 import './analysis.css';
 import './lifecycle.css';
+import './timeline.css';

@@ -1,6 +1,6 @@
 /**
  * What the inline renderers (cell outputs) may do, set by the actions plugin: the OOM checklist's buttons and
- * ticks, and the analysis output's "Insert code".
+ * ticks, the analysis output's "Insert code" and the timeline's downloads.
  *
  * MIME renderers are created by the rendermime registry, which hands them no application: the actions
  * plugin registers itself here instead. Both are modules of the same package (one webpack container), so
@@ -45,6 +45,26 @@ export interface IInlineHost {
   copy(text: string): unknown;
   /** Insert `code` as a new cell below the output that contains `node`. */
   insertCode(node: HTMLElement, code: string): void;
+  /**
+   * A file made by the kernel of the notebook that holds `node` from the full timeline `id` it keeps (the
+   * `timeline_export` request). Rejects with an Error of one line: no kernel, a kernel too old to export, or
+   * one that no longer holds that timeline (it restarted).
+   */
+  exportTimeline?(node: HTMLElement, id: string, format: TimelineExportFormat): Promise<ITimelineFile>;
+}
+
+/** What a timeline can be exported as: PyTorch's snapshot pickle (memory_viz opens it) or a CSV. */
+export type TimelineExportFormat = 'snapshot' | 'csv';
+
+/** A file the kernel made (reply.schema.json#/$defs/timeline_export_result). */
+export interface ITimelineFile {
+  readonly id: string;
+  readonly format: TimelineExportFormat;
+  readonly filename: string;
+  readonly media_type: string;
+  /** The bytes, base64. */
+  readonly data: string;
+  readonly bytes: number;
 }
 
 let current: IInlineHost | null = null;

@@ -99,7 +99,7 @@ const extensions: IRenderMime.IExtension[] = [
   ...gpumemRendererFactories.map((factory): IRenderMime.IExtension => ({
     // application/vnd.gpumem.<kind>.v1+json → jupyterlab-gpumem:mime-<kind>
     id: `jupyterlab-gpumem:mime-${factory.mimeTypes[0].split('.')[2]}`,
-    description: 'Renders the analysis, autobatch and benchmark outputs of %gpumem.',
+    description: 'Renders the analysis, autobatch, benchmark and timeline outputs of %gpumem.',
     rendererFactory: factory,
     rank: RENDERER_RANK,
     dataType: 'json'

@@ -3,7 +3,8 @@
  *
  * - `application/vnd.gpumem.analysis.v1+json` (`%gpumem analyze`),
  * - `application/vnd.gpumem.autobatch.v1+json` (`%gpumem autobatch`),
- * - `application/vnd.gpumem.benchmark.v1+json` (`%gpumem benchmark`).
+ * - `application/vnd.gpumem.benchmark.v1+json` (`%gpumem benchmark`),
+ * - `application/vnd.gpumem.timeline.v1+json` (`%gpumem analyze … --timeline`, `%%gpumem --timeline`).
  *
  * `safe: true`: everything from the kernel is rendered as React text (escaped), nothing as HTML; rank 40, ahead
  * of the bundle's static text/html fallback. A payload that does not fit its schema (an output written by
@@ -17,7 +18,7 @@ import * as React from 'react';
 import { flushSync } from 'react-dom';
 import { createRoot, type Root } from 'react-dom/client';
 
-import { inlineHost } from '../actions/inline';
+import { inlineHost, type ITimelineFile, type TimelineExportFormat } from '../actions/inline';
 import { type CopyText, copyToClipboard } from './kit';
 import {
   ANALYSIS_MIME,
@@ -28,14 +29,25 @@ import {
   benchmarkPayloadProblem,
   type IAnalysisPayload,
   type IAutobatchPayload,
-  type IBenchmarkPayload
+  type IBenchmarkPayload,
+  type ITimelinePayload,
+  TIMELINE_MIME,
+  timelinePayloadProblem
 } from '../wire/analysispayload';
 import { AnalysisView } from './analysis/view';
 import { AutobatchView } from './autobatch/view';
 import { BenchmarkView } from './benchmark/view';
+import { downloadBlob, type SaveFile, TimelineView } from './timeline/view';
 import { TRANSLATION_DOMAIN, type Trans, untranslated } from '../ui/i18n';
 
-export { ANALYSIS_MIME, AUTOBATCH_MIME, BENCHMARK_MIME };
+export { ANALYSIS_MIME, AUTOBATCH_MIME, BENCHMARK_MIME, TIMELINE_MIME };
+
+/** Asks the kernel of the notebook that holds `origin` for a file of the full timeline `id`. */
+export type ExportTimelineFile = (
+  id: string,
+  format: TimelineExportFormat,
+  origin: HTMLElement
+) => Promise<ITimelineFile>;
 
 /** Inserts `code` as a new cell below the output that `origin` (the renderer's node) belongs to. */
 export type InsertCell = (code: string, origin: HTMLElement) => void;
@@ -50,20 +62,26 @@ export interface IGpumemRendererOptions {
   readonly insertCell?: InsertCell;
   /** Clipboard; defaults to the browser's. */
   readonly copy?: CopyText;
+  /** The timeline's downloads from the kernel; defaults to the inline host's `exportTimeline`. */
+  readonly exportTimeline?: ExportTimelineFile;
+  /** Saves a downloaded file; defaults to the browser's download. */
+  readonly save?: SaveFile;
 }
 
-type Kind = 'analysis' | 'autobatch' | 'benchmark';
+type Kind = 'analysis' | 'autobatch' | 'benchmark' | 'timeline';
 
 const PROBLEMS: Readonly<Record<Kind, (value: unknown) => string | null>> = {
   analysis: analysisPayloadProblem,
   autobatch: autobatchPayloadProblem,
-  benchmark: benchmarkPayloadProblem
+  benchmark: benchmarkPayloadProblem,
+  timeline: timelinePayloadProblem
 };
 
 const MIME_TYPES: Readonly<Record<Kind, string>> = {
   analysis: ANALYSIS_MIME,
   autobatch: AUTOBATCH_MIME,
-  benchmark: BENCHMARK_MIME
+  benchmark: BENCHMARK_MIME,
+  timeline: TIMELINE_MIME
 };
 
 /** The one line shown for data that does not fit the schema. */
@@ -71,7 +89,7 @@ export function invalidMessage(problem: string, trans: Trans = untranslated): st
   return trans.__("gpumem: this output's data does not match its schema (%1)", problem);
 }
 
-/** Renders one analysis, autobatch or benchmark output. */
+/** Renders one analysis, autobatch, benchmark or timeline output. */
 export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(
     kind: Kind,
@@ -85,6 +103,8 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
     this._trans = translator ? translator.load(TRANSLATION_DOMAIN) : untranslated;
     this._insertCell = options.insertCell ?? null;
     this._copy = options.copy ?? copyToClipboard;
+    this._exportTimeline = options.exportTimeline ?? null;
+    this._save = options.save ?? downloadBlob;
     this.addClass('jp-GpuMem-richOutput');
     this.addClass(`jp-GpuMem-richOutput-${kind}`);
   }
@@ -151,6 +171,24 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
         return React.createElement(AutobatchView, { payload: data as IAutobatchPayload, trans, copy });
       case 'benchmark':
         return React.createElement(BenchmarkView, { payload: data as IBenchmarkPayload, trans, copy });
+      case 'timeline': {
+        const payload = data as ITimelinePayload;
+        const node = this.node;
+        const injected = this._exportTimeline;
+        const exportFile = (format: TimelineExportFormat): Promise<ITimelineFile> => {
+          if (injected !== null) {
+            return injected(payload.id, format, node);
+          }
+          // The host is looked up when the button is pressed: the actions plugin may start after the output.
+          const host = inlineHost();
+          return host?.exportTimeline
+            ? host.exportTimeline(node, payload.id, format)
+            : Promise.reject(
+                new Error(trans.__('No kernel connection here: open the notebook in JupyterLab'))
+              );
+        };
+        return React.createElement(TimelineView, { payload, trans, exportFile, save: this._save });
+      }
     }
   }
 
@@ -168,6 +206,8 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
   private readonly _trans: Trans;
   private readonly _insertCell: InsertCell | null;
   private readonly _copy: CopyText;
+  private readonly _exportTimeline: ExportTimelineFile | null;
+  private readonly _save: SaveFile;
   private _root: Root | null = null;
   private _problem: string | null = null;
 }
@@ -175,11 +215,11 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
 /** Below the text/html fallback's 50, like the other gpumem outputs. */
 export const RENDERER_RANK = 40;
 
-/** The three renderer factories, with options (translator, "Insert code", clipboard). */
+/** The four renderer factories, with options (translator, "Insert code", clipboard, downloads). */
 export function createGpumemRendererFactories(
   options: IGpumemRendererOptions = {}
 ): IRenderMime.IRendererFactory[] {
-  return (['analysis', 'autobatch', 'benchmark'] as const).map(kind => ({
+  return (['analysis', 'autobatch', 'benchmark', 'timeline'] as const).map(kind => ({
     safe: true,
     mimeTypes: [MIME_TYPES[kind]],
     defaultRank: RENDERER_RANK,

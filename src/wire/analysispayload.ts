@@ -3,7 +3,8 @@
  *
  * - `application/vnd.gpumem.analysis.v1+json` (`%gpumem analyze`, gpumem_kernel/wire/schemas/analysis.schema.json),
  * - `application/vnd.gpumem.autobatch.v1+json` (`%gpumem autobatch`, autobatch.schema.json),
- * - `application/vnd.gpumem.benchmark.v1+json` (`%gpumem benchmark`, benchmark.schema.json).
+ * - `application/vnd.gpumem.benchmark.v1+json` (`%gpumem benchmark`, benchmark.schema.json),
+ * - `application/vnd.gpumem.timeline.v1+json` (`%gpumem analyze … --timeline`, timeline.schema.json).
  *
  * Their types and checks are generated from those schemas (./generated/, `jlpm gen:wire`); this file exports
  * them under the names the rest of src/ uses. Outputs are saved in notebooks and may have been written by
@@ -20,6 +21,7 @@ import type {
   IBenchmarkRow,
   IFigure,
   IRecommendations,
+  ITimelinePayload,
   ITrial
 } from './generated/types';
 import * as checks from './generated/validators';
@@ -95,4 +97,31 @@ export function benchmarkPayloadProblem(value: unknown): string | null {
 
 export function isBenchmarkPayload(value: unknown): value is IBenchmarkPayload {
   return benchmarkPayloadProblem(value) === null;
+}
+
+// --- timeline ----------------------------------------------------------------------------------------------
+
+export type {
+  ITimelineBand,
+  ITimelineByCategory,
+  ITimelineCategory,
+  ITimelineFailed,
+  ITimelineFrame,
+  ITimelineHolder,
+  ITimelinePayload,
+  ITimelineSeriesPoint,
+  ITimelineSmallPoint,
+  ITimelineStack
+} from './generated/types';
+
+/** `%gpumem analyze … --timeline` (predicted) and `%%gpumem --timeline` (recorded): timeline.schema.json. */
+export const TIMELINE_MIME = 'application/vnd.gpumem.timeline.v1+json';
+
+/** Null when `value` is a timeline payload, else the first problem. */
+export function timelinePayloadProblem(value: unknown): string | null {
+  return checks.timelinePayload(value, 'timeline');
+}
+
+export function isTimelinePayload(value: unknown): value is ITimelinePayload {
+  return timelinePayloadProblem(value) === null;
 }

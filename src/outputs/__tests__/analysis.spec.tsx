@@ -70,11 +70,12 @@ function yamlOf(node: HTMLElement, p: unknown): string {
 }
 
 describe('the renderer factories', () => {
-  it('cover the three MIME types, safe, ahead of text/html', () => {
+  it('cover the four MIME types, safe, ahead of text/html', () => {
     expect(gpumemRendererFactories.map(f => f.mimeTypes)).toEqual([
       ['application/vnd.gpumem.analysis.v1+json'],
       ['application/vnd.gpumem.autobatch.v1+json'],
-      ['application/vnd.gpumem.benchmark.v1+json']
+      ['application/vnd.gpumem.benchmark.v1+json'],
+      ['application/vnd.gpumem.timeline.v1+json']
     ]);
     for (const factory of createGpumemRendererFactories()) {
       expect(factory.safe).toBe(true);
