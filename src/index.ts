@@ -33,6 +33,8 @@ import { TRANSLATION_DOMAIN } from './ui/i18n';
 import { gpuIcon } from './ui/icons';
 import { GpuMemModel } from './channel/model';
 import { GpuMemPanel } from './panel/panel';
+import { IdleHoldersModel } from './panel/idleholders';
+import { fetchServerKernels } from './panel/idlefetch';
 import { readSettings } from './settings';
 import { GpuMemStatusItem } from './panel/statusitem';
 import { IGpuMemActions, IGpuMemModel } from './tokens';
@@ -113,7 +115,12 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
     actions: IGpuMemActions | null
   ): void => {
     const trans = translator.load(TRANSLATION_DOMAIN);
-    const panel = new GpuMemPanel(model, trans, actions);
+    const panel = new GpuMemPanel(
+      model,
+      trans,
+      actions,
+      new IdleHoldersModel({ fetch: () => fetchServerKernels() })
+    );
     shell.add(panel, 'right', { rank: 500 });
     restorer?.add(panel, panelPlugin.id);
 

@@ -27,6 +27,8 @@ export interface IGpuMemSettings {
   readonly restartTimeoutSeconds: number;
   /** How the kernel's analyze/autobatch picks are rounded down without `--round` (sent with `configure`). */
   readonly batchRounding: BatchRounding;
+  /** Minutes a kernel holding GPU memory may stay idle before the panel lists it as an idle GPU holder. */
+  readonly idleMinutes: number;
 }
 
 /** The values of the "Batch-size rounding" setting, as `--round` takes them. */
@@ -48,7 +50,8 @@ export const DEFAULT_SETTINGS: IGpuMemSettings = {
   confirmRestart: true,
   clearOutputsOnRestart: false,
   restartTimeoutSeconds: 30,
-  batchRounding: 'pow2'
+  batchRounding: 'pow2',
+  idleMinutes: 30
 };
 
 function boolOr(value: unknown, fallback: boolean): boolean {
@@ -88,7 +91,8 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
     ),
     batchRounding: isBatchRounding(composite.batchRounding)
       ? composite.batchRounding
-      : DEFAULT_SETTINGS.batchRounding
+      : DEFAULT_SETTINGS.batchRounding,
+    idleMinutes: numberIn(composite.idleMinutes, 1, 10080, DEFAULT_SETTINGS.idleMinutes)
   };
 }
 

@@ -110,6 +110,27 @@ export interface IKernelShutdown {
   run(kernelId: string): void;
 }
 
+/** "Shut down kernel" for another kernel of this server (the process list and the idle GPU holders). */
+export function ShutDownKernelButton(props: {
+  readonly kernelId: string;
+  /** Who it is, e.g. "notebook: train.ipynb". */
+  readonly label: string;
+  readonly shutDown: IKernelShutdown;
+  readonly trans: Trans;
+}): JSX.Element {
+  const { kernelId, label, shutDown, trans } = props;
+  return (
+    <button
+      type="button"
+      className="jp-mod-styled jp-mod-warn jp-GpuMem-shutdown"
+      title={trans.__('Shut down the kernel of %1 to free its GPU memory', label)}
+      onClick={() => shutDown.run(kernelId)}
+    >
+      {trans.__('Shut down kernel')}
+    </button>
+  );
+}
+
 interface IProcessProps {
   readonly processes: ReadonlyArray<IGpuProcess>;
   readonly unit: SizeUnit;
@@ -151,15 +172,8 @@ function ProcessTable(props: IProcessProps): JSX.Element {
                 <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={meta}>
                   {meta}
                 </div>
-                {kernelId !== null && (
-                  <button
-                    type="button"
-                    className="jp-mod-styled jp-mod-warn jp-GpuMem-shutdown"
-                    title={trans.__('Shut down the kernel of %1 to free its GPU memory', label)}
-                    onClick={() => shutDown?.run(kernelId)}
-                  >
-                    {trans.__('Shut down kernel')}
-                  </button>
+                {kernelId !== null && shutDown !== null && (
+                  <ShutDownKernelButton kernelId={kernelId} label={label} shutDown={shutDown} trans={trans} />
                 )}
               </td>
               <td className="jp-GpuMem-num">{formatBytes(p.used, unit)}</td>

@@ -4,22 +4,31 @@
  */
 import { Clipboard } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
+import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { PANEL_ID } from '../commandids';
 import { GpuMemView } from './view';
+import type { IdleHoldersModel } from './idleholders';
 import type { Trans } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 
 export class GpuMemPanel extends ReactWidget {
-  constructor(model: IGpuMemModel, trans: Trans, actions: IGpuMemActions | null = null) {
+  constructor(
+    model: IGpuMemModel,
+    trans: Trans,
+    actions: IGpuMemActions | null = null,
+    idle: IdleHoldersModel | null = null
+  ) {
     super();
     this._model = model;
     this._trans = trans;
     this._actions = actions;
+    this._idle = idle;
     model.changed.connect(this._onChange, this);
     actions?.changed.connect(this._onChange, this);
+    idle?.changed.connect(this._onChange, this);
     this.id = PANEL_ID;
     this.addClass('jp-GpuMem-panel');
     this.title.icon = gpuIcon;
@@ -34,6 +43,7 @@ export class GpuMemPanel extends ReactWidget {
         model={this._model}
         trans={this._trans}
         actions={this._actions}
+        idle={this._idle}
         onCopy={text => Clipboard.copyToSystem(text)}
       />
     );
@@ -45,7 +55,19 @@ export class GpuMemPanel extends ReactWidget {
     }
     this._model.changed.disconnect(this._onChange, this);
     this._actions?.changed.disconnect(this._onChange, this);
+    this._idle?.dispose();
     super.dispose();
+  }
+
+  /** The server's kernels are polled only while the panel is visible. */
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._idle?.start();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._idle?.stop();
   }
 
   private _onChange(): void {
@@ -55,4 +77,5 @@ export class GpuMemPanel extends ReactWidget {
   private readonly _model: IGpuMemModel;
   private readonly _trans: Trans;
   private readonly _actions: IGpuMemActions | null;
+  private readonly _idle: IdleHoldersModel | null;
 }

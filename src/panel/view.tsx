@@ -17,6 +17,8 @@ import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { ActionsSection } from '../actions/view';
 import { DeviceSection, type IKernelShutdown } from './device';
 import { HostSection } from './host';
+import { IdleHoldersSection } from './idle';
+import type { IdleHoldersModel } from './idleholders';
 import { StateMessage } from './statemessage';
 import { Timeline } from './timeline';
 
@@ -26,6 +28,8 @@ export interface IGpuMemViewProps {
   readonly onCopy: (text: string) => void;
   /** Clear, restart-and-free and the OOM checklist (absent: the panel only shows memory). */
   readonly actions?: IGpuMemActions | null;
+  /** This server's kernels with their GPU memory and idle time (absent: no idle GPU holders list). */
+  readonly idle?: Pick<IdleHoldersModel, 'kernels' | 'problem' | 'refresh'> | null;
 }
 
 /** A short word for the header badge. */
@@ -133,6 +137,15 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
     manager === null
       ? null
       : { can: id => manager.canShutDownKernel(id), run: id => void manager.shutDownKernel(id) };
+  const idle = props.idle ?? null;
+  // After a shut-down the list is read again at once, so that the kernel leaves it.
+  const shutDownIdle: IKernelShutdown | null =
+    manager === null || idle === null
+      ? null
+      : {
+          can: id => manager.canShutDownKernel(id),
+          run: id => void manager.shutDownKernel(id).then(done => (done ? idle.refresh() : undefined))
+        };
   return (
     <div className="jp-GpuMem-root" data-state={state.name}>
       <header className="jp-GpuMem-header">
@@ -175,6 +188,16 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           onCopy={props.onCopy}
           onRetry={() => model.retry()}
           onLoadNow={() => model.loadNow()}
+        />
+      )}
+      {idle !== null && (
+        <IdleHoldersSection
+          kernels={idle.kernels}
+          problem={idle.problem}
+          idleMinutes={settings.idleMinutes}
+          unit={settings.units}
+          trans={trans}
+          shutDown={shutDownIdle}
         />
       )}
       {sample !== null && (

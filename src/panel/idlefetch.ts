@@ -1,0 +1,20 @@
+/**
+ * Reads the server extension's `GET /gpumem/kernels` for the idle GPU holders list (idleholders.ts).
+ */
+import { ServerConnection } from '@jupyterlab/services';
+
+import { type IdleHoldersProblem, type IServerKernels, parseServerKernels } from './idleholders';
+
+/** GET /gpumem/kernels with the page's credentials; a 404 means the server extension is not enabled. */
+export async function fetchServerKernels(
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<IServerKernels | IdleHoldersProblem> {
+  const response = await ServerConnection.makeRequest(`${settings.baseUrl}gpumem/kernels`, {}, settings);
+  if (response.status === 404) {
+    return 'no-extension';
+  }
+  if (!response.ok) {
+    return 'failed';
+  }
+  return parseServerKernels(await response.json()) ?? 'failed';
+}
