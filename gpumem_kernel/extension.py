@@ -16,6 +16,7 @@ from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.probe.prober import default_prober
 from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.sampler import Sampler
+from gpumem_kernel.timeline import capture
 
 
 @dataclass
@@ -53,9 +54,18 @@ def load(ip: Any, version: str) -> Loaded:
         # A browser's silence counts only while the kernel could hear it (see channel.IdleClock).
         ip.events.register("pre_execute", channel.clock.busy)
         ip.events.register("post_execute", channel.clock.idle)
+        # The OOM capture (setting "oomTimeline", off by default): a bounded allocator history while cells run.
+        ip.events.register("pre_run_cell", capture.pre_run_cell)
+        ip.events.register("post_run_cell", capture.post_run_cell)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
-        oom.install_oom_handler(ip, probe=sampler.snapshot, recommendation=lambda: last_recommendation(ip))
+        # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
+        oom.install_oom_handler(
+            ip,
+            probe=sampler.snapshot,
+            recommendation=lambda: last_recommendation(ip),
+            capture=capture.alive_at_oom,
+        )
         snapshot.attach(sampler)  # clear, the checklist and `%gpumem status` sample through it
         sampler.start()
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
@@ -79,11 +89,17 @@ def unload(ip: Any) -> None:
     if loaded is None:
         return
     loaded.channel.unregister()
-    for event, callback in (("pre_execute", loaded.channel.clock.busy), ("post_execute", loaded.channel.clock.idle)):
+    for event, callback in (
+        ("pre_execute", loaded.channel.clock.busy),
+        ("post_execute", loaded.channel.clock.idle),
+        ("pre_run_cell", capture.pre_run_cell),
+        ("post_run_cell", capture.post_run_cell),
+    ):
         try:
             loaded.ip.events.unregister(event, callback)
         except ValueError:
             pass  # never registered (a shell without events)
+    capture.post_run_cell()  # a recording the capture started ends with it
     loaded.sampler.stop()
     snapshot.detach(loaded.sampler)
     oom.uninstall_oom_handler(loaded.ip)

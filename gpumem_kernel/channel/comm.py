@@ -367,11 +367,14 @@ class Channel:
         if request.action == "history":
             return {"samples": self._sampler.history()}
         if request.action == "configure":
-            unknown: List[str] = sorted(set(request.args) - {"interval", "history_seconds", "rounding"})
+            taken = {"interval", "history_seconds", "rounding", "oom_timeline"}
+            unknown: List[str] = sorted(set(request.args) - taken)
             if unknown:
                 raise ProtocolError("bad-request", f"configure does not take {', '.join(unknown)}", request.id)
             if "rounding" in request.args:
                 _set_rounding(request.args["rounding"], request.id)
+            if "oom_timeline" in request.args:
+                _set_oom_timeline(request.args["oom_timeline"], request.id)
             try:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
@@ -399,6 +402,17 @@ def _timeline_export(request: Request) -> Dict[str, Any]:
     if history is None:
         raise ProtocolError("bad-request", unknown_message(args.id), request.id)
     return export_result(history, args.format, args.id)
+
+
+def _set_oom_timeline(value: Any, request_id: str) -> None:
+    """The JupyterLab setting "oomTimeline": record a bounded allocator history while cells run and attach
+    what was alive to the OOM checklist (timeline.capture; one per kernel: the last browser to send it wins).
+    Only a flag: the recording starts at the next cell's start (pre_run_cell), on the main thread."""
+    from gpumem_kernel.timeline import capture
+
+    if not isinstance(value, bool):
+        raise ProtocolError("bad-request", "configure: oom_timeline must be true or false", request_id)
+    capture.set_enabled(value)
 
 
 def _set_rounding(value: Any, request_id: str) -> None:

@@ -1350,8 +1350,11 @@ def occurrence() -> Dict[str, Any]:
     }
 
 
-def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Dict[str, Any]:
-    """MIME bundle for display(..., raw=True): the rich payload, static escaped HTML, a numbered checklist."""
+def oom_bundle(
+    info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step], alive: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    """MIME bundle for display(..., raw=True): the rich payload, static escaped HTML, a numbered checklist.
+    `alive`: what the OOM capture found alive at the error (timeline.capture.alive_at_oom), when it ran."""
     payload = {
         "version": PAYLOAD_VERSION,
         "summary": _summary(info),
@@ -1360,19 +1363,103 @@ def oom_bundle(info: OomInfo, diagnosis: Diagnosis, steps: Sequence[Step]) -> Di
         "steps": [asdict(s) for s in steps],
         "occurrence": occurrence(),
     }
+    if alive is not None:
+        payload["alive"] = alive
     return {
         OOM_MIME: payload,
-        "text/html": _oom_html(info, diagnosis, steps),
-        "text/plain": _oom_text(info, diagnosis, steps),
+        "text/html": _oom_html(info, diagnosis, steps, alive),
+        "text/plain": _oom_text(info, diagnosis, steps, alive),
     }
+
+
+# --- what was alive (the OOM capture) and the re-run step ------------------------------------------------------
+
+
+def source_line(source: Optional[Mapping[str, Any]]) -> str:
+    """ "In [5], line 3" for a notebook cell, else "model.py:42 in forward"; "no line recorded" without one."""
+    if not source:
+        return "no line recorded"
+    if source.get("cell") is not None:
+        return f"In [{source['cell']}], line {source['line']}"
+    return f"{os.path.basename(str(source.get('file', '?')))}:{source.get('line')} in {source.get('name')}"
+
+
+def _alive_lines(alive: Mapping[str, Any], top: int = 5) -> List[str]:
+    lines = [f"What was alive at the error: {human(alive['allocated'])} in {_plural(alive['blocks'], 'block')}"]
+    for holder in alive["holders"][:top]:
+        count = f" ×{holder['count']}" if holder["count"] > 1 else ""
+        lines.append(f"{human(holder['size'])} {holder['category']}{count}: {source_line(holder['source'])}")
+    failed = alive.get("failed")
+    if failed:
+        lines.append(f"Failed: {human(failed['size'])} at {source_line(failed['source'])}")
+    return lines
+
+
+RERUN_STEP_ID = "timeline-rerun"
+_RERUN_LIMIT = 20_000  # characters of a cell copied into the step
+
+
+def timeline_rerun_code(cell: Optional[str]) -> Optional[str]:
+    """The failed cell with `%%gpumem --timeline` as its first line (added to a `%%gpumem` line that is
+    there); None when there is no cell, it is too long to copy, or it already records its timeline."""
+    if not cell or not cell.strip() or len(cell) > _RERUN_LIMIT:
+        return None
+    lines = cell.split("\n")
+    first = lines[0].strip()
+    if first.startswith("%%gpumem"):
+        if "--timeline" in first.split():
+            return None
+        lines[0] = lines[0].rstrip() + " --timeline"
+        return "\n".join(lines)
+    return "%%gpumem --timeline\n" + cell
+
+
+def timeline_rerun_step(cell: Optional[str]) -> Optional[Step]:
+    code = timeline_rerun_code(cell)
+    if code is None:
+        return None
+    return Step(
+        RERUN_STEP_ID,
+        "Re-run this cell with the timeline on",
+        "Inserts a copy of the failed cell below with %%gpumem --timeline as its first line; it is not run. "
+        "Free memory first, then run it: the timeline shows what was alive at each moment and which line "
+        'allocated it, up to the failing allocation. The setting "Capture the timeline at an out-of-memory '
+        'error" attaches this to the next error by itself (about 2 µs per allocation while cells run).',
+        "insert-cell",
+        code=code,
+    )
+
+
+def with_rerun_step(steps: Sequence[Step], rerun: Step) -> List[Step]:
+    """The steps with the re-run step right after "Clear GPU memory" (it says to free memory first), else after
+    the first step; never among the folded ones."""
+    ordered = list(steps)
+    applicable = [i for i, s in enumerate(ordered) if s.not_applicable is None]
+    clear = [i for i in applicable if ordered[i].id == "clear"]
+    at = clear[0] + 1 if clear else (applicable[0] + 1 if applicable else 0)
+    ordered.insert(at, rerun)
+    return ordered
+
+
+def failing_cell(shell: Any) -> Optional[str]:
+    """The source of the cell running now (IPython stores it before running it), or None."""
+    history = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    try:
+        cell = history[-1] if history else None
+    except Exception:
+        return None
+    return cell if isinstance(cell, str) else None
 
 
 def _steps_heading(d: Diagnosis) -> str:
     return "Checklist (likely cause first, then cheapest)" if d.causes else "Checklist (cheapest first)"
 
 
-def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
+def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step], alive: Optional[Mapping[str, Any]] = None) -> str:
     lines = _summary(info) + [f"  - {line}" for line in _diagnosis_lines(d)]
+    if alive is not None:
+        found = _alive_lines(alive)
+        lines += [found[0] + ":"] + [f"    {line}" for line in found[1:]]
     lines.append(f"{_steps_heading(d)}:")
     folded = [s for s in steps if s.not_applicable is not None]
     for number, step in enumerate(steps, 1):
@@ -1388,13 +1475,16 @@ def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
     return "\n".join(lines)
 
 
-def _oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step]) -> str:
+def _oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step], alive: Optional[Mapping[str, Any]] = None) -> str:
     e = html.escape
     parts = ['<div class="gpumem-oom">', f"<h4>{e(_summary(info)[0])} — checklist</h4>"]
     parts.extend(f"<p>{e(line)}</p>" for line in _summary(info)[1:])
     diagnosis = _diagnosis_lines(d)
     if diagnosis:
         parts.append("<ul>" + "".join(f"<li>{e(line)}</li>" for line in diagnosis) + "</ul>")
+    if alive is not None:
+        found = _alive_lines(alive)
+        parts.append(f"<p>{e(found[0])}</p><ul>" + "".join(f"<li>{e(line)}</li>" for line in found[1:]) + "</ul>")
     parts.append(f"<details><summary>PyTorch's message</summary><pre>{e(info.message)}</pre></details>")
     parts.append(f"<p><strong>{e(_steps_heading(d))}</strong></p><ol>")
     folded = [s for s in steps if s.not_applicable is not None]
@@ -1427,9 +1517,16 @@ def oom_report(
     last_recommendation: Optional[int] = None,
     batch_size: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
+    cell: Optional[str] = None,
 ) -> Optional[Dict[str, Any]]:
     """One call for the handler and the comm: parse an exception or message text, probe, diagnose and
-    return the checklist bundle; None when `source` is not an out-of-memory error."""
+    return the checklist bundle; None when `source` is not an out-of-memory error.
+
+    `capture(tried, device, title)`: what the OOM capture (setting "oomTimeline", timeline.capture.alive_at_oom)
+    found alive at this error, or None; the extension passes it to the handler;
+    `cell`: the failed cell's source, for the step "Re-run this cell with the timeline on" (offered when no
+    capture is attached)."""
     text = source if isinstance(source, str) else f"{type(source).__name__}: {source}"
     info = parse_oom_message(text)
     if info is None:  # a torch.OutOfMemoryError whose text is none of the known messages
@@ -1437,9 +1534,18 @@ def oom_report(
         if name is None:
             return None
         info = OomInfo("unknown", "CUDA", name, " ".join(text.split())[:_MESSAGE_LIMIT])
+    alive = None
+    if capture is not None:
+        count = getattr(shell, "execution_count", None)
+        title = f"In [{count}], out of memory" if isinstance(count, int) else "out of memory"
+        alive = capture(info.tried_to_allocate, info.device, title)
     sample = take_sample() if sample is None else sample
     diagnosis = diagnose(info, sample, shell, tb=tb, env=env)
-    return oom_bundle(info, diagnosis, build_checklist(info, diagnosis, last_recommendation, batch_size, sample))
+    steps = build_checklist(info, diagnosis, last_recommendation, batch_size, sample)
+    rerun = timeline_rerun_step(cell) if alive is None else None
+    if rerun is not None:
+        steps = with_rerun_step(steps, rerun)
+    return oom_bundle(info, diagnosis, steps, alive)
 
 
 # --- the IPython exception handler -----------------------------------------------------------------------
@@ -1454,6 +1560,7 @@ class _HandlerState:
     installed_handler: Any = None
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None
     recommendation: Optional[Callable[[], Optional[int]]] = None
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None  # the OOM capture's alive_at_oom
     last: Optional[Dict[str, Any]] = None  # the last OOM payload, for the panel
     last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
 
@@ -1471,7 +1578,15 @@ def _handle(
     try:
         sample = state.probe() if state.probe else None
         recommendation = state.recommendation() if state.recommendation else None
-        bundle = oom_report(value, shell, sample=sample, tb=tb, last_recommendation=recommendation)
+        bundle = oom_report(
+            value,
+            shell,
+            sample=sample,
+            tb=tb,
+            last_recommendation=recommendation,
+            capture=state.capture,
+            cell=failing_cell(shell),
+        )
         if bundle is not None:
             state.last, state.last_bundle = bundle[OOM_MIME], bundle
             shell.display_pub.publish(data=bundle, metadata={})
@@ -1487,14 +1602,20 @@ def install_oom_handler(
     *,
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
     recommendation: Optional[Callable[[], Optional[int]]] = None,
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
 ) -> str:
     """Show the OOM checklist under the traceback of every CUDA out-of-memory error. Returns one line
-    saying what was done. A custom handler the user already set keeps running first for its exceptions."""
+    saying what was done. A custom handler the user already set keeps running first for its exceptions.
+    `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None."""
     if getattr(shell, _STATE, None) is not None:
         return "the OOM checklist is already installed"
     previous = tuple(getattr(shell, "custom_exceptions", ()) or ())
     state = _HandlerState(
-        previous, shell.CustomTB if previous else None, probe=probe or take_sample, recommendation=recommendation
+        previous,
+        shell.CustomTB if previous else None,
+        probe=probe or take_sample,
+        recommendation=recommendation,
+        capture=capture,
     )
 
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int] = None) -> Any:

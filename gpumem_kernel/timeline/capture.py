@@ -52,17 +52,11 @@ STATE = _State()
 
 
 def set_enabled(on: bool) -> None:
-    """The setting: on from the next cell's start; off stops a recording at once."""
+    """The setting: a flag only (the comm may call this on its own thread while a cell runs); the recording
+    starts at the next cell's start and a running one stops at its cell's end, both on the main thread."""
     STATE.enabled = bool(on)
     if not on:
         STATE.pending = None
-        if STATE.recording:
-            torch = loaded_torch()
-            try:
-                if torch is not None:
-                    recorded.stop_history(torch)
-            finally:
-                STATE.recording = False
 
 
 def enabled() -> bool:

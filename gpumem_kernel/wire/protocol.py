@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 PROTOCOL_VERSION = 1
 # "rounding": `configure` takes `rounding` (the JupyterLab setting "Batch-size rounding" for analyze/autobatch picks)
+# "oom_timeline": `configure` takes `oom_timeline` (the JupyterLab setting "oomTimeline": the OOM capture)
 # "timeline": the `timeline_export` action (a timeline payload's history as a PyTorch snapshot pickle or a CSV)
 CAPABILITIES = (
     "sample",
@@ -29,6 +30,7 @@ CAPABILITIES = (
     "ping",
     "rounding",
     "timeline",
+    "oom_timeline",
 )
 ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping", "timeline_export")
 TIMELINE_FORMATS = ("snapshot", "csv")

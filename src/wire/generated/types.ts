@@ -607,6 +607,7 @@ export interface IOomPayload {
    */
   steps: IOomStep[];
   occurrence?: IOomOccurrence;
+  alive?: IOomAlive;
 }
 /**
  * The numbers of PyTorch's message (parse_oom_message).
@@ -767,6 +768,79 @@ export interface IOomOccurrence {
    */
   time: number;
 }
+/**
+ * What was alive on the device when the allocation failed, from PyTorch's allocator snapshot taken at the OOM (the setting "oomTimeline": the kernel records a bounded allocator history while cells run). Optional: absent when the setting is off, CUDA was not in use when the cell started, or this torch lacks the private API; outputs saved by older kernels have none.
+ */
+export interface IOomAlive {
+  /**
+   * the full timeline the kernel keeps for `timeline_export` (the last few of this kernel run), or null
+   */
+  timeline_id: string | null;
+  /**
+   * CUDA device index
+   */
+  device: number | null;
+  /**
+   * bytes in live blocks at the error (the allocator's blocks, as torch.cuda.memory_allocated counts them)
+   */
+  allocated: number;
+  /**
+   * live blocks at the error
+   */
+  blocks: number;
+  /**
+   * the largest groups of live blocks (same category and allocating line), largest first
+   *
+   * @maxItems 20
+   */
+  holders: IOomAliveHolder[];
+  /**
+   * the groups beyond `holders`, summed; null when none
+   */
+  rest: null | IOomAliveRest;
+  /**
+   * the allocation that failed, null when the snapshot did not record it
+   */
+  failed: null | IOomAliveFailed;
+  /**
+   * one line each: how the snapshot was taken, what is a heuristic
+   */
+  notes: string[];
+}
+export interface IOomAliveHolder {
+  size: number;
+  count: number;
+  /**
+   * a heuristic from the allocating frames and the block's lifetime (PyTorch records none)
+   */
+  category: 'parameter' | 'gradient' | 'optimizer_state' | 'activation' | 'input' | 'other';
+  source: null | IOomAliveSource;
+}
+/**
+ * the line that allocated it: the innermost frame of the user's own code (user true), else the innermost recorded frame (user false)
+ */
+export interface IOomAliveSource {
+  file: string;
+  line: number;
+  name: string;
+  /**
+   * the execution count when the file is a notebook cell (shown as "In [N], line L"), else null
+   */
+  cell: number | null;
+  user: boolean;
+}
+export interface IOomAliveRest {
+  size: number;
+  count: number;
+}
+export interface IOomAliveFailed {
+  /**
+   * the requested allocation
+   */
+  size: number;
+  device_free: number | null;
+  source: null | IOomAliveSource;
+}
 export interface IOpenMessage {
   type: 'open';
   protocol: number;
@@ -892,6 +966,10 @@ export interface IConfigureArgs {
    * the JupyterLab setting "Batch-size rounding": how this kernel's analyze/autobatch picks are rounded down when the command gives no --round: pow2, none or N (a multiple of N); sent only to kernels whose hello lists the capability "rounding"
    */
   rounding?: string;
+  /**
+   * the JupyterLab setting "oomTimeline" (Capture the timeline at an out-of-memory error): while cells run, record a bounded CUDA allocator history (Python stacks, about 2 µs per allocation event) and attach what was alive to the OOM checklist; sent only to kernels whose hello lists the capability "oom_timeline"
+   */
+  oom_timeline?: boolean;
 }
 export interface INoArgs {}
 export interface IProcessArgs {

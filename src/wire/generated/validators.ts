@@ -428,6 +428,37 @@ const oomOccurrence: Check = object({
   time: number()
 });
 
+/** oom.schema.json#/$defs/alive_source */
+const oomAliveSource: Check = object({
+  file: string(),
+  line: integer(0),
+  name: string(),
+  cell: c5,
+  user: type('boolean')
+});
+
+const c12: Check = nullable(oomAliveSource);
+
+/** oom.schema.json#/$defs/alive_holder */
+const oomAliveHolder: Check = object({
+  size: integer(0),
+  count: integer(1),
+  category: enumOf('parameter', 'gradient', 'optimizer_state', 'activation', 'input', 'other'),
+  source: c12
+});
+
+/** oom.schema.json#/$defs/alive */
+const oomAlive: Check = object({
+  timeline_id: nullable(all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')))),
+  device: c5,
+  allocated: integer(0),
+  blocks: integer(0),
+  holders: all(array(oomAliveHolder), maxItems(20)),
+  rest: nullable(object({ size: integer(0), count: integer(0) })),
+  failed: nullable(object({ size: integer(0), device_free: c5, source: c12 })),
+  notes: array(string())
+});
+
 /** oom.schema.json */
 export const oomPayload: Check = object({
   version: constant(1),
@@ -435,29 +466,30 @@ export const oomPayload: Check = object({
   info: oomInfo,
   diagnosis: oomDiagnosis,
   steps: all(array(oomStep), minItems(1)),
-  occurrence: optional(oomOccurrence)
+  occurrence: optional(oomOccurrence),
+  alive: optional(oomAlive)
 });
 
-const c12: Check = enumOf('traced', 'measured');
+const c13: Check = enumOf('traced', 'measured');
 
-const c13: Check = all(type('object'), additionalProperties(integer(0)));
+const c14: Check = all(type('object'), additionalProperties(integer(0)));
 
-const c14: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
+const c15: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
 
-const c15: Check = enumOf('option', 'setting', 'default');
+const c16: Check = enumOf('option', 'setting', 'default');
 
-const c16: Check = number(0, 1, 'min');
+const c17: Check = number(0, 1, 'min');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
   version: constant(1),
-  engine: c12,
+  engine: c13,
   model: object({
     name: string(),
     parameter_count: integer(0),
     trainable_parameter_count: integer(0),
-    parameters_by_dtype: c13,
-    buffers_by_dtype: c13,
+    parameters_by_dtype: c14,
+    buffers_by_dtype: c14,
     largest_layer: object({ name: string(), bytes: integer(0) })
   }),
   settings: object({
@@ -475,9 +507,9 @@ export const analysisPayload: Check = object({
     strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
     multiple: c11,
     effective_batch: integer(1),
-    round: optional(c14),
-    round_source: optional(c15),
-    pick_shares: optional(object({ recommended: c16, safe: c16 }))
+    round: optional(c15),
+    round_source: optional(c16),
+    pick_shares: optional(object({ recommended: c17, safe: c17 }))
   }),
   parameters_bytes: integer(0),
   buffers_bytes: integer(0),
@@ -551,7 +583,7 @@ export const analysisPayload: Check = object({
       peak_bytes: integer(),
       peak_allocated_bytes: integer(),
       peak_reserved_bytes: c9,
-      engine: c12
+      engine: c13
     })
   ),
   fit: nullable(
@@ -618,8 +650,8 @@ export const autobatchPayload: Check = object({
   recommended: integer(0),
   margin: number(0, 1, 'max'),
   rounding: string(),
-  round: optional(c14),
-  round_source: optional(c15),
+  round: optional(c15),
+  round_source: optional(c16),
   trials: array(
     object({
       batch: integer(1),
@@ -649,7 +681,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c17: Check = nullable(number(0));
+const c18: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -661,14 +693,14 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c17,
-  gpu_util: c17,
+  efficiency: c18,
+  gpu_util: c18,
   note: string()
 });
 
-const c18: Check = nullable(benchmarkPick);
+const c19: Check = nullable(benchmarkPick);
 
-const c19: Check = array(integer());
+const c20: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -676,7 +708,7 @@ export const benchmarkPayload: Check = object({
   engine: enumOf('cuda', 'cpu', 'simulated'),
   device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
   limit_bytes: c5,
-  memory_target: c16,
+  memory_target: c17,
   memory_source: string(),
   amp_dtype: enumOf('float16', 'bfloat16'),
   config: object({
@@ -686,7 +718,7 @@ export const benchmarkPayload: Check = object({
     warmup_steps: integer(0),
     test_mixed_precision: type('boolean'),
     test_pin_memory: type('boolean'),
-    memory_target: c16
+    memory_target: c17
   }),
   model: object({ name: string(), parameter_count: integer(0) }),
   optimizer: string(),
@@ -698,30 +730,30 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c17,
-      h2d_ms: c17,
-      forward_ms: c17,
-      backward_ms: c17,
-      optimizer_ms: c17,
-      total_ms: c17,
-      samples_per_s: c17,
-      gpu_util: c17,
+      io_ms: c18,
+      h2d_ms: c18,
+      forward_ms: c18,
+      backward_ms: c18,
+      optimizer_ms: c18,
+      total_ms: c18,
+      samples_per_s: c18,
+      gpu_util: c18,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c17,
+      efficiency: c18,
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
-  picks: object({ highest_throughput: c18, best_efficiency: c18, recommended: c18 }),
+  picks: object({ highest_throughput: c19, best_efficiency: c19, recommended: c19 }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c19, terminated: c19 }),
+  workers: object({ leftover: c20, terminated: c20 }),
   config_yaml: optional(c2)
 });
 

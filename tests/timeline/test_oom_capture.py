@@ -1,0 +1,183 @@
+"""The OOM capture without a GPU: the checklist's `alive` field from an allocator snapshot taken at the error,
+the step "Re-run this cell with the timeline on" when nothing was captured, and the setting travelling
+through the comm's `configure` into a real kernel.
+
+The snapshot is fixtures/training_step.snapshot.json, a stand-in for a GPU in PyTorch's exact format (checked
+by torch's own _memory_viz in test_recorded.load). The real capture of a provoked OOM is
+tests/timeline/test_recorded_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+import jsonschema
+import pytest
+
+from gpumem_kernel.oom import checklist
+from gpumem_kernel.timeline import capture
+from gpumem_kernel.timeline.store import STORE
+from gpumem_kernel.wire.protocol import load_payload_schema
+from kernel_harness import KernelHarness
+
+MiB = 1 << 20
+OOM_MESSAGE = (
+    "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which "
+    "300.00 MiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
+    "reserved by PyTorch but unallocated."
+)
+CELL = "for batch in loader:\n    loss = model(batch.to('cuda')).sum()\n    loss.backward()"
+
+
+def _validate(payload: Dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(payload)
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch):
+    """The capture on, recording, with the observer's snapshot of the fixture pending."""
+    from test_recorded import load
+
+    monkeypatch.setattr(capture.STATE, "enabled", True)
+    monkeypatch.setattr(capture.STATE, "recording", True)
+    pending = capture.Pending(load(), 0, 8 << 30, 300 * MiB, __import__("time").time(), "observer")
+    monkeypatch.setattr(capture.STATE, "pending", pending)
+    return pending
+
+
+def test_alive_at_oom_lists_the_top_holders_with_their_lines(captured) -> None:
+    alive = capture.alive_at_oom(8 << 30, 0, "In [12], out of memory")
+    assert alive is not None
+    assert alive["allocated"] == 18 * MiB + 1024 and alive["blocks"] == 5 and alive["device"] == 0
+    sizes = [h["size"] for h in alive["holders"]]
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) == alive["allocated"] and alive["rest"] is None
+    by_category = {h["category"]: h for h in alive["holders"]}
+    assert by_category["activation"]["source"] == {
+        "file": "/tmp/ipykernel_4242/2871635221.py",
+        "line": 7,
+        "name": "train_step",
+        "cell": None,
+        "user": True,
+    }
+    assert by_category["parameter"]["size"] == 4 * MiB
+    assert alive["failed"]["size"] == 8 << 30 and alive["failed"]["device_free"] == 300 * MiB
+    assert alive["failed"]["source"]["line"] == 7
+    history = STORE.get(alive["timeline_id"])
+    assert history is not None and history.failed is not None and history.title == "In [12], out of memory"
+    assert capture.STATE.pending is None  # one error, one snapshot
+
+
+def test_the_checklist_carries_alive_and_no_rerun_step(captured) -> None:
+    bundle = checklist.oom_report(
+        f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL
+    )
+    payload = bundle[checklist.OOM_MIME]
+    _validate(payload)
+    assert payload["alive"]["allocated"] == 18 * MiB + 1024
+    assert checklist.RERUN_STEP_ID not in [s["id"] for s in payload["steps"]]
+    assert "What was alive at the error: 18.00 MiB in 5 blocks:" in bundle["text/plain"]
+    assert "What was alive at the error" in bundle["text/html"]
+
+
+def test_without_a_capture_the_rerun_step_copies_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture.STATE, "enabled", False)
+    bundle = checklist.oom_report(
+        f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL
+    )
+    payload = bundle[checklist.OOM_MIME]
+    _validate(payload)
+    assert "alive" not in payload
+    ids = [s["id"] for s in payload["steps"]]
+    step = payload["steps"][ids.index(checklist.RERUN_STEP_ID)]
+    assert step["action"] == "insert-cell" and step["code"] == "%%gpumem --timeline\n" + CELL
+    assert step["title"] == "Re-run this cell with the timeline on" and step["not_applicable"] is None
+    assert ids.index("clear") + 1 == ids.index(checklist.RERUN_STEP_ID)  # free memory first, then re-run
+
+
+def test_the_rerun_code() -> None:
+    assert checklist.timeline_rerun_code("x = 1") == "%%gpumem --timeline\nx = 1"
+    assert checklist.timeline_rerun_code("%%gpumem --device 1\nx = 1") == "%%gpumem --device 1 --timeline\nx = 1"
+    assert checklist.timeline_rerun_code("%%gpumem --timeline\nx = 1") is None  # it already records
+    assert checklist.timeline_rerun_code("%%time\nx = 1") == "%%gpumem --timeline\n%%time\nx = 1"
+    assert checklist.timeline_rerun_code("") is None and checklist.timeline_rerun_code(None) is None
+    assert checklist.timeline_rerun_code("x\n" * 20_000) is None
+
+
+def test_an_old_observer_snapshot_is_not_this_errors(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+    captured.time -= capture.PENDING_SECONDS + 1
+    monkeypatch.setattr(capture, "_torch", lambda: None)  # and none can be taken now (no CUDA here)
+    assert capture.alive_at_oom(1, 0) is None
+
+
+def test_off_or_without_cuda_the_hooks_record_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(capture.STATE, "enabled", True)
+    monkeypatch.setattr(capture, "cuda_initialised", lambda: False)
+    capture.pre_run_cell()
+    assert not capture.STATE.recording and capture.STATE.problem == "CUDA was not in use when the cell started"
+    capture.set_enabled(False)
+    capture.pre_run_cell()
+    assert not capture.STATE.recording and capture.alive_at_oom(1, 0) is None
+
+
+def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_recorded import FakeMemory, fake_torch, load
+
+    memory = FakeMemory(load())
+    torch = fake_torch(memory)
+    attached = []
+    torch._C._cuda_attach_out_of_memory_observer = attached.append
+    monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
+    monkeypatch.setattr(capture.STATE, "observer", False)
+    monkeypatch.setattr(capture.STATE, "enabled", True)
+    capture.pre_run_cell()
+    assert capture.STATE.recording and memory.calls[-1]["max_entries"] == capture.MAX_ENTRIES
+    assert memory.calls[-1]["clear_history"] is True and attached == [capture._on_oom]
+    capture._on_oom(0, 8 << 30, 0, 300 * MiB)  # what the allocator calls before raising
+    assert capture.STATE.pending is not None and capture.STATE.pending.size == 8 << 30
+    capture.post_run_cell()
+    assert not capture.STATE.recording and memory.calls[-1] == {"enabled": None}
+    capture.set_enabled(False)
+
+
+@pytest.mark.kernel
+def test_the_setting_travels_through_configure_into_a_real_kernel() -> None:
+    with KernelHarness() as kernel:
+        kernel.bootstrap()
+        comm_id = kernel.open_comm({"type": "open", "protocol": 1, "client": "pytest"})
+        hello = kernel.wait_comm(comm_id, "hello")
+        assert "oom_timeline" in hello["capabilities"]
+        state = "__import__('gpumem_kernel.timeline.capture').timeline.capture.STATE.enabled"
+        assert kernel.evaluate(state) is False  # off by default
+
+        def configure(args: Dict[str, Any], request_id: str) -> Dict[str, Any]:
+            start = len(kernel.messages())
+            kernel.send_comm(comm_id, {"type": "request", "id": request_id, "action": "configure", "args": args})
+            found = kernel.wait_for(lambda r: (r.comm_data(comm_id) or {}).get("id") == request_id, 15, start)
+            return found.comm_data(comm_id)
+
+        assert configure({"oom_timeline": True}, "r-1")["type"] == "reply"
+        assert kernel.evaluate(state) is True
+        bad = configure({"oom_timeline": "yes"}, "r-2")
+        assert bad["type"] == "error" and bad["code"] == "bad-request" and "oom_timeline" in bad["message"]
+
+        # On, but CUDA is not in use here: the error's checklist offers the re-run step instead.
+        cell = f"raise RuntimeError({OOM_MESSAGE!r})"
+        start = len(kernel.messages())
+        reply = kernel.execute(cell)
+        assert reply["status"] == "error"
+        shown = [
+            r.content["data"]
+            for r in kernel.messages()[start:]
+            if r.parent_id == reply["msg_id"] and r.msg_type == "display_data"
+        ]
+        payload = shown[0][checklist.OOM_MIME]
+        _validate(payload)
+        assert "alive" not in payload
+        step = next(s for s in payload["steps"] if s["id"] == checklist.RERUN_STEP_ID)
+        assert step["code"] == "%%gpumem --timeline\n" + cell
+
+        assert configure({"oom_timeline": False}, "r-3")["type"] == "reply"
+        assert kernel.evaluate(state) is False
+        json.dumps(payload)
