@@ -175,6 +175,11 @@ class CachingAllocatorModel:
             self._at_peak = self._allocated_by_segment()
         return block
 
+    @property
+    def live_handles(self) -> "Dict[Hashable, Block]":
+        """The handles allocated now (read-only view: a dict of handle -> block)."""
+        return self._live
+
     def free(self, handle: Hashable) -> None:
         block = self._live.pop(handle, None)
         if block is None:

@@ -23,7 +23,7 @@ import gc
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.analysis import gpus
@@ -761,10 +761,11 @@ class _TracedEngine:
         self.cache: Dict[int, Optional[_Point]] = {}
         self.errors: Dict[int, str] = {}
 
-    def point(self, batch: int) -> Optional[_Point]:
+    def point(self, batch: int, stack_hook: Optional[Callable[[], Any]] = None) -> Optional[_Point]:
         if batch not in self.cache:
+            plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
             try:
-                trace = run_trace(self.plan, batch, fake=True)
+                trace = run_trace(plan, batch, fake=True)
             except TraceError as exc:
                 if not self.cache:
                     raise  # the user's own batch size must trace
@@ -1150,6 +1151,8 @@ def analyze(
     reserve: Union[None, int, float] = None,
     vocab_size: Optional[int] = None,
     rounding: Any = None,
+    stack_hook: Optional[Callable[[], Any]] = None,
+    on_trace: Optional[Callable[[TraceResult], None]] = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -1162,6 +1165,8 @@ def analyze(
     rounding: how the recommended and safe picks are rounded down: 'pow2', 'none' or N (a multiple of N;
     `multiple=N` says the same); default: the JupyterLab setting "Batch-size rounding", else pow2.
     The maximum does not depend on batch_size: the search starts from the same batch for every batch_size.
+    stack_hook / on_trace (the predicted timeline, timeline.predicted): stack_hook is called at each storage
+    birth of the trace of `batch_size` (and no other), and on_trace gets that trace, its events kept.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -1202,9 +1207,11 @@ def analyze(
     measured_on = _measured_device(device, target, memory)
     try:
         traced = _TracedEngine(plan, info.context_to_add, sharding)
-        current_trace = traced.point(batch_size)
+        current_trace = traced.point(batch_size, stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
             raise TraceError(f"batch {batch_size} could not be traced")
+        if on_trace is not None:
+            on_trace(current_trace.trace)
         if measured_on is not None:
             states = _state_totals(current_trace.trace)
             engine: Any = _MeasuredEngine(plan, measured_on, sharding, states)

@@ -37,6 +37,7 @@ class Record:
     free_index: Optional[int] = None
     role: Optional[str] = None
     host: bool = False  # lives in host memory on CUDA too (optimizer `step` scalars of non-fused optimizers)
+    stack: Any = None  # what the tracker's stack_hook returned at its birth (the timeline's frames); None: off
 
 
 class NullTracker:
@@ -93,6 +94,9 @@ def tracker_class() -> type:
             self._finalizers: List[weakref.finalize] = []
             self._lock = threading.RLock()  # a storage may be freed on another thread (DataLoader pinning)
             self._closed = False
+            # called at each storage birth, its result kept as Record.stack (the timeline's allocating frames);
+            # None (the default) costs one attribute check per storage
+            self.stack_hook: Optional[Any] = None
 
         # storages -------------------------------------------------------------------------------
 
@@ -114,6 +118,7 @@ def tracker_class() -> type:
                 alloc_index=len(self.events),
                 role=role,
                 host=host,
+                stack=None if self.stack_hook is None else self.stack_hook(),
             )
             self.records.append(record)
             self.events.append(("alloc", record.sid))

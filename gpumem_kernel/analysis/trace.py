@@ -479,6 +479,8 @@ class TracePlan:
     steps: int = 2
     cublas_bytes: int = 8_519_680
     cudnn: bool = True
+    # called at each storage birth (the timeline's frame capture); the trace then keeps its events (`timeline`)
+    stack_hook: Optional[Callable[[], Any]] = None
 
 
 @dataclass
@@ -505,6 +507,29 @@ class TraceResult:
     dropped_hooks: int = 0
     loss_source: str = "custom"  # model (output.loss) | default (mean of squares) | custom (the caller's)
     notes: List[str] = field(default_factory=list)
+    timeline: Optional["TraceEvents"] = None  # only when the plan has a stack_hook
+
+
+@dataclass
+class DeviceEvent:
+    """One event of the device replay: a storage's (or a workspace's) malloc or free in the allocator model."""
+
+    kind: str  # "alloc" | "free"
+    handle: Any  # a Record's sid, or ("cublas", thread) / ("cudnn", n)
+    nbytes: int = 0  # requested (alloc)
+    size: int = 0  # the block the model handed out (alloc)
+    address: int = 0
+    reserved: int = 0  # the model's reserved bytes after the event
+
+
+@dataclass
+class TraceEvents:
+    """What a timeline needs of a trace: the records (with their stacks), the device events in order, and each
+    record's category as the analysis counts it."""
+
+    records: List[Record]
+    device: List[DeviceEvent]
+    categories: Dict[int, str]  # sid -> CATEGORIES entry
 
 
 def _has_parameters(module: Any) -> bool:
@@ -635,6 +660,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
 
     rng = torch.get_rng_state()
     tracker = _tracker_class()(cast_cache=plan.amp is not None, fake=fake)
+    tracker.stack_hook = plan.stack_hook
     notes: List[str] = []
     loss_sources: List[str] = []
     try:
@@ -785,7 +811,11 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
     )
     cast = sum(r.nbytes for r in records if r.role == "autocast_cache" and r.step == last and _alive(r, fwd_end))
     opt_live_start = live_at[opt_start - 1] if opt_start else 0
-    device, cublas, cudnn = replay_device(tracker, plan)
+    log: Optional[List[DeviceEvent]] = [] if plan.stack_hook is not None else None
+    device, cublas, cudnn = replay_device(tracker, plan, log)
+    timeline = None
+    if log is not None:
+        timeline = TraceEvents(records, log, {r.sid: _category(r, forward_end) for r in records})
     return TraceResult(
         batch_size=batch_size,
         fake=fake,
@@ -806,6 +836,7 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
         device=device,
         cublas_bytes=cublas,
         cudnn_peak_bytes=cudnn,
+        timeline=timeline,
     )
 
 
@@ -819,11 +850,26 @@ def _phase_index(spans: Dict[Tuple[int, int, str], Tuple[int, int]], last: int) 
     return result
 
 
-def replay_device(tracker: Any, plan: TracePlan) -> Tuple[AllocatorResult, int, int]:
+def replay_device(
+    tracker: Any, plan: TracePlan, log: Optional[List[DeviceEvent]] = None
+) -> Tuple[AllocatorResult, int, int]:
     """Replay the device-side events through the allocator model, adding the cuBLAS workspace (one per
     thread that runs a matmul: the forward thread and the autograd engine's device thread) and a cuDNN
-    workspace around each convolution (an estimate, capped)."""
+    workspace around each convolution (an estimate, capped). With `log`, every malloc and free is appended
+    to it in order (the predicted timeline)."""
     model = CachingAllocatorModel()
+
+    def malloc(handle: Any, nbytes: int) -> None:
+        block = model.malloc(handle, nbytes)
+        if log is not None and block is not None:
+            log.append(DeviceEvent("alloc", handle, nbytes, block.size, block.address, model.reserved))
+
+    def free(handle: Any) -> None:
+        if log is not None and handle in live:
+            log.append(DeviceEvent("free", handle, reserved=model.reserved))
+        model.free(handle)
+
+    live = model.live_handles
     records: List[Record] = tracker.records
     markers = sorted(tracker.markers, key=lambda m: m.index)
     cublas_threads: set = set()
@@ -839,13 +885,13 @@ def replay_device(tracker: Any, plan: TracePlan) -> Tuple[AllocatorResult, int, 
             thread = "backward" if marker.phase == "backward" else "main"
             if marker.kind == "cublas" and thread not in cublas_threads and plan.cublas_bytes:
                 cublas_threads.add(thread)
-                model.malloc(("cublas", thread), plan.cublas_bytes)
+                malloc(("cublas", thread), plan.cublas_bytes)
             elif marker.kind == "cudnn" and plan.cudnn and marker.nbytes:
                 size = min(marker.nbytes, CUDNN_WORKSPACE_CAP)
                 cudnn_peak = max(cudnn_peak, size)
                 synthetic += 1
-                model.malloc(("cudnn", synthetic), size)
-                model.free(("cudnn", synthetic))
+                malloc(("cudnn", synthetic), size)
+                free(("cudnn", synthetic))
 
     for index, (kind, sid) in enumerate(tracker.events):
         apply_markers(index)
@@ -853,8 +899,8 @@ def replay_device(tracker: Any, plan: TracePlan) -> Tuple[AllocatorResult, int, 
         if record.host:
             continue
         if kind == "alloc":
-            model.malloc(sid, record.nbytes)
+            malloc(sid, record.nbytes)
         else:
-            model.free(sid)
+            free(sid)
     apply_markers(len(tracker.events))
     return model.result(), len(cublas_threads) * plan.cublas_bytes, cudnn_peak

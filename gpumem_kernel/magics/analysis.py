@@ -257,7 +257,8 @@ examples:
   %gpumem analyze lm -b 8 --input 512 --vocab 32000 --memory 24GiB --checkpointing
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
   %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
-  %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8"""
+  %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8
+  %gpumem analyze model -b 32 --input 3x224x224 --timeline --save step.pickle"""
 
 _ANALYSIS_ARGUMENTS = [
     argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel (model, trainer.model)"),
@@ -335,9 +336,25 @@ def _with(arguments: List[Any]) -> Callable[[Callable[..., Any]], Callable[..., 
     return apply
 
 
+_TIMELINE_ARGUMENTS = [
+    argument(
+        "--timeline",
+        action="store_true",
+        help="also show the predicted memory timeline of the step: what is alive when, and which line of your "
+        "code allocated it (from the trace, also when a GPU measures the analysis)",
+    ),
+    argument(
+        "--save",
+        metavar="FILE",
+        help="with --timeline: write its full history, FILE.pickle (PyTorch's memory snapshot, for "
+        "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
+    ),
+]
+
+
 @magic_arguments("gpumem analyze")
 @kwds(epilog=_EXAMPLES)
-@_with(_ANALYSIS_ARGUMENTS)
+@_with(_ANALYSIS_ARGUMENTS + _TIMELINE_ARGUMENTS)
 def analyze_arguments(line: str) -> None:
     """Memory of one training step of MODEL (parameters, gradients, optimizer state, activations, peak) and
     the batch sizes that fit: the maximum (the same for every --batch), recommended (60% of it) and safe (40%),
@@ -352,8 +369,9 @@ def recommend_arguments(line: str) -> None:
     status of the current batch."""
 
 
-def run_analysis(shell: Any, args: Any, command: str) -> Any:
-    """analyze() with the line's options; the report, remembered for the OOM checklist."""
+def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
+    """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
+    (report, the History of its traced step)."""
     from gpumem_kernel.analysis.analyze import analyze
 
     model = _module(shell, args.model, command)
@@ -376,24 +394,59 @@ def run_analysis(shell: Any, args: Any, command: str) -> Any:
         vocab_size=args.vocab,
     )
     try:
-        report = analyze(model, **options)
+        if timeline:
+            from gpumem_kernel.timeline.predicted import predict
+
+            report, history = predict(model, **options)
+        else:
+            report, history = analyze(model, **options), None
     except ValueError as exc:
         if _debug():
             raise
         raise _fail(command, _one_line(exc)) from None
     remember(shell, report)
-    return report
+    return (report, history) if timeline else report
 
 
 def analyze(shell: Any, rest: str) -> None:
     from gpumem_kernel.analysis.analyze import analysis_bundle
+    from gpumem_kernel.timeline.predicted import option_problem
 
     args = parse(analyze_arguments, "analyze", rest)
-    report = run_analysis(shell, args, "analyze")
+    problem = option_problem(
+        timeline=args.timeline, save=args.save, world_size=args.world_size, strategy=args.strategy, json=args.json
+    )
+    if problem is not None:
+        raise _fail("analyze", problem)
+    if not args.timeline:
+        report = run_analysis(shell, args, "analyze")
+        history = None
+    else:
+        report, history = run_analysis(shell, args, "analyze", timeline=True)
     if args.json:
         print(json.dumps(report.to_payload(), indent=2))
     else:
         display(analysis_bundle(report), raw=True)
+    if history is not None:
+        _show_timeline(history, args.save, show=not args.json)
+
+
+def _show_timeline(history: Any, save: Optional[str], show: bool = True) -> None:
+    """The timeline output after the analysis, and the file --save names."""
+    from gpumem_kernel.timeline.export import save as save_history
+    from gpumem_kernel.timeline.payload import build_payload, timeline_bundle
+
+    if show:
+        display(timeline_bundle(build_payload(history)), raw=True)
+    if save is not None:
+        try:
+            kind = save_history(history, save)
+        except OSError as exc:
+            raise _fail("analyze", f"--save {shown(save)}: {exc.strerror or exc}") from None
+        what = (
+            "PyTorch memory snapshot (pytorch.org/memory_viz)" if kind == "snapshot" else "CSV, one row per allocation"
+        )
+        print(f"timeline saved to {save}: {what}")
 
 
 def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:

@@ -431,14 +431,34 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", default="text", choices=("text", "json"), help="text: the analysis block; json: the payload"
     )
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also the predicted memory timeline of the step (text: its peak and what is alive there, by line)",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="FILE",
+        help="with --timeline: write its full history, FILE.pickle (PyTorch's memory snapshot, for "
+        "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
+    )
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
     from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.timeline.predicted import option_problem, predict
 
+    problem = option_problem(
+        timeline=args.timeline,
+        save=args.save,
+        world_size=args.world_size,
+        strategy=args.strategy,
+        json=args.format == "json",
+    )
+    if problem is not None:
+        raise CliError(problem)
     model = load_model(args.model)
-    report = analyze(
-        model,
+    options: Dict[str, Any] = dict(
         batch_size=args.batch,
         input=args.input,
         loss=_cross_entropy(args.classes) if args.classes else None,
@@ -456,8 +476,27 @@ def _run_analyze(args: argparse.Namespace) -> int:
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
     )
+    if args.timeline:
+        report, history = predict(model, **options)
+    else:
+        report, history = analyze(model, **options), None
     print(json.dumps(report.to_payload(), indent=2) if args.format == "json" else str(report))
+    if history is not None:
+        _timeline_out(history, args.save, text=args.format == "text")
     return 0
+
+
+def _timeline_out(history: Any, save: Optional[str], text: bool) -> None:
+    from gpumem_kernel.timeline.export import save as save_history
+    from gpumem_kernel.timeline.payload import build_payload, summary_text
+
+    if text:
+        print()
+        print(summary_text(build_payload(history)))
+    if save is not None:
+        kind = save_history(history, save)
+        what = "PyTorch memory snapshot (pytorch.org/memory_viz)" if kind == "snapshot" else "CSV"
+        print(f"timeline saved to {save}: {what}", file=sys.stderr if not text else sys.stdout)
 
 
 register(

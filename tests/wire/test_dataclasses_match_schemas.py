@@ -25,6 +25,7 @@ from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import sweep
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.oom import checklist
+from gpumem_kernel.timeline import payload as timeline_payload
 from gpumem_kernel.wire import protocol
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas"
@@ -89,6 +90,8 @@ MIRRORS = [
     ),
     Mirror(sweep.BenchmarkResult, "benchmark.schema.json", added_later=frozenset({"config_yaml"})),
     Mirror(sweep.BenchmarkConfig, "benchmark.schema.json#/properties/config"),
+    # the memory timeline (covers its device, peak, bands, small points, holders, stacks and frames)
+    Mirror(timeline_payload.TimelinePayload, "timeline.schema.json"),
 ]
 
 
