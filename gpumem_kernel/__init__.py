@@ -95,6 +95,7 @@ _LAZY = {
     "load_config": "benchmark.sweep",
     "clear_gpu_memory": "clear.reclaim",
     "record_timeline": "timeline.recorded",
+    "predict_timeline": "timeline.predicted",
 }
 
 
