@@ -17,7 +17,7 @@ import * as React from 'react';
 import { CopyButton } from '../../ui/copybutton';
 import type { IStepFeedback } from '../feedback';
 import type { Trans } from '../../ui/i18n';
-import { diagnosisLines, splitSteps, stepActionLabel, stepsHeading } from './text';
+import { diagnosisLines, familyLabel, splitSteps, stepActionLabel, stepsHeading } from './text';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
 
 export interface IOomChecklistProps {
@@ -130,11 +130,13 @@ export function OomChecklist(props: IOomChecklistProps): JSX.Element {
     <div
       className="jp-GpuMem-oomChecklist"
       data-format={payload.info.format}
+      data-family={payload.info.family ?? ''}
       data-occurrence={payload.occurrence?.id ?? ''}
       data-brief={brief ? 'yes' : 'no'}
       tabIndex={-1}
     >
       <div className="jp-GpuMem-oomSummary">
+        <p className="jp-GpuMem-oomFamily">{familyLabel(payload, trans)}</p>
         {payload.summary.map((line, i) => (
           <p key={i} className={i === 0 ? 'jp-GpuMem-oomHeadline' : undefined}>
             {line}

@@ -610,7 +610,7 @@ export interface IOomPayload {
   alive?: IOomAlive;
 }
 /**
- * The numbers of PyTorch's message (parse_oom_message).
+ * The numbers of PyTorch's message (parse_oom_message); `format` cuda-error is any message without figures, whatever its family.
  */
 export interface IOomInfo {
   format: '1.x' | '2.x' | 'cuda-error' | 'unknown';
@@ -629,6 +629,11 @@ export interface IOomInfo {
   this_process_total: number | null;
   other_processes: IOomProcessUse[];
   hint: 'expandable_segments' | 'max_split_size_mb' | null;
+  /**
+   * Which kind of out-of-memory error this is (gpumem_kernel/oom/patterns.json, classify.py): PyTorch's CUDA/HIP caching allocator, its Intel XPU and Apple MPS backends, a CUDA/HIP call outside the allocator, cuBLAS, cuDNN, NCCL, XLA (JAX/TensorFlow), a library that gave up (accelerate's batch-size finder, vLLM's KV cache), or the host's RAM. The steps follow it. Optional: outputs saved by older kernels have none (their format says: 1.x/2.x/unknown are cuda_allocator, cuda-error one of driver, cublas, cudnn).
+   */
+  family?:
+    'cuda_allocator' | 'xpu' | 'mps' | 'driver' | 'cublas' | 'cudnn' | 'nccl' | 'xla' | 'wrapper' | 'host';
 }
 export interface IOomProcessUse {
   pid: number;

@@ -294,7 +294,10 @@ const oomInfo: Check = object({
   reserved_total: c5,
   this_process_total: c5,
   other_processes: array(object({ pid: integer(0), used: integer(0) })),
-  hint: enumOf('expandable_segments', 'max_split_size_mb', null)
+  hint: enumOf('expandable_segments', 'max_split_size_mb', null),
+  family: optional(
+    enumOf('cuda_allocator', 'xpu', 'mps', 'driver', 'cublas', 'cudnn', 'nccl', 'xla', 'wrapper', 'host')
+  )
 });
 
 /** oom.schema.json#/$defs/fragmentation */
