@@ -9,6 +9,9 @@ Settings (jupyter_server_config.py, or `--GpuMemServer.idle_minutes=45` on the c
     c.GpuMemServer.idle_minutes = 30     # idle longer than this while holding GPU memory: gpumem_idle_gpu_holders
     c.GpuMemServer.cache_seconds = 1.0   # how long one read of NVML and the kernels is reused
 
+Idle means "has run no code": the extension listens to each kernel's IOPub for the status of execute requests
+(activity.py), because jupyter_server's `last_activity` also counts the panel's own samples and widget traffic.
+
 It imports neither IPython nor torch, and NVML never creates a CUDA context.
 """
 
@@ -19,6 +22,7 @@ from typing import Any, Dict, List, Optional
 from traitlets import Float
 from traitlets.config import Configurable
 
+from gpumem_kernel.server.activity import ExecutionWatch
 from gpumem_kernel.server.metrics import GpuMemCollector
 from gpumem_kernel.server.watch import MachineWatch
 
@@ -47,16 +51,37 @@ class Loaded:
         from prometheus_client import REGISTRY
 
         self.settings = GpuMemServer(parent=serverapp)
+        self.serverapp_log = serverapp.log
+        self.executions = ExecutionWatch(serverapp.kernel_manager)
         self.watch = MachineWatch(
             serverapp.kernel_manager,
             getattr(serverapp, "session_manager", None),
             max_age=self.settings.cache_seconds,
+            executions=self.executions,
         )
+        self._follow: Any = None
         self.registry = REGISTRY if registry is None else registry
         self.collector = GpuMemCollector(self.watch.view, lambda: self.settings.idle_minutes * 60.0)
         self.registry.register(self.collector)
 
+    def start(self) -> None:
+        """On the running event loop: listen to each new kernel's executions within a second of its start."""
+        from tornado.ioloop import PeriodicCallback
+
+        self.executions.sync()
+        self._follow = PeriodicCallback(self._sync, 1000)
+        self._follow.start()
+
+    def _sync(self) -> None:
+        try:
+            self.executions.sync()
+        except Exception:  # keep following: the next second may succeed
+            self.serverapp_log.exception("gpumem: could not follow the kernels' executions")
+
     def unload(self) -> None:
+        if self._follow is not None:
+            self._follow.stop()
+        self.executions.close()
         try:
             self.registry.unregister(self.collector)
         except KeyError:
@@ -100,6 +125,11 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
         KERNELS_PATH,
         loaded.settings.idle_minutes,
     )
+
+
+async def _start_jupyter_server_extension(serverapp: Any) -> None:
+    if _loaded is not None:
+        _loaded.start()
 
 
 def _unload_jupyter_server_extension(serverapp: Any) -> None:

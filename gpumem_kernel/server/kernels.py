@@ -4,7 +4,8 @@ A kernel's GPU memory is held by its own process or by a process it started (a D
 with its own command line, a subprocess): a GPU process belongs to a kernel when the kernel's process is
 the process itself or one of its ancestors. The kernel manager knows each local kernel's process
 (`provisioner.process`); the sessions know each kernel's notebook path. Idle time comes from the kernel
-model's `last_activity` and `execution_state`, as jupyter_server's own culler reads them.
+executions (activity.py: when it last ran code); for a kernel whose IOPub the server cannot listen to, from the
+kernel model's `last_activity` and `execution_state`, as jupyter_server's own culler reads them.
 
 Nothing here touches NVML: watch.py joins these facts with the GPUs.
 """
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import psutil
+
+from gpumem_kernel.server.activity import Executions
 
 # States in which a kernel counts as working (or about to), never as idle.
 _NOT_IDLE = {"busy", "starting", "restarting", "autorestarting"}
@@ -30,11 +33,18 @@ class KernelFacts:
     path: str  # the notebook (or console) path of its session; "" without a session
     pid: Optional[int]  # its process; None for a kernel the server does not run itself (gateway, remote)
     execution_state: str
-    last_activity: Optional[float]  # epoch seconds
+    last_activity: Optional[float]  # epoch seconds: jupyter_server's (any message but a few, comm messages too)
+    executions: Optional[Executions] = None  # when it last ran code (None: not watched)
 
     def idle_seconds(self, now: float) -> float:
-        """Seconds since the kernel's last activity while it is idle; 0 while it works or starts."""
-        if self.execution_state in _NOT_IDLE or self.last_activity is None:
+        """Seconds since the kernel last ran code; 0 while it runs code, starts or restarts."""
+        if self.execution_state in _NOT_IDLE - {"busy"}:
+            return 0.0
+        if self.executions is not None:
+            if self.executions.running:
+                return 0.0
+            return max(0.0, now - (self.executions.last or self.executions.since))
+        if self.execution_state == "busy" or self.last_activity is None:
             return 0.0
         return max(0.0, now - self.last_activity)
 
@@ -71,7 +81,11 @@ def session_paths(session_manager: Any) -> Dict[str, str]:
     return {str(row[0]): str(row[1] or "") for row in rows if row[0]}
 
 
-def read_kernels(kernel_manager: Any, session_manager: Any) -> List[KernelFacts]:
+def read_kernels(
+    kernel_manager: Any,
+    session_manager: Any,
+    executions: Callable[[str], Optional[Executions]] = lambda kernel_id: None,
+) -> List[KernelFacts]:
     """Every kernel of this server now (a kernel shut down meanwhile is skipped)."""
     paths = session_paths(session_manager) if session_manager is not None else {}
     found: List[KernelFacts] = []
@@ -88,6 +102,7 @@ def read_kernels(kernel_manager: Any, session_manager: Any) -> List[KernelFacts]
                 pid=kernel_pid(kernel),
                 execution_state=str(getattr(kernel, "execution_state", "unknown") or "unknown"),
                 last_activity=_epoch(getattr(kernel, "last_activity", None)),
+                executions=executions(kernel_id),
             )
         )
     return found

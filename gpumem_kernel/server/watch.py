@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from gpumem_kernel.probe.prober import Prober
+from gpumem_kernel.server.activity import ExecutionWatch
 from gpumem_kernel.server.kernels import Ancestry, KernelFacts, owner_of, read_kernels
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,10 @@ class MachineWatch:
         prober: Optional[Prober] = None,
         max_age: float = 1.0,
         clock: Callable[[], float] = time.time,
+        executions: Optional[ExecutionWatch] = None,
     ) -> None:
         self.kernel_manager = kernel_manager
+        self.executions = executions
         self.session_manager = session_manager
         # env={}: the server's own CUDA_VISIBLE_DEVICES is irrelevant: it watches every GPU of the machine.
         self.prober = prober or Prober(env={})
@@ -103,7 +106,8 @@ class MachineWatch:
         started = time.perf_counter()
         errors: List[str] = []
         try:
-            kernels = read_kernels(self.kernel_manager, self.session_manager)
+            executions = self.executions.get if self.executions is not None else (lambda kernel_id: None)
+            kernels = read_kernels(self.kernel_manager, self.session_manager, executions)
         except Exception as exc:  # the metrics must answer whatever the kernel manager does
             log.warning("gpumem: could not list kernels: %s", exc)
             errors.append(f"kernels: {exc}")

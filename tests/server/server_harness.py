@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -123,27 +123,51 @@ class JupyterServer:
     def say_hello(self, kernel_id: str, timeout: float = 60) -> None:
         """Connect to the kernel as a browser does and ask for its kernel info: the server calls a kernel
         "starting" until a client talks to it."""
-        asyncio.run(self._kernel_info(kernel_id, timeout))
+        asyncio.run(self._talk(kernel_id, [("kernel_info_request", {}, "kernel_info_reply")], timeout))
 
-    async def _kernel_info(self, kernel_id: str, timeout: float) -> None:
+    def execute(self, kernel_id: str, code: str, timeout: float = 60) -> None:
+        request = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
+        asyncio.run(self._talk(kernel_id, [("execute_request", request, "execute_reply")], timeout))
+
+    def open_gpumem_comm(self, kernel_id: str, interval: float, timeout: float = 60) -> None:
+        """What the GPU panel does: load the kernel side, open a `gpumem` comm; returns at its first sample
+        (the kernel then sends one every `interval` seconds over IOPub)."""
+        comm_id = uuid.uuid4().hex
+        data = {"type": "open", "protocol": 1, "interval": interval}
+        steps = [
+            ("execute_request", {"code": "%load_ext gpumem_kernel", "silent": True}, "execute_reply"),
+            ("comm_open", {"comm_id": comm_id, "target_name": "gpumem", "data": data}, "comm_msg"),
+        ]
+        asyncio.run(self._talk(kernel_id, steps, timeout))
+
+    async def _talk(self, kernel_id: str, steps: List[Tuple[str, Dict[str, Any], str]], timeout: float) -> None:
+        """Send each request over the kernel's websocket and wait for a message of the given type answering it
+        (for comm_open: the first comm_msg of that comm)."""
         from tornado.websocket import websocket_connect
 
         url = f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels?token={self.token}"
         ws = await asyncio.wait_for(websocket_connect(url), timeout)
         try:
-            msg_id = uuid.uuid4().hex
-            header = {"msg_id": msg_id, "msg_type": "kernel_info_request", "username": "test", "session": msg_id}
-            header["version"] = "5.3"
-            message = {"header": header, "parent_header": {}, "metadata": {}, "content": {}, "channel": "shell"}
-            await ws.write_message(json.dumps(message))
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                raw = await asyncio.wait_for(ws.read_message(), max(0.1, deadline - time.monotonic()))
-                if raw is None:
-                    raise AssertionError("the kernel's websocket closed")
-                if isinstance(raw, str) and json.loads(raw).get("parent_header", {}).get("msg_id") == msg_id:
-                    if json.loads(raw)["header"]["msg_type"] == "kernel_info_reply":
-                        return
+            for msg_type, content, answer in steps:
+                msg_id = uuid.uuid4().hex
+                header = {"msg_id": msg_id, "msg_type": msg_type, "username": "test", "session": msg_id}
+                header["version"] = "5.3"
+                message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+                await ws.write_message(json.dumps({**message, "channel": "shell"}))
+                deadline = time.monotonic() + timeout
+                while True:
+                    raw = await asyncio.wait_for(ws.read_message(), max(0.1, deadline - time.monotonic()))
+                    if raw is None:
+                        raise AssertionError("the kernel's websocket closed")
+                    if not isinstance(raw, str):
+                        continue
+                    reply = json.loads(raw)
+                    if reply["header"]["msg_type"] != answer:
+                        continue
+                    if answer == "comm_msg" and reply["content"].get("comm_id") == content["comm_id"]:
+                        break
+                    if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                        break
         finally:
             ws.close()
 

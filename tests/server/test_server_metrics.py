@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -152,3 +153,24 @@ def test_without_nvml_the_metrics_still_answer_with_the_kernels(tmp_path):
         payload = server.json("GET", "/gpumem/kernels")
         assert payload["nvml_available"] is False and payload["reason"]
         assert "server.py" not in server.log.read_text()  # no traceback in the server's log
+
+
+def test_idle_counts_from_the_last_cell_not_from_the_panels_samples(fake_server):
+    """jupyter_server's last_activity counts comm messages: with the GPU panel following a kernel it never ages.
+    The extension's idle time counts from the last execution."""
+    server, _ = fake_server
+    kernel = server.json("POST", "/api/kernels", {"name": "python3"})["id"]
+    server.wait_idle(kernel)
+    server.open_gpumem_comm(kernel, interval=0.5)  # %load_ext is an execution: idle counts from here
+    time.sleep(1.1)
+    first = one(scrape(server), "gpumem_kernel_idle_seconds", kernel_id=kernel)
+    time.sleep(3)
+    idle = one(scrape(server), "gpumem_kernel_idle_seconds", kernel_id=kernel)
+    model = server.json("GET", f"/api/kernels/{kernel}")
+    since_activity = time.time() - datetime.fromisoformat(model["last_activity"].replace("Z", "+00:00")).timestamp()
+    assert since_activity < 2, model  # the samples keep jupyter_server's kernel "active"
+    assert idle >= first + 2.5  # but no cell ran
+
+    server.execute(kernel, "x = 1")
+    time.sleep(1.1)
+    assert one(scrape(server), "gpumem_kernel_idle_seconds", kernel_id=kernel) < 2

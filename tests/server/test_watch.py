@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml, GiB
 from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober
+from gpumem_kernel.server.activity import Executions
 from gpumem_kernel.server.handlers import kernels_payload
 from gpumem_kernel.server.kernels import KernelFacts
 from gpumem_kernel.server.metrics import GpuMemCollector
@@ -126,6 +127,17 @@ def test_busy_and_starting_kernels_are_not_idle():
     assert KernelFacts("a", "python3", "", None, "starting", NOW - 99).idle_seconds(NOW) == 0
     assert KernelFacts("a", "python3", "", None, "idle", NOW - 99).idle_seconds(NOW) == 99
     assert KernelFacts("a", "python3", "", None, "idle", None).idle_seconds(NOW) == 0
+
+
+def test_with_its_executions_watched_a_kernel_is_idle_since_its_last_cell_whatever_its_comms_do():
+    def facts(state: str, executions: Executions) -> KernelFacts:
+        return KernelFacts("a", "python3", "", None, state, NOW - 1, executions)
+
+    assert facts("idle", Executions(since=NOW - 600)).idle_seconds(NOW) == 600  # no cell since it started
+    assert facts("idle", Executions(since=NOW - 600, last=NOW - 60)).idle_seconds(NOW) == 60
+    assert facts("busy", Executions(since=NOW - 600, last=NOW - 60)).idle_seconds(NOW) == 60  # a comm message
+    assert facts("busy", Executions(since=NOW - 600, last=NOW - 60, running=True)).idle_seconds(NOW) == 0
+    assert facts("restarting", Executions(since=NOW - 600)).idle_seconds(NOW) == 0
 
 
 def test_one_read_serves_every_ask_for_one_second():
