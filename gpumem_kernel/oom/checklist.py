@@ -58,6 +58,9 @@ MIB = 1024**2
 _UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 _SIZE = r"(\d+(?:\.\d+)?)\s*(bytes|KiB|MiB|GiB|TiB)"
 _EXCEPTION_NAME = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception))\s*:\s*$")
+# The class that starts the message's line when the message does not follow it directly
+# ("RuntimeError: [enforce fail at alloc_cpu.cpp:73] . DefaultCPUAllocator: can't allocate memory: …").
+_LINE_EXCEPTION = re.compile(r"[ \t]*(?:\[rank\d+\]:[ \t]*)?([A-Za-z_][\w.]*(?:Error|Exception))[ \t]*:")
 _TRIED = re.compile(r"Tried to allocate " + _SIZE)
 _V2_TOTAL = re.compile(r"GPU (\d+) has a total capaci?ty of " + _SIZE)
 _V2_FREE = re.compile(r"of which " + _SIZE + r" is free")
@@ -86,7 +89,7 @@ class ProcessUse(NamedTuple):
 class OomInfo:
     """The numbers of one OOM message, in bytes; None where this message format does not say."""
 
-    format: str  # "1.x" | "2.x" | "cuda-error" | "unknown"
+    format: str  # "1.x" | "2.x" | "cuda-error" (a message without figures, any family) | "unknown"
     backend: str  # "CUDA" | "HIP" | "XPU"
     exception: Optional[str]
     message: str  # whitespace-normalised, at most 2000 characters
@@ -102,6 +105,7 @@ class OomInfo:
     this_process_total: Optional[int] = None  # NVML: this process, including non-PyTorch memory
     other_processes: List[ProcessUse] = field(default_factory=list)
     hint: Optional[str] = None  # the fragmentation hint the message gave: "expandable_segments" | "max_split_size_mb"
+    family: str = "cuda_allocator"  # classify.py's family (patterns.json): which steps fit
 
     def cached(self) -> Optional[int]:
         """Reserved but unallocated bytes, whichever way the message put it."""
@@ -128,25 +132,31 @@ def _size(pattern: re.Pattern, text: str, group: int = 1) -> Optional[int]:
 
 def _exception_name(text: str, start: int) -> Optional[str]:
     line_start = text.rfind("\n", 0, start) + 1
-    match = _EXCEPTION_NAME.search(text[line_start:start])
+    match = _EXCEPTION_NAME.search(text[line_start:start]) or _LINE_EXCEPTION.match(text[line_start:start])
     return match.group(1) if match else None
+
+
+# The families whose message is the caching allocator's, with figures; the others have none this parser reads.
+_WITH_FIGURES = ("cuda_allocator", "xpu")
 
 
 def parse_oom_message(text: Any) -> Optional[OomInfo]:
     """The numbers of the first out-of-memory message in `text` (a traceback, a log), or None when it holds
-    none. Which texts count is classify.py's rule; only the allocator family carries figures."""
+    none. Which texts count, and of which family, is classify.py's rule; only the caching allocator's message
+    (families cuda_allocator and xpu) carries figures."""
     if not isinstance(text, str):
         return None
     anchor = find_message(text)
     if anchor is None:
         return None
-    following = find_message(text, anchor.end)
     exception = _exception_name(text, anchor.start)
-    segment = " ".join(text[anchor.start : following.start if following else len(text)].split())
-    message = segment[:_MESSAGE_LIMIT]
-    if anchor.family != "allocator":  # "CUDA error: out of memory", cuBLAS/cuDNN: no figures, same checklist
-        return OomInfo("cuda-error", anchor.backend, exception, message)
-    info = OomInfo("unknown", anchor.backend, exception, message)
+    segment = " ".join(text[anchor.start : anchor.end].split())
+    if not segment:  # the class name alone ("MemoryError"): it is the message
+        exception = exception or oom_error_name(text)
+    message = segment[:_MESSAGE_LIMIT] or (exception or "")
+    if anchor.family not in _WITH_FIGURES:  # the driver, cuBLAS, cuDNN, NCCL, MPS, XLA, wrappers, the host
+        return OomInfo("cuda-error", anchor.backend, exception, message, family=anchor.family)
+    info = OomInfo("unknown", anchor.backend, exception, message, family=anchor.family)
     info.tried_to_allocate = _size(_TRIED, segment)
     head = _V1_HEAD.search(segment)
     if head:
@@ -645,7 +655,70 @@ def diagnose(
     cause_note = _cause_note(info, diagnosis.causes)
     if cause_note is not None:
         notes.insert(0, cause_note)
+    family_note = _family_note(info)
+    if family_note is not None:
+        notes.insert(0, family_note)
     return diagnosis
+
+
+# --- the family: what failed to allocate, and which steps fit it -------------------------------------------
+
+
+def _wrapper_kind(info: OomInfo) -> str:
+    """Which library gave up: "accelerate" (its batch-size finder) or "vllm" (its KV cache)."""
+    return "accelerate" if "batch size found" in info.message else "vllm"
+
+
+_FAMILY_NOTES = {
+    "cublas": (
+        "cuBLAS could not allocate its handle or workspace: the GPU is full, usually with PyTorch's cached blocks, "
+        "so clearing or restarting comes first; cuBLAS allocates outside PyTorch's allocator, so expandable "
+        "segments cannot help"
+    ),
+    "cudnn": (
+        "cuDNN could not allocate its handle or workspace: the GPU is full, usually with PyTorch's cached blocks, "
+        "so clearing or restarting comes first; torch.backends.cudnn.benchmark = False tries fewer "
+        "workspace-hungry algorithms; expandable segments cannot help"
+    ),
+    "nccl": (
+        "NCCL could not allocate its communication buffers on the GPU: other processes and PyTorch's cache left "
+        "it too little, so the steps about them come first; NCCL allocates outside PyTorch's allocator, so "
+        "expandable segments cannot help"
+    ),
+    "mps": (
+        "Apple GPU (MPS): the GPU shares the Mac's RAM with every application, and PyTorch caps its share "
+        "(PYTORCH_MPS_HIGH_WATERMARK_RATIO; 0.0 lifts the cap at the risk of the whole system swapping); "
+        "torch.mps.empty_cache() returns MPS's cached memory"
+    ),
+    "xla": (
+        "XLA (JAX, TensorFlow, PyTorch/XLA): JAX takes 75 % of the GPU when it starts, so another JAX or "
+        "TensorFlow process, or both frameworks in one kernel, leave little room; set "
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION (JAX) or "
+        "tf.config.experimental.set_memory_growth (TensorFlow) before the framework starts"
+    ),
+    "host": (
+        "The host's memory (RAM) ran out, not the GPU's: DataLoader workers (each a process with its own copy of "
+        "the dataset), pinned memory and the container's limit come first; the GPU's steps are folded"
+    ),
+}
+_WRAPPER_NOTES = {
+    "accelerate": (
+        "accelerate's find_executable_batch_size halved the batch down to zero: even a batch of 1 ran out of GPU "
+        "memory, so one sample's step must get smaller (mixed precision, gradient checkpointing, shorter inputs) "
+        "or the model must"
+    ),
+    "vllm": (
+        "vLLM: after loading the weights too little GPU memory is left for the KV cache; raise "
+        "gpu_memory_utilization (the share of the GPU vLLM may take, 0.9 by default) when nothing else uses the "
+        "GPU, lower max_model_len, or free the GPU from other processes"
+    ),
+}
+
+
+def _family_note(info: OomInfo) -> Optional[str]:
+    if info.family == "wrapper":
+        return _WRAPPER_NOTES[_wrapper_kind(info)]
+    return _FAMILY_NOTES.get(info.family)
 
 
 # --- the cause: which steps come first --------------------------------------------------------------------
@@ -979,13 +1052,21 @@ def _inputs_step(d: Diagnosis) -> Step:
     return Step("smaller-inputs", "Use smaller images or shorter sequences", detail, None)
 
 
-def _host_step(d: Diagnosis) -> Step:
+_CONTAINER = (
+    " In a container its memory limit counts, not the machine's RAM (cat /sys/fs/cgroup/memory.max), and the "
+    "kernel's out-of-memory killer ends the largest process first, often a DataLoader worker."
+)
+
+
+def _host_step(d: Diagnosis, host_oom: bool = False) -> Step:
     h = d.host
     if h is None:
         detail = (
             "free -h (or the Task Manager) shows the host's memory; each DataLoader worker is a process of its own."
         )
-        return Step("host-memory", "Check host memory and DataLoader workers", detail, None)
+        return Step(
+            "host-memory", "Check host memory and DataLoader workers", detail + (_CONTAINER if host_oom else ""), None
+        )
     parts = [f"kernel RSS {human(h.rss)}", f"{human(h.available)} of {human(h.total)} available"]
     if h.workers:
         parts.append(
@@ -997,12 +1078,34 @@ def _host_step(d: Diagnosis) -> Step:
     detail = "; ".join(parts) + "."
     if h.low:
         detail += " Host memory is nearly exhausted: fewer workers and no pin_memory help here."
+    if host_oom and not h.container_limit:
+        detail += _CONTAINER
     return Step("host-memory", "Check host memory and DataLoader workers", detail, None)
 
 
-def _workers_step(d: Diagnosis) -> Step:
+def _host_workers_step(workers: int) -> Step:
+    """The workers step when the host ran out: halve them until it fits, pin only with RAM to spare."""
+    if workers > 1:
+        halves = [workers]
+        while len(halves) < 3 and halves[-1] > 1:
+            halves.append(halves[-1] // 2)
+        title = f"Use fewer DataLoader workers ({' → '.join(str(n) for n in halves)})"
+        detail = f"Halve num_workers until it fits ({' → '.join(str(n) for n in halves)}; 0 loads in the kernel)."
+    else:
+        title, detail = "Use fewer DataLoader workers", "Halve num_workers until it fits (e.g. 32 → 16 → 8)."
+    detail += (
+        " Each worker is a process with its own copy of the dataset object (copy-on-write pages get copied as "
+        "Python touches them). pin_memory=True only with RAM to spare: it pins every batch in host memory. "
+        "persistent_workers=True keeps the workers between epochs instead of forking new ones each epoch."
+    )
+    return Step("fewer-workers", title, detail, None)
+
+
+def _workers_step(d: Diagnosis, host_oom: bool = False) -> Step:
     workers = d.num_workers or 0
     children = d.host.workers if d.host else 0
+    if host_oom:
+        return _host_workers_step(workers)
     if workers <= 0 and children <= 0:
         title, detail = "Use fewer DataLoader workers", "Lower num_workers (0 loads in the kernel itself)."
     elif workers > 0:
@@ -1175,6 +1278,30 @@ CAUSE_STEPS: Dict[str, Tuple[str, ...]] = {
     "traceback": ("clear", "restart"),
     "host-memory": ("host-memory", "fewer-workers"),
 }
+# The steps each family puts first, ahead of its causes' (a host failure is about workers, not the GPU; a
+# cuBLAS/cuDNN handle needs PyTorch's cache returned). The caching allocator's families keep the causes' order.
+FAMILY_STEPS: Dict[str, Tuple[str, ...]] = {
+    "cuda_allocator": (),
+    "xpu": (),
+    "driver": (),
+    "cublas": ("clear", "restart", "shutdown-*", "other-processes"),
+    "cudnn": ("clear", "restart", "shutdown-*", "other-processes"),
+    "nccl": ("shutdown-*", "other-processes", "restart", "clear"),
+    "mps": ("clear", "batch-size", "mixed-precision", "smaller-inputs", "restart"),
+    "xla": ("shutdown-*", "other-processes", "restart", "batch-size", "smaller-inputs"),
+    "wrapper": ("shutdown-*", "other-processes", "restart", "clear"),  # vLLM's KV cache
+    "wrapper-accelerate": ("mixed-precision", "grad-checkpointing", "smaller-inputs", "clear", "restart"),
+    "host": ("fewer-workers", "host-memory", "eval-batch-size", "batch-size", "restart"),
+}
+
+
+def family_steps(info: OomInfo) -> Tuple[str, ...]:
+    """The FAMILY_STEPS of this message."""
+    if info.family == "wrapper" and _wrapper_kind(info) == "accelerate":
+        return FAMILY_STEPS["wrapper-accelerate"]
+    return FAMILY_STEPS.get(info.family, ())
+
+
 # What cannot help when one allocation is larger than the GPU: freeing or rearranging memory.
 _FREES_MEMORY = ("clear", "restart", "shutdown-*", "other-processes", "expandable-segments")
 
@@ -1184,10 +1311,13 @@ def step_key(step_id: str) -> str:
     return "shutdown-*" if step_id.startswith("shutdown-") else step_id
 
 
-def order_steps(steps: Sequence[Step], diagnosis: Diagnosis) -> List[Step]:
-    """The checklist's order: the steps that may help, those of the diagnosis's causes first (strongest cause
-    first), then the rest by COST_ORDER; then the steps that cannot help here (shown folded), by COST_ORDER."""
+def order_steps(steps: Sequence[Step], diagnosis: Diagnosis, first: Sequence[str] = ()) -> List[Step]:
+    """The checklist's order: the steps that may help, those of the family (`first`, family_steps) and of the
+    diagnosis's causes first (strongest cause first), then the rest by COST_ORDER; then the steps that cannot
+    help here (shown folded), by COST_ORDER."""
     rank: Dict[str, int] = {}
+    for key in first:
+        rank.setdefault(key, len(rank))
     for cause in diagnosis.causes:
         for key in CAUSE_STEPS.get(cause.kind, ()):
             rank.setdefault(key, len(rank))
@@ -1219,6 +1349,9 @@ def _not_applicable(
 ) -> Optional[str]:
     """Why `step` cannot help with this OOM, or None when it may. The one place steps are folded."""
     key = step_key(step.id)
+    by_family = _family_not_applicable(key, info)
+    if by_family is not None:
+        return by_family
     if d.too_large and key in _FREES_MEMORY:
         return (
             f"One allocation of {human(info.tried_to_allocate)} is larger than all the memory this GPU allows: "
@@ -1246,6 +1379,71 @@ def _not_applicable(
     if key == "fewer-workers" and not (d.num_workers or 0) and not (d.host.workers if d.host else 0):
         return "There are no DataLoader workers (num_workers is 0 and the kernel has no child processes)."
     return None
+
+
+_TORCH_CODE = (
+    "The cell this step inserts is PyTorch code; in JAX use jax.checkpoint and bfloat16 parameters, in "
+    "TensorFlow tf.keras.mixed_precision and tf.recompute_grad."
+)
+_OUTSIDE_ALLOCATOR = (
+    "{} allocates outside PyTorch's caching allocator (cudaMalloc): expandable segments do not change it. "
+    "Clearing returns PyTorch's cached blocks to the driver, which is what it needs."
+)
+_NOT_THE_GPU = "The host's memory (RAM) ran out, not the GPU's: {}."
+_FAMILY_NOT_APPLICABLE: Dict[str, Dict[str, str]] = {
+    "cublas": {"expandable-segments": _OUTSIDE_ALLOCATOR.format("cuBLAS")},
+    "cudnn": {"expandable-segments": _OUTSIDE_ALLOCATOR.format("cuDNN")},
+    "nccl": {"expandable-segments": _OUTSIDE_ALLOCATOR.format("NCCL")},
+    "mps": {
+        "expandable-segments": (
+            "Expandable segments are a setting of PyTorch's CUDA allocator; MPS has its own, capped by "
+            "PYTORCH_MPS_HIGH_WATERMARK_RATIO."
+        ),
+        "other-processes": (
+            "NVML does not see Apple GPUs: on a Mac the GPU shares RAM with every application, so close the ones "
+            "you do not need (Activity Monitor)."
+        ),
+        "shutdown-*": "NVML does not see Apple GPUs: it cannot tell which kernel holds MPS memory.",
+    },
+    "xla": {
+        "expandable-segments": (
+            "Expandable segments are a setting of PyTorch's CUDA allocator; XLA has its own: "
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false or XLA_PYTHON_CLIENT_MEM_FRACTION (JAX), "
+            "tf.config.experimental.set_memory_growth (TensorFlow)."
+        ),
+        "mixed-precision": _TORCH_CODE,
+        "grad-accumulation": _TORCH_CODE,
+        "grad-checkpointing": _TORCH_CODE,
+    },
+    "wrapper-accelerate": {
+        "batch-size": "accelerate's batch-size finder already tried every batch down to 1: none fits.",
+        "grad-accumulation": "Even a batch of 1 ran out of memory: accumulating smaller batches cannot help.",
+        "eval-batch-size": "accelerate's batch-size finder already tried every batch down to 1: none fits.",
+    },
+    "wrapper": {  # vLLM
+        "batch-size": "vLLM serves the model: what must fit is the weights plus the KV cache, not a training batch.",
+        "eval-batch-size": "vLLM schedules its own batches inside the KV cache it could allocate.",
+        "grad-accumulation": "vLLM serves the model: there are no gradients to accumulate.",
+        "mixed-precision": "vLLM already runs the model in 16 bits (or the dtype you passed).",
+        "grad-checkpointing": "vLLM serves the model: there are no activations kept for backward.",
+        "fewer-workers": "vLLM does not use DataLoader workers.",
+    },
+    "host": {
+        "shutdown-*": _NOT_THE_GPU.format("other kernels' GPU memory does not matter here"),
+        "other-processes": _NOT_THE_GPU.format("the processes on the GPU do not matter here"),
+        "expandable-segments": _NOT_THE_GPU.format("expandable segments arrange GPU memory only"),
+        "mixed-precision": _NOT_THE_GPU.format("mixed precision shrinks activations on the GPU"),
+        "grad-checkpointing": _NOT_THE_GPU.format("checkpointing shrinks activations on the GPU"),
+    },
+}
+
+
+def _family_not_applicable(key: str, info: OomInfo) -> Optional[str]:
+    """Why a step cannot help with an out-of-memory error of this family, or None."""
+    family = info.family
+    if family == "wrapper" and _wrapper_kind(info) == "accelerate":
+        family = "wrapper-accelerate"
+    return _FAMILY_NOT_APPLICABLE.get(family, {}).get(key)
 
 
 def build_checklist(
@@ -1276,8 +1474,8 @@ def build_checklist(
         ),
         _amp_step(d),
         _inputs_step(d),
-        _host_step(d),
-        _workers_step(d),
+        _host_step(d, info.family == "host"),
+        _workers_step(d, info.family == "host"),
         _checkpoint_step(d),
         _expandable_step(info, d),
         _model_step(d),
@@ -1285,14 +1483,32 @@ def build_checklist(
     present = [s for s in steps if s is not None]
     for step in present:
         step.not_applicable = _not_applicable(step, info, d, batch, sample)
-    return order_steps(present, d)
+    return order_steps(present, d, family_steps(info))
 
 
 # --- the bundle ------------------------------------------------------------------------------------------
 
 
+_FAMILY_SUMMARY = {
+    "cublas": "cuBLAS could not allocate its handle or workspace (CUBLAS_STATUS_ALLOC_FAILED): the GPU is full",
+    "cudnn": "cuDNN could not allocate its handle or workspace (CUDNN_STATUS_ALLOC_FAILED): the GPU is full",
+    "nccl": "NCCL ran out of GPU memory for its buffers (Cuda failure 'out of memory')",
+    "mps": "MPS (Apple GPU) out of memory: the GPU's share of the Mac's RAM is used up",
+    "xla": "XLA out of memory (RESOURCE_EXHAUSTED): JAX, TensorFlow or PyTorch/XLA",
+    "host": "Host memory (RAM) out of memory: the CPU side ran out, not the GPU",
+}
+_WRAPPER_SUMMARY = {
+    "accelerate": "accelerate found no batch size that fits (its batch-size finder reached zero)",
+    "vllm": "vLLM out of memory: no room left for the KV cache",
+}
+
+
 def _summary(info: OomInfo) -> List[str]:
     where = f" on GPU {info.device}" if info.device is not None else ""
+    if info.format == "cuda-error" and info.family in _FAMILY_SUMMARY:
+        return [_FAMILY_SUMMARY[info.family]]
+    if info.family == "wrapper":
+        return [_WRAPPER_SUMMARY[_wrapper_kind(info)]]
     if info.format == "cuda-error":
         return [f"{info.backend} error: out of memory{where} (a CUDA call outside PyTorch's allocator; no figures)"]
     first = f"{info.backend} out of memory{where}"
@@ -1604,7 +1820,7 @@ def install_oom_handler(
     recommendation: Optional[Callable[[], Optional[int]]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
 ) -> str:
-    """Show the OOM checklist under the traceback of every CUDA out-of-memory error. Returns one line
+    """Show the OOM checklist under the traceback of every out-of-memory error (any family). Returns one line
     saying what was done. A custom handler the user already set keeps running first for its exceptions.
     `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None."""
     if getattr(shell, _STATE, None) is not None:
@@ -1623,8 +1839,10 @@ def install_oom_handler(
 
     torch = loaded_torch()
     # torch.OutOfMemoryError subclasses RuntimeError; RuntimeError also catches it when torch is imported later
-    # and catches the older RuntimeError("CUDA out of memory…"). Other RuntimeErrors get the normal traceback.
-    ours = tuple(c for c in (getattr(torch, "OutOfMemoryError", None), RuntimeError) if isinstance(c, type))
+    # and catches the older RuntimeError("CUDA out of memory…"), XLA's, NCCL's and accelerate's. MemoryError is
+    # the host's (numpy's too), ValueError vLLM's KV-cache errors. Other exceptions get the normal traceback.
+    candidates = (getattr(torch, "OutOfMemoryError", None), RuntimeError, MemoryError, ValueError)
+    ours = tuple(c for c in candidates if isinstance(c, type))
     shell.set_custom_exc(previous + tuple(c for c in ours if c not in previous), handler)
     state.installed_handler = shell.CustomTB
     setattr(shell, _STATE, state)

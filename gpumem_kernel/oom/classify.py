@@ -1,22 +1,44 @@
 """Is this error an out-of-memory error, and of which family? The one answer for the whole kernel.
 
-Recognised (patterns in patterns.json, which the browser's src/actions/oom/detect.ts reads too):
-  allocator     PyTorch's device allocator refused a tensor: "CUDA/HIP/XPU out of memory. Tried to allocate …"
-                from the caching allocator, "Allocation on device N would exceed allowed memory" from its
-                cudaMallocAsync backend, or any torch.OutOfMemoryError. The only family whose message carries
-                figures (request, free, reserved-but-unallocated, other processes), so the checklist can compute
-                fragmentation, a batch size and who else holds the GPU.
-  driver        "CUDA error: out of memory" (and HIP's, and 0.x's "cuda runtime error (2)"): a CUDA call outside
-                the allocator found the device full. No figures; freeing or restarting still helps.
-  cublas-cudnn  CUBLAS_STATUS_ALLOC_FAILED / CUDNN_STATUS_ALLOC_FAILED: the library could not get its handle or
-                workspace, almost always because the device is full, which users rarely read as an OOM. Gets the
-                same checklist as the driver family. CUDNN_STATUS_INTERNAL_ERROR, illegal memory accesses and
-                device-side asserts are not out-of-memory errors and are never recognised.
+The families, their patterns and the exception names that count are data, in patterns.json, which the browser's
+src/actions/oom/detect.ts reads too (both sides are tested against the corpus in tests/oom/):
+
+  cuda_allocator  PyTorch's CUDA/HIP caching allocator ("CUDA out of memory. Tried to allocate …", the
+                  cudaMallocAsync backend's "Allocation on device N would exceed allowed memory", any
+                  torch.OutOfMemoryError with another text). Its message carries figures (request, free,
+                  reserved-but-unallocated, other processes): the checklist computes fragmentation, a batch size
+                  and who else holds the GPU.
+  xpu             the same allocator on Intel GPUs ("XPU out of memory. …", figures parsed too).
+  mps             Apple's MPS backend ("MPS backend out of memory (MPS allocated: …)").
+  driver          a CUDA/HIP call outside the allocator ("CUDA error: out of memory", hipErrorOutOfMemory,
+                  CUDA_ERROR_OUT_OF_MEMORY, "cuda failed with error 2", 0.x's "cuda runtime error (2)").
+  cublas, cudnn   CUBLAS_STATUS_ALLOC_FAILED / CUDNN_STATUS_ALLOC_FAILED: the library's handle or workspace.
+  nccl            NCCL's "Cuda failure 'out of memory'" (other NCCL errors are not recognised).
+  xla             XLA/JAX/TensorFlow: RESOURCE_EXHAUSTED, "Resource exhausted: OOM when allocating tensor", any
+                  case; TensorFlow's ResourceExhaustedError by name.
+  wrapper         a library gave up: accelerate's "No executable batch size found, reached zero", vLLM's KV
+                  cache errors ("No available memory for the cache blocks", "The model's max seq len … is larger
+                  than the maximum number of tokens that can be stored in KV cache").
+  host            CPU RAM: MemoryError (numpy's "Unable to allocate X GiB for an array with shape"), torch's
+                  "DefaultCPUAllocator: can't allocate memory", "DataLoader worker (pid N) is killed by signal:
+                  Killed".
+
+The rule, the same on both sides: an exception name that decides (MemoryError → host, ResourceExhaustedError →
+xla) names the family; else the earliest message pattern in the exception's message; else a fallback name
+(torch.OutOfMemoryError → cuda_allocator). Illegal memory accesses, device-side asserts, CUDNN_STATUS_INTERNAL_ERROR
+or NOT_INITIALIZED, TensorFlow's "ran out of memory … this is not a failure" warning and NCCL errors without "out of
+memory" are not out-of-memory errors and are never recognised.
+
+In a text (a traceback, a log) the exception's own line decides, never the text around it: when the text has
+exception lines ("Name: message", also after a "[rank0]:" or a logger's "…] " prefix, and VS Code's "Exception has
+occurred: Name"), the first of them whose name and message classify gives the family; a line an application prints
+beside it ("if you encounter CUDA out of memory, reduce the batch size") does not count. Only a text without any
+exception line (a log) is searched as a whole.
 
 `classify(type_name, message)` is the rule the browser applies to an IOPub error (ename, evalue);
-`classify_exception(exc)` applies it to a live exception, where two more facts are known: a class named
-OutOfMemoryError counts only when torch defines it, and a message counts only on a RuntimeError (PyTorch raises
-all of these as RuntimeError or a subclass). Nothing here imports torch.
+`classify_exception(exc)` applies it to a live exception, where two more facts are known: a class name counts
+only when the package it belongs to defines it (patterns.json `modules`), and a message counts only on the
+built-in classes its family is raised as (`raised_as`). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -25,7 +47,7 @@ import json
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 
 class _Pattern(NamedTuple):
@@ -33,97 +55,179 @@ class _Pattern(NamedTuple):
     regex: re.Pattern
 
 
-def _load() -> Tuple[re.Pattern, str, List[_Pattern]]:
+class _Name(NamedTuple):
+    family: str
+    regex: re.Pattern
+    modules: Tuple[str, ...]
+    decides: bool
+
+
+def _load() -> Tuple[List[_Pattern], List[_Name], Dict[str, Tuple[str, ...]], Tuple[str, ...]]:
     data = json.loads(resources.files("gpumem_kernel").joinpath("oom", "patterns.json").read_text("utf-8"))
-    compiled = [
-        _Pattern(entry["family"], re.compile(pattern, re.ASCII))
+    patterns = [
+        _Pattern(entry["family"], re.compile(pattern, re.ASCII | (re.IGNORECASE if entry.get("ignore_case") else 0)))
         for entry in data["families"]
         for pattern in entry["patterns"]
     ]
-    return re.compile(data["exception_name"], re.ASCII), data["exception_name_family"], compiled
+    names = [
+        _Name(entry["family"], re.compile(entry["pattern"], re.ASCII), tuple(entry["modules"]), entry["decides"])
+        for entry in data["exception_names"]
+    ]
+    names.sort(key=lambda name: not name.decides)  # the names that decide first, the fallbacks last
+    raised_as = {entry["family"]: tuple(entry["raised_as"]) for entry in data["families"]}
+    families = tuple(dict.fromkeys(entry["family"] for entry in data["families"]))
+    return patterns, names, raised_as, families
 
 
-_NAME, _NAME_FAMILY, _PATTERNS = _load()
-FAMILIES: Tuple[str, ...] = tuple(dict.fromkeys(p.family for p in _PATTERNS))
-# An exception line as Python prints it, "[rank0]: torch.OutOfMemoryError: …": the class name it starts with.
-_ERROR_LINE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*)\s*(?::|$)", re.ASCII | re.MULTILINE)
+_PATTERNS, _NAMES, _RAISED_AS, FAMILIES = _load()
+# An exception line: "[rank0]: torch.OutOfMemoryError: …", "ERROR 05-12 [core.py:396] ValueError: …",
+# "ResourceExhaustedError (see above for traceback): …", "Exception has occurred: RuntimeError" (VS Code). The
+# name must look like an exception class (…Error, …Exception, …Warning) or be one patterns.json names.
+_ERROR_LINE = re.compile(
+    r"^(?:[^\n]*?[\]|][ \t]+)?[ \t]*(?:\[rank\d+\]:[ \t]*)?(?:Exception has occurred:[ \t]*)?"
+    r"([A-Za-z_][\w.]*)[ \t]*(?:\([^)\n]*\)[ \t]*)?(?::|$)",
+    re.ASCII | re.MULTILINE,
+)
+_EXCEPTION_WORD = re.compile(r"(?:Error|Exception|Warning)$", re.ASCII)
 
 
 @dataclass(frozen=True)
 class OomMessage:
-    """Where an out-of-memory message starts in a text, and what it is."""
+    """Where an out-of-memory message starts in a text, where its part of the text ends, and what it is."""
 
     family: str
-    backend: str  # "CUDA" | "HIP" | "XPU"
+    backend: str  # "CUDA" | "HIP" | "XPU": the GPU API the message names, CUDA where it names none
     start: int
-    end: int
+    end: int  # the end of the message's part of the text: the next exception line, or the end
 
 
-def _backend(matched: str) -> str:
-    first = matched.split(" ", 1)[0].upper()
-    return first if first in ("HIP", "XPU") else "CUDA"
+def _backend(family: str, matched: str) -> str:
+    if family == "xpu":
+        return "XPU"
+    if family not in ("cuda_allocator", "driver"):
+        return "CUDA"
+    return "HIP" if matched.lower().startswith("hip") else "CUDA"
+
+
+def _name_family(type_name: str, decides: bool) -> Optional[str]:
+    return next((n.family for n in _NAMES if n.decides == decides and n.regex.search(type_name)), None)
+
+
+def _earliest(text: str, start: int, end: int) -> Optional[Tuple[str, re.Match]]:
+    best: Optional[Tuple[str, re.Match]] = None
+    for pattern in _PATTERNS:
+        match = pattern.regex.search(text, start, end)
+        if match is not None and (best is None or match.start() < best[1].start()):
+            best = (pattern.family, match)
+    return best
+
+
+def _classify_part(type_name: str, text: str, start: int, end: int) -> Optional[OomMessage]:
+    """The rule on one exception (its name and the part of the text that is its message)."""
+    decided = _name_family(type_name, True)
+    found = _earliest(text, start, end)
+    if decided is not None:
+        at = found[1].start() if found is not None and found[0] == decided else start
+        return OomMessage(decided, "CUDA", at, end)
+    if found is not None:
+        family, match = found
+        return OomMessage(family, _backend(family, match.group(0)), match.start(), end)
+    fallback = _name_family(type_name, False)
+    return OomMessage(fallback, "CUDA", start, end) if fallback is not None and type_name else None
+
+
+def _exception_lines(text: str, start: int) -> List[Tuple[str, int, int]]:
+    """(name, where its message starts, where the line starts) of each exception line from `start` on."""
+    lines = []
+    for match in _ERROR_LINE.finditer(text, start):
+        name = match.group(1)
+        if _EXCEPTION_WORD.search(name) or _name_family(name, True) or _name_family(name, False):
+            lines.append((name, match.end(), match.start()))
+    return lines
 
 
 def find_message(text: str, start: int = 0) -> Optional[OomMessage]:
-    """The earliest out-of-memory message in `text` at or after `start` (a traceback, a log, an evalue)."""
-    best: Optional[re.Match] = None
-    family = ""
-    for pattern in _PATTERNS:
-        match = pattern.regex.search(text, start)
-        if match is not None and (best is None or match.start() < best.start()):
-            best, family = match, pattern.family
-    if best is None:
-        return None
-    return OomMessage(family, _backend(best.group(0)), best.start(), best.end())
+    """The first out-of-memory message in `text` at or after `start` (a traceback, a log, an evalue): the
+    first exception line that classifies when the text has exception lines, else the earliest message."""
+    lines = _exception_lines(text, start)
+    if not lines:
+        found = _earliest(text, start, len(text))
+        if found is None:
+            return None
+        family, match = found
+        following = _earliest(text, match.end(), len(text))
+        end = following[1].start() if following is not None else len(text)
+        return OomMessage(family, _backend(family, match.group(0)), match.start(), end)
+    for i, (name, at, _) in enumerate(lines):
+        end = lines[i + 1][2] if i + 1 < len(lines) else len(text)
+        found = _classify_part(name, text, at, end)
+        if found is not None:
+            return found
+    return None
 
 
 def is_oom_name(type_name: str) -> bool:
-    """torch.OutOfMemoryError / torch.cuda.OutOfMemoryError by name, qualified or not."""
-    return _NAME.search(type_name) is not None
+    """An exception class name that names an out-of-memory error by itself (torch.OutOfMemoryError,
+    MemoryError, ResourceExhaustedError), qualified or not."""
+    return any(n.regex.search(type_name) for n in _NAMES)
 
 
 def classify(type_name: str, message: str) -> Optional[str]:
     """The family of an error with this class name and message, or None when it is not an out-of-memory error."""
-    found = find_message(message)
-    if found is not None:
-        return found.family
-    return _NAME_FAMILY if is_oom_name(type_name) else None
+    found = _classify_part(type_name, message, 0, len(message))
+    return found.family if found is not None else None
 
 
 def oom_error_name(text: str) -> Optional[str]:
-    """The class name of the first exception line in `text` that names torch.OutOfMemoryError, or None."""
-    return next((m.group(1) for m in _ERROR_LINE.finditer(text) if is_oom_name(m.group(1))), None)
+    """The class name of the first exception line in `text` that names an out-of-memory error, or None."""
+    return next((name for name, _, _ in _exception_lines(text, 0) if is_oom_name(name)), None)
 
 
 def classify_text(text: str) -> Optional[str]:
-    """The family of the first out-of-memory error in a text (a traceback, or the browser's "ename: evalue"):
-    a message pattern anywhere, else an exception line that names torch.OutOfMemoryError."""
+    """The family of the first out-of-memory error in a text (a traceback, a log, the browser's "ename: evalue")."""
     found = find_message(text)
-    if found is not None:
-        return found.family
-    return _NAME_FAMILY if oom_error_name(text) is not None else None
+    return found.family if found is not None else None
 
 
-def _torch_oom_class(cls: type) -> bool:
-    return any(
-        is_oom_name(base.__name__) and str(getattr(base, "__module__", "")).split(".")[0] == "torch"
-        for base in getattr(cls, "__mro__", ())
-    )
+def _defined_by(base: type, modules: Tuple[str, ...]) -> bool:
+    return str(getattr(base, "__module__", "")).split(".")[0] in modules
+
+
+def _class_family(cls: type, decides: bool) -> Optional[str]:
+    for name in _NAMES:
+        if name.decides != decides:
+            continue
+        if any(name.regex.search(base.__name__) and _defined_by(base, name.modules) for base in cls.__mro__):
+            return name.family
+    return None
+
+
+def _raised_as(cls: type, family: str) -> bool:
+    allowed = _RAISED_AS.get(family, ())
+    return any(base.__name__ in allowed and base.__module__ == "builtins" for base in cls.__mro__)
 
 
 def classify_exception(exc: Any) -> Optional[str]:
     """The family of a live exception (or exception class), or None. torch need not be imported."""
     cls = exc if isinstance(exc, type) else type(exc)
-    if _torch_oom_class(cls):
-        return _NAME_FAMILY
-    if not isinstance(exc, RuntimeError):
+    if not isinstance(getattr(cls, "__mro__", None), tuple):
         return None
-    try:
-        message = str(exc)
-    except Exception:
-        return None
-    found = find_message(message)
-    return found.family if found is not None else None
+    decided = _class_family(cls, True)
+    if decided is not None:
+        return decided
+    if not isinstance(exc, type) and isinstance(exc, BaseException):
+        try:
+            message = str(exc)
+        except Exception:
+            message = ""
+        best: Optional[Tuple[str, int]] = None
+        for pattern in _PATTERNS:
+            match = pattern.regex.search(message)
+            if match is not None and _raised_as(cls, pattern.family) and (best is None or match.start() < best[1]):
+                best = (pattern.family, match.start())
+        if best is not None:
+            return best[0]
+    return _class_family(cls, False)
 
 
 def is_oom(exc: Any) -> bool:

@@ -237,6 +237,8 @@ FIRST_STEPS = [
     ("v1_reserved.txt", "fragmentation", "expandable-segments"),
     ("v1_reserved_max_split.txt", "fragmentation", "expandable-segments"),
     ("v1_cached.txt", "fragmentation", "expandable-segments"),
+    ("v1_cached_tiny_free.txt", "fragmentation", "expandable-segments"),
+    ("v2_hip_app_hint.txt", "fragmentation", "expandable-segments"),  # the app's own line after it changes nothing
     ("v2_docs_url_other_process.txt", "other-processes", "other-processes"),
     ("v2_several_processes.txt", "other-processes", "other-processes"),
     ("v21_capacty_wrapped.txt", "other-processes", "other-processes"),
@@ -247,6 +249,9 @@ FIRST_STEPS = [
     ("v1_allowed_zero_bytes.txt", None, "clear"),
     ("v2_windows_bogus_process.txt", None, "clear"),  # the other process's figure is impossible: unknown
     ("async_allocator.txt", None, "clear"),  # cudaMallocAsync's message: no figures this parser reads
+    ("async_allocator_name_only.txt", None, "clear"),  # the class name alone
+    ("xpu_tensor_larger_than_free.txt", None, "clear"),  # XPU: no free figure, no cause named
+    ("xpu_title.txt", None, "clear"),
     ("cuda_error_oom.txt", None, "clear"),  # no figures
     ("cublas_create_handle.txt", None, "clear"),
     ("v0_cuda_runtime_error.txt", None, "clear"),
@@ -633,16 +638,86 @@ def test_real_messages_that_are_not_out_of_memory_get_no_checklist(name: str) ->
     assert oom_report(message(name), shell_with(), sample=None) is None
 
 
-@pytest.mark.parametrize(
-    "name", ["cublas_create_handle.txt", "cublas_debugger_form.txt", "cudnn_alloc_failed.txt", "cuda_error_oom.txt"]
-)
-def test_cublas_and_cudnn_failures_get_the_checklist_of_a_cuda_error_out_of_memory(name: str) -> None:
-    def steps(text: str) -> List[str]:
-        bundle = oom_report(text, shell_with(**training_namespace()), sample=sample(), env={})
-        assert bundle[OOM_MIME]["info"]["format"] == "cuda-error"
-        return [step["id"] for step in bundle[OOM_MIME]["steps"]]
+def _bundle(name: str) -> Dict[str, Any]:
+    return oom_report(message(name), shell_with(**training_namespace()), sample=sample(), env={})[OOM_MIME]
 
-    assert steps(message(name)) == steps(message("cuda_error_oom.txt"))
+
+def _folded(payload: Dict[str, Any]) -> Dict[str, str]:
+    return {step["id"]: step["not_applicable"] for step in payload["steps"] if step["not_applicable"] is not None}
+
+
+@pytest.mark.parametrize(
+    "name", ["cublas_create_handle.txt", "cublas_debugger_form.txt", "cudnn_alloc_failed.txt", "nccl_warn_alloc.txt"]
+)
+def test_cublas_cudnn_and_nccl_fold_expandable_segments_and_clear_first(name: str) -> None:
+    """They allocate outside PyTorch's caching allocator: expandable segments cannot help; returning PyTorch's
+    cached blocks (clear) or other processes' memory can."""
+    payload = _bundle(name)
+    assert payload["info"]["format"] == "cuda-error" and payload["info"]["family"] == name.split("_")[0]
+    assert "outside PyTorch's caching allocator" in _folded(payload)["expandable-segments"]
+    first = [step_key(step["id"]) for step in payload["steps"]][:2]  # the probe lists another kernel
+    assert first == (["clear", "restart"] if not name.startswith("nccl") else ["shutdown-*", "other-processes"])
+    assert payload["diagnosis"]["notes"][0].startswith(("cuBLAS", "cuDNN", "NCCL"))
+
+
+def test_a_driver_error_keeps_the_checklist_of_a_cuda_error() -> None:
+    payload = _bundle("cuda_error_oom.txt")
+    assert payload["info"]["family"] == "driver" and "expandable-segments" not in _folded(payload)
+
+
+@pytest.mark.parametrize(
+    "name", ["host_numpy_array_memory_error.txt", "host_cpu_allocator_cant_allocate.txt", "host_dataloader_killed.txt"]
+)
+def test_a_host_failure_is_about_workers_and_host_memory_not_the_gpu(name: str) -> None:
+    payload = _bundle(name)  # training_namespace(): 2 workers
+    ids = [step["id"] for step in payload["steps"]]
+    assert payload["info"]["family"] == "host" and payload["summary"][0].startswith("Host memory (RAM)")
+    assert ids[:3] == ["fewer-workers", "host-memory", "eval-batch-size"]
+    workers = next(step for step in payload["steps"] if step["id"] == "fewer-workers")
+    assert workers["title"] == "Use fewer DataLoader workers (2 → 1)"
+    assert "pin_memory=True only with RAM to spare" in workers["detail"] and "persistent_workers" in workers["detail"]
+    assert "1.3×" in next(step for step in payload["steps"] if step["id"] == "eval-batch-size")["detail"]
+    assert {"other-processes", "expandable-segments", "mixed-precision", "grad-checkpointing"} <= set(_folded(payload))
+    assert all("not the GPU's" in why for why in _folded(payload).values())
+
+
+def test_the_host_step_names_the_container_limit() -> None:
+    payload = oom_report(message("host_dataloader_killed.txt"), shell_with(), sample=None, env={})[OOM_MIME]
+    host = next(step for step in payload["steps"] if step["id"] == "host-memory")
+    assert "memory.max" in host["detail"]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_halving_the_workers_counts_down_from_the_users_own() -> None:
+    ns = training_namespace(workers=32)
+    payload = oom_report(message("host_dataloader_killed.txt"), shell_with(**ns), sample=sample(), env={})[OOM_MIME]
+    assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (32 → 16 → 8)"
+
+
+@pytest.mark.parametrize(
+    "name, first, folded",
+    [
+        ("xla_jax_xla_runtime_error.txt", "shutdown-*", {"expandable-segments", "mixed-precision"}),
+        ("mps_runtime_error.txt", "clear", {"expandable-segments", "other-processes"}),
+        ("wrapper_vllm_cache_blocks.txt", "shutdown-*", {"batch-size", "grad-accumulation"}),
+        ("wrapper_accelerate_batch_finder.txt", "mixed-precision", {"batch-size", "grad-accumulation"}),
+    ],
+)
+def test_xla_mps_and_wrappers_get_the_steps_that_make_sense_there(name: str, first: str, folded: set) -> None:
+    payload = _bundle(name)
+    assert step_key(payload["steps"][0]["id"]) == first
+    assert folded <= set(_folded(payload))
+    assert payload["diagnosis"]["notes"][0]  # the family's note: what to change there
+
+
+def test_every_family_names_itself_in_the_payload_and_the_text() -> None:
+    seen = {}
+    for entry in CORPUS:
+        if entry["oom"]:
+            bundle = oom_report(message(entry["file"]), shell_with(), sample=None, env={})
+            assert bundle[OOM_MIME]["info"]["family"] == entry["family"], entry["file"]
+            seen[entry["family"]] = bundle["text/plain"].splitlines()[0]
+    assert len(seen) == 10 and len(set(seen.values())) >= 9  # cuda_allocator and xpu share the allocator's line
 
 
 def test_a_torch_out_of_memory_error_with_its_own_text_gets_a_checklist_from_text_too() -> None:

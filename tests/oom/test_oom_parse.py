@@ -31,6 +31,42 @@ def read_message(name: str) -> str:
 EXPECTED: Dict[str, Dict[str, Any]] = {
     "v0_cuda_runtime_error.txt": dict(format="cuda-error", exception="RuntimeError", tried_to_allocate=None),
     "cuda_error_oom.txt": dict(format="cuda-error", exception="RuntimeError", device=None),
+    "v1_cached_tiny_free.txt": dict(
+        format="1.x",
+        exception="RuntimeError",
+        tried_to_allocate=b(1.12, MIB),
+        device=0,
+        total_capacity=b(22.37, GIB),
+        allocated_by_pytorch=b(15.87, GIB),
+        free=b(3.56, MIB),
+        reserved_unallocated=b(787.74, MIB),
+    ),
+    "v2_hip_app_hint.txt": dict(
+        format="2.x",
+        exception=None,
+        backend="HIP",
+        tried_to_allocate=b(432.00, MIB),
+        total_capacity=b(15.92, GIB),
+        free=b(7.12, GIB),
+        allocated_by_pytorch=b(8.08, GIB),
+        reserved_unallocated=b(321.96, MIB),
+        hint="expandable_segments",
+    ),
+    "xpu_tensor_larger_than_free.txt": dict(
+        format="2.x",
+        exception="torch.OutOfMemoryError",
+        backend="XPU",
+        family="xpu",
+        tried_to_allocate=b(8.00, GIB),
+        device=0,
+        total_capacity=b(15.11, GIB),
+        free=None,
+        allocated_by_pytorch=0,
+        reserved_unallocated=0,
+    ),
+    "xpu_title.txt": dict(
+        format="2.x", backend="XPU", family="xpu", tried_to_allocate=b(4.00, GIB), total_capacity=b(15.11, GIB)
+    ),
     "v1_cached.txt": dict(
         format="1.x",
         exception="RuntimeError",
@@ -270,9 +306,8 @@ def test_message_inside_a_traceback_is_found_and_only_the_first_one_is_read() ->
         "",
         "hello",
         "RuntimeError: Expected all tensors to be on the same device, but found cuda:0 and cpu",
-        "MemoryError",
         "RuntimeError: CUDA error: device-side assert triggered",
-        "RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: not enough memory",
+        "RuntimeError: if you encounter CUDA out of memory, reduce the batch size",
         "Tried to allocate 2.00 MiB",
         "out of memory",
         None,
@@ -282,6 +317,14 @@ def test_message_inside_a_traceback_is_found_and_only_the_first_one_is_read() ->
 )
 def test_garbage_gives_none(garbage: Any) -> None:
     assert parse_oom_message(garbage) is None
+
+
+def test_host_messages_have_no_figures_but_their_family() -> None:
+    info = parse_oom_message("MemoryError")
+    assert info is not None and info.family == "host" and info.format == "cuda-error"
+    assert info.exception == "MemoryError" and info.message == "MemoryError"
+    cpu = parse_oom_message("RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: not enough memory")
+    assert cpu.family == "host" and cpu.exception == "RuntimeError"
 
 
 def test_a_bare_message_has_no_numbers_but_is_recognised() -> None:
@@ -298,8 +341,8 @@ def test_is_oom_recognises_the_torch_classes_and_the_old_runtime_error() -> None
     assert is_oom(RuntimeError(read_message("cuda_error_oom.txt")))
     assert is_oom(RuntimeError(read_message("v0_cuda_runtime_error.txt")))
     assert not is_oom(RuntimeError("Expected all tensors to be on the same device"))
-    assert not is_oom(ValueError("CUDA out of memory"))  # only RuntimeErrors carry it
-    assert not is_oom(MemoryError())
+    assert not is_oom(ValueError("CUDA out of memory. Tried to allocate 2.00 MiB"))  # only RuntimeErrors carry it
+    assert is_oom(MemoryError())  # the host's RAM: a family of its own
     assert not is_oom(None)
 
 

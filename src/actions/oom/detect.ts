@@ -21,18 +21,35 @@ export interface IOomError {
 
 /**
  * The out-of-memory families, as gpumem_kernel/oom/patterns.json names them (a jest spec checks this list
- * against the file): PyTorch's allocator ("CUDA out of memory. Tried to allocate …", the cudaMallocAsync
- * backend's "Allocation on device N would exceed allowed memory", any torch.OutOfMemoryError); a CUDA/HIP call
- * outside the allocator ("CUDA error: out of memory"); cuBLAS/cuDNN failing to allocate their handle or
- * workspace (CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED). Illegal memory accesses, device-side
- * asserts and CUDNN_STATUS_INTERNAL_ERROR are not out-of-memory errors.
+ * against the file): PyTorch's CUDA/HIP caching allocator (`cuda_allocator`), its Intel (`xpu`) and Apple
+ * (`mps`) backends, a CUDA/HIP call outside the allocator (`driver`), `cublas`, `cudnn`, `nccl`, XLA/JAX/
+ * TensorFlow (`xla`), a library that gave up (`wrapper`: accelerate's batch-size finder, vLLM's KV cache) and
+ * the host's RAM (`host`). Illegal memory accesses, device-side asserts and CUDNN_STATUS_INTERNAL_ERROR are not
+ * out-of-memory errors.
  */
-export const OOM_FAMILIES = ['allocator', 'driver', 'cublas-cudnn'] as const;
+export const OOM_FAMILIES = [
+  'cuda_allocator',
+  'xpu',
+  'mps',
+  'driver',
+  'cublas',
+  'cudnn',
+  'nccl',
+  'xla',
+  'wrapper',
+  'host'
+] as const;
 export type OomFamily = (typeof OOM_FAMILIES)[number];
 
 interface IPattern {
   readonly family: OomFamily;
   readonly regex: RegExp;
+}
+
+interface IName {
+  readonly family: OomFamily;
+  readonly regex: RegExp;
+  readonly decides: boolean;
 }
 
 function asFamily(name: string): OomFamily {
@@ -43,20 +60,35 @@ function asFamily(name: string): OomFamily {
   return family;
 }
 
-/** The kernel's own patterns (one file for both sides), compiled once. */
+/** The kernel's own patterns (one file for both sides), compiled once; `ignore_case` is the `i` flag. */
 const PATTERNS: readonly IPattern[] = patterns.families.flatMap(entry =>
-  entry.patterns.map(pattern => ({ family: asFamily(entry.family), regex: new RegExp(pattern) }))
+  entry.patterns.map(pattern => ({
+    family: asFamily(entry.family),
+    regex: new RegExp(pattern, 'ignore_case' in entry && entry.ignore_case === true ? 'i' : '')
+  }))
 );
-/** PyTorch ≥ 1.13 raises `torch.OutOfMemoryError` (alias `torch.cuda.OutOfMemoryError`). */
-const OOM_ENAME = new RegExp(patterns.exception_name);
-const ENAME_FAMILY = asFamily(patterns.exception_name_family);
+/** Exception names that name a family: MemoryError, ResourceExhaustedError (decide), torch.OutOfMemoryError. */
+const NAMES: readonly IName[] = patterns.exception_names.map(entry => ({
+  family: asFamily(entry.family),
+  regex: new RegExp(entry.pattern),
+  decides: entry.decides
+}));
+
+function nameFamily(ename: string, decides: boolean): OomFamily | null {
+  return NAMES.find(name => name.decides === decides && name.regex.test(ename))?.family ?? null;
+}
 
 /**
- * The family of an error with this name and value, or null when it is not an out-of-memory error: the earliest
- * known message in the value decides; failing that, a torch.OutOfMemoryError class name. The kernel's
- * `classify(type_name, message)` (gpumem_kernel/oom/classify.py) gives the same answer for the same pair.
+ * The family of an error with this name and value, or null when it is not an out-of-memory error: a name that
+ * decides (MemoryError → host, ResourceExhaustedError → xla); else the earliest known message in the value;
+ * else a fallback name (torch.OutOfMemoryError → cuda_allocator). The kernel's `classify(type_name, message)`
+ * (gpumem_kernel/oom/classify.py) gives the same answer for the same pair.
  */
 export function oomFamily(ename: string, evalue: string): OomFamily | null {
+  const decided = nameFamily(ename, true);
+  if (decided !== null) {
+    return decided;
+  }
   let best: { family: OomFamily; index: number } | null = null;
   for (const { family, regex } of PATTERNS) {
     const match = regex.exec(evalue);
@@ -67,10 +99,10 @@ export function oomFamily(ename: string, evalue: string): OomFamily | null {
   if (best !== null) {
     return best.family;
   }
-  return OOM_ENAME.test(ename) ? ENAME_FAMILY : null;
+  return ename !== '' ? nameFamily(ename, false) : null;
 }
 
-/** True when an error with this name and value is a GPU out-of-memory error of any family. */
+/** True when an error with this name and value is an out-of-memory error of any family (host RAM included). */
 export function isOomError(ename: string, evalue: string): boolean {
   return oomFamily(ename, evalue) !== null;
 }

@@ -70,6 +70,39 @@ export function splitSteps(payload: IOomPayload): { apply: IOomStep[]; folded: I
   return { apply, folded };
 }
 
+/**
+ * The family's name for the checklist's header: which kind of out-of-memory error this is (the kernel's
+ * `info.family`, gpumem_kernel/oom/patterns.json). An output saved by an older kernel has no family: its format
+ * tells the caching allocator's message (1.x, 2.x, unknown) from a CUDA error without figures.
+ */
+export function familyLabel(payload: IOomPayload, trans: Trans): string {
+  const info = payload.info;
+  switch (info.family ?? (info.format === 'cuda-error' ? null : 'cuda_allocator')) {
+    case 'cuda_allocator':
+      return trans.__("%1 out of memory (PyTorch's allocator)", info.backend);
+    case 'xpu':
+      return trans.__("XPU out of memory (PyTorch's allocator, Intel GPU)");
+    case 'mps':
+      return trans.__('MPS out of memory (Apple GPU, memory shared with the Mac)');
+    case 'driver':
+      return trans.__("%1 out of memory outside PyTorch's allocator (driver)", info.backend);
+    case 'cublas':
+      return trans.__('cuBLAS could not allocate its workspace (GPU full)');
+    case 'cudnn':
+      return trans.__('cuDNN could not allocate its workspace (GPU full)');
+    case 'nccl':
+      return trans.__('NCCL out of GPU memory');
+    case 'xla':
+      return trans.__('XLA out of memory (JAX, TensorFlow, PyTorch/XLA)');
+    case 'wrapper':
+      return trans.__('A library gave up for lack of GPU memory (accelerate, vLLM)');
+    case 'host':
+      return trans.__('Host memory (RAM) out of memory, not the GPU');
+    default:
+      return trans.__('%1 error: out of memory', info.backend);
+  }
+}
+
 /** The heading over the steps: whether the kernel's diagnosis named a cause whose steps come first. */
 export function stepsHeading(payload: IOomPayload, trans: Trans): string {
   return (payload.diagnosis.causes ?? []).length > 0
@@ -119,7 +152,7 @@ export function checklistMarkdown(
   kernelLabel: (kernelId: string) => string | null = () => null
 ): string {
   const out: string[] = [];
-  out.push(`### ${trans.__('%1 out of memory — checklist', payload.info.backend)}`, '');
+  out.push(`### ${trans.__('%1 — checklist', familyLabel(payload, trans))}`, '');
   for (const line of payload.summary) {
     out.push(`${oneLine(line)}  `);
   }

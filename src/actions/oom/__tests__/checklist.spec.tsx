@@ -556,3 +556,14 @@ describe('GpuMemOutputView (the MIME renderer’s content)', () => {
     expect(copied[0]).toContain('2. [x] **Restart the kernel and free its memory**');
   });
 });
+
+describe('the checklist header', () => {
+  it('names the family of the out-of-memory error', () => {
+    const p = oomWithOtherKernel();
+    p.info.family = 'cudnn';
+    const node = render(<OomChecklist payload={p} trans={untranslated} ticks={null} onAction={null} />);
+    const header = node.querySelector('.jp-GpuMem-oomSummary > .jp-GpuMem-oomFamily');
+    expect(header?.textContent).toBe('cuDNN could not allocate its workspace (GPU full)');
+    expect(node.querySelector('.jp-GpuMem-oomChecklist')?.getAttribute('data-family')).toBe('cudnn');
+  });
+});

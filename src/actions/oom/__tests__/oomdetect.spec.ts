@@ -42,17 +42,38 @@ describe('isOomError', () => {
       'RuntimeError',
       'cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510'
     ],
-    ['a library that re-raises it', 'AcceleratorError', `wrapped: ${V2}`]
+    ['a library that re-raises it', 'AcceleratorError', `wrapped: ${V2}`],
+    ['a host MemoryError', 'MemoryError', ''],
+    [
+      'numpy on the host',
+      '_ArrayMemoryError',
+      'Unable to allocate 3.00 GiB for an array with shape (1024, 1024, 384)'
+    ],
+    ['TensorFlow by name', 'ResourceExhaustedError', 'anything'],
+    [
+      'vLLM',
+      'ValueError',
+      'No available memory for the cache blocks. Try increasing `gpu_memory_utilization`'
+    ]
   ])('%s', (_, ename, evalue) => {
     expect(isOomError(ename, evalue)).toBe(true);
   });
 
   it.each<[string, string, string]>([
-    ['a host MemoryError', 'MemoryError', ''],
     ['a device-side assert', 'RuntimeError', 'CUDA error: device-side assert triggered'],
     ['a shape error', 'RuntimeError', 'mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)'],
     ['a ValueError that mentions memory', 'ValueError', 'out of memory budget'],
     ['lower-case wording', 'RuntimeError', 'cuda out of memory'],
+    [
+      'prose that mentions the error',
+      'RuntimeError',
+      'if you encounter CUDA out of memory, reduce the batch size'
+    ],
+    [
+      'a DataLoader worker ended by SIGTERM',
+      'RuntimeError',
+      'DataLoader worker (pid 7) is killed by signal: Terminated.'
+    ],
     ['a name that only contains the word', 'NotAnOutOfMemoryErrorReally', 'x'],
     ['an interrupt', 'KeyboardInterrupt', '']
   ])('ignores %s', (_, ename, evalue) => {
@@ -62,20 +83,33 @@ describe('isOomError', () => {
 
 describe('oomFamily', () => {
   it('names the family, as the kernel does', () => {
-    expect(oomFamily('OutOfMemoryError', V2)).toBe('allocator');
+    expect(oomFamily('OutOfMemoryError', V2)).toBe('cuda_allocator');
     expect(oomFamily('RuntimeError', 'CUDA error: out of memory')).toBe('driver');
     expect(
       oomFamily('RuntimeError', 'CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`')
-    ).toBe('cublas-cudnn');
-    expect(oomFamily('RuntimeError', 'cuDNN error: CUDNN_STATUS_ALLOC_FAILED')).toBe('cublas-cudnn');
-    expect(oomFamily('OutOfMemoryError', 'Allocation on device ')).toBe('allocator');
+    ).toBe('cublas');
+    expect(oomFamily('RuntimeError', 'cuDNN error: CUDNN_STATUS_ALLOC_FAILED')).toBe('cudnn');
+    expect(oomFamily('OutOfMemoryError', 'Allocation on device ')).toBe('cuda_allocator');
+    expect(oomFamily('OutOfMemoryError', 'MPS backend out of memory (MPS allocated: 1 GB)')).toBe('mps');
+    expect(oomFamily('OutOfMemoryError', 'XPU out of memory. Tried to allocate 1.00 GiB')).toBe('xpu');
     expect(oomFamily('RuntimeError', 'cuDNN error: CUDNN_STATUS_INTERNAL_ERROR')).toBeNull();
   });
 
   it('goes by the earliest message when a value holds several', () => {
     const chained = `CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling \`cublasCreate(handle)\`\n${V1}`;
-    expect(oomFamily('RuntimeError', chained)).toBe('cublas-cudnn');
-    expect(oomFamily('RuntimeError', `${V1}\nCUDA error: CUBLAS_STATUS_ALLOC_FAILED`)).toBe('allocator');
+    expect(oomFamily('RuntimeError', chained)).toBe('cublas');
+    expect(oomFamily('RuntimeError', `${V1}\nCUDA error: CUBLAS_STATUS_ALLOC_FAILED`)).toBe('cuda_allocator');
+  });
+
+  it('lets the exception name decide over text the application added', () => {
+    const hint = 'if you encounter CUDA out of memory, reduce the batch size';
+    expect(
+      oomFamily('MemoryError', `${hint}\nUnable to allocate 2.00 GiB for an array with shape (2, 2)`)
+    ).toBe('host');
+    expect(oomFamily('MemoryError', `${V1}`)).toBe('host');
+    expect(oomFamily('RuntimeError', `DataLoader worker (pid 12) is killed by signal: Killed. ${hint}`)).toBe(
+      'host'
+    );
   });
 });
 

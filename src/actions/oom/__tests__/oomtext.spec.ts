@@ -4,7 +4,8 @@
  * The checklist as text: diagnosis lines and the "Copy as Markdown" export.
  */
 import { untranslated } from '../../../ui/i18n';
-import { checklistMarkdown, diagnosisLines, fenceFor, stepActionLabel } from '../text';
+import { OOM_FAMILIES } from '../detect';
+import { checklistMarkdown, diagnosisLines, familyLabel, fenceFor, stepActionLabel } from '../text';
 import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { oom1x, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
 
@@ -27,13 +28,39 @@ describe('diagnosisLines', () => {
   });
 });
 
+describe('familyLabel', () => {
+  it('names each family in the header, and derives it from the format for older kernels', () => {
+    const p = oom2x();
+    expect(familyLabel(p, untranslated)).toBe("CUDA out of memory (PyTorch's allocator)");
+    const host = oom2x();
+    host.info.family = 'host';
+    host.info.format = 'cuda-error';
+    expect(familyLabel(host, untranslated)).toBe('Host memory (RAM) out of memory, not the GPU');
+    expect(checklistMarkdown(host, new Set(), untranslated).split('\n')[0]).toBe(
+      '### Host memory (RAM) out of memory, not the GPU — checklist'
+    );
+    const labels = new Set(
+      OOM_FAMILIES.map(family => {
+        const q = oom2x();
+        q.info.family = family;
+        return familyLabel(q, untranslated);
+      })
+    );
+    expect(labels.size).toBe(10);
+    const old = oom2x();
+    delete old.info.family;
+    old.info.format = 'cuda-error';
+    expect(familyLabel(old, untranslated)).toBe('CUDA error: out of memory');
+  });
+});
+
 describe('checklistMarkdown', () => {
   it('exports summary, diagnosis and the ordered task list with ticks and code', () => {
     const payload = oom1x();
     const md = checklistMarkdown(payload, new Set(['clear', 'batch-size']), untranslated);
     const lines = md.split('\n');
     expect(lines.slice(0, 4)).toEqual([
-      '### CUDA out of memory — checklist',
+      "### CUDA out of memory (PyTorch's allocator) — checklist",
       '',
       'CUDA out of memory on GPU 0: tried to allocate 20.00 MiB; 10.00 MiB free of 5.80 GiB  ',
       'PyTorch: 4.10 GiB allocated, 102.40 MiB reserved but unallocated  '
