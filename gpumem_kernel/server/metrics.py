@@ -85,7 +85,8 @@ class GpuMemCollector(Collector):
         )
         idle = GaugeMetricFamily(
             "gpumem_kernel_idle_seconds",
-            "Seconds since a kernel of this server was last active, while it is idle (0 while busy or starting)",
+            "Seconds since a kernel of this server last ran code (0 while it runs code, starts or restarts); "
+            "comm traffic such as the GPU panel's samples does not count",
             labels=KERNEL_LABELS,
         )
         holders = GaugeMetricFamily(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -88,6 +89,9 @@ def test_metrics_need_the_token_and_name_each_kernel_and_notebook_holding_gpu_me
 
     samples = scrape(server)
     assert one(samples, "gpumem_nvml_available") == 1
+    bearer = {"Authorization": f"Bearer {server.token}"}  # as docs/monitoring/prometheus.yml sends it
+    with urllib.request.urlopen(urllib.request.Request(server.url + "/metrics", headers=bearer), timeout=30) as r:
+        assert r.status == 200 and b"gpumem_process_gpu_memory_bytes{" in r.read()
     gpu = {"gpu": "0", "uuid": UUID0, "name": "NVIDIA GeForce RTX 4080 SUPER"}
     assert one(samples, "gpumem_gpu_memory_total_bytes", **gpu) == 16 * GiB
     assert one(samples, "gpumem_gpu_memory_used_bytes", **gpu) == 6 * GiB
