@@ -16,7 +16,8 @@ import { OPEN_OOM_COMMAND, PANEL_ID } from '../commandids';
 import { stepFeedback } from './feedback';
 import type { Trans } from '../ui/i18n';
 import type { IInlineHost, IKernelIdentity } from './inline';
-import type { IOomError } from './oom/detect';
+import { type IOomError, oomFamily } from './oom/detect';
+import { familyTitle } from './oom/text';
 import type { IOomStep } from '../wire/protocol';
 import type { CellPlace, IActionHost } from './sessionactions';
 import type { IGpuMemSettings } from '../settings';
@@ -79,7 +80,8 @@ export class LabActionHost implements IActionHost {
   notifyOom(actions: ISessionActions, error: IOomError): void {
     const trans = this.trans;
     const file = actions.path.split('/').pop() || actions.path;
-    Notification.error(trans.__('CUDA out of memory in %1', file), {
+    const title = familyTitle(oomFamily(error.ename, error.evalue), trans);
+    Notification.error(trans.__('%1 in %2', title, file), {
       autoClose: 20000,
       actions: [
         {

@@ -16,7 +16,8 @@ import { ClearReport, clearHeadline } from './clear/report';
 import { stepFeedback } from './feedback';
 import { formatTimeOfDay, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { checklistMarkdown } from './oom/text';
+import { type OomFamily, oomFamily } from './oom/detect';
+import { checklistMarkdown, familyTitle } from './oom/text';
 import { RestartReport, restartHeadline } from './restart/report';
 import type { IGpuMemActions, IKernelRunTag, ISessionActions } from '../tokens';
 
@@ -52,6 +53,11 @@ function HistoryTag(props: { trans: Trans }): JSX.Element {
   return <span className="jp-GpuMem-historyTag">{props.trans.__('from an earlier kernel run')}</span>;
 }
 
+/** The run's family: the kernel's (its checklist), else what the browser recognised in the error. */
+function family(run: NonNullable<ISessionActions['oomRun']>): OomFamily | null {
+  return run.payload?.info.family ?? oomFamily(run.error.ename, run.error.evalue);
+}
+
 /** One OOM card of an earlier kernel run: what failed, why nothing here applies now, no buttons. */
 function OomHistory(props: IActionsSectionProps): JSX.Element | null {
   const { actions, trans } = props;
@@ -67,11 +73,11 @@ function OomHistory(props: IActionsSectionProps): JSX.Element | null {
       className="jp-GpuMem-oom jp-mod-history"
       data-phase={run.phase}
       data-history="previous-run"
-      aria-label={trans.__('CUDA out of memory, from an earlier kernel run')}
+      aria-label={trans.__('%1, from an earlier kernel run', familyTitle(family(run), trans))}
     >
       <div className="jp-GpuMem-sectionHead">
         <h3>
-          {trans.__('CUDA out of memory')} <HistoryTag trans={trans} />
+          {familyTitle(family(run), trans)} <HistoryTag trans={trans} />
         </h3>
         <Dismiss trans={trans} onClick={() => actions.dismissOom()} />
       </div>
@@ -140,7 +146,7 @@ function OomSection(props: IActionsSectionProps): JSX.Element | null {
   return (
     <section className="jp-GpuMem-oom" data-phase={run.phase} aria-live="polite">
       <div className="jp-GpuMem-sectionHead">
-        <h3>{trans.__('CUDA out of memory')}</h3>
+        <h3>{familyTitle(family(run), trans)}</h3>
         <Dismiss trans={trans} onClick={() => actions.dismissOom()} />
       </div>
       {body}

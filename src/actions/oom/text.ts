@@ -8,6 +8,7 @@
 import { formatBytes } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
+import type { OomFamily } from './detect';
 
 /** What the diagnosis says beyond the summary, one finding a line (mirrors the kernel's text output). */
 export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
@@ -100,6 +101,34 @@ export function familyLabel(payload: IOomPayload, trans: Trans): string {
       return trans.__('Host memory (RAM) out of memory, not the GPU');
     default:
       return trans.__('%1 error: out of memory', info.backend);
+  }
+}
+
+/**
+ * A short title for the family: the panel card's heading and the notification ("… in train.ipynb"). CUDA's
+ * caching allocator and driver (and an unknown family: an error the browser saw before the checklist came)
+ * keep "CUDA out of memory".
+ */
+export function familyTitle(family: OomFamily | null | undefined, trans: Trans): string {
+  switch (family) {
+    case 'xpu':
+      return trans.__('XPU out of memory');
+    case 'mps':
+      return trans.__('MPS out of memory');
+    case 'cublas':
+      return trans.__('cuBLAS out of memory');
+    case 'cudnn':
+      return trans.__('cuDNN out of memory');
+    case 'nccl':
+      return trans.__('NCCL out of memory');
+    case 'xla':
+      return trans.__('XLA out of memory');
+    case 'wrapper':
+      return trans.__('Out of GPU memory');
+    case 'host':
+      return trans.__('Host RAM out of memory');
+    default:
+      return trans.__('CUDA out of memory');
   }
 }
 

@@ -5,7 +5,14 @@
  */
 import { untranslated } from '../../../ui/i18n';
 import { OOM_FAMILIES } from '../detect';
-import { checklistMarkdown, diagnosisLines, familyLabel, fenceFor, stepActionLabel } from '../text';
+import {
+  checklistMarkdown,
+  diagnosisLines,
+  familyLabel,
+  familyTitle,
+  fenceFor,
+  stepActionLabel
+} from '../text';
 import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { oom1x, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
 
@@ -51,6 +58,13 @@ describe('familyLabel', () => {
     delete old.info.family;
     old.info.format = 'cuda-error';
     expect(familyLabel(old, untranslated)).toBe('CUDA error: out of memory');
+  });
+
+  it('gives the panel and the notification a short title per family', () => {
+    expect(familyTitle('host', untranslated)).toBe('Host RAM out of memory');
+    expect(familyTitle('cuda_allocator', untranslated)).toBe('CUDA out of memory');
+    expect(familyTitle(null, untranslated)).toBe('CUDA out of memory');
+    expect(new Set(OOM_FAMILIES.map(family => familyTitle(family, untranslated))).size).toBe(9);
   });
 });
 
