@@ -1,18 +1,17 @@
 /**
  * "Idle GPU holders": this server's kernels that hold GPU memory and have been idle longer than the
  * `idleMinutes` setting, each with the process list's "Shut down kernel" button. Nothing is shown while no
- * kernel qualifies.
+ * kernel qualifies, nor when the list cannot be read (the server extension is disabled or absent: README).
  */
 import * as React from 'react';
 
 import { formatBytes, formatDuration, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { type IKernelShutdown, ShutDownKernelButton } from './device';
-import { idleHolders, type IdleHoldersProblem, type IServerKernel } from './idleholders';
+import { idleHolders, type IServerKernel } from './idleholders';
 
 export interface IIdleHoldersProps {
   readonly kernels: ReadonlyArray<IServerKernel>;
-  readonly problem: IdleHoldersProblem | null;
   readonly idleMinutes: number;
   readonly unit: SizeUnit;
   readonly trans: Trans;
@@ -21,15 +20,6 @@ export interface IIdleHoldersProps {
 
 export function IdleHoldersSection(props: IIdleHoldersProps): JSX.Element | null {
   const { trans, unit } = props;
-  if (props.problem === 'no-extension') {
-    return (
-      <p className="jp-GpuMem-muted jp-GpuMem-idleNote">
-        {trans.__(
-          'Idle GPU holders need the server extension: jupyter server extension enable gpumem_kernel.server'
-        )}
-      </p>
-    );
-  }
   const holders = idleHolders(props.kernels, props.idleMinutes);
   if (holders.length === 0) {
     return null;

@@ -127,6 +127,9 @@ export class IdleHoldersModel {
     if (typeof result === 'string') {
       this._problem = result;
       this._kernels = [];
+      if (result === 'no-extension') {
+        this.stop(); // the server has no such endpoint: asking again every 10 s would only repeat the 404
+      }
     } else {
       this._problem = null;
       this._kernels = result.kernels;

@@ -29,7 +29,7 @@ export interface IGpuMemViewProps {
   /** Clear, restart-and-free and the OOM checklist (absent: the panel only shows memory). */
   readonly actions?: IGpuMemActions | null;
   /** This server's kernels with their GPU memory and idle time (absent: no idle GPU holders list). */
-  readonly idle?: Pick<IdleHoldersModel, 'kernels' | 'problem' | 'refresh'> | null;
+  readonly idle?: Pick<IdleHoldersModel, 'kernels' | 'refresh'> | null;
 }
 
 /** A short word for the header badge. */
@@ -193,7 +193,6 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
       {idle !== null && (
         <IdleHoldersSection
           kernels={idle.kernels}
-          problem={idle.problem}
           idleMinutes={settings.idleMinutes}
           unit={settings.units}
           trans={trans}

@@ -86,7 +86,6 @@ describe('IdleHoldersSection', () => {
     const node = render(
       <IdleHoldersSection
         kernels={parseServerKernels(SERVER_ANSWER)!.kernels}
-        problem={null}
         idleMinutes={30}
         unit="GiB"
         trans={untranslated}
@@ -105,15 +104,10 @@ describe('IdleHoldersSection', () => {
     expect(shutDown).toEqual(['aaaaaaaa-1']);
   });
 
-  it('shows nothing while no kernel qualifies, and says when the server extension is missing', () => {
+  it('shows nothing while no kernel qualifies', () => {
     const props = { idleMinutes: 30, unit: 'GiB' as const, trans: untranslated };
-    expect(
-      render(<IdleHoldersSection kernels={[kernel('a', 10, 4)]} problem={null} {...props} />).innerHTML
-    ).toBe('');
-    expect(render(<IdleHoldersSection kernels={[]} problem="failed" {...props} />).innerHTML).toBe('');
-    expect(
-      render(<IdleHoldersSection kernels={[]} problem="no-extension" {...props} />).textContent
-    ).toContain('jupyter server extension enable gpumem_kernel.server');
+    expect(render(<IdleHoldersSection kernels={[kernel('a', 10, 4)]} {...props} />).innerHTML).toBe('');
+    expect(render(<IdleHoldersSection kernels={[kernel('a', 60, 0)]} {...props} />).innerHTML).toBe('');
   });
 });
 
@@ -187,6 +181,27 @@ describe('the panel with idle GPU holders', () => {
     idle.stop();
     jest.advanceTimersByTime(3000);
     expect(reads).toBe(4);
+    idle.dispose();
+    jest.useRealTimers();
+  });
+
+  it('stops asking a server without the extension, and shows nothing', async () => {
+    jest.useFakeTimers();
+    let reads = 0;
+    const idle = new IdleHoldersModel({
+      fetch: async () => {
+        reads++;
+        return 'no-extension';
+      },
+      intervalMs: 1000
+    });
+    idle.start();
+    await Promise.resolve();
+    await Promise.resolve();
+    jest.advanceTimersByTime(5000);
+    expect(reads).toBe(1);
+    expect(idle.problem).toBe('no-extension');
+    expect(idle.kernels).toEqual([]);
     idle.dispose();
     jest.useRealTimers();
   });
