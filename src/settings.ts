@@ -29,6 +29,11 @@ export interface IGpuMemSettings {
   readonly batchRounding: BatchRounding;
   /** Minutes a kernel holding GPU memory may stay idle before the panel lists it as an idle GPU holder. */
   readonly idleMinutes: number;
+  /**
+   * Record a bounded CUDA allocator history while cells run, so the OOM checklist says what was alive (sent
+   * with `configure` as `oom_timeline` to kernels whose hello lists "oom_timeline").
+   */
+  readonly oomTimeline: boolean;
 }
 
 /** The values of the "Batch-size rounding" setting, as `--round` takes them. */
@@ -51,7 +56,8 @@ export const DEFAULT_SETTINGS: IGpuMemSettings = {
   clearOutputsOnRestart: false,
   restartTimeoutSeconds: 30,
   batchRounding: 'pow2',
-  idleMinutes: 30
+  idleMinutes: 30,
+  oomTimeline: false
 };
 
 function boolOr(value: unknown, fallback: boolean): boolean {
@@ -92,7 +98,8 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
     batchRounding: isBatchRounding(composite.batchRounding)
       ? composite.batchRounding
       : DEFAULT_SETTINGS.batchRounding,
-    idleMinutes: numberIn(composite.idleMinutes, 1, 10080, DEFAULT_SETTINGS.idleMinutes)
+    idleMinutes: numberIn(composite.idleMinutes, 1, 10080, DEFAULT_SETTINGS.idleMinutes),
+    oomTimeline: boolOr(composite.oomTimeline, DEFAULT_SETTINGS.oomTimeline)
   };
 }
 

@@ -190,6 +190,9 @@ export class KernelBridge implements IDisposable {
     if (old.batchRounding !== settings.batchRounding) {
       this._sendRounding();
     }
+    if (old.oomTimeline !== settings.oomTimeline) {
+      this._sendOomTimeline();
+    }
     if (!old.autoLoad && settings.autoLoad && this._state.name === 'autoload-off') {
       void this._start({ restart: true, force: false });
     }
@@ -206,6 +209,26 @@ export class KernelBridge implements IDisposable {
     this.request('configure', { rounding: this._settings.batchRounding }).catch((error: unknown) => {
       if (!this._isDisposed) {
         console.warn(`jupyterlab-gpumem: could not send the batch-size rounding: ${messageOf(error)}`);
+      }
+    });
+  }
+
+  /**
+   * The "Capture the timeline at an out-of-memory error" setting, to a kernel whose hello lists the capability
+   * "oom_timeline": while on, the kernel records a bounded allocator history while cells run (older kernels are
+   * not asked). Sent after every hello, so a restarted kernel (off by default) gets it again.
+   */
+  private _sendOomTimeline(): void {
+    if (
+      this._comm === null ||
+      !this._isConnectedState() ||
+      !this._hello?.capabilities.includes('oom_timeline')
+    ) {
+      return;
+    }
+    this.request('configure', { oom_timeline: this._settings.oomTimeline }).catch((error: unknown) => {
+      if (!this._isDisposed) {
+        console.warn(`jupyterlab-gpumem: could not send the OOM timeline setting: ${messageOf(error)}`);
       }
     });
   }
@@ -648,6 +671,7 @@ export class KernelBridge implements IDisposable {
           now: Date.now()
         });
         this._sendRounding(); // a new kernel (or a restarted one) starts from pow2
+        this._sendOomTimeline(); // and with the OOM capture off
         break;
       case 'history':
         this._history.merge(message.samples);

@@ -14,8 +14,10 @@
  */
 import * as React from 'react';
 
+import { OomAlive } from './alive';
 import { CopyButton } from '../../ui/copybutton';
 import type { IStepFeedback } from '../feedback';
+import type { TimelineExportFormat } from '../inline';
 import type { Trans } from '../../ui/i18n';
 import { diagnosisLines, familyLabel, splitSteps, stepActionLabel, stepsHeading } from './text';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
@@ -42,6 +44,8 @@ export interface IOomChecklistProps {
   readonly brief?: number;
   /** Opens the full checklist (brief only). */
   readonly onOpenFull?: () => void;
+  /** Downloads the full timeline of "What was alive" (the OOM capture); absent: no download buttons. */
+  readonly onExportTimeline?: (id: string, format: TimelineExportFormat) => Promise<unknown>;
 }
 
 function StepItem(props: { step: IOomStep; index: number; checklist: IOomChecklistProps }): JSX.Element {
@@ -149,6 +153,9 @@ export function OomChecklist(props: IOomChecklistProps): JSX.Element {
             <li key={i}>{line}</li>
           ))}
         </ul>
+      )}
+      {!brief && payload.alive !== undefined && (
+        <OomAlive alive={payload.alive} trans={trans} onExport={props.onExportTimeline} />
       )}
       <h4 className="jp-GpuMem-oomStepsTitle">{stepsHeading(payload, trans)}</h4>
       <ol className="jp-GpuMem-oomSteps">

@@ -13,6 +13,7 @@
 import * as React from 'react';
 
 import { formatTimeOfDay } from '../../ui/format';
+import { downloadBlob, fileBlob } from '../../outputs/timeline/view';
 import type { Trans } from '../../ui/i18n';
 import type { IInlineHost } from '../inline';
 import { OomChecklist } from './checklist';
@@ -72,6 +73,14 @@ export function InlineOomChecklist(props: IInlineOomChecklistProps): JSX.Element
       onCopyMarkdown={
         host !== null
           ? () => host.copy(checklistMarkdown(payload, ticks ?? new Set(), trans, label))
+          : undefined
+      }
+      onExportTimeline={
+        host?.exportTimeline && inNotebook
+          ? async (id, format) => {
+              const file = await host.exportTimeline!(node, id, format);
+              downloadBlob(fileBlob(file), file.filename);
+            }
           : undefined
       }
     />

@@ -468,6 +468,29 @@ describe('KernelBridge: requests', () => {
     });
   });
 
+  it('sends the OOM timeline setting to kernels that take it, on hello and on change', async () => {
+    const ctx = new FakeSessionContext(new FakeKernel('k1'));
+    const bridge = makeBridge(ctx, { ...DEFAULT_SETTINGS, oomTimeline: true });
+    await flush();
+    ctx.kernel.comm.receive({ ...fx.hello, capabilities: [...fx.hello.capabilities, 'oom_timeline'] });
+    expect(ctx.kernel.comm.sent).toEqual([
+      { type: 'request', id: 'r-1', action: 'configure', args: { oom_timeline: true } }
+    ]);
+    bridge.updateSettings({ ...DEFAULT_SETTINGS, oomTimeline: false });
+    expect(ctx.kernel.comm.sent[1]).toEqual({
+      type: 'request',
+      id: 'r-2',
+      action: 'configure',
+      args: { oom_timeline: false }
+    });
+  });
+
+  it('does not send the OOM timeline setting to an older kernel (no "oom_timeline" capability)', async () => {
+    const { ctx, bridge } = await liveBridge();
+    bridge.updateSettings({ ...DEFAULT_SETTINGS, oomTimeline: true });
+    expect(ctx.kernel.comm.sent).toEqual([]);
+  });
+
   it('does not send the rounding to an older kernel (no "rounding" capability)', async () => {
     const { ctx, bridge } = await liveBridge();
     bridge.updateSettings({ ...DEFAULT_SETTINGS, batchRounding: '8' });

@@ -203,7 +203,9 @@ describe('settings', () => {
       confirmRestart: true,
       clearOutputsOnRestart: false,
       restartTimeoutSeconds: 30,
-      batchRounding: 'pow2'
+      batchRounding: 'pow2',
+      idleMinutes: 30,
+      oomTimeline: false
     });
   });
 
