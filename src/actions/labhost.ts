@@ -20,6 +20,7 @@ import { type IOomError, oomFamily } from './oom/detect';
 import { familyTitle } from './oom/text';
 import type { IOomStep } from '../wire/protocol';
 import type { CellPlace, IActionHost } from './sessionactions';
+import { exportTimelineFile } from './timelineexport';
 import type { IGpuMemSettings } from '../settings';
 import type { IGpuMemModel, ISessionActions } from '../tokens';
 
@@ -209,6 +210,12 @@ export class LabActionHost implements IActionHost {
       },
       labelKernel: kernelId => this._requireManager().labelKernel(kernelId),
       copy: text => Clipboard.copyToSystem(text),
+      exportTimeline: (node, id, format) => {
+        // The kernel of the notebook that holds the output (its bridge is made on demand).
+        const panel = this._notebookContaining(node);
+        const bridge = panel === null ? null : this._model.bridgeFor(panel.sessionContext);
+        return exportTimelineFile(bridge, id, format, this.trans);
+      },
       insertCode: (node, code) => {
         const panel = this._notebookContaining(node);
         const actions = panel === null ? null : this._requireManager().forWidget(panel.id);
