@@ -1841,7 +1841,15 @@ def install_oom_handler(
     # torch.OutOfMemoryError subclasses RuntimeError; RuntimeError also catches it when torch is imported later
     # and catches the older RuntimeError("CUDA out of memory…"), XLA's, NCCL's and accelerate's. MemoryError is
     # the host's (numpy's too), ValueError vLLM's KV-cache errors. Other exceptions get the normal traceback.
-    candidates = (getattr(torch, "OutOfMemoryError", None), RuntimeError, MemoryError, ValueError)
+    # TensorFlow's ResourceExhaustedError is neither: its class counts when TensorFlow is already imported.
+    tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+    candidates = (
+        getattr(torch, "OutOfMemoryError", None),
+        RuntimeError,
+        MemoryError,
+        ValueError,
+        getattr(tf_errors, "ResourceExhaustedError", None),
+    )
     ours = tuple(c for c in candidates if isinstance(c, type))
     shell.set_custom_exc(previous + tuple(c for c in ours if c not in previous), handler)
     state.installed_handler = shell.CustomTB

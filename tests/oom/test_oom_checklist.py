@@ -815,3 +815,28 @@ def test_the_cause_note_is_not_repeated_by_the_fragmentation_line() -> None:
         if line.startswith("  - ")
     ]
     assert [line for line in findings if "194.87 MiB" in line] == [f"  - {d.notes[0]}"]  # the "Likely cause" note only
+
+
+def test_the_handler_adds_the_checklist_under_a_host_memory_error_and_a_vllm_value_error() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from gpumem_kernel.oom.checklist import install_oom_handler, uninstall_oom_handler
+
+    sh = InteractiveShell.instance()
+    try:
+        install_oom_handler(sh, probe=lambda: None)
+        assert {RuntimeError, MemoryError, ValueError} <= set(sh.custom_exceptions)
+        families = []
+        for code in (
+            "raise MemoryError('Unable to allocate 3.00 GiB for an array with shape (3,) and data type float64')",
+            "raise ValueError('No available memory for the cache blocks. Try increasing `gpu_memory_utilization`')",
+            "raise ValueError('shapes do not match')",
+        ):
+            with capture_output() as captured:
+                sh.run_cell(code, store_history=False)
+            families.append([o.data[OOM_MIME]["info"]["family"] for o in captured.outputs if OOM_MIME in o.data])
+        assert families == [["host"], ["wrapper"], []]
+    finally:
+        uninstall_oom_handler(sh)
+        sh.set_custom_exc((), None)

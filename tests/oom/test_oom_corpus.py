@@ -165,6 +165,12 @@ def test_the_exception_name_decides_over_a_message_the_application_added() -> No
     assert classify("RuntimeError", HINT) is None
 
 
+def test_the_allocator_models_simulated_oom_is_a_cuda_allocator_message() -> None:
+    simulated = "CUDA out of memory (simulated). Tried to allocate 2.00 MiB; 6.00 MiB of the 8.00 MiB simulated cap"
+    assert classify("SimulatedOOM", simulated) == "cuda_allocator"
+    assert classify_exception(type("SimulatedOOM", (RuntimeError,), {})(simulated)) == "cuda_allocator"
+
+
 def test_a_log_without_exception_lines_is_searched_as_a_whole() -> None:
     assert classify_text(f"12:00:01 step 3\n{HINT}\nDefaultCPUAllocator: not enough memory: you tried\n") == "host"
     assert classify_text("W0101 ran fine\nCould not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED\n") == "cudnn"
