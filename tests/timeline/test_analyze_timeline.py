@@ -20,7 +20,7 @@ import timeline_model  # noqa: E402
 from conftest import gpumem_shell  # noqa: E402
 from gpumem_kernel.analysis.analyze import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel.magics import cli  # noqa: E402
-from gpumem_kernel.timeline.payload import TIMELINE_MIME  # noqa: E402
+from gpumem_kernel.timeline.payload import TIMELINE_MIME, source_text  # noqa: E402
 from gpumem_kernel.timeline.store import STORE  # noqa: E402
 
 SCHEMA = json.loads(
@@ -126,3 +126,28 @@ def test_the_cli_refuses_bad_combinations_in_one_line(session, capsys, argv, mes
     code = cli.main(["analyze", "--model", "timeline_model:Net", "-b", "8", "--input", "256", *argv])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and message in err and err.count("\n") == 1, err
+
+
+CELL_MODEL = """\
+import torch
+class CellNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(64, 128)
+    def forward(self, x):
+        return torch.tanh(self.fc(x))
+cellnet = CellNet()
+"""
+
+
+def test_a_model_defined_in_a_cell_is_named_by_its_cell(ip):
+    number = ip.execution_count  # the number the next cell run with history gets: "In [number]"
+    with capture_output():
+        assert ip.run_cell(CELL_MODEL, store_history=True).success
+    captured = run(ip, "%gpumem analyze cellnet -b 8 --input 64 --loss loss --timeline")
+    payload = captured.outputs[1].data[TIMELINE_MIME]
+    activations = [b for b in payload["bands"] if b["category"] == "activation"]
+    frames = [payload["stacks"][b["stack"]]["frames"][payload["stacks"][b["stack"]]["source"]] for b in activations]
+    tanh = [f for f in frames if f["name"] == "forward"]
+    assert tanh and all(f["cell"] == number and f["line"] == 7 and f["user"] for f in tanh)
+    assert source_text(payload, activations[0]["stack"]) == f"In [{number}], line 7 in forward"

@@ -121,3 +121,30 @@ def test_bad_args_are_one_error_line(kernel, comm, args, message):
     reply = request(kernel, comm, "timeline_export", args)
     assert reply["type"] == "error" and reply["code"] == "bad-request" and message in reply["message"]
     assert "\n" not in reply["message"]
+
+
+def test_a_cell_of_the_notebook_is_named_by_its_execution_count(kernel):
+    defined = kernel.execute(
+        "class CellNet(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 128)\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(self.fc(x))\n"
+        "cellnet = CellNet()\n"
+    )
+    start = len(kernel.messages())
+    assert (
+        kernel.execute("%gpumem analyze cellnet -b 8 --input 64 --loss loss --timeline", timeout=240)["status"] == "ok"
+    )
+    data = next(
+        r.content["data"]
+        for r in kernel.messages()[start:]
+        if r.msg_type == "display_data" and TIMELINE_MIME in r.content["data"]
+    )
+    payload = data[TIMELINE_MIME]
+    band = next(b for b in payload["bands"] if b["category"] == "activation")
+    stack = payload["stacks"][band["stack"]]
+    frame = stack["frames"][stack["source"]]
+    assert frame["cell"] == defined["execution_count"] and frame["line"] == 6 and frame["name"] == "forward"
+    assert "ipykernel_" in frame["file"]  # ipykernel's cell file, mapped to its execution count
