@@ -252,6 +252,8 @@ FIRST_STEPS = [
     ("async_allocator_name_only.txt", None, "clear"),  # the class name alone
     ("xpu_tensor_larger_than_free.txt", None, "clear"),  # XPU: no free figure, no cause named
     ("xpu_title.txt", None, "clear"),
+    ("xpu_larger_than_capacity_free.txt", None, "clear"),
+    ("xpu_level_zero_out_of_device_memory.txt", None, "clear"),  # Level Zero's code: no figures
     ("cuda_error_oom.txt", None, "clear"),  # no figures
     ("cublas_create_handle.txt", None, "clear"),
     ("v0_cuda_runtime_error.txt", None, "clear"),

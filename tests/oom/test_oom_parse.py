@@ -64,6 +64,16 @@ EXPECTED: Dict[str, Dict[str, Any]] = {
         allocated_by_pytorch=0,
         reserved_unallocated=0,
     ),
+    "xpu_larger_than_capacity_free.txt": dict(
+        format="2.x",
+        exception="torch.OutOfMemoryError",
+        backend="XPU",
+        tried_to_allocate=b(4.66, GIB),
+        total_capacity=b(5.65, GIB),
+        free=b(5.65, GIB),
+        allocated_by_pytorch=b(195.50, KIB),
+        reserved_unallocated=b(1.81, MIB),
+    ),
     "xpu_title.txt": dict(
         format="2.x", backend="XPU", family="xpu", tried_to_allocate=b(4.00, GIB), total_capacity=b(15.11, GIB)
     ),
