@@ -19,7 +19,7 @@ import pytest
 
 from kernel_harness import REPO_ROOT
 
-FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_suite")
+FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_timeline", "gpu_suite")
 LIBRARY = {"ResNet-50", "ViT-B/16", "GPT-2", "BERT-base", "EfficientNet-B0"}
 MiB = 1 << 20
 
@@ -63,6 +63,9 @@ def test_the_dry_run_finishes_and_prints_the_summary_table(dry) -> None:
         "sampler overhead at 1 Hz",
         "per-rank DDP ws=1",
         "autobatch ",
+        "recorded timeline, MLP",
+        "OOM capture of a provoked OOM",
+        "recording cost",
     ):
         assert check in done.stdout
     assert "DRY RUN (CPU stand-ins, no GPU figure)" in done.stdout
@@ -127,6 +130,21 @@ def test_sampler_distributed_and_autobatch_sections(dry) -> None:
     assert ours["status"] == "ok" and ours["trials"] >= 1 and ours["survival"]["oom"] is False
     for name, tool in tools.items():  # Lightning / accelerate ran, or say why not
         assert tool["status"] == "ok" or "not importable" in tool["reason"], name
+
+
+def test_the_timeline_section_records_nothing_without_cuda_and_reads_the_stand_in(dry) -> None:
+    _, results = dry
+    timeline = results["gpu_timeline"]
+    row = timeline["rows"][0]
+    assert row["arch"] == "MLP" and row["predicted"]["peak"] > 0
+    assert row["recorded"]["status"] == "not measured" and row["recorder_touched_cuda"] is False
+    assert row["recorded"]["recorder_said"] == [
+        "gpumem: nothing to record: CUDA is not in use in this kernel (the timeline never initialises it)"
+    ]
+    oom = timeline["oom_capture"]
+    assert oom["status"] == "dry run" and oom["alive"]["allocated"] == 18 * MiB + 1024
+    cost = timeline["recording_cost"]
+    assert cost["recorded"] is False and cost["us_per_event_median"] is None and len(cost["per_round"]) == 2
 
 
 def test_make_readme_says_not_measured_for_a_dry_run(dry, tmp_path: Path) -> None:
@@ -223,3 +241,26 @@ def test_gpu_per_rank_estimates_at_world_size_one(gpu) -> None:
     assert rows and all(r["status"] == "ok" for r in rows), rows
     for row in rows:
         assert abs(row["error"]["allocated"]) <= 0.10, row  # analysis.TRACED_RELATIVE_ERROR
+
+
+@pytest.mark.gpu
+def test_gpu_recorded_timeline_peak_matches_the_allocator(gpu) -> None:
+    timeline = _real(gpu, "gpu_timeline")
+    done = [r for r in timeline["rows"] if (r.get("recorded") or {}).get("status") == "ok"]
+    assert len(done) >= 2, timeline["rows"]
+    for row in done:
+        rec = row["recorded"]
+        assert rec["ok"], row  # max_memory_allocated * (1 - slack) <= recorded peak <= max_memory_allocated
+        assert rec["events_dropped"] == 0 and rec["baseline"] > 0  # the parameters, allocated before
+
+
+@pytest.mark.gpu
+def test_gpu_oom_capture_says_what_was_alive(gpu) -> None:
+    oom = _real(gpu, "gpu_timeline")["oom_capture"]
+    assert oom["status"] == "ok" and oom["ok"], oom
+
+
+@pytest.mark.gpu
+def test_gpu_recording_cost_is_measured(gpu) -> None:
+    cost = _real(gpu, "gpu_timeline")["recording_cost"]
+    assert cost["recorded"] is True and cost["events_per_step"] > 0 and cost["us_per_event_median"] is not None

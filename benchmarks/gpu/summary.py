@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Row = Tuple[str, str, str, str]  # check, figure, target, status
-FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch")
+FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_timeline")
 HEADER = ("check", "figure", "target", "status")
 
 
@@ -173,12 +173,67 @@ def distributed_rows(d: Dict[str, Any]) -> List[Row]:
     return rows
 
 
+def timeline_rows(d: Dict[str, Any]) -> List[Row]:
+    rows: List[Row] = []
+    for r in d.get("rows", []):
+        rec = r.get("recorded") or {}
+        if rec.get("status") == "ok":
+            figure = (
+                f"recorded peak {mib(rec['peak'])} vs max_memory_allocated {mib(rec['max_memory_allocated'])} "
+                f"({pct(rec['vs_truth'])}); predicted {mib(r['predicted']['peak'])} ({pct(rec['vs_predicted'])})"
+            )
+            met: Optional[bool] = rec.get("ok")
+        else:
+            figure, met = f"{rec.get('status') or r.get('status')}: {rec.get('reason') or r.get('reason')}", None
+        rows.append(
+            (
+                f"recorded timeline, {r['arch']}",
+                figure,
+                f"≤ max_memory_allocated, ≥ -{d.get('peak_slack', 0.1):.0%}",
+                _status(d, met, "ok", "NOT OK"),
+            )
+        )
+    oom = d.get("oom_capture") or {}
+    alive = oom.get("alive") or {}
+    oom_figure = (
+        f"{oom.get('status')}: alive {mib(alive.get('allocated'))} in {alive.get('blocks')} blocks "
+        f"(memory_allocated {mib(oom.get('allocated_at_error'))}), observer {oom.get('observer')}"
+        if alive
+        else f"{oom.get('status')}: {oom.get('reason') or 'nothing captured'}"
+    )
+    rows.append(
+        (
+            "OOM capture of a provoked OOM",
+            oom_figure,
+            "alive = memory_allocated",
+            _status(d, oom.get("ok"), "ok", "NOT OK"),
+        )
+    )
+    cost = d.get("recording_cost") or {}
+    per_event = cost.get("us_per_event_median")
+    cost_figure = (
+        f"{pct(cost.get('overhead_median'))} per step; "
+        + (
+            f"{per_event:.2f} µs per event, {cost.get('events_per_step'):.0f} events per step"
+            if per_event
+            else "no events"
+        )
+        if "overhead_median" in cost
+        else f"failed: {cost.get('reason')}"
+    )
+    rows.append(
+        ("recording cost (allocator history)", cost_figure, "≈ 2 µs per event (PyTorch's docs)", _status(d, None))
+    )
+    return rows
+
+
 RENDERERS = {
     "gpu_estimator": estimator_rows,
     "gpu_autobatch": autobatch_rows,
     "gpu_kernel": kernel_rows,
     "gpu_sampler": sampler_rows,
     "gpu_distributed": distributed_rows,
+    "gpu_timeline": timeline_rows,
 }
 
 
