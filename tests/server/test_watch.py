@@ -17,6 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import KERNEL_PYTHON
 from fake_nvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml, GiB
 from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober
@@ -212,7 +213,7 @@ _REAL_GPU = """
 import json, os, subprocess, sys, time
 from types import SimpleNamespace
 from gpumem_kernel.server.watch import MachineWatch
-holder = subprocess.Popen([sys.executable, "-c", textwrap_code])
+holder = subprocess.Popen([holder_python, "-c", textwrap_code])
 km = SimpleNamespace(list_kernel_ids=lambda: ["k"], get_kernel=lambda k: SimpleNamespace(
     kernel_name="python3", provisioner=SimpleNamespace(process=holder), execution_state="idle", last_activity=None))
 watch = MachineWatch(km, max_age=0)
@@ -239,7 +240,10 @@ print(json.dumps({
 @pytest.mark.gpu
 def test_real_nvml_sees_a_kernel_holding_gpu_memory_and_creates_no_context_itself():
     holder = "import time, torch; x = torch.ones(2**26, device='cuda'); time.sleep(120)"
-    code = _REAL_GPU.replace("textwrap_code", repr(textwrap.dedent(holder)))
+    # the holder in the kernels' Python (a CUDA build of torch); the watch in this one (jupyter_server's)
+    code = _REAL_GPU.replace("textwrap_code", repr(textwrap.dedent(holder))).replace(
+        "holder_python", repr(KERNEL_PYTHON)
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(result)
