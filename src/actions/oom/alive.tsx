@@ -53,14 +53,18 @@ export function OomAlive(props: IOomAliveProps): JSX.Element {
     <section className="jp-GpuMem-oomAlive" aria-label={trans.__('What was alive')}>
       <h4 className="jp-GpuMem-oomAliveTitle">{trans.__('What was alive')}</h4>
       <p className="jp-GpuMem-oomAliveTotal">
-        {trans._n(
-          '%1 in %2 block on %3 when the allocation failed',
-          '%1 in %2 blocks on %3 when the allocation failed',
-          alive.blocks,
-          formatBytes(alive.allocated, 'auto'),
-          alive.blocks,
-          device
-        )}
+        {alive.blocks === 1
+          ? trans.__(
+              '%1 in 1 block on %2 when the allocation failed',
+              formatBytes(alive.allocated, 'auto'),
+              device
+            )
+          : trans.__(
+              '%1 in %2 blocks on %3 when the allocation failed',
+              formatBytes(alive.allocated, 'auto'),
+              alive.blocks,
+              device
+            )}
       </p>
       {alive.holders.length > 0 && (
         <table className="jp-GpuMem-oomAliveTable">
