@@ -112,17 +112,18 @@ def _shell() -> Any:
 
 # --- capture ------------------------------------------------------------------------------------------------
 
-_FRAME_CACHE: Dict[Tuple[Any, int], RawFrame] = {}
+# (id(code), line) -> (code, frame). Keyed by id: a code object's own hash reads its whole bytecode each time; the
+# code is kept in the entry, so its id is not reused while the entry lives.
+_FRAME_CACHE: Dict[Tuple[int, int], Tuple[Any, RawFrame]] = {}
 
 
 def _raw(code: Any, line: int) -> RawFrame:
-    key = (code, line)
-    frame = _FRAME_CACHE.get(key)
-    if frame is None:
+    entry = _FRAME_CACHE.get((id(code), line))
+    if entry is None or entry[0] is not code:
         if len(_FRAME_CACHE) > 200_000:
             _FRAME_CACHE.clear()
-        frame = _FRAME_CACHE[key] = RawFrame(code.co_filename, line, code.co_name)
-    return frame
+        entry = _FRAME_CACHE[(id(code), line)] = (code, RawFrame(code.co_filename, line, code.co_name))
+    return entry[1]
 
 
 def capture_stack(skip: int = 1, limit: int = MAX_FRAMES, stop: Optional[Any] = None) -> Tuple[RawFrame, ...]:
