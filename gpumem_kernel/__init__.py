@@ -96,6 +96,8 @@ _LAZY = {
     "clear_gpu_memory": "clear.reclaim",
     "record_timeline": "timeline.recorded",
     "predict_timeline": "timeline.predicted",
+    "log_gpu_memory": "log.csvlog",
+    "MemoryLog": "log.csvlog",
 }
 
 

@@ -18,6 +18,7 @@ from IPython.display import display
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.magics import analysis as magics_analysis
+from gpumem_kernel.magics import memlog as magics_log
 from gpumem_kernel.oom import checklist as oom_checklist
 from gpumem_kernel.magics.analysis import _fail
 from gpumem_kernel.magics.analysis import parse as _parse
@@ -95,6 +96,7 @@ COMMANDS: Dict[str, Command] = {
     "recommend": Command(magics_analysis.recommend, magics_analysis.recommend_arguments),
     "autobatch": Command(magics_analysis.autobatch, magics_analysis.autobatch_arguments),
     "benchmark": Command(magics_analysis.benchmark, magics_analysis.benchmark_arguments),
+    "log": Command(magics_log.log, magics_log.log_arguments),
 }
 USAGE = f"usage: %gpumem {{{','.join(COMMANDS)}}} [options]   (%gpumem --help, %gpumem COMMAND --help)"
 
@@ -317,7 +319,7 @@ class GpumemMagics(Magics):
     @line_cell_magic
     def gpumem(self, line: str, cell: Optional[str] = None) -> None:
         """GPU memory of this kernel. Commands: status; clear; oom; analyze MODEL; recommend MODEL; autobatch
-        MODEL; benchmark MODEL. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
+        MODEL; benchmark MODEL; log. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
         `%%gpumem [--device N]` runs the cell and reports its peak and delta."""
         if cell is not None:
             run_cell_magic(self.shell, line, cell)
