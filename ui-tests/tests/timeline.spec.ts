@@ -137,7 +137,10 @@ test('%gpumem analyze --timeline renders the predicted step and downloads its sn
   await expect(view).toBeVisible({ timeout: 90000 });
   await expect(view.locator('.jp-GpuMem-richBadge')).toHaveText('predicted');
   expect(await view.locator('polygon.jp-GpuMem-tlBand').count()).toBeGreaterThan(3);
-  await expect(view.locator('.jp-GpuMem-tlTable tbody tr').first()).toContainText('In [1]');
+  // What is alive at the peak sums to it; a row selected shows its stack.
+  await expect(view.locator('.jp-GpuMem-tlTable tfoot')).toContainText('100.0%');
+  await view.locator('.jp-GpuMem-tlTable tbody tr').first().click();
+  await expect(view.locator('.jp-GpuMem-tlStack')).toBeVisible();
   await view.screenshot({ path: testInfo.outputPath('timeline-predicted.png') });
   for (const [format, ext] of [
     ['snapshot', '.pickle'],

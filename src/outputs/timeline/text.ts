@@ -29,11 +29,12 @@ export function categoryName(category: ITimelineCategory, trans: Trans): string 
   }
 }
 
-/** "In [3], line 5" for a notebook cell, else "path/file.py:42". */
+/** "In [3], line 5" for a notebook cell, else "path/file.py:42" (no line: a place the kernel modelled). */
 export function frameLocation(frame: ITimelineFrame, trans: Trans): string {
-  return frame.cell !== null
-    ? trans.__('In [%1], line %2', frame.cell, frame.line)
-    : `${frame.file}:${frame.line}`;
+  if (frame.cell !== null) {
+    return trans.__('In [%1], line %2', frame.cell, frame.line);
+  }
+  return frame.line > 0 ? `${frame.file}:${frame.line}` : frame.file;
 }
 
 /** "In [3], line 5, in forward". */
