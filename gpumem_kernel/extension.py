@@ -99,6 +99,7 @@ def unload(ip: Any) -> None:
             loaded.ip.events.unregister(event, callback)
         except ValueError:
             pass  # never registered (a shell without events)
+    capture.STATE.depth = 1
     capture.post_run_cell()  # a recording the capture started ends with it
     loaded.sampler.stop()
     snapshot.detach(loaded.sampler)

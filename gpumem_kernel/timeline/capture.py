@@ -46,6 +46,7 @@ class _State:
         self.observer = False  # attached (PyTorch has no detach: the callback checks `enabled`)
         self.pending: Optional[Pending] = None
         self.problem: Optional[str] = None  # why nothing is recorded although enabled (one line)
+        self.depth = 0  # cells running: a magic's nested run_cell (%%gpumem) must not stop the outer recording
 
 
 STATE = _State()
@@ -68,8 +69,10 @@ def _torch() -> Any:
 
 
 def pre_run_cell(*_: Any) -> None:
-    """IPython hook: start the bounded history for this cell (only when on and CUDA is already in use)."""
-    if not STATE.enabled or STATE.recording:
+    """IPython hook: start the bounded history for this cell (only when on and CUDA is already in use). A cell
+    run inside a cell (a cell magic's run_cell) changes nothing."""
+    STATE.depth += 1
+    if STATE.depth > 1 or not STATE.enabled or STATE.recording:
         return
     torch = _torch()
     if torch is None:
@@ -77,6 +80,9 @@ def pre_run_cell(*_: Any) -> None:
         return
     STATE.problem = recorded.history_api(torch)
     if STATE.problem is not None:
+        return
+    if recorded.history_enabled(torch):  # the user records the allocator history: not ours to restart or stop
+        STATE.problem = "PyTorch's allocator history is already recording (yours)"
         return
     try:
         recorded.start_history(torch, MAX_ENTRIES, clear=True)
@@ -88,8 +94,9 @@ def pre_run_cell(*_: Any) -> None:
 
 
 def post_run_cell(*_: Any) -> None:
-    """IPython hook: stop the history (no cost between cells)."""
-    if not STATE.recording:
+    """IPython hook: stop the history at the outermost cell's end (no cost between cells)."""
+    STATE.depth = max(0, STATE.depth - 1)
+    if STATE.depth > 0 or not STATE.recording:
         return
     STATE.recording = False
     torch = loaded_torch()

@@ -40,6 +40,10 @@ from gpumem_kernel.timeline.history import Alloc, Category, Failed, History, Raw
 BLOCK = 512  # the caching allocator's smallest block and rounding unit (kMinBlockSize)
 DEFAULT_MAX_ENTRIES = 100_000
 NOT_IN_USE = "gpumem: nothing to record: CUDA is not in use in this kernel (the timeline never initialises it)"
+ALREADY = (
+    "gpumem: nothing recorded: PyTorch's allocator history is already recording "
+    "(torch.cuda.memory._record_memory_history was called): gpumem leaves yours as it is"
+)
 NO_API = (
     "gpumem: nothing to record: this torch ({version}) has no CUDA allocator history "
     "(torch.cuda.memory._record_memory_history / _snapshot)"
@@ -337,6 +341,15 @@ def history_api(torch: Any) -> Optional[str]:
     return None
 
 
+def history_enabled(torch: Any) -> bool:
+    """True when PyTorch's allocator history is recording now (False when this torch cannot tell)."""
+    check = getattr(getattr(torch, "_C", None), "_cuda_isHistoryEnabled", None)
+    try:
+        return bool(check()) if callable(check) else False
+    except Exception:
+        return False
+
+
 def start_history(torch: Any, max_entries: int, clear: bool = True) -> None:
     """Record allocations with Python stacks, at most `max_entries` entries (a ring buffer)."""
     record = torch.cuda.memory._record_memory_history
@@ -420,6 +433,11 @@ class TimelineRecorder:
         self._torch = torch
         self._index = int(self.device) if self.device is not None else int(torch.cuda.current_device())
         self._resume = PAUSERS[0]() if PAUSERS else None  # the OOM capture's own recording, resumed on exit
+        if self._resume is None and history_enabled(torch):  # the user's own recording: not ours to clear
+            self.reason, self._torch = ALREADY, None
+            if not self.quiet:
+                self._print(self.reason)
+            return self
         self._before = _counts(torch, self._index)
         self.started = time.time()
         try:

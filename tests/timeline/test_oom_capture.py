@@ -112,12 +112,57 @@ def test_an_old_observer_snapshot_is_not_this_errors(captured, monkeypatch: pyte
 
 def test_off_or_without_cuda_the_hooks_record_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(capture.STATE, "enabled", True)
+    monkeypatch.setattr(capture.STATE, "depth", 0)
     monkeypatch.setattr(capture, "cuda_initialised", lambda: False)
     capture.pre_run_cell()
     assert not capture.STATE.recording and capture.STATE.problem == "CUDA was not in use when the cell started"
+    capture.post_run_cell()
     capture.set_enabled(False)
     capture.pre_run_cell()
     assert not capture.STATE.recording and capture.alive_at_oom(1, 0) is None
+    capture.post_run_cell()
+    assert capture.STATE.depth == 0
+
+
+def _fake_cuda(monkeypatch: pytest.MonkeyPatch, history_on: bool = False):
+    from test_recorded import FakeMemory, fake_torch, load
+
+    memory = FakeMemory(load())
+    torch = fake_torch(memory)
+    torch._C._cuda_isHistoryEnabled = lambda: history_on
+    monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
+    monkeypatch.setattr(capture.STATE, "observer", True)
+    monkeypatch.setattr(capture.STATE, "enabled", True)
+    monkeypatch.setattr(capture.STATE, "depth", 0)
+    return memory, torch
+
+
+def test_a_cell_run_inside_a_cell_does_not_stop_the_recording(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory, _ = _fake_cuda(monkeypatch)
+    capture.pre_run_cell()  # the cell
+    capture.pre_run_cell()  # %%gpumem's nested run_cell
+    capture.post_run_cell()
+    assert capture.STATE.recording and [c["enabled"] for c in memory.calls] == ["all"]
+    capture.post_run_cell()
+    assert not capture.STATE.recording and memory.calls[-1] == {"enabled": None}
+    capture.set_enabled(False)
+
+
+def test_the_users_own_recording_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumem_kernel.timeline import recorded
+
+    memory, torch = _fake_cuda(monkeypatch, history_on=True)
+    capture.pre_run_cell()
+    assert not capture.STATE.recording and "already recording" in (capture.STATE.problem or "")
+    capture.post_run_cell()
+    monkeypatch.setattr(recorded, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(recorded, "loaded_torch", lambda: torch)
+    lines = []
+    with recorded.TimelineRecorder(printer=lines.append) as rec:
+        pass
+    assert lines == [recorded.ALREADY] and rec.history is None and memory.calls == []
+    capture.set_enabled(False)
 
 
 def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,6 +176,7 @@ def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
     monkeypatch.setattr(capture.STATE, "observer", False)
     monkeypatch.setattr(capture.STATE, "enabled", True)
+    monkeypatch.setattr(capture.STATE, "depth", 0)
     capture.pre_run_cell()
     assert capture.STATE.recording and memory.calls[-1]["max_entries"] == capture.MAX_ENTRIES
     assert memory.calls[-1]["clear_history"] is True and attached == [capture._on_oom]

@@ -99,3 +99,30 @@ def test_in_a_real_kernel_without_cuda() -> None:
         assert (failing["status"], failing["ename"], failing["evalue"]) == ("error", "ValueError", "boom")
         assert any("inner()" in line for line in failing["traceback"])
         assert not any("gpumem_kernel" in line for line in failing["traceback"])
+
+
+def test_with_the_oom_capture_on_the_cell_records_its_own_and_the_capture_resumes(ip, monkeypatch) -> None:
+    pytest.importorskip("gpumem_kernel.timeline.payload")
+    from gpumem_kernel.timeline import capture
+
+    memory = _stand_in(monkeypatch)
+    torch = recorded.loaded_torch()
+    monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
+    monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
+    monkeypatch.setattr(capture.STATE, "observer", True)
+    monkeypatch.setattr(capture.STATE, "depth", 0)
+    capture.set_enabled(True)
+    try:
+        result, captured = run(ip, "%%gpumem --timeline\nprint('step')")
+    finally:
+        capture.set_enabled(False)
+    assert result.success and len([o for o in captured.outputs if TIMELINE_MIME in o.data]) == 1
+    calls = [(c["enabled"], c.get("max_entries"), c.get("clear_history")) for c in memory.calls]
+    assert calls == [
+        ("all", capture.MAX_ENTRIES, True),  # the capture, at the cell's start
+        ("all", recorded.DEFAULT_MAX_ENTRIES, True),  # %%gpumem --timeline takes over
+        (None, None, None),  # and stops at its end (the nested run_cell's hooks changed nothing)
+        ("all", capture.MAX_ENTRIES, False),  # the capture resumes
+        (None, None, None),  # and stops at the cell's end
+    ]
+    assert not capture.STATE.recording and capture.STATE.depth == 0
