@@ -10,6 +10,7 @@ import { formatBytes, formatDuration, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { deviceKey } from '../channel/sample';
 import type { IDevice, ISample } from '../wire/protocol';
+import { downloadTimelineCsv } from './timelinecsv';
 
 /** One line of the chart. */
 export type SeriesKey = 'used' | 'reserved' | 'allocated' | 'peak';
@@ -76,9 +77,14 @@ export interface ITimelineProps {
   readonly trans: Trans;
   /** The device's name for the caption ("cuda:0"). */
   readonly caption: string;
+  /** "Download CSV" of the samples held (every device); default: a Blob download (timelinecsv.ts). */
+  readonly downloadCsv?: (samples: ReadonlyArray<ISample>) => void;
 }
 
-/** `<figure class="jp-GpuMem-chart jp-GpuMem-timeline">`: the last minutes up to now, from 0 to the device's total. */
+/**
+ * `<figure class="jp-GpuMem-chart jp-GpuMem-timeline">`: the last minutes up to now, from 0 to the device's total;
+ * under it, "Download CSV" of the samples held.
+ */
 export function Timeline(props: ITimelineProps): JSX.Element {
   const { samples, windowSeconds, unit, trans } = props;
   const key = props.deviceKey;
@@ -95,46 +101,57 @@ export function Timeline(props: ITimelineProps): JSX.Element {
     );
   }
   const start = last.time - windowSeconds;
+  const download = props.downloadCsv ?? downloadTimelineCsv;
   return (
-    <Chart
-      className="jp-GpuMem-timeline"
-      caption={heading}
-      ariaLabel={trans.__('GPU memory over time')}
-      frame={SIDEBAR_FRAME}
-      x={{
-        domain: [start, last.time],
-        format: t => formatDuration(last.time - t),
-        ticks: (lo, hi) => [
-          { value: lo, label: `−${formatDuration(windowSeconds)}`, anchor: 'start' },
-          { value: (lo + hi) / 2, label: `−${formatDuration(windowSeconds / 2)}` },
-          { value: hi, label: trans.__('now'), anchor: 'end' }
-        ]
-      }}
-      left={{
-        domain: [0, total],
-        format: bytes => formatBytes(bytes, unit, 'short'),
-        ticks: (lo, hi) =>
-          [lo, (lo + hi) / 2, hi].map(value => ({ value, label: formatBytes(value, unit, 'short') }))
-      }}
-      series={SERIES.map(series => ({
-        id: series,
-        label: seriesLabel(series, trans),
-        colorClass: `jp-GpuMem-line-${series}`,
-        axis: 'left',
-        dashed: series === 'peak',
-        dots: false,
-        points: seriesPoints(samples, key, series)
-      }))}
-      rules={[
-        {
-          id: 'warn',
-          y: (total * props.warnThreshold) / 100,
+    <>
+      <Chart
+        className="jp-GpuMem-timeline"
+        caption={heading}
+        ariaLabel={trans.__('GPU memory over time')}
+        frame={SIDEBAR_FRAME}
+        x={{
+          domain: [start, last.time],
+          format: t => formatDuration(last.time - t),
+          ticks: (lo, hi) => [
+            { value: lo, label: `−${formatDuration(windowSeconds)}`, anchor: 'start' },
+            { value: (lo + hi) / 2, label: `−${formatDuration(windowSeconds / 2)}` },
+            { value: hi, label: trans.__('now'), anchor: 'end' }
+          ]
+        }}
+        left={{
+          domain: [0, total],
+          format: bytes => formatBytes(bytes, unit, 'short'),
+          ticks: (lo, hi) =>
+            [lo, (lo + hi) / 2, hi].map(value => ({ value, label: formatBytes(value, unit, 'short') }))
+        }}
+        series={SERIES.map(series => ({
+          id: series,
+          label: seriesLabel(series, trans),
+          colorClass: `jp-GpuMem-line-${series}`,
           axis: 'left',
-          label: trans.__('warning threshold (%1%)', props.warnThreshold),
-          className: 'jp-GpuMem-chartRule-warn',
-          quiet: true
-        }
-      ]}
-    />
+          dashed: series === 'peak',
+          dots: false,
+          points: seriesPoints(samples, key, series)
+        }))}
+        rules={[
+          {
+            id: 'warn',
+            y: (total * props.warnThreshold) / 100,
+            axis: 'left',
+            label: trans.__('warning threshold (%1%)', props.warnThreshold),
+            className: 'jp-GpuMem-chartRule-warn',
+            quiet: true
+          }
+        ]}
+      />
+      <button
+        type="button"
+        className="jp-mod-styled jp-GpuMem-downloadCsv"
+        title={trans.__('The %1 samples the panel holds, one row per sample and device', samples.length)}
+        onClick={() => download(samples)}
+      >
+        {trans.__('Download CSV')}
+      </button>
+    </>
   );
 }

@@ -132,3 +132,14 @@ def test_a_log_without_the_extension_runs_its_own_sampler_and_ends_it(tmp_path):
         assert snapshot.running_sampler() is log._sampler
     assert snapshot.running_sampler() is None and not log._sampler.running
     assert "stopped logging" in log.status() and os.path.getsize(tmp_path / "own.csv") > 0
+
+
+def test_the_panels_download_csv_names_the_same_columns():
+    """src/panel/timelinecsv.ts writes the panel timeline's CSV in the log's columns: the same list, in order."""
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[2] / "src" / "panel" / "timelinecsv.ts").read_text("utf-8")
+    listed = re.search(r"CSV_COLUMNS: ReadonlyArray<string> = \[(.*?)\];", source, re.S)
+    assert listed is not None
+    assert tuple(re.findall(r"'([a-z_]+)'", listed.group(1))) == csvlog.COLUMNS
