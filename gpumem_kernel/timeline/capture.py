@@ -96,7 +96,10 @@ def pre_run_cell(*_: Any) -> None:
 def post_run_cell(*_: Any) -> None:
     """IPython hook: stop the history at the outermost cell's end (no cost between cells)."""
     STATE.depth = max(0, STATE.depth - 1)
-    if STATE.depth > 0 or not STATE.recording:
+    if STATE.depth > 0:
+        return
+    STATE.pending = None  # an OOM the cell caught itself: its snapshot is no later error's
+    if not STATE.recording:
         return
     STATE.recording = False
     torch = loaded_torch()

@@ -182,8 +182,9 @@ def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPa
     assert memory.calls[-1]["clear_history"] is True and attached == [capture._on_oom]
     capture._on_oom(0, 8 << 30, 0, 300 * MiB)  # what the allocator calls before raising
     assert capture.STATE.pending is not None and capture.STATE.pending.size == 8 << 30
-    capture.post_run_cell()
+    capture.post_run_cell()  # the cell caught that OOM itself: its snapshot ends with the cell
     assert not capture.STATE.recording and memory.calls[-1] == {"enabled": None}
+    assert capture.STATE.pending is None
     capture.set_enabled(False)
 
 
