@@ -66,6 +66,8 @@ def rounded(size: int) -> int:
 def raw_frames(frames: Any) -> Tuple[RawFrame, ...]:
     """PyTorch's frame dicts (`filename`, `line`, `name`; innermost first) as RawFrames."""
     out: List[RawFrame] = []
+    if not frames:
+        return ()
     for f in frames or ():
         if isinstance(f, Mapping):
             try:
@@ -250,9 +252,15 @@ def history_from_snapshot(
                 "an allocation the history left alive is not in the snapshot's segments (a free was not recorded)"
             )
             break
+    memo: Dict[Tuple[Tuple[RawFrame, ...], bool], Category] = {}  # one decision per stack and lifetime
     for alloc in allocs:
-        frames_ = alloc.frames
-        alloc.category = categorize(frames_, alloc.end is None) if (frames_ or alloc.start > 0) else "other"
+        if not alloc.frames and alloc.start == 0:
+            continue  # allocated before the kept history: "other"
+        key = (alloc.frames, alloc.end is None)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = categorize(*key)
+        alloc.category = found
     reserved_end = reserved_at_end(snapshot, d)
     start_reserved = reserved_end - net_reserved
     reserved: Optional[List[Tuple[int, int]]] = None
