@@ -218,12 +218,13 @@ def timeline_rows(d: Dict[str, Any]) -> List[Row]:
             if per_event
             else "no events"
         )
+        if cost.get("recorded")
+        else "not recorded (no CUDA): the A/B harness ran with the recording off in both arms"
         if "overhead_median" in cost
         else f"failed: {cost.get('reason')}"
     )
-    rows.append(
-        ("recording cost (allocator history)", cost_figure, "≈ 2 µs per event (PyTorch's docs)", _status(d, None))
-    )
+    cost_status = "failed" if cost.get("status") == "failed" else _status(d, None)
+    rows.append(("recording cost (allocator history)", cost_figure, "≈ 2 µs per event (PyTorch's docs)", cost_status))
     return rows
 
 
