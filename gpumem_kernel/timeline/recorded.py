@@ -201,7 +201,7 @@ def history_from_snapshot(
     reserved_changes: List[Tuple[int, int]] = []
     net_reserved = 0
     found_failed: Optional[Failed] = None
-    orphans = 0
+    orphans: List[Alloc] = []  # freed in the history, allocated before it (or lost from the ring buffer)
     for index, entry in enumerate(trace):
         action = entry.get("action")
         size = int(entry.get("size") or 0)
@@ -227,8 +227,8 @@ def history_from_snapshot(
             elif action == "free_completed" and awaiting.pop(addr, None) is not None:
                 pass  # the request ended it
             else:  # allocated before the kept history: alive from its start
-                orphans += 1
                 alloc = Alloc(rounded(size), "other", 0, index, (), addr, size)
+                orphans.append(alloc)
                 allocs.append(alloc)
                 if action == "free_requested":
                     awaiting[addr] = alloc
@@ -253,9 +253,10 @@ def history_from_snapshot(
             )
             break
     memo: Dict[Tuple[Tuple[RawFrame, ...], bool], Category] = {}  # one decision per stack and lifetime
+    unknown = {id(a) for a in orphans}
     for alloc in allocs:
-        if not alloc.frames and alloc.start == 0:
-            continue  # allocated before the kept history: "other"
+        if id(alloc) in unknown:
+            continue  # allocated before the kept history, no frames: "other"
         key = (alloc.frames, alloc.end is None)
         found = memo.get(key)
         if found is None:
@@ -279,7 +280,9 @@ def history_from_snapshot(
             "made and that were freed later count from index 0, without frames"
         )
     if orphans:
-        notes.append(f"{orphans} frees of blocks allocated before the history began: alive from index 0, no frames")
+        notes.append(
+            f"{len(orphans)} frees of blocks allocated before the history began: alive from index 0, no frames"
+        )
     if allocs:
         notes.append(CATEGORY_NOTE)
     other_devices = [i for i, t in enumerate(traces) if t and i != d]

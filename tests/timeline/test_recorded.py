@@ -267,3 +267,9 @@ def test_the_recorded_payload_fits_the_timeline_schema() -> None:
     assert payload["peak"]["bytes"] == 18 * MiB + 1024 and payload["baseline"] == 4 * MiB
     assert payload["failed"]["size"] == 8 << 30
     assert payloads.TIMELINE_MIME in recorded.timeline_bundle(payload)
+
+
+def test_an_allocation_without_frames_at_the_first_entry_is_still_categorised() -> None:
+    trace = [{"action": "alloc", "addr": 4096, "size": 1 << 20, "stream": 0, "frames": []}]
+    history = recorded.history_from_snapshot({"segments": [], "device_traces": [trace]})
+    assert [(a.start, a.end, a.category) for a in history.allocs] == [(0, None, "gradient")]
