@@ -401,7 +401,10 @@ def _timeline_export(request: Request) -> Dict[str, Any]:
     history = STORE.get(args.id)
     if history is None:
         raise ProtocolError("bad-request", unknown_message(args.id), request.id)
-    return export_result(history, args.format, args.id)
+    try:
+        return export_result(history, args.format, args.id)
+    except ValueError as error:  # too large to send: one line saying how to save it instead
+        raise ProtocolError("bad-request", str(error), request.id) from None
 
 
 def _set_oom_timeline(value: Any, request_id: str) -> None:

@@ -26,6 +26,8 @@ FORMATS = ("snapshot", "csv")
 MEDIA_TYPES = {"snapshot": "application/octet-stream", "csv": "text/csv"}
 SUFFIXES = {"snapshot": ".pickle", "csv": ".csv"}
 CSV_HEADER = ("start", "end", "size", "category", "file", "line", "name", "cell")
+# the largest file `timeline_export` sends to the browser (base64 adds a third); larger ones are saved from the kernel
+MAX_EXPORT_BYTES = 256 << 20
 
 
 @dataclass
@@ -51,6 +53,11 @@ def export_result(history: History, fmt: str, timeline_id: str) -> Dict[str, Any
     from gpumem_kernel.wire.protocol import TimelineExport, to_json
 
     made = export(history, fmt, timeline_id)
+    if len(made.data) > MAX_EXPORT_BYTES:
+        raise ValueError(
+            f"timeline {timeline_id} makes a {len(made.data) / 2**20:.0f} MiB file, over the "
+            f"{MAX_EXPORT_BYTES >> 20} MiB sent to the browser: save it in the kernel (--save FILE, or .save(FILE))"
+        )
     encoded = base64.b64encode(made.data).decode("ascii")
     return to_json(TimelineExport(timeline_id, fmt, made.filename, made.media_type, encoded, len(made.data)))
 

@@ -104,3 +104,17 @@ def test_a_baseline_is_one_block_alive_from_the_start():
     assert f"total_allocated: {memory_viz.Bytes(1 << 20)}" in memory_viz.segsum(data)
     with pytest.raises(ValueError):
         export(history, "json")
+
+
+def test_a_file_too_large_for_the_browser_is_refused_in_one_line(history, monkeypatch):
+    from gpumem_kernel.channel.comm import _timeline_export
+    from gpumem_kernel.timeline import export as export_module
+    from gpumem_kernel.timeline.store import STORE
+    from gpumem_kernel.wire.protocol import ProtocolError, Request
+
+    timeline_id = STORE.add(history)
+    monkeypatch.setattr(export_module, "MAX_EXPORT_BYTES", 1000)
+    with pytest.raises(ProtocolError) as caught:
+        _timeline_export(Request("r-1", "timeline_export", {"id": timeline_id, "format": "snapshot"}))
+    assert caught.value.code == "bad-request" and "\n" not in str(caught.value)
+    assert f"timeline {timeline_id} makes a " in str(caught.value) and "save it in the kernel" in str(caught.value)
