@@ -469,7 +469,9 @@ def source_text(payload: Mapping[str, Any], stack: Optional[int]) -> str:
     frames = found.get("frames") or []
     if found.get("source") is None:
         inner = frames[0] if frames else None
-        return f"no user frame ({inner['file'].rsplit('/', 1)[-1]}:{inner['line']})" if inner else "no user frame"
+        if inner is None:
+            return "no user frame"
+        return f"no user frame ({inner['file'].rsplit('/', 1)[-1]}:{inner['line']} in {inner['name']})"
     frame = frames[found["source"]]
     if frame.get("cell") is not None:
         return f"In [{frame['cell']}], line {frame['line']} in {frame['name']}"

@@ -171,6 +171,7 @@ def notes_for(report: Any, trace: TraceResult, peak: int) -> List[str]:
         "predicted from the traced step on the CPU (no GPU used): the model's states, then 2 training steps "
         "(the first creates gradients and optimizer state), through the caching-allocator model; sizes are its "
         "blocks (rounded to 512 B)",
+        "the model's parameters and buffers (and the state of an optimizer you passed) exist before the step: no stack",
     ]
     if report.engine == "measured":
         measured = format_bytes(report.peak_allocated_bytes, "fit")
