@@ -53,7 +53,7 @@ for (const theme of ['light', 'dark'] as const) {
     await expect(view.locator('.jp-GpuMem-tlFailed')).toContainText('The allocation that failed: 20.0 GiB');
 
     // A point on the largest band (the first whose box's centre is on it, largest first): hover, then click.
-    const spot = await view.locator('svg.jp-GpuMem-tlSvg').evaluate(svg => {
+    const spot = await view.evaluate(svg => {
       const bands = [...svg.querySelectorAll('polygon.jp-GpuMem-tlBand')].map(p => ({
         p,
         box: p.getBoundingClientRect()

@@ -70,8 +70,8 @@ export interface ITimelineGeometry {
   readonly totals: ReadonlyArray<readonly [number, number]>;
 }
 
-/** The y grid, in plot units: a quarter of a pixel where the plot is drawn at its own size. */
-const GRID = 4;
+/** The y grid, in plot units: half a pixel where the plot is drawn at its own size. */
+const GRID = 2;
 
 function round(v: number): number {
   return Math.round(v * GRID) / GRID;

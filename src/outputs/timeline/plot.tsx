@@ -44,7 +44,8 @@ export function eventTicks(lo: number, hi: number): number[] {
 /** The range after zooming by `factor` (< 1: in) around event index `at`, within 0..end. */
 export function zoomed(range: XRange, factor: number, at: number, end: number): XRange {
   const [lo, hi] = range;
-  const span = Math.min(end, Math.max(Math.min(end, 8), (hi - lo) * factor));
+  // At most 1000× (the drawing's layer is the whole timeline at the current zoom).
+  const span = Math.min(end, Math.max(Math.min(end, Math.max(8, end / 1000)), (hi - lo) * factor));
   const f = hi > lo ? (at - lo) / (hi - lo) : 0.5;
   return clampRange(at - f * span, span, end);
 }
@@ -54,8 +55,6 @@ export function clampRange(lo: number, span: number, end: number): XRange {
   const start = Math.min(Math.max(0, lo), Math.max(0, end - span));
   return [start, start + span];
 }
-
-let clipCount = 0;
 
 export interface ITimelinePlotProps {
   readonly payload: ITimelinePayload;
@@ -88,7 +87,6 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
   const rangeRef = React.useRef<XRange>(range);
   const frame = React.useRef<number | null>(null);
   const drag = React.useRef<{ x: number; range: XRange; moved: boolean; id: number } | null>(null);
-  const [clipId] = React.useState(() => `jp-GpuMem-tlClip-${++clipCount}`);
   const onSelect = props.onSelect;
 
   // A new payload shows all of it.
@@ -134,8 +132,8 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
 
   // Wheel zoom: a native listener, as React's is passive and could not keep the page from scrolling.
   React.useEffect(() => {
-    const svg = svgRef.current;
-    if (svg === null) {
+    const wrap = wrapRef.current;
+    if (wrap === null) {
       return;
     }
     const onWheel = (event: WheelEvent): void => {
@@ -148,17 +146,17 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
       const factor = Math.exp(Math.max(-1, Math.min(1, event.deltaY / 300)));
       show(zoomed(rangeRef.current, factor, eventAt(event.clientX), end));
     };
-    svg.addEventListener('wheel', onWheel, { passive: false });
-    return () => svg.removeEventListener('wheel', onWheel);
+    wrap.addEventListener('wheel', onWheel, { passive: false });
+    return () => wrap.removeEventListener('wheel', onWheel);
   }, [end, show]);
 
-  const onPointerDown = (event: React.PointerEvent<SVGSVGElement>): void => {
+  const onPointerDown = (event: React.PointerEvent<HTMLDivElement>): void => {
     if (event.button !== 0) {
       return;
     }
     drag.current = { x: event.clientX, range: rangeRef.current, moved: false, id: event.pointerId };
   };
-  const onPointerMove = (event: React.PointerEvent<SVGSVGElement>): void => {
+  const onPointerMove = (event: React.PointerEvent<HTMLDivElement>): void => {
     const d = drag.current;
     if (d === null) {
       return;
@@ -170,7 +168,11 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
     if (!d.moved) {
       d.moved = true;
       setHover(null);
-      svgRef.current?.setPointerCapture?.(d.id);
+      try {
+        wrapRef.current?.setPointerCapture?.(d.id);
+      } catch {
+        // a pointer the browser no longer knows: the drag goes on without capture
+      }
     }
     const [lo, hi] = d.range;
     const shift = ((dx * unitsPerPixel()) / PLOT_W) * (hi - lo);
@@ -179,7 +181,11 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
   const onPointerUp = (): void => {
     const d = drag.current;
     if (d?.moved) {
-      svgRef.current?.releasePointerCapture?.(d.id);
+      try {
+        wrapRef.current?.releasePointerCapture?.(d.id);
+      } catch {
+        // not captured
+      }
       // The click that follows a drag selects nothing.
       setTimeout(() => {
         drag.current = null;
@@ -231,7 +237,7 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
     } else if (event.key === 'ArrowRight' || event.key === 'ArrowLeft') {
       event.preventDefault();
       const next = band + (event.key === 'ArrowRight' ? 1 : -1);
-      const target = svgRef.current?.querySelector<SVGElement>(`[data-band="${next}"]`);
+      const target = wrapRef.current?.querySelector<SVGElement>(`[data-band="${next}"]`);
       if (target) {
         (event.target as SVGElement).setAttribute('tabindex', '-1');
         target.setAttribute('tabindex', '0');
@@ -309,8 +315,18 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
   const selectedShape = props.selected === null ? null : (geometry.bands[props.selected] ?? null);
   const hoverBand = hover === null ? undefined : payload.bands[hover.band];
 
+  const pct = (v: number): string => `${(v * 100).toFixed(4)}%`;
+  const span = Math.max(hi - lo, 1e-9);
+
   return (
-    <div className="jp-GpuMem-tlPlot" ref={wrapRef}>
+    <div
+      className="jp-GpuMem-tlPlot"
+      ref={wrapRef}
+      onPointerDown={onPointerDown}
+      onPointerMove={onPointerMove}
+      onPointerUp={onPointerUp}
+      onPointerCancel={onPointerUp}
+    >
       <svg
         ref={svgRef}
         className="jp-GpuMem-chartSvg jp-GpuMem-tlSvg"
@@ -320,16 +336,7 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
         aria-label={trans.__('Memory over events %1 to %2; %3', formatCount(lo), formatCount(hi), peakLabel)}
         data-lo={lo.toFixed(1)}
         data-hi={hi.toFixed(1)}
-        onPointerDown={onPointerDown}
-        onPointerMove={onPointerMove}
-        onPointerUp={onPointerUp}
-        onPointerCancel={onPointerUp}
       >
-        <defs>
-          <clipPath id={clipId}>
-            <rect x={LEFT} y={TOP - 1} width={PLOT_W} height={PLOT_H + 1} />
-          </clipPath>
-        </defs>
         {yTicks.map(t => (
           <g key={`y${t.value}`}>
             <line
@@ -344,32 +351,6 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
             </text>
           </g>
         ))}
-        <g clipPath={`url(#${clipId})`}>
-          <g
-            className="jp-GpuMem-tlDrawn"
-            transform={`translate(${LEFT - lo * k} ${TOP}) scale(${k} 1)`}
-            onClick={onClick}
-            onPointerOver={onOver}
-            onPointerOut={onOut}
-            onFocus={onOver}
-            onBlur={onOut}
-            onKeyDown={onKeyDown}
-          >
-            {drawn}
-            {props.highlighted.map(i =>
-              geometry.bands[i] ? (
-                <polygon key={`h${i}`} className="jp-GpuMem-tlHighlight" points={geometry.bands[i].points} />
-              ) : null
-            )}
-            {selectedShape !== null && (
-              <polygon
-                className="jp-GpuMem-tlSelected"
-                points={selectedShape.points}
-                data-selected={selectedShape.index}
-              />
-            )}
-          </g>
-        </g>
         {xTicks.map(t => (
           <g key={`x${t}`}>
             <line className="jp-GpuMem-chartTick" x1={xOf(t)} x2={xOf(t)} y1={bottom} y2={bottom + 3} />
@@ -382,6 +363,48 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
         <text className="jp-GpuMem-chartAxisLabel" x={LEFT + PLOT_W / 2} y={HEIGHT - 3} textAnchor="middle">
           {trans.__('allocation events')}
         </text>
+      </svg>
+      {/*
+        The drawing, in its own layer over the plot area: the whole timeline at the current zoom, moved by a
+        CSS transform, so that a pan is composited and never redraws the polygons (a zoom redraws them once).
+      */}
+      <div
+        className="jp-GpuMem-tlLayer"
+        style={{
+          left: pct(LEFT / WIDTH),
+          top: pct(TOP / HEIGHT),
+          width: pct(PLOT_W / WIDTH),
+          height: pct(PLOT_H / HEIGHT)
+        }}
+      >
+        <svg
+          className="jp-GpuMem-tlDrawn"
+          viewBox={`0 0 ${end} ${geometry.height}`}
+          preserveAspectRatio="none"
+          style={{ width: pct(end / span), transform: `translateX(${pct(-lo / end)})` }}
+          onClick={onClick}
+          onPointerOver={onOver}
+          onPointerOut={onOut}
+          onFocus={onOver}
+          onBlur={onOut}
+          onKeyDown={onKeyDown}
+        >
+          {drawn}
+          {props.highlighted.map(i =>
+            geometry.bands[i] ? (
+              <polygon key={`h${i}`} className="jp-GpuMem-tlHighlight" points={geometry.bands[i].points} />
+            ) : null
+          )}
+          {selectedShape !== null && (
+            <polygon
+              className="jp-GpuMem-tlSelected"
+              points={selectedShape.points}
+              data-selected={selectedShape.index}
+            />
+          )}
+        </svg>
+      </div>
+      <svg className="jp-GpuMem-tlOverlay" viewBox={`0 0 ${WIDTH} ${HEIGHT}`} width="100%" aria-hidden="true">
         {peakShown && (
           <g className="jp-GpuMem-tlPeak" data-at={peak.at} data-x={px.toFixed(1)} data-y={py.toFixed(1)}>
             <line className="jp-GpuMem-tlPeakLine" x1={px} x2={px} y1={py} y2={bottom} />
@@ -396,7 +419,6 @@ export function TimelinePlot(props: ITimelinePlotProps): JSX.Element {
                 {peakLabel}
               </text>
             )}
-            <title>{trans.__('%1 at event %2', peakLabel, formatCount(peak.at))}</title>
           </g>
         )}
       </svg>
