@@ -454,6 +454,43 @@ def row_frontend(r: Optional[Dict[str, Any]]) -> str:
     return head + table(["measure", "figure"], rows) + f"\n\n{provenance(r)}\n"
 
 
+def row_frontend_timeline(r: Optional[Dict[str, Any]]) -> str:
+    """Issue 13: the memory timeline view with the largest payload (ui-tests/bench/timeline.spec.ts)."""
+    head = "### 5b. Memory timeline view, largest payload (issue 13)\n\n"
+    if r is None:
+        return head + f"**Figure:** {NOT_MEASURED}: no `results/frontend_timeline.json` yet.\n"
+    p, pan = r["payload"], r["pan"]
+    figure = (
+        f"**Figure:** panning {p['bands']:,} bands: median frame {pan['frame_ms_median']:.1f} ms, p95 "
+        f"{pan['frame_ms_p95']:.1f} ms ({pan['frames_with_a_new_view']} of {pan['frames']} frames showed a new "
+        "view).\n\n"
+    )
+    text = (
+        "The largest payload the schema allows (`maximumPayload` of src/outputs/timeline/__tests__/makepayload.ts: "
+        "a simulated training step of 666 layers), displayed in a real notebook. Frame times are the intervals "
+        "between requestAnimationFrame callbacks in the page (16.7 ms: every frame at 60 Hz) while the page drags "
+        "the x axis at 4x zoom, one pointer move per frame, for "
+        f"{pan['drag_ms'] / 1000:.0f} s. The bands are drawn once per payload in their own layer; a pan moves "
+        "it with a CSS transform.\n\n"
+    )
+    rows = [
+        (
+            "payload",
+            f"{p['bands']:,} bands, {p['small_points']:,} small points, {p['reserved_points']:,} reserved steps, "
+            f"{p['stacks']} stacks; {p['json_bytes'] / 1024:.0f} KiB of JSON; {p['svg_vertices_drawn']:,} SVG "
+            "vertices drawn",
+        ),
+        ("cell run → view drawn (kernel round trip included)", f"{r['shown_after_run_seconds']:.2f} s"),
+        (
+            f"frame time while panning ({pan['frames']} frames, {pan['zoomed_span_events']:,.0f} of "
+            f"{pan['timeline_end_events']:,} events shown)",
+            f"median {pan['frame_ms_median']:.1f} ms, p95 {pan['frame_ms_p95']:.1f} ms, "
+            f"max {pan['frame_ms_max']:.1f} ms",
+        ),
+    ]
+    return head + figure + text + table(["measure", "figure"], rows) + f"\n\n{provenance(r)}\n"
+
+
 def row_timeline(r: Optional[Dict[str, Any]]) -> str:
     """Issue 13: the cost of the predicted timeline's frame capture (benchmarks/timeline_capture.py)."""
     head = "## 7. Memory timeline: the cost of frame capture (issue 13)\n\n"
@@ -538,6 +575,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 3 estimator accuracy (zoo and named cases) | `{RUN} benchmarks/estimator_accuracy.py` | ~5 min on CPU |
 | 3 named cases only (issue 9 §5) | `{RUN} benchmarks/estimator_accuracy.py --cases all` | ~3 min on CPU |
 | 5 frontend (Galata, Debian chromium; after `bash scripts/setup.sh --test`) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js` | ~1 min |
+| 5b timeline view only (Galata) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js bench/timeline.spec.ts` | ~1 min |
 | 6 GPU suite (NVIDIA GPU; section 6) | `python3 -m benchmarks.gpu --out benchmarks/results` | < 10 min (H100, plan) |
 | 6 GPU suite, dry run (CPU stand-ins, no figure) | `{RUN} -m benchmarks.gpu --dry-run` | ~1 min |
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
@@ -562,6 +600,7 @@ def main() -> None:
         estimator_cases(load("estimator_cases")),
         row_autobatch(gpu_real("gpu_autobatch")),
         row_frontend(load("frontend")),
+        row_frontend_timeline(load("frontend_timeline")),
         row_gpu_suite(gpu_real("gpu_suite")),
         row_timeline(load("timeline_capture")),
         gpu_files(),
