@@ -23,8 +23,14 @@ module.exports = {
           types: ['jest', 'node']
         }
       }
+    ],
+    '^.+/@jupyterlab/translation/lib/.+\\.js$': [
+      'ts-jest',
+      { tsconfig: { allowJs: true, module: 'commonjs', target: 'ES2019', esModuleInterop: true, skipLibCheck: true } }
     ]
   },
+  // One ESM module of JupyterLab is compiled for the tests: its gettext, the reference for ui/i18n's placeholders.
+  transformIgnorePatterns: ['/node_modules/(?!@jupyterlab/translation/lib/)'],
   moduleFileExtensions: ['ts', 'tsx', 'js', 'json'],
   collectCoverageFrom: ['src/**/*.{ts,tsx}', '!src/**/__tests__/**', '!src/**/*.d.ts'],
   coverageReporters: ['text-summary', 'lcov']

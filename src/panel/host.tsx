@@ -43,7 +43,6 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
                 '%1 process, %2 RSS',
                 '%1 processes, %2 RSS',
                 host.children.count,
-                host.children.count,
                 formatBytes(host.children.rss, unit)
               )
             : trans.__('none')}

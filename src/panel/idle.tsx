@@ -28,7 +28,6 @@ export function IdleHoldersSection(props: IIdleHoldersProps): JSX.Element | null
   return (
     <section className="jp-GpuMem-idle" aria-label={trans.__('Idle GPU holders')}>
       <h3 className="jp-GpuMem-idleTitle">
-        {/* _n with the count alone: JupyterLab's _n puts n before the other arguments, ui/i18n's does not */}
         {trans._n('%1 kernel holds GPU memory', '%1 kernels hold GPU memory', holders.length, holders.length)}
         {trans.__(', idle for more than %1 min', props.idleMinutes)}
       </h3>

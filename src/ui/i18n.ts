@@ -26,6 +26,7 @@ export function substitute(text: string, args: ReadonlyArray<unknown>): string {
  */
 export const untranslated: Trans = {
   __: (msgid: string, ...args: unknown[]) => substitute(msgid, args),
+  // As JupyterLab's gettext: `n` itself is %1, the further arguments %2, %3, …
   _n: (msgid: string, plural: string, n: number, ...args: unknown[]) =>
-    substitute(n === 1 ? msgid : plural, args)
+    substitute(n === 1 ? msgid : plural, [n, ...args])
 };

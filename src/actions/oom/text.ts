@@ -38,7 +38,6 @@ export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
         "The failed call's traceback keeps %1 tensor (%2) alive",
         "The failed call's traceback keeps %1 tensors (%2) alive",
         d.traceback.tensors,
-        d.traceback.tensors,
         formatBytes(d.traceback.bytes, 'auto')
       )
     );
