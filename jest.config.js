@@ -26,7 +26,15 @@ module.exports = {
     ],
     '^.+/@jupyterlab/translation/lib/.+\\.js$': [
       'ts-jest',
-      { tsconfig: { allowJs: true, module: 'commonjs', target: 'ES2019', esModuleInterop: true, skipLibCheck: true } }
+      {
+        tsconfig: {
+          allowJs: true,
+          module: 'commonjs',
+          target: 'ES2019',
+          esModuleInterop: true,
+          skipLibCheck: true
+        }
+      }
     ]
   },
   // One ESM module of JupyterLab is compiled for the tests: its gettext, the reference for ui/i18n's placeholders.

@@ -8,7 +8,7 @@ import { nullTranslator } from '@jupyterlab/translation/lib/base';
 import { untranslated } from '../i18n';
 
 describe('untranslated', () => {
-  const lab = nullTranslator.load('jupyterlab_gpumem');
+  const trans = nullTranslator.load('jupyterlab_gpumem');
 
   it.each([
     ['%1 process, %2 RSS', '%1 processes, %2 RSS', 1, ['12 MiB']],
@@ -16,7 +16,7 @@ describe('untranslated', () => {
     ['%1 tensor', '%1 tensors', 2, []],
     ['%2 of %3 alive, %1 allocation', '%2 of %3 alive, %1 allocations', 5, ['1 GiB', 'activations']]
   ])('_n(%s) fills placeholders as JupyterLab does', (one, many, n, args) => {
-    expect(untranslated._n(one, many, n, ...args)).toBe(lab._n(one, many, n, ...args));
+    expect(untranslated._n(one, many, n, ...args)).toBe(trans._n(one, many, n, ...args));
   });
 
   it('puts the count first and the further arguments after it', () => {
@@ -26,6 +26,6 @@ describe('untranslated', () => {
   });
 
   it('__ fills placeholders as JupyterLab does', () => {
-    expect(untranslated.__('%1 of %2', 'a', 'b')).toBe(lab.__('%1 of %2', 'a', 'b'));
+    expect(untranslated.__('%1 of %2', 'a', 'b')).toBe(trans.__('%1 of %2', 'a', 'b'));
   });
 });
