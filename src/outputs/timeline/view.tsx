@@ -100,9 +100,7 @@ function StackFrames(props: { stack: ITimelineStack | null; trans: Trans }): JSX
           ))}
         </ol>
       ) : (
-        <div className="jp-GpuMem-tlMuted">
-          {trans.__('No frame of your code: it was allocated inside libraries.')}
-        </div>
+        <div className="jp-GpuMem-tlMuted">{trans.__('No frame of your code.')}</div>
       )}
       {library.length > 0 && (
         <details className="jp-GpuMem-tlLibrary">
@@ -157,7 +155,7 @@ function Selected(props: {
     }
     stack = holder.stack;
     title = holder.rest
-      ? trans.__('%1 in the rest: smaller groups, not listed one by one', formatBytes(holder.size, 'auto'))
+      ? trans.__('%1 in smaller groups', formatBytes(holder.size, 'auto'))
       : trans._n(
           '%2 of %3 alive at the peak, %1 allocation',
           '%2 of %3 alive at the peak, %1 allocations',
@@ -202,7 +200,7 @@ function Downloads(props: ITimelineViewProps): JSX.Element {
         className="jp-GpuMem-tlDownload jp-mod-styled"
         data-format="snapshot"
         disabled={busy !== null}
-        title={trans.__("PyTorch's memory snapshot of the full history, which pytorch.org/memory_viz opens")}
+        title={trans.__('For pytorch.org/memory_viz')}
         onClick={() => download('snapshot')}
       >
         {busy === 'snapshot' ? trans.__('Preparing…') : trans.__('Download snapshot (.pickle)')}
@@ -212,7 +210,7 @@ function Downloads(props: ITimelineViewProps): JSX.Element {
         className="jp-GpuMem-tlDownload jp-mod-styled"
         data-format="csv"
         disabled={busy !== null}
-        title={trans.__('One row per allocation of the full history')}
+        title={trans.__('One row per allocation')}
         onClick={() => download('csv')}
       >
         {busy === 'csv' ? trans.__('Preparing…') : trans.__('Download CSV')}
@@ -270,9 +268,7 @@ export function TimelineView(props: ITimelineViewProps): JSX.Element {
         ) : (
           <RichBadge
             kind="traced"
-            title={trans.__(
-              'the traced training step replayed through a model of the allocator; no GPU used'
-            )}
+            title={trans.__('the traced step through a model of the allocator; no GPU used')}
           >
             {trans.__('predicted')}
           </RichBadge>
