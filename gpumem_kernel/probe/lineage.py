@@ -51,9 +51,12 @@ def connection_file() -> Optional[str]:
         from ipykernel.kernelapp import IPKernelApp
     except ImportError:
         return None
-    if not IPKernelApp.initialized():
+    # Not IPKernelApp.instance(): in terminal IPython the singleton is the terminal app, which instance() refuses
+    # (MultipleInstanceError) and initialized() still reports, since both share IPython's application base.
+    app = getattr(IPKernelApp, "_instance", None)
+    if not isinstance(app, IPKernelApp):
         return None
-    path = getattr(IPKernelApp.instance(), "connection_file", None)
+    path = getattr(app, "connection_file", None)
     return str(path) if path else None
 
 
