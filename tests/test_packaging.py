@@ -88,8 +88,9 @@ def test_torch_is_not_a_requirement() -> None:
 
 # The labextension's JavaScript, all chunks together: 243 KiB before the wire validators were generated and the
 # YAML writer moved to the kernel, 191 KiB after, 223 KiB with the lifecycle and checklist work of issue 12 (all
-# our own code). A budget, so that growth is a decision, not an accident; the list below catches a library.
-BUNDLE_BUDGET = 256 * 1024
+# our own code), 256 KiB with the memory timeline, the idle list and the memory log's CSV (CSS minified at build).
+# A budget, so that growth is a decision, not an accident; the list below catches a library.
+BUNDLE_BUDGET = 320 * 1024
 
 # What webpack may put into our chunks from node_modules: the CSS loaders and react-dom/client's entry (react-dom
 # itself is JupyterLab's shared singleton). Ajv (~270 KB) or a YAML library would show up here first.
