@@ -41,6 +41,11 @@ function tiny(): ITimelinePayload {
   };
 }
 
+/** After the next animation frame (the view applies pans and zooms once per frame). */
+function nextFrame(): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, 50));
+}
+
 /** A blob's text (jsdom's Blob has no text()). */
 function textOf(blob: Blob): Promise<string> {
   return new Promise(resolve => {
@@ -286,6 +291,50 @@ describe('the view', () => {
     expect(row.getAttribute('aria-selected')).toBe('true');
     expect(h.node.querySelector('.jp-GpuMem-tlStack')?.textContent).toContain('alive at the peak');
     expect(h.node.querySelectorAll('.jp-GpuMem-tlHighlight').length).toBeGreaterThan(0);
+  });
+
+  it('zooms with the wheel, pans with a drag, and resets', async () => {
+    // jsdom's requestAnimationFrame never fires here: frames as timers.
+    const raf = jest
+      .spyOn(window, 'requestAnimationFrame')
+      .mockImplementation(cb => window.setTimeout(() => cb(performance.now()), 0));
+    const p = makePayload({ layers: 10 });
+    await h.render(p);
+    const end = timelineGeometry(p, PLOT_H).end;
+    const plot = h.node.querySelector('.jp-GpuMem-tlPlot') as HTMLElement;
+    const axes = h.node.querySelector('svg.jp-GpuMem-tlSvg') as SVGElement;
+    const range = (): number[] => [
+      Number(axes.getAttribute('data-lo')),
+      Number(axes.getAttribute('data-hi'))
+    ];
+    expect(range()).toEqual([0, end]);
+    expect(h.node.querySelector('.jp-GpuMem-tlReset')).toBeNull();
+    // jsdom lays nothing out: one CSS pixel is one SVG unit, and the plot starts at LEFT.
+    await act(async () => {
+      plot.dispatchEvent(
+        new WheelEvent('wheel', { deltaY: -300, clientX: LEFT + PLOT_W / 2, bubbles: true })
+      );
+    });
+    const [lo, hi] = range();
+    expect(hi - lo).toBeCloseTo(end / Math.E, 0);
+    expect((lo + hi) / 2).toBeCloseTo(end / 2, 0);
+    const drawn = h.node.querySelector('svg.jp-GpuMem-tlDrawn') as SVGElement;
+    expect(drawn.style.transform).toMatch(/^translateX\(-\d+\.\d+%\)$/);
+    await act(async () => {
+      plot.dispatchEvent(new MouseEvent('pointerdown', { clientX: 300, button: 0, bubbles: true }));
+      plot.dispatchEvent(new MouseEvent('pointermove', { clientX: 300 + PLOT_W / 4, bubbles: true }));
+      plot.dispatchEvent(new MouseEvent('pointerup', { clientX: 300 + PLOT_W / 4, bubbles: true }));
+      await nextFrame();
+    });
+    const [lo2, hi2] = range();
+    expect(hi2 - lo2).toBeCloseTo(hi - lo, 0);
+    expect(lo2).toBeCloseTo(lo - (hi - lo) / 4, 0);
+    await act(async () => {
+      h.node.querySelector('.jp-GpuMem-tlReset')?.dispatchEvent(new MouseEvent('click', { bubbles: true }));
+      await nextFrame();
+    });
+    expect(range()).toEqual([0, end]);
+    raf.mockRestore();
   });
 
   it('renders file names and kernel strings as text, never HTML', async () => {
