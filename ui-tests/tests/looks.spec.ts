@@ -6,7 +6,7 @@
  * The scene is the one a user meets after a failed training step: the panel with a GPU (this machine has
  * none: tests/fake_nvml.py stands in for the driver, as in devices.spec.ts), an analysis output at a batch
  * that does not fit, a benchmark output, a real torch.OutOfMemoryError with its checklist inline and in the
- * panel, and the report of "Clear GPU memory". Contrast
+ * panel, the memory timeline of a predicted step, and the report of "Clear GPU memory". Contrast
  * is computed from computed styles, so it checks what the themes actually resolve to.
  */
 import * as fs from 'fs';
@@ -265,6 +265,7 @@ async function buildScene(page: IJupyterLabPageFixture, tmpPath: string): Promis
     ].join('\n'),
     '%gpumem analyze model --batch 2048 --input 3x224x224 --target "RTX 4080 Super" --amp bf16 --optimizer adamw',
     '%gpumem benchmark net --synthetic 3x16x16 --classes 10 --batch-sizes 8,16,32 --num-workers 0 --steps 3 --warmup 1 --simulate 64MiB',
+    '%gpumem analyze net --batch 8 --input 3x16x16 --optimizer adamw --timeline',
     `raise torch.OutOfMemoryError(${JSON.stringify(OOM_MESSAGE)})`
   ]);
   await page.evaluate(async () => {
@@ -279,11 +280,13 @@ async function buildScene(page: IJupyterLabPageFixture, tmpPath: string): Promis
   await expect(panel.locator('.jp-GpuMem-processes')).toBeVisible();
   await expect(panel.locator('.jp-GpuMem-host')).toBeVisible();
   await expect(
-    page.locator('.jp-GpuMem-analysis .jp-GpuMem-analysisChart svg.jp-GpuMem-chartSvg')
+    page.locator('.jp-GpuMem-analysis .jp-GpuMem-analysisChart svg.jp-GpuMem-chartSvg').first()
   ).toBeVisible({
     timeout: 60000
   });
   await expect(page.locator('.jp-GpuMem-benchmark svg.jp-GpuMem-chartSvg')).toBeVisible({ timeout: 60000 });
+  // The memory timeline of a predicted step: its bands, legend, table and buttons are audited too.
+  await expect(page.locator('.jp-GpuMem-richOutput-timeline svg').first()).toBeVisible({ timeout: 60000 });
   await expect(panel.locator('.jp-GpuMem-oom')).toBeVisible({ timeout: 60000 });
   await expect(page.locator('.jp-Notebook .jp-GpuMem-output .jp-GpuMem-oomStep').first()).toBeVisible();
   await expect(page.locator('.jp-GpuMem-statusItem')).toContainText('15.0 / 16.0 GiB');
@@ -311,7 +314,8 @@ for (const theme of ['light', 'dark'] as const) {
 
     // The analysis chart at --batch 2048 (where the "256" label sat on the device-limit label): no two of
     // its labels overlap, as the browser lays them out.
-    const chart = page.locator('.jp-GpuMem-analysisChart svg.jp-GpuMem-chartSvg');
+    // The first analysis (--batch 2048); the timeline cell's analysis comes later.
+    const chart = page.locator('.jp-GpuMem-analysisChart svg.jp-GpuMem-chartSvg').first();
     await chart.screenshot({ path: testInfo.outputPath(`chart-${theme}.png`) });
     const labels = await chart.evaluate(svg =>
       [...svg.querySelectorAll('text:not(.jp-GpuMem-chartAxisLabel)')].map(t => {
