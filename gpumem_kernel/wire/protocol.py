@@ -113,6 +113,10 @@ class KernelInfo:
 class Children:
     count: int
     rss: int
+    # unique memory (USS), proportional (PSS) and USS growth in bytes/min; None when not measurable (added later)
+    uss: Optional[int] = None
+    pss: Optional[int] = None
+    uss_growth_per_min: Optional[int] = None
 
 
 @dataclass

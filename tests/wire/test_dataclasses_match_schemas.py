@@ -48,6 +48,11 @@ class Mirror:
     parsed: bool = False
 
 
+# nested records the mirrors above reach, with their properties added later (the comparison builds their Mirror)
+NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
+    protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
+}
+
 MIRRORS = [
     # comm messages and their parts (wire/protocol.py); Sample covers Gpu, Device, Allocator, GpuProcess, ...
     Mirror(protocol.Sample, "sample.schema.json"),
@@ -232,7 +237,8 @@ def _compare_value(hint: Any, file: str, schema: Mapping[str, Any], where: str, 
         return
     if _is_record(inner):
         sub_file, sub = _object_branch(file, schema)
-        _compare_record(Mirror(inner, sub_file), sub_file, sub, where, problems)
+        nested = Mirror(inner, sub_file, added_later=NESTED_ADDED_LATER.get(inner, frozenset()))
+        _compare_record(nested, sub_file, sub, where, problems)
     elif typing.get_origin(inner) in (list, tuple):
         args = typing.get_args(inner)
         if args and args[0] is not Any:

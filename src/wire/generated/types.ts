@@ -589,7 +589,22 @@ export interface IHostMemory {
  */
 export interface IChildren {
   count: number;
+  /**
+   * summed resident memory: counts the pages workers share with the kernel (fork) once per worker
+   */
   rss: number;
+  /**
+   * summed unique memory (USS, what ending the workers would free); null when not measurable (no /proc/PID/smaps_rollup, access denied) or no workers; measured at most every few seconds per worker (added later)
+   */
+  uss?: number | null;
+  /**
+   * summed proportional set size (shared pages split between sharers); null where not measurable (added later)
+   */
+  pss?: number | null;
+  /**
+   * how fast the summed USS grows, bytes per minute over the last minute or so (copy-on-read of Python-object datasets); null until two measurements of a worker are apart (added later)
+   */
+  uss_growth_per_min?: number | null;
 }
 /**
  * Sizes are integer bytes; a field the message or probe cannot tell is null. Written by gpumem_kernel/oom/checklist.py:oom_bundle.

@@ -96,6 +96,8 @@ const device: Check = object({
   processes: array(gpuProcess)
 });
 
+const c7: Check = nullable(integer());
+
 /** sample.schema.json */
 export const sample: Check = object({
   type: constant('sample'),
@@ -119,7 +121,13 @@ export const sample: Check = object({
     rss: integer(0),
     total: integer(0),
     available: integer(0),
-    children: object({ count: integer(0), rss: integer(0) }),
+    children: object({
+      count: integer(0),
+      rss: integer(0),
+      uss: optional(c5),
+      pss: optional(c5),
+      uss_growth_per_min: optional(c7)
+    }),
     container_limit: c5,
     container_usage: c5
   }),
@@ -169,11 +177,11 @@ export const terminateResult: Check = object({ terminated: array(integer(1)), re
 /** reply.schema.json#/$defs/ping_result */
 export const pingResult: Check = object({});
 
-const c7: Check = all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')));
+const c8: Check = all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')));
 
 /** reply.schema.json#/$defs/timeline_export_result */
 export const timelineExportResult: Check = object({
-  id: c7,
+  id: c8,
   format: enumOf('snapshot', 'csv'),
   filename: string(1),
   media_type: string(1),
@@ -234,7 +242,7 @@ const clearHolder: Check = object({
   dtype: c2
 });
 
-const c8: Check = array(clearHolder);
+const c9: Check = array(clearHolder);
 
 /** clear.schema.json#/$defs/device */
 const clearDevice: Check = object({
@@ -248,8 +256,6 @@ const clearDevice: Check = object({
   this_kernel_after: c5
 });
 
-const c9: Check = nullable(integer());
-
 /** clear.schema.json */
 export const clearPayload: Check = object({
   version: constant(1),
@@ -259,20 +265,20 @@ export const clearPayload: Check = object({
   traceback_sources: array(string()),
   traceback_frames: integer(0),
   traceback_freed: nullable(clearHolder),
-  output_cache: c8,
+  output_cache: c9,
   output_cache_entries: integer(0),
-  deleted: c8,
+  deleted: c9,
   gc_collected: c5,
   emptied_cache: type('boolean'),
   devices: array(clearDevice),
   host_rss_before: c5,
   host_rss_after: c5,
-  holders: c8,
+  holders: c9,
   holders_more: integer(0),
   notes: array(string()),
   reclaimed: all(
     type('object'),
-    additionalProperties(c9),
+    additionalProperties(c7),
     propertyNames(pattern(new RegExp('^cuda:[0-9]+$', 'u')))
   )
 });
@@ -526,7 +532,7 @@ export const analysisPayload: Check = object({
   temporary_bytes: integer(0),
   peak_live_bytes: integer(0),
   peak_allocated_bytes: integer(),
-  peak_reserved_bytes: c9,
+  peak_reserved_bytes: c7,
   context_bytes: integer(0),
   workspace_bytes: integer(0),
   peak_bytes: integer(),
@@ -558,7 +564,7 @@ export const analysisPayload: Check = object({
     )
   ),
   peak_phase: enumOf(null, 'input', 'forward', 'backward', 'optimizer', 'zero_grad', 'other'),
-  amp_saved_bytes: c9,
+  amp_saved_bytes: c7,
   allocator: nullable(
     object({
       segments: integer(0),
@@ -585,7 +591,7 @@ export const analysisPayload: Check = object({
       batch_size: integer(1),
       peak_bytes: integer(),
       peak_allocated_bytes: integer(),
-      peak_reserved_bytes: c9,
+      peak_reserved_bytes: c7,
       engine: c13
     })
   ),
@@ -828,7 +834,7 @@ const timelineFailed: Check = object({ size: integer(0), device_free: c5, stack:
 /** timeline.schema.json */
 export const timelinePayload: Check = object({
   version: constant(1),
-  id: c7,
+  id: c8,
   source: enumOf('recorded', 'predicted'),
   title: string(),
   device: timelineDevice,
