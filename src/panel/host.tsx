@@ -5,12 +5,17 @@
  * GPU trouble often starts as host trouble (pinned memory, workers × dataset copies, a container killed by
  * its cgroup limit), so these numbers sit in the same panel.
  *
+ * Workers are forked: their RSS counts the pages they share with the kernel once per worker, so the row leads
+ * with their unique memory (USS, what ending them frees) and keeps RSS for reference, then the USS growth per
+ * minute (a Python-object dataset copied page by page as the workers read it). Kernels from before USS was
+ * measured send no `uss`: the row then shows RSS alone, as it did.
+ *
  * Each fact is a row of its own (a `div` around its dt/dd pair): the value takes the width its label leaves,
  * so that "21.6 / 23.5 GiB available" stays on one line at the sidebar's default width.
  */
 import * as React from 'react';
 
-import { formatBytes, formatBytesPair, formatPercent, percentOf } from '../ui/format';
+import { formatBytes, formatBytesPair, formatPercent, percentOf, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import type { IHostMemory } from '../wire/protocol';
 import { type IGpuMemSettings, usageLevel } from '../settings';
@@ -37,15 +42,9 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
         <Fact
           label={trans.__('DataLoader workers')}
           labelTitle={trans.__('Child processes of the kernel, such as DataLoader workers')}
+          title={workersTitle(host.children, unit, trans)}
         >
-          {host.children.count > 0
-            ? trans._n(
-                '%1 process, %2 RSS',
-                '%1 processes, %2 RSS',
-                host.children.count,
-                formatBytes(host.children.rss, unit)
-              )
-            : trans.__('none')}
+          {workersText(host.children, unit, trans)}
         </Fact>
         <Fact label={trans.__('System')} title={trans.__('%1 in use', formatPercent(used, host.total))}>
           {trans.__('%1 available', formatBytesPair(host.available, host.total, unit, 'short'))}
@@ -66,5 +65,60 @@ export function HostSection(props: IHostSectionProps): JSX.Element {
         )}
       </dl>
     </section>
+  );
+}
+
+/** Growth below this (bytes per minute) is noise of the allocator, not copy-on-read: not shown. */
+export const GROWTH_SHOWN_FROM = 1024 ** 2;
+
+type Workers = IHostMemory['children'];
+
+/** "4 processes, 1.20 GiB unique (RSS 5.10 GiB), +40 MiB/min"; "none" without workers. */
+export function workersText(children: Workers, unit: SizeUnit, trans: Trans): string {
+  const { count, rss, uss } = children;
+  if (count === 0) {
+    return trans.__('none');
+  }
+  if (uss === undefined) {
+    return trans._n('%1 process, %2 RSS', '%1 processes, %2 RSS', count, formatBytes(rss, unit));
+  }
+  if (uss === null) {
+    return trans._n(
+      '%1 process, %2 RSS, unique memory not measurable',
+      '%1 processes, %2 RSS, unique memory not measurable',
+      count,
+      formatBytes(rss, unit)
+    );
+  }
+  const text = trans._n(
+    '%1 process, %2 unique (RSS %3)',
+    '%1 processes, %2 unique (RSS %3)',
+    count,
+    formatBytes(uss, unit),
+    formatBytes(rss, unit)
+  );
+  const growth = children.uss_growth_per_min;
+  if (growth === null || growth === undefined || Math.abs(growth) < GROWTH_SHOWN_FROM) {
+    return text;
+  }
+  const signed = `${growth > 0 ? '+' : '\u2212'}${formatBytes(Math.abs(growth), unit)}`;
+  return trans.__('%1, %2/min', text, signed);
+}
+
+/** The row's tooltip: what the numbers mean, with PSS when the kernel measured it. */
+export function workersTitle(children: Workers, unit: SizeUnit, trans: Trans): string | undefined {
+  if (children.count === 0 || children.uss === undefined) {
+    return undefined;
+  }
+  const meaning = trans.__(
+    'Unique memory (USS) is what ending the workers would free; RSS counts the pages they share with the kernel once per worker. A steady rise while iterating is copy-on-read of a Python-object dataset.'
+  );
+  if (children.pss === null || children.pss === undefined) {
+    return meaning;
+  }
+  return trans.__(
+    '%1 PSS (shared pages split between their users): %2.',
+    meaning,
+    formatBytes(children.pss, unit)
   );
 }
