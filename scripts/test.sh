@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest,
 # pytest (kernel tests on ipykernel 7 and 6), the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
-# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6).
+# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -64,3 +64,24 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 (cd ui-tests && jlpm playwright test -c playwright.compat.config.js)
+
+step "the same wheel in Jupyter Notebook 7 (7.4.7, the release on JupyterLab 4.4.10): plain Playwright"
+if [ ! -x .venv-notebook7/bin/python ]; then
+  python3 -m venv .venv-notebook7
+  .venv-notebook7/bin/pip install -q --upgrade pip
+fi
+.venv-notebook7/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7"
+.venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
+.venv-notebook7/bin/pip install -q comm nvidia-ml-py psutil PyYAML
+# Its kernel `python3` is this test environment's Python (CPU-only torch for the OOM and `%gpumem analyze`).
+python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
+.venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
+mkdir -p /tmp/gpumem-nb7
+(cd ui-tests && exec ../.venv-notebook7/bin/jupyter-notebook --config jupyter_server_notebook7_config.py) >/tmp/gpumem-nb7.log 2>&1 &
+nb7=$!
+trap 'kill $server $nb7 2>/dev/null || true' EXIT
+for _ in $(seq 1 60); do
+  .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8891/api/status', timeout=2)" 2>/dev/null && break
+  sleep 1
+done
+(cd ui-tests && jlpm playwright test -c playwright.notebook7.config.js)

@@ -4,10 +4,14 @@
  * - `jupyterlab-gpumem:plugin` provides the model: it follows the current notebook/console, connects to its
  *   kernel (one bridge per session) and keeps the settings and the server's sessions up to date.
  * - `jupyterlab-gpumem:panel` adds the "GPU Memory" panel to the right sidebar and the open command.
- * - `jupyterlab-gpumem:status` adds the status-bar item (optional: skipped without a status bar).
+ * - `jupyterlab-gpumem:status` adds the status-bar item. Notebook 7 has no status bar: there the same item sits in
+ *   the header (the shell's `top` area), next to the notebook's name; a JupyterLab without a status bar gets none.
  * - `jupyterlab-gpumem:actions` (actions/plugin.ts): clear, restart and free, the OOM checklist and its
  *   notification, "shut down kernel", the notebook toolbar button. The MIME renderer of the inline outputs
  *   is the package's `mimeExtension` (outputs/mime.tsx).
+ *
+ * No plugin requires `ILabShell`: they use `app.shell`, so they also start in Jupyter Notebook 7 (≥ 7.4), whose
+ * shell has a right sidebar too (its View menu lists the panel under "Right Sidebar").
  *
  * The model token is exported so that later extensions (OOM checklist, analysis renderer) share the comm.
  */
@@ -31,6 +35,7 @@ import { statusSummary } from './panel/statussummary';
 import { CurrentSession } from './channel/current';
 import { TRANSLATION_DOMAIN } from './ui/i18n';
 import { gpuIcon } from './ui/icons';
+import { activateSidePanel } from './ui/shell';
 import { GpuMemModel } from './channel/model';
 import { GpuMemPanel } from './panel/panel';
 import { IdleHoldersModel } from './panel/idleholders';
@@ -64,11 +69,10 @@ const modelPlugin: JupyterFrontEndPlugin<IGpuMemModel> = {
   description: "Follows the current notebook's kernel and keeps its GPU memory samples.",
   autoStart: true,
   provides: IGpuMemModel,
-  requires: [ILabShell, INotebookTracker, ISettingRegistry, ITranslator],
+  requires: [INotebookTracker, ISettingRegistry, ITranslator],
   optional: [IConsoleTracker],
   activate: async (
     app: JupyterFrontEnd,
-    shell: ILabShell,
     notebooks: INotebookTracker,
     registry: ISettingRegistry,
     translator: ITranslator,
@@ -92,7 +96,7 @@ const modelPlugin: JupyterFrontEndPlugin<IGpuMemModel> = {
     model.setSessions(sessions.running());
     sessions.runningChanged.connect((_, models) => model.setSessions(models));
 
-    const current = new CurrentSession({ shell, notebooks, consoles });
+    const current = new CurrentSession({ shell: app.shell, notebooks, consoles });
     model.setSessionContext(current.sessionContext);
     current.changed.connect((_, sessionContext) => model.setSessionContext(sessionContext));
     return model;
@@ -103,18 +107,18 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyterlab-gpumem:panel',
   description: 'The GPU Memory panel in the right sidebar.',
   autoStart: true,
-  requires: [IGpuMemModel, ILabShell, ITranslator],
+  requires: [IGpuMemModel, ITranslator],
   optional: [ILayoutRestorer, ICommandPalette, IGpuMemActions],
   activate: (
     app: JupyterFrontEnd,
     model: IGpuMemModel,
-    shell: ILabShell,
     translator: ITranslator,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     actions: IGpuMemActions | null
   ): void => {
     const trans = translator.load(TRANSLATION_DOMAIN);
+    const shell = app.shell; // JupyterLab's or Notebook 7's: both have a right sidebar
     const panel = new GpuMemPanel(
       model,
       trans,
@@ -130,7 +134,7 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
       icon: gpuIcon,
       describedBy: { args: { type: 'object', properties: {} } },
       execute: () => {
-        shell.activateById(panel.id);
+        activateSidePanel(shell, panel.id);
       }
     });
     palette?.addItem({ command: OPEN_PANEL_COMMAND, category: trans.__('GPU Memory') });
@@ -142,18 +146,28 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
   description: "The current kernel's GPU memory in the status bar.",
   autoStart: true,
   requires: [IGpuMemModel, ITranslator],
-  optional: [IStatusBar],
+  optional: [IStatusBar, ILabShell],
   activate: (
     app: JupyterFrontEnd,
     model: IGpuMemModel,
     translator: ITranslator,
-    statusBar: IStatusBar | null
+    statusBar: IStatusBar | null,
+    labShell: ILabShell | null
   ): void => {
-    if (statusBar === null) {
-      return;
+    if (statusBar === null && labShell !== null) {
+      return; // JupyterLab with its status bar disabled: no item, as before
     }
     const trans = translator.load(TRANSLATION_DOMAIN);
     const item = new GpuMemStatusItem(model, trans, app.commands);
+    if (statusBar === null) {
+      // Notebook 7: no status bar. The item goes into the header, shown and hidden as the status bar would.
+      item.addClass('jp-GpuMem-topItem');
+      const show = (): void => item.setHidden(!statusSummary(model, trans).visible);
+      show();
+      model.changed.connect(show);
+      app.shell.add(item, 'top', { rank: 900 });
+      return;
+    }
     // The status bar asks `isActive` only when told to: tell it when visibility flips, not on every sample.
     const visibilityChanged = new Signal<IGpuMemModel, void>(model);
     let visible = statusSummary(model, trans).visible;

@@ -6,7 +6,7 @@
  * Kept apart from the pure action logic because it needs JupyterLab at runtime (dialogs, notifications,
  * notebook actions), which the unit tests do not load.
  */
-import type { ILabShell, JupyterFrontEnd } from '@jupyterlab/application';
+import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
 import { Signal } from '@lumino/signaling';
@@ -15,6 +15,7 @@ import type { GpuMemActions } from './actions';
 import { OPEN_OOM_COMMAND, PANEL_ID } from '../commandids';
 import { stepFeedback } from './feedback';
 import type { Trans } from '../ui/i18n';
+import { activateSidePanel } from '../ui/shell';
 import type { IInlineHost, IKernelIdentity } from './inline';
 import { type IOomError, oomFamily } from './oom/detect';
 import { familyTitle } from './oom/text';
@@ -27,7 +28,7 @@ import type { IGpuMemModel, ISessionActions } from '../tokens';
 export namespace LabActionHost {
   export interface IOptions {
     app: JupyterFrontEnd;
-    shell: ILabShell;
+    shell: JupyterFrontEnd.IShell;
     notebooks: INotebookTracker;
     model: IGpuMemModel;
     trans: Trans;
@@ -190,7 +191,7 @@ export class LabActionHost implements IActionHost {
           return;
         }
         if (SHOWN_IN_PANEL.includes(step.action)) {
-          this._shell.activateById(PANEL_ID);
+          activateSidePanel(this._shell, PANEL_ID);
         }
         void actions.runStep(step, key);
       },
@@ -242,7 +243,7 @@ export class LabActionHost implements IActionHost {
   }
 
   private readonly _app: JupyterFrontEnd;
-  private readonly _shell: ILabShell;
+  private readonly _shell: JupyterFrontEnd.IShell;
   private readonly _notebooks: INotebookTracker;
   private readonly _model: IGpuMemModel;
 }

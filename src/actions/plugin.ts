@@ -3,7 +3,7 @@
  * down kernel" — the commands, the notebook toolbar button, the IOPub watcher of every open notebook and
  * console, and the host of the inline checklist.
  */
-import { ILabShell, type JupyterFrontEnd, type JupyterFrontEndPlugin } from '@jupyterlab/application';
+import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { IConsoleTracker } from '@jupyterlab/console';
 import { INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
@@ -22,6 +22,7 @@ import {
 } from '../commandids';
 import { TRANSLATION_DOMAIN } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
+import { activateSidePanel } from '../ui/shell';
 import { setInlineHost } from './inline';
 import { notebookOomOutputs, setOomOutputs } from './oom/reveal';
 import { LabActionHost } from './labhost';
@@ -37,12 +38,12 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
   description: 'Clear GPU memory, restart and free, and the CUDA out-of-memory checklist.',
   autoStart: true,
   provides: IGpuMemActions,
-  requires: [IGpuMemModel, ILabShell, INotebookTracker, ITranslator],
+  // No ILabShell: `app.shell` is JupyterLab's or Notebook 7's (both activate a widget by id).
+  requires: [IGpuMemModel, INotebookTracker, ITranslator],
   optional: [IConsoleTracker, IStateDB, ICommandPalette],
   activate: (
     app: JupyterFrontEnd,
     model: IGpuMemModel,
-    shell: ILabShell,
     notebooks: INotebookTracker,
     translator: ITranslator,
     consoles: IConsoleTracker | null,
@@ -50,6 +51,7 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     palette: ICommandPalette | null
   ): IGpuMemActions => {
     const trans = translator.load(TRANSLATION_DOMAIN);
+    const shell = app.shell;
     const host = new LabActionHost({ app, shell, notebooks, model, trans });
     const ticks = new TickStore(
       state === null
@@ -100,7 +102,7 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
       const id = typeof args.widgetId === 'string' ? args.widgetId : '';
       return (id !== '' ? manager.forWidget(id) : null) ?? manager.current;
     };
-    const openPanel = (): void => shell.activateById(PANEL_ID);
+    const openPanel = (): void => activateSidePanel(shell, PANEL_ID);
     const hasTarget = (args: ReadonlyPartialJSONObject): boolean => {
       const actions = target(args);
       return actions !== null && !actions.busy;

@@ -1,12 +1,13 @@
 /**
  * Which session the panel follows: the notebook or console the user is working in.
  *
- * Follows `ILabShell.currentChanged` (as jupyter-resource-usage does). When the user moves to a widget
+ * Follows the shell's `currentChanged` (as jupyter-resource-usage does; JupyterLab's and Notebook 7's shells both
+ * have one; without one, the notebook tracker's). When the user moves to a widget
  * without a kernel (a text editor, the launcher), the panel keeps showing the last notebook or console while
  * it is open: a user editing `train.py` next to a training notebook still wants that notebook's GPU.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
-import type { ILabShell } from '@jupyterlab/application';
+import type { JupyterFrontEnd } from '@jupyterlab/application';
 import type { ConsolePanel, IConsoleTracker } from '@jupyterlab/console';
 import type { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { type ISignal, Signal } from '@lumino/signaling';
@@ -14,7 +15,7 @@ import type { Widget } from '@lumino/widgets';
 
 export namespace CurrentSession {
   export interface IOptions {
-    shell: ILabShell;
+    shell: JupyterFrontEnd.IShell;
     notebooks: INotebookTracker;
     consoles: IConsoleTracker | null;
   }
@@ -25,7 +26,12 @@ export class CurrentSession {
     this._shell = options.shell;
     this._notebooks = options.notebooks;
     this._consoles = options.consoles;
-    this._shell.currentChanged.connect(this._update, this);
+    // Optional on JupyterFrontEnd.IShell; the tracker's signal stands in for a shell without one.
+    if (this._shell.currentChanged !== undefined) {
+      this._shell.currentChanged.connect(this._update, this);
+    } else {
+      this._notebooks.currentChanged.connect(this._update, this);
+    }
     this._notebooks.widgetAdded.connect(this._update, this);
     this._consoles?.widgetAdded.connect(this._update, this);
     this._update();
@@ -70,7 +76,7 @@ export class CurrentSession {
     this._changed.emit(this.sessionContext);
   }
 
-  private readonly _shell: ILabShell;
+  private readonly _shell: JupyterFrontEnd.IShell;
   private readonly _notebooks: INotebookTracker;
   private readonly _consoles: IConsoleTracker | null;
   private _widget: NotebookPanel | ConsolePanel | null = null;
