@@ -169,6 +169,29 @@ class Distributed:
 
 
 @dataclass
+class Evaluation:
+    """The evaluation step at `batch` (model.eval(), torch.no_grad(): forward only, no gradients, no optimizer
+    step), traced and replayed through the same allocator model, and the largest evaluation batch that fits
+    (the same search as the training maximum)."""
+
+    batch: int
+    training_batch: int
+    peak_live_bytes: int  # tensor level, as the CPU sees them
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    peak_bytes: int  # reserved + CUDA context, as the training step's peak_bytes
+    activations_bytes: int
+    input_bytes: int
+    max_batch: Optional[int]  # None without a device limit
+    rule_of_thumb_batch: int  # the guides': at most 1.3 x the training batch unless measured
+    engine: str  # always traced
+    note: str
+
+
+EVAL_RULE_OF_THUMB = 1.3
+
+
+@dataclass
 class ErrorBound:
     relative: float
     absolute_bytes: int
@@ -219,6 +242,7 @@ class AnalysisReport:
     # written from the rest of the payload by to_payload: what "Copy as YAML" copies and "Insert code" inserts
     config_yaml: str = ""
     accumulation_code: Optional[str] = None
+    evaluation: Optional[Evaluation] = None  # only with eval_batch=
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json)."""
@@ -1153,6 +1177,7 @@ def analyze(
     rounding: Any = None,
     stack_hook: Optional[Callable[[], Any]] = None,
     on_trace: Optional[Callable[[TraceResult], None]] = None,
+    eval_batch: Optional[int] = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -1167,6 +1192,8 @@ def analyze(
     The maximum does not depend on batch_size: the search starts from the same batch for every batch_size.
     stack_hook / on_trace (the predicted timeline, timeline.predicted): stack_hook is called at each storage
     birth of the trace of `batch_size` (and no other), and on_trace gets that trace, its events kept.
+    eval_batch: also predict the evaluation step at that batch (model.eval(), torch.no_grad(), forward only)
+    and the largest evaluation batch that fits (report.evaluation); always traced.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -1179,6 +1206,8 @@ def analyze(
     picks_rounding = resolve_rounding(rounding_from_options(rounding, multiple))
     if effective_batch is not None:
         effective_batch = _positive_int(effective_batch, "effective_batch")
+    if eval_batch is not None:
+        eval_batch = _positive_int(eval_batch, "eval_batch")
     strategy = _check_choice(strategy, STRATEGIES, "strategy")
     amp_mode = _amp_mode(amp)
     kind = _optimizer_kind(optimizer)
@@ -1236,6 +1265,9 @@ def analyze(
             plain = _TracedEngine(TracePlan(**{**asdict_shallow(plan), "amp": None}), info.context_to_add, sharding)
             plain_point = plain.point(batch_size)
             amp_saved = plain_point.footprint - current_trace.footprint if plain_point else None
+        evaluation = None
+        if eval_batch is not None:
+            evaluation = _evaluation(plan, info, sharding, eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
@@ -1273,6 +1305,43 @@ def analyze(
         device,
         picks_rounding,
         time.perf_counter() - started,
+        evaluation,
+    )
+
+
+def _evaluation(
+    plan: TracePlan, info: DeviceInfo, sharding: _Sharding, eval_batch: int, batch_size: int, traced: bool
+) -> Evaluation:
+    """The evaluation step on the traced engine (its own plan: evaluation=True) and the same batch search."""
+    engine = _TracedEngine(replace(plan, evaluation=True, stack_hook=None), info.context_to_add, sharding)
+    try:
+        point = engine.point(eval_batch)
+    except TraceError as exc:
+        raise TraceError(f"the evaluation step at batch {eval_batch} could not be traced: {exc}") from None
+    assert point is not None and point.trace is not None  # point() raises for its first batch
+    found = search_maximum(engine, info.limit_bytes)
+    rule = max(1, int(batch_size * EVAL_RULE_OF_THUMB))
+    parts = [
+        "model.eval() under torch.no_grad(): forward only; parameters and buffers resident, no gradients "
+        "or optimizer state"
+    ]
+    if not traced:
+        parts.append("traced (the training figures are measured on the GPU)")
+    if found.note:
+        parts.append(found.note)
+    return Evaluation(
+        batch=eval_batch,
+        training_batch=batch_size,
+        peak_live_bytes=point.trace.peak_live,
+        peak_allocated_bytes=point.allocated,
+        peak_reserved_bytes=point.reserved or 0,
+        peak_bytes=point.footprint,
+        activations_bytes=point.trace.activations,
+        input_bytes=point.trace.input,
+        max_batch=found.maximum,
+        rule_of_thumb_batch=rule,
+        engine="traced",
+        note="; ".join(parts),
     )
 
 
@@ -1447,6 +1516,7 @@ def _report(
     device: Any,
     picks_rounding: Tuple[Rounding, str],
     elapsed: float,
+    evaluation: Optional[Evaluation] = None,
 ) -> AnalysisReport:
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -1523,6 +1593,7 @@ def _report(
         error_bound=_error_bound(engine, info, found),
         notes=notes,
         elapsed_seconds=round(elapsed, 3),
+        evaluation=evaluation,
     )
 
 

@@ -216,6 +216,32 @@ def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def evaluation_line(evaluation: Mapping[str, Any]) -> str:
+    """'Evaluation at batch N: X; largest evaluation batch M' (the browser's row says the same)."""
+    peak = f"{human(evaluation['peak_allocated_bytes'])} allocated, {human(evaluation['peak_bytes'])} footprint"
+    largest = "n/a (no device limit)" if evaluation["max_batch"] is None else str(evaluation["max_batch"])
+    return f"Evaluation at batch {evaluation['batch']}: {peak}; largest evaluation batch {largest}"
+
+
+def evaluation_rule(evaluation: Mapping[str, Any]) -> str:
+    return (
+        f"the guides' rule of thumb: an evaluation batch at most 1.3 x the training batch "
+        f"({evaluation['rule_of_thumb_batch']} for {evaluation['training_batch']}) unless measured"
+    )
+
+
+def _evaluation_block(payload: Mapping[str, Any]) -> List[str]:
+    evaluation = payload.get("evaluation")  # absent from payloads written before it existed
+    if not evaluation:
+        return []
+    return [
+        "🧪 Evaluation Step (no gradients, traced):",
+        "  " + evaluation_line(evaluation),
+        _row("Rule of Thumb", evaluation_rule(evaluation)),
+        _row("Note", evaluation["note"]),
+    ]
+
+
 def _settings_block(payload: Mapping[str, Any]) -> List[str]:
     settings = payload["settings"]
     amp = settings["amp"]
@@ -269,6 +295,7 @@ def render_text(payload: Mapping[str, Any]) -> str:
         _usage_block(payload),
         _distributed_block(payload),
         _recommendation_block(payload),
+        _evaluation_block(payload),
         _settings_block(payload),
     ]
     lines = [BANNER, _title(payload), BANNER, ""]

@@ -462,6 +462,26 @@ def train_steps(
     del out, loss, batch
 
 
+def eval_steps(
+    model: Any, make_batch: Callable[[], Any], *, steps: int, autocast: Callable[[], Any], tracker: Any
+) -> None:
+    """The evaluation loop users write: model.eval(), then under torch.no_grad() a new batch and a forward
+    per step; no loss, backward or optimizer step. `out` stays bound until the next forward replaces it."""
+    import torch
+
+    model.eval()
+    out = batch = None
+    with torch.no_grad():
+        for step in range(1, steps + 1):
+            with tracker.span("input", step, 0):
+                batch = make_batch()
+                tracker.register(batch, "input")
+            with tracker.span("forward", step, 0):
+                with autocast():
+                    out = feed(model, batch)
+    del out, batch
+
+
 # --- running a trace ------------------------------------------------------------------------------------
 
 
@@ -481,6 +501,8 @@ class TracePlan:
     cudnn: bool = True
     # called at each storage birth (the timeline's frame capture); the trace then keeps its events (`timeline`)
     stack_hook: Optional[Callable[[], Any]] = None
+    # the evaluation step instead (eval_steps): model.eval(), no_grad, forward only, no optimizer
+    evaluation: bool = False
 
 
 @dataclass
@@ -672,9 +694,11 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
         with mode, _quiet_fake_tensor_log():
             copier = TensorCopier(fake=fake)
             model, mapping, dropped = copy_model(plan.model, copier)
-            if plan.checkpointing:
+            if plan.checkpointing and not plan.evaluation:
                 notes += checkpoint_blocks(model)
-            if isinstance(plan.optimizer, str):
+            if plan.evaluation:
+                optimizer = None
+            elif isinstance(plan.optimizer, str):
                 optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
             else:
                 optimizer = copy_optimizer(plan.optimizer, mapping, copier)
@@ -682,17 +706,26 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
             with tracker:
                 _register_model(tracker, model, optimizer)
                 try:
-                    train_steps(
-                        model,
-                        optimizer,
-                        lambda: plan.make_batch(batch_size, fake),
-                        loss_fn,
-                        steps=plan.steps,
-                        micro=min(plan.grad_accum, 2),
-                        grad_accum=plan.grad_accum,
-                        autocast=autocast_factory(plan.amp, "cpu"),
-                        tracker=tracker,
-                    )
+                    if plan.evaluation:
+                        eval_steps(
+                            model,
+                            lambda: plan.make_batch(batch_size, fake),
+                            steps=plan.steps,
+                            autocast=autocast_factory(plan.amp, "cpu"),
+                            tracker=tracker,
+                        )
+                    else:
+                        train_steps(
+                            model,
+                            optimizer,
+                            lambda: plan.make_batch(batch_size, fake),
+                            loss_fn,
+                            steps=plan.steps,
+                            micro=min(plan.grad_accum, 2),
+                            grad_accum=plan.grad_accum,
+                            autocast=autocast_factory(plan.amp, "cpu"),
+                            tracker=tracker,
+                        )
                 except TraceError:
                     raise
                 except Exception as exc:
@@ -701,7 +734,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
         result = summarize(tracker, batch_size, fake, plan)
         result.dropped_hooks = dropped
         result.loss_source = loss_sources[0] if loss_sources else "custom"
-        if result.loss_source == "model":
+        if result.loss_source == "model" and not plan.evaluation:
             notes.append(
                 "loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
                 "backpropagates it; pass loss= for another"
@@ -720,6 +753,8 @@ def _register_model(tracker: Any, model: Any, optimizer: Any) -> None:
         tracker.register(b, "buffer")
     for _, _, value in _tensor_attributes(model):
         tracker.register(value, "buffer")
+    if optimizer is None:  # the evaluation step
+        return
     device_step = optimizer_uses_device_step(optimizer)
     for state in optimizer.state.values():
         for key, value in state.items():
@@ -798,16 +833,13 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
         return sum(r.nbytes for r in records if r.role == role and _alive(r, index) and not (device_only and r.host))
 
     end = step_range[last][1]
-    opt_start, opt_end = spans[(last, 0, "optimizer")]
-    fwd_start, fwd_end = spans[(last, min(plan.grad_accum, 2) - 1, "forward")]
+    micro_last = 0 if plan.evaluation else min(plan.grad_accum, 2) - 1
+    opt_start, opt_end = spans.get((last, 0, "optimizer"), (end, end))  # none in the evaluation step
+    fwd_start, fwd_end = spans[(last, micro_last, "forward")]
     activations = sum(
         r.nbytes
         for r in records
-        if r.phase == "forward"
-        and r.step == last
-        and r.micro == min(plan.grad_accum, 2) - 1
-        and r.role is None
-        and _alive(r, fwd_end)
+        if r.phase == "forward" and r.step == last and r.micro == micro_last and r.role is None and _alive(r, fwd_end)
     )
     cast = sum(r.nbytes for r in records if r.role == "autocast_cache" and r.step == last and _alive(r, fwd_end))
     opt_live_start = live_at[opt_start - 1] if opt_start else 0

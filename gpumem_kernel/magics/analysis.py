@@ -317,6 +317,12 @@ _ANALYSIS_ARGUMENTS = [
         metavar="N",
         help="target effective batch: accumulation steps per pick",
     ),
+    argument(
+        "--eval-batch",
+        type=argcheck.count,
+        metavar="N",
+        help="also the evaluation step at batch N (model.eval(), no gradients) and the largest evaluation batch",
+    ),
     argument("--world-size", type=int, default=1, metavar="N", help="ranks of data-parallel training"),
     argument(
         "--strategy",
@@ -392,6 +398,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         rounding=args.round,
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
+        eval_batch=args.eval_batch,
     )
     try:
         if timeline:

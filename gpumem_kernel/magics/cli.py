@@ -426,6 +426,12 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--effective-batch", type=argcheck.count, help="target effective batch: accumulation steps per pick"
     )
+    parser.add_argument(
+        "--eval-batch",
+        type=argcheck.count,
+        metavar="N",
+        help="also the evaluation step at batch N (model.eval(), no gradients) and the largest evaluation batch",
+    )
     parser.add_argument("--world-size", type=int, default=1)
     parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
     parser.add_argument(
@@ -475,6 +481,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         rounding=args.round,
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
+        eval_batch=args.eval_batch,
     )
     if args.timeline:
         report, history = predict(model, **options)

@@ -51,6 +51,7 @@ class Mirror:
 # nested records the mirrors above reach, with their properties added later (the comparison builds their Mirror)
 NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
+    checklist.HostMemory: frozenset({"workers_uss"}),
 }
 
 MIRRORS = [
@@ -88,7 +89,7 @@ MIRRORS = [
             "buffers_by_dtype": "model.buffers_by_dtype",
             "largest_layer": "model.largest_layer",
         },
-        added_later=frozenset({"config_yaml", "accumulation_code"}),
+        added_later=frozenset({"config_yaml", "accumulation_code", "evaluation"}),
     ),
     Mirror(
         search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml", "round", "round_source"})

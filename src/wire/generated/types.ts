@@ -107,6 +107,7 @@ export interface IAnalysisPayload {
    * Python for a training loop with gradient accumulation at the recommended pick, keeping the analysed mixed precision (autocast, GradScaler for fp16); the browser's "Insert code" inserts it verbatim. null when the pick needs no accumulation. Absent from outputs saved before it existed.
    */
   accumulation_code?: string | null;
+  evaluation?: null | IAnalysisEvaluation;
 }
 export interface IAnalysisModel {
   name: string;
@@ -257,6 +258,29 @@ export interface IErrorBound {
   relative: number;
   absolute_bytes: number;
   statement: string;
+}
+/**
+ * The evaluation step at --eval-batch N (model.eval() under torch.no_grad(): forward only, no gradients, no optimizer step), traced and replayed through the same allocator model as the training step, and the largest evaluation batch that fits (the same search). null without --eval-batch. Absent from outputs saved before it existed.
+ */
+export interface IAnalysisEvaluation {
+  batch: number;
+  training_batch: number;
+  peak_live_bytes: number;
+  peak_allocated_bytes: number;
+  peak_reserved_bytes: number;
+  peak_bytes: number;
+  activations_bytes: number;
+  input_bytes: number;
+  /**
+   * null without a device limit
+   */
+  max_batch: number | null;
+  /**
+   * The guides' rule of thumb: an evaluation batch of at most 1.3 x the training batch unless measured (rounded down).
+   */
+  rule_of_thumb_batch: number;
+  engine: 'traced';
+  note: string;
 }
 /**
  * The largest batch that ran full training steps (forward, loss, backward, optimizer step) and a recommended batch below it. Sizes are integer bytes. engine 'simulated': a cap on tracked tensor bytes on the CPU, not a GPU.
@@ -713,6 +737,10 @@ export interface IOomHost {
   available: number | null;
   workers: number;
   workers_rss: number;
+  /**
+   * the workers' summed unique memory (USS) from the sample; null when not measured (added later)
+   */
+  workers_uss?: number | null;
   container_limit: number | null;
   container_usage: number | null;
   low: boolean;

@@ -343,6 +343,7 @@ const oomHost: Check = object({
   available: c5,
   workers: integer(0),
   workers_rss: integer(0),
+  workers_uss: optional(c5),
   container_limit: c5,
   container_usage: c5,
   low: type('boolean')
@@ -649,7 +650,25 @@ export const analysisPayload: Check = object({
   notes: array(string()),
   elapsed_seconds: number(0),
   config_yaml: optional(string()),
-  accumulation_code: optional(c2)
+  accumulation_code: optional(c2),
+  evaluation: optional(
+    nullable(
+      object({
+        batch: integer(1),
+        training_batch: integer(1),
+        peak_live_bytes: integer(0),
+        peak_allocated_bytes: integer(),
+        peak_reserved_bytes: integer(),
+        peak_bytes: integer(),
+        activations_bytes: integer(0),
+        input_bytes: integer(0),
+        max_batch: c5,
+        rule_of_thumb_batch: integer(1),
+        engine: enumOf('traced'),
+        note: string()
+      })
+    )
+  )
 });
 
 /** autobatch.schema.json */
