@@ -228,6 +228,8 @@ class HostMemory:
     container_limit: Optional[int]
     container_usage: Optional[int]
     low: bool
+    # the workers' summed unique memory (USS): what each worker really costs; None when not measured (added later)
+    workers_uss: Optional[int] = None
 
 
 @dataclass
@@ -558,6 +560,7 @@ def _host(sample: Optional[Mapping[str, Any]]) -> Optional[HostMemory]:
         limit,
         usage,
         low,
+        children.get("uss"),
     )
 
 
@@ -1072,6 +1075,7 @@ def _host_step(d: Diagnosis, host_oom: bool = False) -> Step:
         parts.append(
             f"{h.workers} child process{'es' if h.workers != 1 else ''} (DataLoader workers?) "
             f"using {human(h.workers_rss)}"
+            + (f" RSS, {human(h.workers_uss)} of it unique" if h.workers_uss is not None else "")
         )
     if h.container_limit:
         parts.append(f"container limit {human(h.container_limit)}, {human(h.container_usage)} used")
@@ -1083,9 +1087,41 @@ def _host_step(d: Diagnosis, host_oom: bool = False) -> Step:
     return Step("host-memory", "Check host memory and DataLoader workers", detail, None)
 
 
-def _host_workers_step(workers: int) -> Step:
-    """The workers step when the host ran out: halve them until it fits, pin only with RAM to spare."""
-    if workers > 1:
+# Workers are sized to leave this share of the container's (or machine's) memory free.
+WORKERS_MARGIN = 0.10
+
+
+def workers_that_fit(h: Optional[HostMemory]) -> Optional[Tuple[int, int]]:
+    """(workers that fit with the margin, each worker's measured unique memory), from the workers' USS and the
+    container's limit (else the machine's RAM); None without a measurement."""
+    if h is None or not h.workers or not h.workers_uss:
+        return None
+    if h.container_limit and h.container_usage is not None:
+        limit, used = h.container_limit, h.container_usage
+    elif h.total and h.available is not None:
+        limit, used = h.total, h.total - h.available
+    else:
+        return None
+    per_worker = max(1, h.workers_uss // h.workers)
+    headroom = limit * (1 - WORKERS_MARGIN) - (used - h.workers_uss)
+    return max(0, int(headroom // per_worker)), per_worker
+
+
+def _host_workers_step(workers: int, h: Optional[HostMemory] = None) -> Step:
+    """The workers step when the host ran out: as many as fit by the measured unique memory, else halve them."""
+    fit = workers_that_fit(h)
+    if fit is not None and h is not None:
+        n, per_worker = fit
+        where = "the container's limit" if h.container_limit else "the machine's RAM"
+        if workers > 0:
+            n = min(n, workers - 1)  # it ran out with `workers`
+        title = f"Use at most {n} DataLoader worker{'s' if n != 1 else ''}"
+        detail = (
+            f"Each worker holds {human(per_worker)} of its own (unique memory, measured over {h.workers}); "
+            f"{n} fit in {where} leaving {WORKERS_MARGIN:.0%} free (0 loads in the kernel). A worker's unique "
+            "memory grows while it iterates a dataset of Python objects: measure again after an epoch."
+        )
+    elif workers > 1:
         halves = [workers]
         while len(halves) < 3 and halves[-1] > 1:
             halves.append(halves[-1] // 2)
@@ -1105,7 +1141,7 @@ def _workers_step(d: Diagnosis, host_oom: bool = False) -> Step:
     workers = d.num_workers or 0
     children = d.host.workers if d.host else 0
     if host_oom:
-        return _host_workers_step(workers)
+        return _host_workers_step(workers, d.host)
     if workers <= 0 and children <= 0:
         title, detail = "Use fewer DataLoader workers", "Lower num_workers (0 loads in the kernel itself)."
     elif workers > 0:
