@@ -1317,7 +1317,8 @@ def _evaluation(
     try:
         point = engine.point(eval_batch)
     except TraceError as exc:
-        raise TraceError(f"the evaluation step at batch {eval_batch} could not be traced: {exc}") from None
+        reason = str(exc).replace("training step failed while tracing: ", "")
+        raise TraceError(f"the evaluation step at batch {eval_batch} could not be traced: {reason}") from None
     assert point is not None and point.trace is not None  # point() raises for its first batch
     found = search_maximum(engine, info.limit_bytes)
     rule = max(1, int(batch_size * EVAL_RULE_OF_THUMB))

@@ -98,3 +98,20 @@ def test_analyze_reports_the_evaluation_batch_and_the_largest_that_fits() -> Non
 def test_a_bad_evaluation_batch_is_one_clear_line(bad: Any) -> None:
     with pytest.raises(ValueError, match=r"^eval_batch must be a positive integer, got"):
         gpumem_kernel.analyze(_mlp(), batch_size=8, input=(128,), eval_batch=bad)
+
+
+def test_an_evaluation_step_that_cannot_trace_is_one_line() -> None:
+    class TrainOnly(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(128, 10)
+
+        def forward(self, x: Any) -> Any:
+            if not self.training:
+                raise RuntimeError("no evaluation here")
+            return self.fc(x)
+
+    with pytest.raises(ValueError) as caught:
+        gpumem_kernel.analyze(TrainOnly(), batch_size=8, input=(128,), eval_batch=16)
+    message = str(caught.value)
+    assert message == "the evaluation step at batch 16 could not be traced: RuntimeError: no evaluation here"
