@@ -314,6 +314,8 @@ describe('the view', () => {
       plot.dispatchEvent(
         new WheelEvent('wheel', { deltaY: -300, clientX: LEFT + PLOT_W / 2, bubbles: true })
       );
+      // The zoom applies at the next frame (a timer here): wait for it, as after the drag below.
+      await nextFrame();
     });
     const [lo, hi] = range();
     expect(hi - lo).toBeCloseTo(end / Math.E, 0);
