@@ -1682,13 +1682,18 @@ def timeline_rerun_step(cell: Optional[str]) -> Optional[Step]:
     )
 
 
+RERUN_AFTER = 3  # the panel's brief shows the first steps: those stay the fixes, the re-run (a diagnosis) follows
+
+
 def with_rerun_step(steps: Sequence[Step], rerun: Step) -> List[Step]:
-    """The steps with the re-run step right after "Clear GPU memory" (it says to free memory first), else after
-    the first step; never among the folded ones."""
+    """The steps with the re-run step after the first RERUN_AFTER applicable steps, which are the fixes the
+    diagnosis ranks first ("Clear GPU memory" among them, so memory is freed before the re-run); never among
+    the folded ones."""
     ordered = list(steps)
     applicable = [i for i, s in enumerate(ordered) if s.not_applicable is None]
     clear = [i for i in applicable if ordered[i].id == "clear"]
-    at = clear[0] + 1 if clear else (applicable[0] + 1 if applicable else 0)
+    first = applicable[:RERUN_AFTER]
+    at = max(first + clear) + 1 if first or clear else 0
     ordered.insert(at, rerun)
     return ordered
 

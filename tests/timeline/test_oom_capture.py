@@ -92,7 +92,9 @@ def test_without_a_capture_the_rerun_step_copies_the_cell(monkeypatch: pytest.Mo
     step = payload["steps"][ids.index(checklist.RERUN_STEP_ID)]
     assert step["action"] == "insert-cell" and step["code"] == "%%gpumem --timeline\n" + CELL
     assert step["title"] == "Re-run this cell with the timeline on" and step["not_applicable"] is None
-    assert ids.index("clear") + 1 == ids.index(checklist.RERUN_STEP_ID)  # free memory first, then re-run
+    # After the first fixes (the panel's brief stays fixes), and after "Clear GPU memory": free memory first.
+    assert ids.index(checklist.RERUN_STEP_ID) == checklist.RERUN_AFTER
+    assert ids.index("clear") < ids.index(checklist.RERUN_STEP_ID)
 
 
 def test_the_rerun_code() -> None:
