@@ -62,9 +62,6 @@ test('devices, holders, threshold warning and escaping', async ({ page, tmpPath 
   const item = page.locator('.jp-GpuMem-statusItem');
   await expect(item).toContainText('15.0 / 16.0 GiB');
 
-  // GPUMEM_UPDATE_DOCS=1 refreshes the README's screenshot; a plain run leaves the tree untouched.
-  const shot = process.env.GPUMEM_UPDATE_DOCS
-    ? path.resolve(__dirname, '..', '..', 'docs', 'panel.png')
-    : testInfo.outputPath('panel.png');
-  await page.screenshot({ path: shot });
+  // The README's picture is hero.spec.ts's; this one stays in the test's output.
+  await page.screenshot({ path: testInfo.outputPath('panel.png') });
 });
