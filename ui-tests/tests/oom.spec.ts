@@ -98,7 +98,7 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
   // Copy as Markdown.
   await panel.locator('.jp-GpuMem-oomCopy').click();
   const markdown = await page.evaluate(() => navigator.clipboard.readText());
-  expect(markdown).toContain('### CUDA out of memory — checklist');
+  expect(markdown).toContain("### CUDA out of memory (PyTorch's allocator) — checklist");
   expect(markdown).toContain('[x] **Halve the batch size**');
   expect(markdown).toContain('```python');
 
