@@ -31,7 +31,7 @@ platform_args=()
 for p in "${PLATFORMS[@]}"; do platform_args+=(--platform "$p"); done
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 \
   --abi none "${platform_args[@]}" -d "$OUT" \
-  "ipykernel>=6.22" "jupyter_client>=8" "comm>=0.1.3" pyzmq tornado traitlets
+  "ipykernel>=6.22" "jupyter_client>=8" "comm>=0.1.3" pyzmq tornado traitlets "prometheus-client>=0.14"
 
 echo "== leaving out what the image has: $IMAGE_HAS"
 for name in $IMAGE_HAS; do
