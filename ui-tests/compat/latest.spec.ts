@@ -4,6 +4,7 @@
  * by scripts/test.sh from a separate environment holding that JupyterLab and the wheel a user would install.
  */
 import { expect, test } from '@playwright/test';
+import { putNotebook } from '../tests/notebooks';
 
 const BASE = process.env.GPUMEM_COMPAT_URL ?? 'http://localhost:8890';
 
@@ -11,26 +12,8 @@ test('panel goes live, shows the no-GPU state and keeps updating in the newest J
   page,
   request
 }) => {
-  const nb = {
-    cells: [
-      {
-        id: 'c0',
-        cell_type: 'code',
-        source: 'import time\ntime.sleep(8)',
-        metadata: {},
-        outputs: [],
-        execution_count: null
-      }
-    ],
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
   const name = `compat-${Date.now()}.ipynb`;
-  const put = await request.put(`${BASE}/api/contents/${name}`, {
-    data: { type: 'notebook', format: 'json', content: nb }
-  });
-  expect(put.ok()).toBeTruthy();
+  expect(await putNotebook(request, BASE, name, ['import time\ntime.sleep(8)'])).toBeTruthy();
 
   await page.goto(`${BASE}/lab/tree/${name}?reset`); // a fresh workspace: only this notebook open
   // No window.jupyterapp outside Galata: open the panel the way a user does, from the status-bar item.

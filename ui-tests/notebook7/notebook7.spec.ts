@@ -7,6 +7,7 @@
 /* eslint-disable jupyter/galata-prefer-notebook-cell-helper, jupyter/galata-prefer-menu-helper --
    Galata's page helpers drive JupyterLab only; Notebook 7 is driven through its own DOM here. */
 import { expect, type Page, test } from '@playwright/test';
+import { putNotebook } from '../tests/notebooks';
 
 const BASE = process.env.GPUMEM_NB7_URL ?? 'http://localhost:8891';
 
@@ -32,24 +33,8 @@ test('Notebook 7: panel, header item, OOM checklist and notification, analysis o
   page,
   request
 }, testInfo) => {
-  const nb = {
-    cells: SOURCES.map((source, i) => ({
-      id: `c${i}`,
-      cell_type: 'code',
-      source,
-      metadata: {},
-      outputs: [],
-      execution_count: null
-    })),
-    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
-    nbformat: 4,
-    nbformat_minor: 5
-  };
   const name = `nb7-${Date.now()}.ipynb`;
-  const put = await request.put(`${BASE}/api/contents/${name}`, {
-    data: { type: 'notebook', format: 'json', content: nb }
-  });
-  expect(put.ok()).toBeTruthy();
+  expect(await putNotebook(request, BASE, name, SOURCES)).toBeTruthy();
 
   await page.goto(`${BASE}/notebooks/${name}`);
   await expect(page.locator('.jp-Notebook .jp-Cell')).toHaveCount(SOURCES.length, { timeout: 60000 });

@@ -4,14 +4,11 @@
  */
 import * as path from 'path';
 import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { APIRequestContext } from '@playwright/test';
 
-/** Write a Python notebook with one code cell per source (with cell ids), open it and make it current. */
-export async function openNew(
-  page: IJupyterLabPageFixture,
-  filePath: string,
-  sources: string[] = ['']
-): Promise<void> {
-  const nb = {
+/** A Python notebook with one code cell per source (with cell ids). */
+export function notebookJson(sources: string[]): Record<string, unknown> {
+  return {
     cells: sources.map((source, i) => ({
       id: `c${i}`,
       cell_type: 'code',
@@ -24,7 +21,31 @@ export async function openNew(
     nbformat: 4,
     nbformat_minor: 5
   };
-  await page.contents.uploadContent(JSON.stringify(nb), 'text', filePath);
+}
+
+/**
+ * For the plain-Playwright specs (no Galata fixtures): write that notebook as `name` through the contents API
+ * of the server at `base`; true when the server took it.
+ */
+export async function putNotebook(
+  request: APIRequestContext,
+  base: string,
+  name: string,
+  sources: string[]
+): Promise<boolean> {
+  const put = await request.put(`${base}/api/contents/${name}`, {
+    data: { type: 'notebook', format: 'json', content: notebookJson(sources) }
+  });
+  return put.ok();
+}
+
+/** Write a Python notebook with one code cell per source (with cell ids), open it and make it current. */
+export async function openNew(
+  page: IJupyterLabPageFixture,
+  filePath: string,
+  sources: string[] = ['']
+): Promise<void> {
+  await page.contents.uploadContent(JSON.stringify(notebookJson(sources)), 'text', filePath);
   await page.notebook.openByPath(filePath);
   await page.notebook.activate(path.basename(filePath));
 }
