@@ -15,7 +15,8 @@ import gpumem_kernel
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.channel import frontend
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom.checklist import install_oom_handler, uninstall_oom_handler
+from gpumem_kernel.oom.checklist import install_oom_handler
+from ipython_shell import fresh_shell
 
 OOM_TEXT = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
@@ -26,15 +27,8 @@ OOM_TEXT = (
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=False)
-    for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, attr):
-            delattr(sys, attr)
-    yield sh
-    uninstall_oom_handler(sh)
-    sh.set_custom_exc((), None)
-    sh.reset(new_session=False)
+    with fresh_shell() as sh:
+        yield sh
 
 
 def answer(text: str) -> Dict[str, Any]:

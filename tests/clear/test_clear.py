@@ -15,6 +15,7 @@ from IPython.utils.capture import capture_output
 from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_bundle, clear_gpu_memory
 from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.checklist import OOM_MIME, install_oom_handler, last_oom, uninstall_oom_handler
+from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")
 
@@ -28,16 +29,9 @@ OOM_TEXT = (
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=False)
-    for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, attr):
-            delattr(sys, attr)
-    run(sh, "import gc, weakref\nimport torch")
-    yield sh
-    uninstall_oom_handler(sh)
-    sh.set_custom_exc((), None)
-    sh.reset(new_session=False)
+    with fresh_shell() as sh:
+        run(sh, "import gc, weakref\nimport torch")
+        yield sh
 
 
 def plain(text: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Iterator
 
 import jsonschema
@@ -23,10 +22,10 @@ from gpumem_kernel.oom.checklist import (
     last_oom,
     last_oom_bundle,
     oom_report,
-    uninstall_oom_handler,
 )
 from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.wire.protocol import load_payload_schema
+from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")
 
@@ -39,17 +38,10 @@ OOM_TEXT = (
 
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
-    sh = InteractiveShell.instance()
-    sh.reset(new_session=False)
-    for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, attr):
-            delattr(sys, attr)
-    with capture_output():
-        sh.run_cell("import torch", store_history=True)
-    yield sh
-    uninstall_oom_handler(sh)
-    sh.set_custom_exc((), None)
-    sh.reset(new_session=False)
+    with fresh_shell() as sh:
+        with capture_output():
+            sh.run_cell("import torch", store_history=True)
+        yield sh
 
 
 def fail(sh: InteractiveShell) -> dict:

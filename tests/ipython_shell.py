@@ -1,0 +1,27 @@
+"""The in-process IPython shell the handler tests share: reset, with no last error left on `sys`, and put back
+after the test (our OOM handler and any custom exception handler removed)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator
+
+from IPython.core.interactiveshell import InteractiveShell
+
+from gpumem_kernel.oom.checklist import uninstall_oom_handler
+
+
+@contextlib.contextmanager
+def fresh_shell() -> Iterator[InteractiveShell]:
+    sh = InteractiveShell.instance()
+    sh.reset(new_session=False)
+    for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, attr):
+            delattr(sys, attr)
+    try:
+        yield sh
+    finally:
+        uninstall_oom_handler(sh)
+        sh.set_custom_exc((), None)
+        sh.reset(new_session=False)
