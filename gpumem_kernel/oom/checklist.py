@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.classify import find_message, is_oom, oom_error_name
+from gpumem_kernel.oom.evaluation import evaluation_evidence
 from gpumem_kernel.probe.holders import (
     frame_holder,
     holders,
@@ -301,6 +302,8 @@ class Diagnosis:
     torch_version: Optional[str]
     notes: List[str]
     causes: List[Cause] = field(default_factory=list)  # strongest first; empty: the figures name none
+    # why the failed call ran with gradients off (evaluation.py), one line; None: training, or nothing says
+    evaluation: Optional[str] = None
 
     def to_payload(self) -> Dict[str, Any]:
         return asdict(self)
@@ -653,6 +656,7 @@ def diagnose(
         alloc_conf=conf,
         torch_version=(str(getattr(torch, "__version__", "")) or None) if torch is not None else None,
         notes=notes,
+        evaluation=evaluation_evidence(tb),
     )
     diagnosis.causes = _causes(info, diagnosis)
     cause_note = _cause_note(info, diagnosis.causes)
@@ -940,17 +944,54 @@ def _batch_steps(d: Diagnosis, new_batch: Optional[int], why: str, batch: Option
                 f" Or step down by a quarter at a time: {batch} → {max(1, batch * 3 // 4)} → {max(1, batch // 2)}."
             )
     detail += " Rebuild the DataLoader with the new batch_size; drop_last=True keeps every batch the same size."
-    eval_cap = f" (at most {math.floor((new_batch or batch) * 1.3)})" if (new_batch or batch) else ""
-    return [
-        Step("batch-size", title, detail, None),
-        Step(
+    return [Step("batch-size", title, detail, None), _eval_batch_step(d, new_batch, batch)]
+
+
+EVAL_BATCH_RATIO = 1.3  # the evaluation batch at most 1.3× the training batch (the memory guide's rule)
+_EVAL_LOADER_WORDS = ("val", "test", "eval", "pred")
+
+
+def _eval_batch_step(d: Diagnosis, new_batch: Optional[int], batch: Optional[int]) -> Step:
+    """The evaluation batch: advice for any OOM, and the first step with its cap when the OOM happened in
+    evaluation (`d.evaluation`)."""
+    if d.evaluation is None:
+        eval_cap = f" (at most {math.floor((new_batch or batch) * EVAL_BATCH_RATIO)})" if (new_batch or batch) else ""
+        return Step(
             "eval-batch-size",
             "Keep the evaluation batch small",
             "If it failed during evaluation or inference: run it under torch.no_grad() or torch.inference_mode() "
             f"so no activations are kept, and keep its batch at most 1.3× the training batch{eval_cap}.",
             None,
-        ),
+        )
+    cap = math.floor(batch * EVAL_BATCH_RATIO) if batch else None
+    title = f"Reduce the evaluation batch to at most {cap}" if cap else "Reduce the evaluation batch"
+    detail = (
+        f"This out-of-memory error happened in evaluation: {d.evaluation}. Gradients were off, so no activations "
+        "were kept for backward: the evaluation batch (and its input size) decides the memory. "
+    )
+    if cap:
+        where = f" (found in `{d.batch_size_source}`)" if d.batch_size_source and batch == d.batch_size else ""
+        detail += f"Keep it at most 1.3× the training batch of {batch}{where}: {cap}."
+    else:
+        detail += "Keep it at most 1.3× the training batch; halve it until it fits."
+    detail += _eval_loader_sizes(d, cap)
+    detail += " Rebuild the evaluation DataLoader (or per_device_eval_batch_size, generate()'s batch) with it."
+    return Step("eval-batch-size", title, detail, None)
+
+
+def _eval_loader_sizes(d: Diagnosis, cap: Optional[int]) -> str:
+    """The evaluation DataLoaders found in the namespace whose batch is above the cap (or any, without one)."""
+    found = [
+        loader
+        for loader in d.loaders
+        if loader.batch_size
+        and any(word in loader.name.lower() for word in _EVAL_LOADER_WORDS)
+        and (cap is None or loader.batch_size > cap)
     ]
+    if not found:
+        return ""
+    listed = ", ".join(f"`{loader.name}` has batch_size {loader.batch_size}" for loader in found[:4])
+    return f" In your namespace {listed}."
 
 
 def _accumulation_code(d: Diagnosis, new_batch: Optional[int], batch: Optional[int]) -> Tuple[int, str]:
@@ -1348,10 +1389,13 @@ def step_key(step_id: str) -> str:
 
 
 def order_steps(steps: Sequence[Step], diagnosis: Diagnosis, first: Sequence[str] = ()) -> List[Step]:
-    """The checklist's order: the steps that may help, those of the family (`first`, family_steps) and of the
-    diagnosis's causes first (strongest cause first), then the rest by COST_ORDER; then the steps that cannot
-    help here (shown folded), by COST_ORDER."""
+    """The checklist's order: the steps that may help, the evaluation batch when the OOM happened in evaluation
+    (`diagnosis.evaluation`), then those of the family (`first`, family_steps) and of the diagnosis's causes
+    (strongest cause first), then the rest by COST_ORDER; then the steps that cannot help here (shown folded),
+    by COST_ORDER."""
     rank: Dict[str, int] = {}
+    if diagnosis.evaluation is not None:  # it ran out in evaluation: the evaluation batch comes first
+        rank["eval-batch-size"] = 0
     for key in first:
         rank.setdefault(key, len(rank))
     for cause in diagnosis.causes:
@@ -1569,6 +1613,8 @@ def _summary(info: OomInfo) -> List[str]:
 
 def _diagnosis_lines(d: Diagnosis) -> List[str]:
     lines = list(d.notes)
+    if d.evaluation is not None:
+        lines.append(f"In evaluation (gradients off): {d.evaluation}")
     f = d.fragmentation
     named = bool(d.causes) and d.causes[0].kind == "fragmentation"  # the "Likely cause" note gives the figure
     if f is not None and f.suggest and not named:
@@ -1709,7 +1755,8 @@ def failing_cell(shell: Any) -> Optional[str]:
 
 
 def _steps_heading(d: Diagnosis) -> str:
-    return "Checklist (likely cause first, then cheapest)" if d.causes else "Checklist (cheapest first)"
+    likely = d.causes or d.evaluation is not None
+    return "Checklist (likely cause first, then cheapest)" if likely else "Checklist (cheapest first)"
 
 
 def _oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step], alive: Optional[Mapping[str, Any]] = None) -> str:

@@ -74,7 +74,7 @@ MIRRORS = [
     Mirror(reclaim.ClearReport, "clear.schema.json", added=frozenset({"version", "reclaimed"})),
     # the OOM checklist's parts (oom_bundle puts them under version/summary/info/diagnosis/steps)
     Mirror(checklist.OomInfo, "oom.schema.json#/$defs/info", added_later=frozenset({"family"})),
-    Mirror(checklist.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes"})),
+    Mirror(checklist.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes", "evaluation"})),
     Mirror(checklist.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
     # %gpumem analyze, autobatch, benchmark
     Mirror(

@@ -14,6 +14,10 @@ import type { OomFamily } from './detect';
 export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
   const d = payload.diagnosis;
   const lines = [...d.notes];
+  // Why the kernel found the failed call ran with gradients off (evaluation): its evidence, shown as data.
+  if (typeof d.evaluation === 'string') {
+    lines.push(trans.__('In evaluation (gradients off): %1', d.evaluation));
+  }
   const f = d.fragmentation;
   // The kernel's "Likely cause: fragmentation, …" note (in `notes`) already gives the figure.
   const named = d.causes?.[0]?.kind === 'fragmentation';
@@ -131,9 +135,13 @@ export function familyTitle(family: OomFamily | null | undefined, trans: Trans):
   }
 }
 
-/** The heading over the steps: whether the kernel's diagnosis named a cause whose steps come first. */
+/**
+ * The heading over the steps: whether the kernel's diagnosis named a cause whose steps come first (an OOM in
+ * evaluation puts the evaluation batch first).
+ */
 export function stepsHeading(payload: IOomPayload, trans: Trans): string {
-  return (payload.diagnosis.causes ?? []).length > 0
+  const d = payload.diagnosis;
+  return (d.causes ?? []).length > 0 || typeof d.evaluation === 'string'
     ? trans.__('Checklist (likely cause first, then cheapest)')
     : trans.__('Checklist (cheapest first)');
 }

@@ -706,6 +706,10 @@ export interface IOomDiagnosis {
    * The causes the figures point at, strongest first (the steps follow this order); empty when they name none. Optional: outputs saved by older kernels have none.
    */
   causes?: IOomCause[];
+  /**
+   * Why the failed call ran with gradients off (evaluation or inference), one line of evidence: the `with torch.no_grad():` / decorator around the failing line, a Lightning evaluation step, or torch's grad mode; the step eval-batch-size then comes first. null: training, or nothing says. Optional: outputs saved by older kernels have none.
+   */
+  evaluation?: string | null;
 }
 export interface IOomFragmentation {
   reserved_unallocated: number;

@@ -409,7 +409,8 @@ const oomDiagnosis: Check = object({
   alloc_conf: c2,
   torch_version: c2,
   notes: array(string()),
-  causes: optional(array(oomCause))
+  causes: optional(array(oomCause)),
+  evaluation: optional(c2)
 });
 
 /** oom.schema.json#/$defs/step */

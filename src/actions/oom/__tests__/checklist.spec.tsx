@@ -557,6 +557,25 @@ describe('GpuMemOutputView (the MIME renderer’s content)', () => {
   });
 });
 
+describe('an out-of-memory error in evaluation', () => {
+  it('shows the evidence as text and the evaluation batch first, in the kernel’s order', () => {
+    const p = oom2x();
+    p.diagnosis.evaluation = `\`${HOSTILE}\` is decorated with \`@torch.no_grad()\` (In [3], line 2)`;
+    const first = p.steps.find(s => s.id === 'eval-batch-size') as IOomStep;
+    p.steps = [first, ...p.steps.filter(s => s !== first)];
+    const node = render(<OomChecklist payload={p} trans={untranslated} ticks={null} onAction={null} />);
+    expect(node.querySelector('img, script, b')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-oomDiagnosis')?.textContent).toContain(
+      `In evaluation (gradients off): \`${HOSTILE}\` is decorated with`
+    );
+    expect(node.querySelector('.jp-GpuMem-oomStep')?.getAttribute('data-step-id')).toBe('eval-batch-size');
+    expect(node.querySelector('.jp-GpuMem-oomStepsTitle')?.textContent).toBe(
+      'Checklist (likely cause first, then cheapest)'
+    );
+    expect((window as { __gpumemXss?: number }).__gpumemXss).toBeUndefined();
+  });
+});
+
 describe('the checklist header', () => {
   it('names the family of the out-of-memory error', () => {
     const p = oomWithOtherKernel();

@@ -11,7 +11,8 @@ import {
   familyLabel,
   familyTitle,
   fenceFor,
-  stepActionLabel
+  stepActionLabel,
+  stepsHeading
 } from '../text';
 import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { oom1x, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
@@ -32,6 +33,37 @@ describe('diagnosisLines', () => {
     expect(diagnosisLines(oom1x(), untranslated)).toEqual([
       'Fragmentation: 102 MiB reserved but unallocated'
     ]);
+  });
+});
+
+describe('an out-of-memory error in evaluation', () => {
+  const EVIDENCE = 'the failing line runs inside `with torch.no_grad():` (In [4], line 7)';
+
+  it('says so after the notes, and the heading puts the likely cause first', () => {
+    const p = oom2x();
+    p.diagnosis.notes = ['A note.'];
+    p.diagnosis.causes = [];
+    expect(stepsHeading(p, untranslated)).toBe('Checklist (cheapest first)');
+    p.diagnosis.evaluation = EVIDENCE;
+    expect(diagnosisLines(p, untranslated).slice(0, 2)).toEqual([
+      'A note.',
+      `In evaluation (gradients off): ${EVIDENCE}`
+    ]);
+    expect(stepsHeading(p, untranslated)).toBe('Checklist (likely cause first, then cheapest)');
+    expect(checklistMarkdown(p, new Set(), untranslated)).toContain(
+      `- In evaluation (gradients off): ${EVIDENCE}\n`
+    );
+  });
+
+  it('adds nothing for training, nor for an output saved by an older kernel', () => {
+    const training = oom2x();
+    training.diagnosis.evaluation = null;
+    const old = oom2x();
+    delete old.diagnosis.evaluation;
+    const lines = diagnosisLines(oom2x(), untranslated);
+    expect(diagnosisLines(training, untranslated)).toEqual(lines);
+    expect(diagnosisLines(old, untranslated)).toEqual(lines);
+    expect(lines.some(line => line.startsWith('In evaluation'))).toBe(false);
   });
 });
 
