@@ -27,7 +27,7 @@ import sysconfig
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from gpumem_kernel.probe.torchstats import loaded_torch
-from gpumem_kernel.timeline.frames import cell_of
+from gpumem_kernel.probe.cells import cell_of
 
 # Lightning runs these under torch.no_grad() or torch.inference_mode() (its evaluation and prediction loops).
 LIGHTNING_EVAL_STEPS = ("validation_step", "test_step", "predict_step")

@@ -184,7 +184,7 @@ def _take(tried: Optional[int], device: Optional[int]) -> Optional[Pending]:
 def _frame_json(frame: Optional[RawFrame]) -> Optional[Dict[str, Any]]:
     if frame is None:
         return None
-    from gpumem_kernel.timeline.frames import cell_of
+    from gpumem_kernel.probe.cells import cell_of
 
     return {"file": frame.file, "line": int(frame.line), "name": frame.name, "cell": cell_of(frame.file)}
 

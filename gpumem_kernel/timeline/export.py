@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.allocator import CachingAllocatorModel
-from gpumem_kernel.timeline.frames import cell_of
+from gpumem_kernel.probe.cells import cell_of
 from gpumem_kernel.timeline.history import Alloc, History, RawFrame
 
 FORMATS = ("snapshot", "csv")

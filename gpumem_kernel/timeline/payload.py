@@ -27,7 +27,8 @@ from itertools import accumulate
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.render.units import format_bytes
-from gpumem_kernel.timeline.frames import cell_of, is_user_frame
+from gpumem_kernel.probe.cells import cell_of
+from gpumem_kernel.timeline.frames import is_user_frame
 from gpumem_kernel.timeline.history import CATEGORIES, Alloc, History, RawFrame
 
 TIMELINE_MIME = "application/vnd.gpumem.timeline.v1+json"
