@@ -113,7 +113,9 @@ const TYPE_NAMES = {
   'timeline#/$defs/holder': 'ITimelineHolder',
   'timeline#/$defs/frame': 'ITimelineFrame',
   'timeline#/$defs/stack': 'ITimelineStack',
-  'timeline#/$defs/failed': 'ITimelineFailed'
+  'timeline#/$defs/failed': 'ITimelineFailed',
+  kernel_exit: 'IKernelExitAnswer',
+  'kernel_exit#/$defs/exit': 'IKernelExit'
 };
 
 /**
@@ -138,7 +140,8 @@ const BROWSER_READS = {
   analysisPayload: 'analysis',
   autobatchPayload: 'autobatch',
   benchmarkPayload: 'benchmark',
-  timelinePayload: 'timeline'
+  timelinePayload: 'timeline',
+  kernelExitAnswer: 'kernel_exit'
 };
 
 /** Keywords that assert nothing about a value. */

@@ -3,7 +3,8 @@
 Enabled on install by `jupyter-config/jupyter_server_config.d/jupyterlab_gpumem.json`. It reads NVML in the
 server process (any kernel language, busy kernels included), maps GPU processes to this server's kernels and
   - adds GPU, per-process, per-kernel and idle metrics to jupyter_server's own `/metrics` (metrics.py),
-  - serves `GET /gpumem/kernels` for the panel's list of idle GPU holders (handlers.py).
+  - serves `GET /gpumem/kernels` for the panel's list of idle GPU holders (handlers.py),
+  - tells why a kernel died, the out-of-memory killer above all: `POST /gpumem/kernels/<id>/exit` (exits.py).
 
 Settings (jupyter_server_config.py, or `--GpuMemServer.idle_minutes=45` on the command line):
     c.GpuMemServer.idle_minutes = 30     # idle longer than this while holding GPU memory: gpumem_idle_gpu_holders
@@ -23,6 +24,7 @@ from traitlets import Float
 from traitlets.config import Configurable
 
 from gpumem_kernel.server.activity import ExecutionWatch
+from gpumem_kernel.server.exits import ExitWatch
 from gpumem_kernel.server.metrics import GpuMemCollector
 from gpumem_kernel.server.watch import MachineWatch
 
@@ -53,6 +55,7 @@ class Loaded:
         self.settings = GpuMemServer(parent=serverapp)
         self.serverapp_log = serverapp.log
         self.executions = ExecutionWatch(serverapp.kernel_manager)
+        self.exits = ExitWatch(serverapp.kernel_manager)
         self.watch = MachineWatch(
             serverapp.kernel_manager,
             getattr(serverapp, "session_manager", None),
@@ -69,6 +72,7 @@ class Loaded:
         from tornado.ioloop import PeriodicCallback
 
         self.executions.sync()
+        self.exits.sync()
         self._follow = PeriodicCallback(self._sync, 1000)
         self._follow.start()
 
@@ -77,6 +81,10 @@ class Loaded:
             self.executions.sync()
         except Exception:  # keep following: the next second may succeed
             self.serverapp_log.exception("gpumem: could not follow the kernels' executions")
+        try:
+            self.exits.sync()
+        except Exception:
+            self.serverapp_log.exception("gpumem: could not watch the kernels' processes")
 
     def unload(self) -> None:
         if self._follow is not None:
@@ -105,7 +113,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     global _loaded
     from jupyter_server.utils import url_path_join
 
-    from gpumem_kernel.server.handlers import KERNELS_PATH, KernelsHandler
+    from gpumem_kernel.server.handlers import EXIT_PATH, KERNELS_PATH, ExitHandler, KernelsHandler
 
     if _loaded is not None:  # a second ServerApp in the same process: one collector per registry
         _loaded.unload()
@@ -117,7 +125,8 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
                 url_path_join(serverapp.web_app.settings["base_url"], KERNELS_PATH),
                 KernelsHandler,
                 {"view": loaded.watch.view, "idle_minutes": lambda: loaded.settings.idle_minutes},
-            )
+            ),
+            (url_path_join(serverapp.web_app.settings["base_url"], EXIT_PATH), ExitHandler, {"exits": loaded.exits}),
         ],
     )
     serverapp.log.info(

@@ -6,8 +6,16 @@ import type { Kernel } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
 import type { IOomError } from '../actions/oom/detect';
-import type { IHello, IRequestArgs, IRequestResults, ISample, RequestAction } from '../wire/protocol';
-import type { CellPlace, IActionHost } from '../actions/sessionactions';
+import type {
+  IHello,
+  IHostMemory,
+  IKernelExit,
+  IRequestArgs,
+  IRequestResults,
+  ISample,
+  RequestAction
+} from '../wire/protocol';
+import type { CellPlace, IActionHost, IDeathAnswer } from '../actions/sessionactions';
 import type { IBridgeView, ISessionActions } from '../tokens';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { untranslated } from '../ui/i18n';
@@ -117,6 +125,21 @@ export class FakeHost implements IActionHost {
   shutDownKernel(kernelId: string): Promise<boolean> {
     this.shutDown.push(kernelId);
     return Promise.resolve(true);
+  }
+
+  /** The server's answers to "why did it die", one per ask (the last one repeats); null: no extension. */
+  deathAnswers: Array<IDeathAnswer | null> = [null];
+  deathAsks: Array<{ kernelId: string; pid: number | null; host: IHostMemory | null }> = [];
+  oomKills: Array<{ death: IKernelExit; summary: ReadonlyArray<string> }> = [];
+
+  kernelExit(kernelId: string, pid: number | null, host: IHostMemory | null): Promise<IDeathAnswer | null> {
+    this.deathAsks.push({ kernelId, pid, host });
+    const answer = this.deathAnswers[Math.min(this.deathAsks.length, this.deathAnswers.length) - 1];
+    return Promise.resolve(answer ?? null);
+  }
+
+  notifyOomKill(_: ISessionActions, death: IKernelExit, summary: ReadonlyArray<string>): void {
+    this.oomKills.push({ death, summary });
   }
 }
 

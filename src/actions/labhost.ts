@@ -9,6 +9,7 @@
 import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
+import { ServerConnection } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
 import type { GpuMemActions } from './actions';
@@ -19,8 +20,8 @@ import { activateSidePanel } from '../ui/shell';
 import type { IInlineHost, IKernelIdentity } from './inline';
 import { type IOomError, oomFamily } from './oom/detect';
 import { familyTitle } from './oom/text';
-import type { IOomStep } from '../wire/protocol';
-import type { CellPlace, IActionHost } from './sessionactions';
+import { type IHostMemory, type IKernelExit, type IOomStep, parseKernelExit } from '../wire/protocol';
+import type { CellPlace, IActionHost, IDeathAnswer } from './sessionactions';
 import { exportTimelineFile } from './timelineexport';
 import type { IGpuMemSettings } from '../settings';
 import type { IGpuMemModel, ISessionActions } from '../tokens';
@@ -96,6 +97,42 @@ export class LabActionHost implements IActionHost {
         }
       ]
     });
+  }
+
+  notifyOomKill(actions: ISessionActions, death: IKernelExit, summary: ReadonlyArray<string>): void {
+    const trans = this.trans;
+    const file = actions.path.split('/').pop() || actions.path;
+    Notification.error(trans.__('The out-of-memory killer ended the kernel of %1', file), {
+      autoClose: false,
+      actions: [
+        {
+          label: trans.__('Open checklist'),
+          caption: summary.join(' ').slice(0, 300),
+          displayType: 'accent',
+          callback: () => {
+            void this._app.commands.execute(OPEN_OOM_COMMAND, { widgetId: actions.widgetId ?? '' });
+          }
+        }
+      ]
+    });
+  }
+
+  async kernelExit(
+    kernelId: string,
+    pid: number | null,
+    host: IHostMemory | null
+  ): Promise<IDeathAnswer | null> {
+    const settings = ServerConnection.makeSettings();
+    const url = `${settings.baseUrl}gpumem/kernels/${encodeURIComponent(kernelId)}/exit`;
+    const response = await ServerConnection.makeRequest(
+      url,
+      { method: 'POST', body: JSON.stringify({ pid, host }) },
+      settings
+    );
+    if (!response.ok) {
+      return null; // 404: the server extension is not enabled
+    }
+    return parseKernelExit(await response.json());
   }
 
   clearOutputs(actions: ISessionActions): void {

@@ -24,7 +24,15 @@ import {
 } from '../channel/frontend';
 import type { Trans } from '../ui/i18n';
 import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/detect';
-import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
+import type {
+  IChildProcess,
+  IHello,
+  IHostMemory,
+  IKernelExit,
+  IOomPayload,
+  IOomStep,
+  ISample
+} from '../wire/protocol';
 import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
 import type { IGpuMemSettings } from '../settings';
 import { occurrenceKey, stepOrigin } from './ticks';
@@ -55,6 +63,20 @@ export interface IActionHost {
   insertCell(actions: ISessionActions, code: string, place: CellPlace): boolean;
   /** Shut down another kernel of this server (asks first); resolves true when it was shut down. */
   shutDownKernel(kernelId: string): Promise<boolean>;
+  /**
+   * Ask the server why kernel process `pid` of `kernelId` died (POST /gpumem/kernels/<id>/exit), sending the
+   * kernel's last host reading for the checklist. `exit` null: the server has seen no death of it (yet); null:
+   * no answer (the server extension is not enabled, or the answer did not fit the schema).
+   */
+  kernelExit(kernelId: string, pid: number | null, host: IHostMemory | null): Promise<IDeathAnswer | null>;
+  /** The out-of-memory killer ended this session's kernel (raise the notification). */
+  notifyOomKill(actions: ISessionActions, death: IKernelExit, summary: ReadonlyArray<string>): void;
+}
+
+/** What the server says of a kernel's death, its host checklist checked. */
+export interface IDeathAnswer {
+  readonly exit: IKernelExit | null;
+  readonly checklist: IOomPayload | null;
 }
 
 export namespace SessionActions {
@@ -70,10 +92,15 @@ export namespace SessionActions {
     followUpTimeoutMs?: number;
     /** Delay before re-sending an aborted request (default 1000 ms). */
     retryDelayMs?: number;
+    /** Delay between asks of the server why the kernel died (default 1000 ms; it looks once a second). */
+    deathPollMs?: number;
   }
 }
 
 const NO_TICKS: ReadonlySet<string> = new Set<string>();
+
+/** How many times the server is asked why the kernel died before giving up (once per `deathPollMs`). */
+const DEATH_ASKS = 8;
 
 /** A kernel process as its hello names it (PID and start time), or null before a hello. */
 function processOf(hello: IHello | null): string | null {
@@ -123,6 +150,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._ticks = options.ticks;
     this._followUpTimeoutMs = options.followUpTimeoutMs ?? 120000;
     this._retryDelayMs = options.retryDelayMs ?? 1000;
+    this._deathPollMs = options.deathPollMs ?? 1000;
     this.sessionContext.iopubMessage.connect(this._onIopub, this);
     this.sessionContext.statusChanged.connect(this._onStatus, this);
     this.sessionContext.kernelChanged.connect(this._onKernelChanged, this);
@@ -574,10 +602,16 @@ export class SessionActions implements ISessionActions, IDisposable {
     switch (status) {
       case 'restarting':
       case 'autorestarting':
-      case 'dead':
+      case 'dead': {
         this._stopWaiting?.();
         this._endRun();
+        const kernelId = this.sessionContext.session?.kernel?.id ?? null;
+        // 'autorestarting' and 'dead' come only from a death nobody asked for ('restarting' also from a restart).
+        if (status !== 'restarting' && kernelId !== null) {
+          void this._explainDeath(kernelId, this._endedHello, this._endedHost);
+        }
         break;
+      }
       case 'starting':
         // Outside our own start-up: another client restarted the kernel (JupyterLab reports only this) —
         // unless it is the new process of the restart counted last, still before its hello (a server restart
@@ -604,6 +638,51 @@ export class SessionActions implements ISessionActions, IDisposable {
     }
   }
 
+  /**
+   * The kernel died without being asked to: ask the server why, once per process. When the out-of-memory killer
+   * ended it, the host checklist the server built (with the kernel's last host reading from the panel's
+   * samples) becomes this session's checklist, tagged with the new run (its steps are for what runs next), and
+   * a notification says so. The server judges a death within a second: ask a few times.
+   */
+  private async _explainDeath(
+    kernelId: string,
+    hello: IHello | null,
+    host: IHostMemory | null
+  ): Promise<void> {
+    const process = processOf(hello);
+    if (process !== null && process === this._explainedProcess) {
+      return;
+    }
+    this._explainedProcess = process;
+    const kernelRun = this._kernelRun;
+    let answer: IDeathAnswer | null = null;
+    for (let attempt = 0; attempt < DEATH_ASKS; attempt++) {
+      if (attempt > 0) {
+        await new Promise(resolve => setTimeout(resolve, this._deathPollMs));
+      }
+      if (this._isDisposed || kernelRun !== this._kernelRun) {
+        return; // another restart meanwhile: this death is history
+      }
+      answer = await this._host.kernelExit(kernelId, hello?.pid ?? null, host).catch(() => null);
+      if (answer === null || answer.exit !== null) {
+        break;
+      }
+    }
+    const death = answer?.exit ?? null;
+    if (this._isDisposed || kernelRun !== this._kernelRun || death === null || !death.oom_killed) {
+      return;
+    }
+    const payload = answer?.checklist ?? null;
+    if (payload === null) {
+      return;
+    }
+    this._oomSeq++; // a checklist still loading for the dead process's own error loses to this one
+    this._stopWaiting?.();
+    const error: IOomError = { ename: 'OOM killer', evalue: payload.summary[0], parentId: null };
+    this._setOom({ phase: 'ready', error, payload, problem: null, kernelRun });
+    this._host.notifyOomKill(this, death, payload.summary);
+  }
+
   /** The kernel process of this run is gone: count a new run (once per restart, however many statuses). */
   private _endRun(): void {
     if (this._runEnded) {
@@ -611,7 +690,10 @@ export class SessionActions implements ISessionActions, IDisposable {
     }
     this._runEnded = true;
     this._sawRunning = false;
-    this._endedProcess = processOf(this._bridge()?.hello ?? null);
+    // What the panel last knew of the process, before the new one's hello replaces it.
+    this._endedHello = this._bridge()?.hello ?? null;
+    this._endedHost = this._bridge()?.latest?.host ?? null;
+    this._endedProcess = processOf(this._endedHello);
     this._kernelRun++;
     this._changed.emit();
   }
@@ -675,6 +757,9 @@ export class SessionActions implements ISessionActions, IDisposable {
   private readonly _ticks: ITickStore;
   private readonly _followUpTimeoutMs: number;
   private readonly _retryDelayMs: number;
+  private readonly _deathPollMs: number;
+  /** The kernel process (`processOf` its hello) whose death was asked about last. */
+  private _explainedProcess: string | null = null;
   private _clear: IClearRun | null = null;
   private _restart: IRestartRun | null = null;
   private _oom: IOomRun | null = null;
@@ -686,6 +771,8 @@ export class SessionActions implements ISessionActions, IDisposable {
   private _sawRunning = false;
   /** The kernel process (`processOf` its hello) whose end was counted last. */
   private _endedProcess: string | null = null;
+  private _endedHello: IHello | null = null;
+  private _endedHost: IHostMemory | null = null;
   /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */
   private _stopWaiting: (() => void) | null = null;
   private _children: { pid: number; count: number; list: ReadonlyArray<IChildProcess> } | null = null;

@@ -20,6 +20,7 @@ import type {
   IHello,
   IHistory,
   IHistoryResult,
+  IKernelExitAnswer,
   IOomPayload,
   IOomStep,
   IOpenMessage,
@@ -52,6 +53,8 @@ export type {
   IHistory,
   IHistoryResult,
   IHostMemory,
+  IKernelExit,
+  IKernelExitAnswer,
   IKernelUsage,
   IOomDiagnosis,
   IOomFragmentation,
@@ -301,4 +304,21 @@ export function oomPayloadProblem(value: unknown): string | null {
 /** A complete, well-typed OOM checklist (`application/vnd.gpumem.oom.v1+json`). */
 export function isOomPayload(value: unknown): value is IOomPayload {
   return oomPayloadProblem(value) === null;
+}
+
+/**
+ * The server's answer to `POST /gpumem/kernels/<id>/exit` (kernel_exit.schema.json), its checklist checked as
+ * an OOM checklist; null when it fits neither.
+ */
+export function parseKernelExit(
+  value: unknown
+): { exit: IKernelExitAnswer['exit']; checklist: IOomPayload | null } | null {
+  if (checks.kernelExitAnswer(value, 'kernel_exit') !== null) {
+    return null;
+  }
+  const answer = value as IKernelExitAnswer;
+  if (answer.checklist !== null && !isOomPayload(answer.checklist)) {
+    return null;
+  }
+  return { exit: answer.exit, checklist: answer.checklist as IOomPayload | null };
 }

@@ -25,6 +25,7 @@ from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import sweep
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.oom import checklist
+from gpumem_kernel.server import exits
 from gpumem_kernel.timeline import payload as timeline_payload
 from gpumem_kernel.wire import protocol
 
@@ -98,6 +99,8 @@ MIRRORS = [
     Mirror(sweep.BenchmarkConfig, "benchmark.schema.json#/properties/config"),
     # the memory timeline (covers its device, peak, bands, small points, holders, stacks and frames)
     Mirror(timeline_payload.TimelinePayload, "timeline.schema.json"),
+    # the server extension's answer to "why did this kernel die" (its checklist is an oom.schema.json payload)
+    Mirror(exits.KernelExit, "kernel_exit.schema.json#/$defs/exit"),
 ]
 
 

@@ -631,6 +631,71 @@ export interface IChildren {
   uss_growth_per_min?: number | null;
 }
 /**
+ * Written by gpumem_kernel/server/handlers.py:exit_payload from server/exits.py's KernelExit. Sizes are integer bytes; null where the server cannot tell.
+ */
+export interface IKernelExitAnswer {
+  kernel_id: string;
+  /**
+   * The last death of the kernel process the browser named (its hello's pid), or null when the server saw none (yet).
+   */
+  exit: null | IKernelExit;
+  /**
+   * When the out-of-memory killer ended it: the host checklist, an oom.schema.json payload (the browser checks it with that schema).
+   */
+  checklist: {
+    [k: string]: unknown;
+  } | null;
+}
+export interface IKernelExit {
+  kernel_id: string;
+  pid: number;
+  /**
+   * when the server noticed the death, seconds since the epoch
+   */
+  time: number;
+  /**
+   * the exit status when the server reaped the process; negative: the signal number
+   */
+  returncode: number | null;
+  /**
+   * "SIGKILL", …; null when unknown or a normal exit
+   */
+  signal: string | null;
+  oom_killed: boolean;
+  /**
+   * cgroup: a new kill in the kernel's memory cgroup; machine: only the machine's /proc/vmstat count rose
+   */
+  evidence: 'cgroup' | 'machine' | null;
+  /**
+   * new OOM kills counted at the death
+   */
+  kills: number;
+  /**
+   * the kernel's memory cgroup path
+   */
+  cgroup: string | null;
+  /**
+   * memory limit over the cgroup; null: none
+   */
+  limit: number | null;
+  /**
+   * the cgroup's highest memory usage (all its processes)
+   */
+  peak: number | null;
+  /**
+   * the kernel's RSS at the server's last look, within a second of the death
+   */
+  rss: number | null;
+  /**
+   * its child processes (DataLoader workers) at that look
+   */
+  children: number | null;
+  /**
+   * their summed RSS (pages they share with the kernel counted once per worker)
+   */
+  children_rss: number | null;
+}
+/**
  * Sizes are integer bytes; a field the message or probe cannot tell is null. Written by gpumem_kernel/oom/checklist.py:oom_bundle.
  */
 export interface IOomPayload {

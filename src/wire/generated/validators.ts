@@ -873,3 +873,28 @@ export const timelinePayload: Check = object({
   failed: nullable(timelineFailed),
   notes: array(string())
 });
+
+/** kernel_exit.schema.json#/$defs/exit */
+const kernelExit: Check = object({
+  kernel_id: string(),
+  pid: integer(0),
+  time: number(),
+  returncode: c7,
+  signal: c2,
+  oom_killed: type('boolean'),
+  evidence: enumOf('cgroup', 'machine', null),
+  kills: integer(0),
+  cgroup: c2,
+  limit: c5,
+  peak: c5,
+  rss: c5,
+  children: c5,
+  children_rss: c5
+});
+
+/** kernel_exit.schema.json */
+export const kernelExitAnswer: Check = object({
+  kernel_id: string(),
+  exit: nullable(kernelExit),
+  checklist: nullable(type('object'))
+});
