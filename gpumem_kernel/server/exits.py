@@ -13,6 +13,7 @@ Runs on the server's event loop: `sync` from the extension's PeriodicCallback, `
 from __future__ import annotations
 
 import logging
+import os
 import signal as signals
 import time
 from dataclasses import asdict, dataclass
@@ -105,11 +106,22 @@ def _look(pid: int) -> _Look:
     return _Look(created, rss, count, total)
 
 
-def _returncode(kernel: Any) -> Optional[int]:
-    """The exit status of the kernel's process when its provisioner has reaped it (LocalProvisioner)."""
+def _returncode(kernel: Any, pid: int) -> Optional[int]:
+    """The exit status of the kernel's process `pid`: its provisioner's, once reaped (LocalProvisioner), else
+    read from the unreaped child without reaping it (WNOWAIT: the provisioner still gets its status)."""
     process = getattr(getattr(kernel, "provisioner", None), "process", None)
-    code = getattr(process, "returncode", None)
-    return code if isinstance(code, int) else None
+    code = getattr(process, "returncode", None) if getattr(process, "pid", None) == pid else None
+    if isinstance(code, int):
+        return code
+    try:
+        found = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (OSError, AttributeError):  # not our child, already reaped, or no waitid (Windows, macOS)
+        return None
+    if found is None or found.si_pid != pid:
+        return None
+    if found.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return -found.si_status
+    return found.si_status if found.si_code == os.CLD_EXITED else None
 
 
 class ExitWatch:
@@ -158,8 +170,7 @@ class ExitWatch:
             look = _look(watched.pid)
             replaced = watched.create_time is not None and look.create_time != watched.create_time
             if look.create_time is None or replaced:
-                code = _returncode(kernel) if kernel_pid(kernel) == watched.pid else None
-                judged = self._judge(kernel_id, watched, code)
+                judged = self._judge(kernel_id, watched, _returncode(kernel, watched.pid))
             else:
                 self._refresh(watched, look)
         pid = kernel_pid(kernel)

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import jsonschema
+import psutil
 import pytest
 
 from gpumem_kernel.oom.killed import host_reading, killed_payload
@@ -151,6 +152,19 @@ def test_a_sigkill_with_a_new_kill_in_its_cgroup_is_the_oom_killer(watched) -> N
     assert (death.pid, death.returncode, death.signal) == (process.pid, -9, "SIGKILL")
     assert death.limit == 2 * GiB and death.peak == 2 * GiB - MiB and death.cgroup == "/user.slice/jupyter"
     assert death.rss and death.rss > MiB  # its RSS at the last look, before it died
+
+
+def test_an_unreaped_kernels_exit_signal_is_read_without_reaping_it(watched) -> None:
+    manager, watch, process, tree = watched
+    tree.kills(1)
+    process.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.02)
+    watch.sync()  # before the restarter polls: nobody has reaped it yet
+    (death,) = watch.exits("k1")
+    assert death.oom_killed and (death.returncode, death.signal) == (-9, "SIGKILL")
+    assert process.wait(5) == -9  # still the provisioner's to reap
 
 
 def test_a_sigkill_without_a_new_kill_is_not_the_oom_killer(watched) -> None:
@@ -340,7 +354,7 @@ def test_a_kernel_the_oom_killer_ends_is_named_with_its_cgroups_limit(limited_se
     assert death is not None, f"no death seen:\n{server.log.read_text()[-3000:]}"
     assert death["oom_killed"] and death["evidence"] == "cgroup" and death["kills"] >= 1, death
     assert death["pid"] == pid and death["limit"] == LIMIT
-    assert death["signal"] in ("SIGKILL", None)  # None: the server reaped it before its restarter's callback
+    assert death["signal"] == "SIGKILL" and death["returncode"] == -9
     assert answer["checklist"]["info"]["family"] == "host"
     assert answer["checklist"]["steps"][0]["id"] == "host-memory"  # no workers: the kernel itself filled the cgroup
     assert "memory limit 256.00 MiB" in answer["checklist"]["summary"][0]
