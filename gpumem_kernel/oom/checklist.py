@@ -19,7 +19,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from gpumem_kernel.oom.classify import find_message, is_oom, oom_error_name
+from gpumem_kernel.oom.classify import find_message, is_oom, oom_error_name, oom_in_chain
 from gpumem_kernel.oom.evaluation import evaluation_evidence
 from gpumem_kernel.probe.holders import (
     frame_holder,
@@ -1831,6 +1831,9 @@ def oom_report(
     found alive at this error, or None; the extension passes it to the handler;
     `cell`: the failed cell's source, for the step "Re-run this cell with the timeline on" (offered when no
     capture is attached)."""
+    chained = oom_in_chain(source) if isinstance(source, BaseException) else None
+    if chained is not None:  # the error it was raised from says what ran out (a DataLoader worker's death)
+        source = chained[0]
     text = source if isinstance(source, str) else f"{type(source).__name__}: {source}"
     info = parse_oom_message(text)
     if info is None:  # a torch.OutOfMemoryError whose text is none of the known messages

@@ -39,6 +39,11 @@ exception line (a log) is searched as a whole.
 `classify_exception(exc)` applies it to a live exception, where two more facts are known: a class name counts
 only when the package it belongs to defines it (patterns.json `modules`), and a message counts only on the
 built-in classes its family is raised as (`raised_as`). Nothing here imports torch.
+
+An error raised from an out-of-memory error (`raise … from oom`) is that error, on both sides: PyTorch's main
+process raises "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "… is killed by signal:
+Killed.", and only the cause names the signal. The kernel follows `__cause__`; the browser reads the cause from
+the IOPub traceback (src/actions/oom/detect.ts). An error raised while handling one (`__context__` alone) is not.
 """
 
 from __future__ import annotations
@@ -207,8 +212,8 @@ def _raised_as(cls: type, family: str) -> bool:
     return any(base.__name__ in allowed and base.__module__ == "builtins" for base in cls.__mro__)
 
 
-def classify_exception(exc: Any) -> Optional[str]:
-    """The family of a live exception (or exception class), or None. torch need not be imported."""
+def _own_family(exc: Any) -> Optional[str]:
+    """The family of one live exception (or exception class) by its own class and message, or None."""
     cls = exc if isinstance(exc, type) else type(exc)
     if not isinstance(getattr(cls, "__mro__", None), tuple):
         return None
@@ -230,6 +235,34 @@ def classify_exception(exc: Any) -> Optional[str]:
     return _class_family(cls, False)
 
 
+# How far `raise … from` chains are followed (a cycle stops there too).
+_CAUSE_DEPTH = 8
+
+
+def oom_in_chain(exc: Any) -> Optional[Tuple[Any, str]]:
+    """The out-of-memory error of a live exception and its family: the exception itself, else the nearest one it
+    was raised from (`__cause__`; PyTorch raises "DataLoader worker (pid(s) N) exited unexpectedly" from the
+    worker's "is killed by signal: Killed."). Never an exception it was merely raised while handling
+    (`__context__` alone). None when none of them is one."""
+    seen = 0
+    while exc is not None and seen < _CAUSE_DEPTH:
+        family = _own_family(exc)
+        if family is not None:
+            return exc, family
+        if isinstance(exc, type):
+            return None
+        exc = getattr(exc, "__cause__", None)
+        seen += 1
+    return None
+
+
+def classify_exception(exc: Any) -> Optional[str]:
+    """The family of a live exception (or exception class), or None: its own, else that of the exception it was
+    raised from (see `oom_in_chain`). torch need not be imported."""
+    found = oom_in_chain(exc)
+    return found[1] if found is not None else None
+
+
 def is_oom(exc: Any) -> bool:
     """Whether a live exception (or exception class) is an out-of-memory error of any family."""
     return classify_exception(exc) is not None
@@ -245,4 +278,5 @@ __all__ = [
     "is_oom",
     "is_oom_name",
     "oom_error_name",
+    "oom_in_chain",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import types
 import warnings
 from pathlib import Path
@@ -694,6 +696,35 @@ def test_halving_the_workers_counts_down_from_the_users_own() -> None:
     ns = training_namespace(workers=32)
     payload = oom_report(message("host_dataloader_killed.txt"), shell_with(**ns), sample=sample(), env={})[OOM_MIME]
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (32 → 16 → 8)"
+
+
+class _KilledWorker(torch.utils.data.Dataset):
+    """Its worker ends itself with SIGKILL, as the kernel's out-of-memory killer ends one."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> Any:
+        if torch.utils.data.get_worker_info() is not None and i >= 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.zeros(4)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() -> None:
+    """PyTorch raises "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "is killed by signal:
+    Killed.": the checklist is the host's, and names the cause's message."""
+    loader = DataLoader(_KilledWorker(), num_workers=2, batch_size=2)
+    with pytest.raises(RuntimeError, match="exited unexpectedly") as raised:
+        for _ in loader:
+            pass
+    bundle = oom_report(raised.value, shell_with(loader=loader), sample=sample(), env={})
+    assert bundle is not None
+    payload = bundle[OOM_MIME]
+    assert payload["info"]["family"] == "host" and "is killed by signal: Killed." in payload["info"]["message"]
+    assert [step["id"] for step in payload["steps"]][:2] == ["fewer-workers", "host-memory"]
+    assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (2 → 1)"
+    assert "expandable-segments" in _folded(payload)
 
 
 @pytest.mark.parametrize(

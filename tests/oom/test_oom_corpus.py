@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -19,6 +19,7 @@ from gpumem_kernel.oom.classify import (
     classify_text,
     find_message,
     is_oom,
+    oom_in_chain,
 )
 
 HERE = Path(__file__).parent
@@ -163,6 +164,40 @@ def test_the_exception_name_decides_over_a_message_the_application_added() -> No
     assert classify("MemoryError", "CUDA out of memory. Tried to allocate 2.00 MiB") == "host"
     assert classify_exception(MemoryError(f"CUDA out of memory. Tried to allocate 2.00 MiB\n{HINT}")) == "host"
     assert classify("RuntimeError", HINT) is None
+
+
+def _raised(exc: BaseException, cause: Optional[BaseException] = None, context: Optional[BaseException] = None) -> Any:
+    """`exc` as `raise exc from cause` (or raised while handling `context`) leaves it."""
+    exc.__cause__, exc.__context__ = cause, context if context is not None else cause
+    exc.__suppress_context__ = cause is not None
+    return exc
+
+
+KILLED = "DataLoader worker (pid 25725) is killed by signal: Killed. "
+EXITED = "DataLoader worker (pid(s) 25725) exited unexpectedly"
+
+
+def test_an_error_raised_from_an_out_of_memory_error_is_that_error() -> None:
+    """PyTorch's main process raises "exited unexpectedly" from the worker's death; only the cause names SIGKILL."""
+    cause = RuntimeError(KILLED)
+    top = _raised(RuntimeError(EXITED), cause)
+    assert classify("RuntimeError", EXITED) is None  # the final error alone names no signal
+    assert classify_exception(top) == "host" and is_oom(top)
+    assert oom_in_chain(top) == (cause, "host")
+    # Two causes deep, and an error's own family first.
+    assert classify_exception(_raised(ValueError("training failed"), top)) == "host"
+    own = _raised(RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB"), cause)
+    assert oom_in_chain(own) == (own, "cuda_allocator")
+
+
+def test_an_error_raised_while_handling_one_or_from_another_signal_is_not() -> None:
+    assert classify_exception(_raised(RuntimeError(EXITED), context=RuntimeError(KILLED))) is None
+    terminated = RuntimeError("DataLoader worker (pid 7) is killed by signal: Terminated. ")
+    assert classify_exception(_raised(RuntimeError(EXITED), terminated)) is None
+    assert classify_exception(RuntimeError(EXITED)) is None
+    looped = RuntimeError(EXITED)
+    looped.__cause__ = _raised(RuntimeError(EXITED), looped)  # a cycle ends
+    assert oom_in_chain(looped) is None
 
 
 def test_the_allocator_models_simulated_oom_is_a_cuda_allocator_message() -> None:

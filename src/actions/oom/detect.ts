@@ -124,17 +124,63 @@ export function parentIdOf(msg: IIopubLike): string | null {
   return typeof id === 'string' && id !== '' ? id : null;
 }
 
-/** The OOM in an IOPub message, or null when it is not an `error` message of an OOM. */
+// eslint-disable-next-line no-control-regex -- IOPub tracebacks carry colour codes
+const ANSI = /\x1b\[[0-9;]*[A-Za-z]/g;
+const DIRECT_CAUSE = 'The above exception was the direct cause of the following exception:';
+/** The lines Python and IPython print between the exceptions of a chain, oldest exception first. */
+const CHAIN_LINE =
+  /^[ \t]*(The above exception was the direct cause of the following exception:|During handling of the above exception, another exception occurred:)[ \t]*$/m;
+/** An exception line of a traceback ("RuntimeError: …"): unindented, where frames and code lines are not. */
+const EXCEPTION_LINE = /^([A-Za-z_][\w.]*(?:Error|Exception))(?:: ?(.*))?$/;
+
+/**
+ * The out-of-memory error an error was raised from (`raise … from oom`), read from its IOPub traceback, or
+ * null. PyTorch raises "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "… is killed by
+ * signal: Killed.": only the cause, printed above the final error, names the signal. Only direct causes count,
+ * nearest first, as the kernel follows `__cause__` (gpumem_kernel/oom/classify.py `oom_in_chain`); an error
+ * raised while handling one ("During handling …") does not.
+ */
+export function oomCauseOf(traceback: unknown): { ename: string; evalue: string } | null {
+  if (!Array.isArray(traceback) || !traceback.every(line => typeof line === 'string')) {
+    return null;
+  }
+  const text = (traceback as string[]).join('\n').replace(ANSI, '');
+  if (!text.includes(DIRECT_CAUSE)) {
+    return null;
+  }
+  // [oldest section, line, section, …, line, the final error's section]
+  const parts = text.split(CHAIN_LINE);
+  for (let i = parts.length - 1; i >= 2 && parts[i - 1] === DIRECT_CAUSE; i -= 2) {
+    const lines = parts[i - 2].split('\n');
+    for (let at = 0; at < lines.length; at++) {
+      const match = EXCEPTION_LINE.exec(lines[at]);
+      if (match === null) {
+        continue;
+      }
+      const evalue = [match[2] ?? '', ...lines.slice(at + 1)].join('\n').trim();
+      if (isOomError(match[1], evalue)) {
+        return { ename: match[1], evalue };
+      }
+    }
+  }
+  return null;
+}
+
+/**
+ * The OOM in an IOPub message, or null when it is not an `error` message of an OOM: its own name and value,
+ * else the out-of-memory error it was raised from (`oomCauseOf`), whose name and value are kept instead.
+ */
 export function oomErrorOf(msg: IIopubLike): IOomError | null {
   if (msg.header.msg_type !== 'error') {
     return null;
   }
   const ename = field(msg.content, 'ename');
   const evalue = field(msg.content, 'evalue');
-  if (typeof ename !== 'string' || typeof evalue !== 'string' || !isOomError(ename, evalue)) {
+  if (typeof ename !== 'string' || typeof evalue !== 'string') {
     return null;
   }
-  return { ename, evalue, parentId: parentIdOf(msg) };
+  const oom = isOomError(ename, evalue) ? { ename, evalue } : oomCauseOf(field(msg.content, 'traceback'));
+  return oom !== null ? { ...oom, parentId: parentIdOf(msg) } : null;
 }
 
 /** The text for `oom_from_text`: the error line as Python prints it ("OutOfMemoryError: CUDA out of …"). */

@@ -4,7 +4,8 @@
  * Recognising a GPU out-of-memory error on IOPub: PyTorch 2.x's OutOfMemoryError, 1.x's RuntimeError, CUDA
  * errors outside the allocator, other backends — and leaving every other error alone.
  */
-import { isOomError, type IIopubLike, oomErrorOf, oomFamily, oomText } from '../detect';
+import { isOomError, type IIopubLike, oomCauseOf, oomErrorOf, oomFamily, oomText } from '../detect';
+import killedWorker from './data/dataloader_killed_error.json';
 
 const V2 =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
@@ -140,5 +141,55 @@ describe('oomErrorOf', () => {
   it('gives the text the kernel parses', () => {
     expect(oomText({ ename: 'RuntimeError', evalue: V1, parentId: null })).toBe(`RuntimeError: ${V1}`);
     expect(oomText({ ename: 'OutOfMemoryError', evalue: '', parentId: null })).toBe('OutOfMemoryError');
+  });
+});
+
+/**
+ * data/dataloader_killed_error.json: the IOPub error content a real ipykernel (CPU-only torch 2.13) sent when a
+ * DataLoader worker sent itself SIGKILL: "exited unexpectedly", raised from "is killed by signal: Killed.".
+ */
+describe('an error raised from an out-of-memory error', () => {
+  const KILLED = 'DataLoader worker (pid 25725) is killed by signal: Killed.';
+  const withTraceback = (traceback: string[]): IIopubLike => ({
+    header: { msg_type: 'error' },
+    parent_header: { msg_id: 'cell-9' },
+    content: { ename: killedWorker.ename, evalue: killedWorker.evalue, traceback }
+  });
+
+  it("is the cause's out-of-memory error, read from the traceback", () => {
+    expect(isOomError(killedWorker.ename, killedWorker.evalue)).toBe(false); // names no signal by itself
+    const error = oomErrorOf(withTraceback(killedWorker.traceback));
+    expect(error).toEqual({ ename: 'RuntimeError', evalue: KILLED, parentId: 'cell-9' });
+    expect(oomFamily(error!.ename, error!.evalue)).toBe('host');
+    expect(oomText(error!)).toBe(`RuntimeError: ${KILLED}`);
+  });
+
+  it('is not when the cause is another signal, or the error was only raised while handling one', () => {
+    const terminated = killedWorker.traceback.map(line => line.replace('Killed.', 'Terminated.'));
+    expect(oomErrorOf(withTraceback(terminated))).toBeNull();
+    const handling = killedWorker.traceback.map(line =>
+      line.replace(
+        'The above exception was the direct cause of the following exception:',
+        'During handling of the above exception, another exception occurred:'
+      )
+    );
+    expect(oomErrorOf(withTraceback(handling))).toBeNull();
+    expect(oomCauseOf(undefined)).toBeNull();
+    expect(oomCauseOf(['RuntimeError: x', 3])).toBeNull();
+  });
+
+  it('follows direct causes only, nearest first', () => {
+    const cause = 'The above exception was the direct cause of the following exception:';
+    const handling = 'During handling of the above exception, another exception occurred:';
+    const chain = (...parts: string[]) => parts.join('\n\n').split('\n');
+    expect(
+      oomCauseOf(chain(`MemoryError: ${V1}`, cause, 'ValueError: wrapped', cause, 'KeyError: x'))
+    ).toEqual({
+      ename: 'MemoryError',
+      evalue: V1
+    });
+    expect(
+      oomCauseOf(chain(`MemoryError: ${V1}`, handling, 'ValueError: wrapped', cause, 'KeyError: x'))
+    ).toBeNull();
   });
 });

@@ -1,0 +1,107 @@
+/**
+ * A real PyTorch DataLoader worker killed by SIGKILL (what the kernel's out-of-memory killer sends) during a
+ * cell, in a real JupyterLab with a real ipykernel and CPU-only torch. PyTorch's main process raises
+ * "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "… is killed by signal: Killed.": only
+ * the cause names the signal, and both the kernel and the browser read it there. The user gets the host
+ * checklist (workers first), never the GPU's steps.
+ */
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import type { NotebookPanel } from '@jupyterlab/notebook';
+import { openNew } from './notebooks';
+
+/** Each worker kills itself at its first item past the 4th; the kernel (no worker info) never does. */
+const CELL = `import os
+import signal
+
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+
+class Items(Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if get_worker_info() is not None and i >= 4:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a worker
+        return torch.zeros(4)
+
+
+loader = DataLoader(Items(), num_workers=2, batch_size=2)
+for batch in loader:
+    pass`;
+
+async function runFirstCell(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(async () => {
+    (window.jupyterapp.shell.currentWidget as NotebookPanel).content.activeCellIndex = 0;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+  });
+}
+
+async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(async () => {
+    await window.jupyterapp.commands.execute('gpumem:open-panel');
+  });
+  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
+}
+
+async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']>): Promise<string[]> {
+  return list.evaluateAll(items => items.map(item => item.getAttribute('data-step-id') ?? ''));
+}
+
+test('a DataLoader worker killed by SIGKILL gets the host checklist, workers first', async ({
+  page,
+  tmpPath
+}, testInfo) => {
+  await openNew(page, `${tmpPath}/workers.ipynb`, [CELL]);
+  await openPanel(page);
+  await runFirstCell(page);
+
+  // The error as PyTorch raised it: the worker's death, then the error raised from it.
+  const output = page.locator('.jp-Notebook .jp-Cell').first().locator('.jp-OutputArea');
+  const traceback = output
+    .locator('[data-mime-type="application/vnd.jupyter.stderr"]')
+    .filter({ hasText: 'Traceback' });
+  await expect(traceback).toContainText(
+    /RuntimeError: DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly/
+  );
+  await expect(traceback).toContainText(/DataLoader worker \(pid \d+\) is killed by signal: Killed\./);
+
+  // The browser recognised it: a notification of the host's family.
+  await expect(page.locator('.Toastify__toast').filter({ hasText: 'Host RAM out of memory' })).toBeVisible();
+
+  // Inline, under the traceback: the host's checklist, workers first, the GPU's steps folded with why.
+  const inline = output.locator('.jp-GpuMem-output .jp-GpuMem-oomChecklist');
+  await expect(inline).toBeVisible();
+  await expect(inline.locator('.jp-GpuMem-oomFamily')).toHaveText(
+    'Host memory (RAM) out of memory, not the GPU'
+  );
+  await expect(inline.locator('.jp-GpuMem-oomHeadline')).toContainText('the CPU side ran out, not the GPU');
+  const shown = inline.locator(':scope > ol.jp-GpuMem-oomSteps > .jp-GpuMem-oomStep');
+  const shownIds = await stepIds(shown);
+  expect(shownIds.slice(0, 2)).toEqual(['fewer-workers', 'host-memory']);
+  expect(shownIds).not.toContain('expandable-segments');
+  const workers = shown.first();
+  await expect(workers.locator('.jp-GpuMem-oomStepTitle')).toHaveText('Use fewer DataLoader workers (2 → 1)');
+  await expect(workers.locator('.jp-GpuMem-oomStepDetail')).toContainText(
+    'pin_memory=True only with RAM to spare'
+  );
+  await expect(shown.nth(1).locator('.jp-GpuMem-oomStepDetail')).toContainText('memory.max'); // the container's limit
+  const expandable = inline.locator(
+    'details.jp-GpuMem-oomFolded .jp-GpuMem-oomStep[data-step-id="expandable-segments"]'
+  );
+  await expect(expandable).toBeHidden();
+  await expect(expandable.locator('.jp-GpuMem-oomStepReason')).toHaveText(
+    "Not applicable: The host's memory (RAM) ran out, not the GPU's: expandable segments arrange GPU memory only."
+  );
+
+  // The GPU Memory panel: the same family and the same first steps, no GPU step.
+  const card = page.locator('#jp-GpuMem-panel .jp-GpuMem-oom');
+  await expect(card.locator('.jp-GpuMem-sectionHead h3')).toHaveText('Host RAM out of memory');
+  const brief = card.locator('.jp-GpuMem-oomChecklist');
+  await expect(brief).toHaveAttribute('data-brief', 'yes');
+  const briefIds = await stepIds(brief.locator('.jp-GpuMem-oomStep'));
+  expect(briefIds[0]).toBe('fewer-workers');
+  expect(briefIds).not.toContain('expandable-segments');
+  await page.screenshot({ path: testInfo.outputPath('workers.png') });
+});
