@@ -1111,7 +1111,9 @@ def _host_step(d: Diagnosis, host_oom: bool = False) -> Step:
         return Step(
             "host-memory", "Check host memory and DataLoader workers", detail + (_CONTAINER if host_oom else ""), None
         )
-    parts = [f"kernel RSS {human(h.rss)}", f"{human(h.available)} of {human(h.total)} available"]
+    parts = [f"kernel RSS {human(h.rss)}"]
+    if h.total and h.available is not None:  # unknown for a kernel the OOM killer ended (oom/killed.py)
+        parts.append(f"{human(h.available)} of {human(h.total)} available")
     if h.workers:
         parts.append(
             f"{h.workers} child process{'es' if h.workers != 1 else ''} (DataLoader workers?) "
