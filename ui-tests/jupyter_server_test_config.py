@@ -1,9 +1,123 @@
-"""Server configuration for the Galata tests (a real JupyterLab on localhost:8888, no token)."""
+"""Server configuration for the Galata tests (a real JupyterLab on localhost:8888, no token).
+
+Besides the environment's python3 kernel (the default), a kernelspec `gpumem-limited-256m` whose kernel runs in a
+memory cgroup limited to 256 MiB, for oomkiller.spec.ts: the cgroup is created here, with a name unique to this
+server, and removed with the kernelspec when the server exits (however it exits: Playwright ends its web server
+with SIGKILL). Where this machine lets no one create a memory cgroup the kernelspec is not registered, and the
+spec skips itself.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Optional
+
 from jupyterlab.galata import configure_jupyter_server
 
-configure_jupyter_server(c)  # noqa: F821
+c = get_config()  # noqa: F821 (traitlets' config loader provides it)
+configure_jupyter_server(c)
 
 # The kernel the tests use is this environment's python3, where gpumem_kernel is installed.
 c.ServerApp.root_dir = "."
 # CI and the dev containers run as root.
 c.ServerApp.allow_root = True
+
+LIMITED_KERNEL = "gpumem-limited-256m"
+LIMIT = 256 * 1024**2
+HERE = Path(__file__).resolve().parent
+LAUNCHER = HERE.parent / "tests" / "server" / "cgroup_kernel.py"
+
+# Run detached from the server's process group: when the server is gone (the read end of its pipe sees EOF), end
+# what is left in the cgroup (only kernels of this server join it), remove the cgroup, then the kernelspec.
+_REAPER = """
+import os, signal, shutil, sys, time
+cgroup, spec = sys.argv[1], sys.argv[2]
+sys.stdin.buffer.read()
+start = time.monotonic()
+while time.monotonic() < start + 60:
+    try:
+        os.rmdir(cgroup)
+    except FileNotFoundError:
+        break
+    except OSError:  # kernels still in it: 5 s to leave on their own, then ended
+        if time.monotonic() > start + 5:
+            try:
+                with open(os.path.join(cgroup, "cgroup.procs")) as procs:
+                    pids = [int(pid) for pid in procs.read().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.5)
+    else:
+        break
+shutil.rmtree(spec, ignore_errors=True)
+"""
+
+
+def _memory_cgroup() -> Optional[Path]:
+    """A new memory cgroup limited to LIMIT without swap (cgroup v2, else v1), or None where none can be made."""
+    name = f"gpumem-galata-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    unified = Path("/sys/fs/cgroup")
+    candidates = []
+    try:
+        if "memory" in (unified / "cgroup.subtree_control").read_text().split():
+            candidates.append((unified / name, "memory.max", "memory.swap.max"))
+    except OSError:
+        pass
+    candidates.append((unified / "memory" / name, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"))
+    for directory, limit_file, swap_file in candidates:
+        try:
+            directory.mkdir()
+        except OSError:
+            continue
+        try:
+            (directory / limit_file).write_text(str(LIMIT))
+        except OSError:
+            directory.rmdir()
+            continue
+        try:  # no swap beyond the limit, where the machine accounts for it
+            (directory / swap_file).write_text("0" if swap_file == "memory.swap.max" else str(LIMIT))
+        except OSError:
+            pass
+        return directory
+    return None
+
+
+def _limited_kernelspec() -> None:
+    cgroup = _memory_cgroup()
+    if cgroup is None:
+        print(
+            f"jupyter_server_test_config: no memory cgroup could be created; {LIMITED_KERNEL} is not registered",
+            file=sys.stderr,
+        )
+        return
+    data = Path(tempfile.mkdtemp(prefix="gpumem-galata-data-"))
+    spec = data / "kernels" / LIMITED_KERNEL
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(LAUNCHER), str(cgroup), "-f", "{connection_file}"]
+    display = "Python 3 (256 MiB memory cgroup)"
+    (spec / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": display, "language": "python"}))
+    read, _write = os.pipe()  # non-inheritable: only this server process holds the write end
+    global _reaper
+    _reaper = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, str(cgroup), str(data)],
+        stdin=read,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.close(read)  # `_write` is never closed: the reaper reads EOF when this server process is gone
+    # jupyter_client's KernelSpecManager looks in $JUPYTER_PATH/kernels too (its kernel_dirs is not configurable);
+    # the server reads it when it first lists kernelspecs, after this file. python3 stays the default kernel.
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(data), os.environ.get("JUPYTER_PATH")]))
+
+
+_limited_kernelspec()
