@@ -12,9 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
-from typing import Optional
 
 from jupyterlab.galata import configure_jupyter_server
 
@@ -30,6 +28,8 @@ LIMITED_KERNEL = "gpumem-limited-256m"
 LIMIT = 256 * 1024**2
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE.parent / "tests" / "server" / "cgroup_kernel.py"
+sys.path.insert(0, str(LAUNCHER.parent))
+from cgroup_kernel import make_memory_cgroup  # noqa: E402 (found through the line above)
 
 # Run detached from the server's process group: when the server is gone (the read end of its pipe sees EOF), end
 # what is left in the cgroup (only kernels of this server join it), remove the cgroup, then the kernelspec.
@@ -62,37 +62,8 @@ shutil.rmtree(spec, ignore_errors=True)
 """
 
 
-def _memory_cgroup() -> Optional[Path]:
-    """A new memory cgroup limited to LIMIT without swap (cgroup v2, else v1), or None where none can be made."""
-    name = f"gpumem-galata-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    unified = Path("/sys/fs/cgroup")
-    candidates = []
-    try:
-        if "memory" in (unified / "cgroup.subtree_control").read_text().split():
-            candidates.append((unified / name, "memory.max", "memory.swap.max"))
-    except OSError:
-        pass
-    candidates.append((unified / "memory" / name, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"))
-    for directory, limit_file, swap_file in candidates:
-        try:
-            directory.mkdir()
-        except OSError:
-            continue
-        try:
-            (directory / limit_file).write_text(str(LIMIT))
-        except OSError:
-            directory.rmdir()
-            continue
-        try:  # no swap beyond the limit, where the machine accounts for it
-            (directory / swap_file).write_text("0" if swap_file == "memory.swap.max" else str(LIMIT))
-        except OSError:
-            pass
-        return directory
-    return None
-
-
 def _limited_kernelspec() -> None:
-    cgroup = _memory_cgroup()
+    cgroup = make_memory_cgroup(LIMIT, f"gpumem-galata-{os.getpid()}")
     if cgroup is None:
         print(
             f"jupyter_server_test_config: no memory cgroup could be created; {LIMITED_KERNEL} is not registered",

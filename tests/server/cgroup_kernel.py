@@ -1,12 +1,47 @@
-"""A kernel launcher for the OOM-killer test: joins a memory cgroup with a limit, then becomes the kernel.
+"""A kernel launcher for the OOM-killer tests: joins a memory cgroup with a limit, then becomes the kernel.
 
     python cgroup_kernel.py <cgroup directory> -f <connection file>
 
 `exec` keeps the PID, so the process the server started (and watches) is the kernel itself, inside the cgroup.
+`make_memory_cgroup` makes that cgroup (tests/server/test_kernel_exits.py, ui-tests/jupyter_server_test_config.py).
 """
 
 import os
 import sys
+import uuid
+from pathlib import Path
+from typing import Optional
+
+
+def make_memory_cgroup(limit: int, prefix: str) -> Optional[Path]:
+    """A new memory cgroup limited to `limit` bytes without swap (cgroup v2, else v1), or None where none can be
+    made (no permission, no memory controller)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    unified = Path("/sys/fs/cgroup")
+    candidates = []
+    try:
+        if "memory" in (unified / "cgroup.subtree_control").read_text().split():
+            candidates.append((unified / name, "memory.max", "memory.swap.max"))
+    except OSError:
+        pass
+    candidates.append((unified / "memory" / name, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"))
+    for directory, limit_file, swap_file in candidates:
+        try:
+            directory.mkdir()
+        except OSError:
+            continue
+        try:
+            (directory / limit_file).write_text(str(limit))
+        except OSError:
+            directory.rmdir()
+            continue
+        try:  # no swap beyond the limit, where the machine accounts for it
+            (directory / swap_file).write_text("0" if swap_file == "memory.swap.max" else str(limit))
+        except OSError:
+            pass
+        return directory
+    return None
+
 
 if __name__ == "__main__":
     with open(os.path.join(sys.argv[1], "cgroup.procs"), "w") as procs:

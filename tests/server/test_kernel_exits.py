@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, Iterator, Optional, Tuple
@@ -30,6 +29,7 @@ from gpumem_kernel.probe.oomkills import count_in, counter_for, machine_count
 from gpumem_kernel.server.exits import ExitWatch
 from gpumem_kernel.server.handlers import exit_payload
 from gpumem_kernel.wire.protocol import load_payload_schema
+from cgroup_kernel import make_memory_cgroup
 from server_harness import JupyterServer
 
 HERE = Path(__file__).resolve().parent
@@ -281,32 +281,9 @@ def test_a_browsers_host_reading_keeps_only_numbers() -> None:
 LIMIT = 256 * MiB
 
 
-def _make_cgroup() -> Optional[Path]:
-    """A fresh memory cgroup limited to LIMIT (v2, else v1), or None where this machine allows none."""
-    name = f"gpumem-test-{uuid.uuid4().hex[:8]}"
-    unified = Path("/sys/fs/cgroup")
-    candidates = []
-    if (unified / "cgroup.controllers").exists() and "memory" in (unified / "cgroup.subtree_control").read_text():
-        candidates.append((unified / name, "memory.max"))
-    candidates.append((Path("/sys/fs/cgroup/memory") / name, "memory.limit_in_bytes"))
-    for directory, limit_file in candidates:
-        try:
-            directory.mkdir()
-        except OSError:
-            continue
-        try:
-            (directory / limit_file).write_text(str(LIMIT))
-            if (directory / "memory.swap.max").exists():
-                (directory / "memory.swap.max").write_text("0")
-            return directory
-        except OSError:
-            directory.rmdir()
-    return None
-
-
 @pytest.fixture
 def limited_server(tmp_path: Path) -> Iterator[Tuple[JupyterServer, Path]]:
-    cgroup = _make_cgroup()
+    cgroup = make_memory_cgroup(LIMIT, "gpumem-test")
     if cgroup is None:
         pytest.skip("this machine lets the test create no memory cgroup (the recorded-counter tests above run)")
     spec = tmp_path / "data" / "kernels" / "limited"

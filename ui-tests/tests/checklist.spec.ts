@@ -5,9 +5,9 @@
  * that cannot help (no other process holds memory), shows the full checklist once — under the traceback —
  * and the panel's brief checklist links to it.
  */
-import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { expect, test } from '@jupyterlab/galata';
 import type { NotebookPanel } from '@jupyterlab/notebook';
-import { openNew } from './notebooks';
+import { openNew, openPanel, runFirstCell, stepIds } from './notebooks';
 
 /** PyTorch 2.4+'s message, verbatim from tests/oom/messages/v2_fragmentation.txt. */
 const FRAGMENTATION =
@@ -23,26 +23,6 @@ const FILLER = Array.from(
   (_, i) =>
     `# cell ${i + 2}: below the error\n` + Array.from({ length: 8 }, (__, j) => `x${j} = ${j}`).join('\n')
 );
-
-/** Run the first cell only, staying on it (run-all would move the view to the last cell). */
-async function runFirstCell(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    (window.jupyterapp.shell.currentWidget as NotebookPanel).content.activeCellIndex = 0;
-    await window.jupyterapp.commands.execute('notebook:run-cell');
-  });
-}
-
-async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    await window.jupyterapp.commands.execute('gpumem:open-panel');
-  });
-  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
-}
-
-/** The step ids of a list, in the order shown. */
-async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']>): Promise<string[]> {
-  return list.evaluateAll(items => items.map(item => item.getAttribute('data-step-id') ?? ''));
-}
 
 test('the checklist puts its diagnosis first, folds what cannot help, and the panel links to it', async ({
   page,

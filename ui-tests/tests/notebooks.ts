@@ -3,7 +3,8 @@
  * for a second notebook in one test, so the specs write a notebook file and open it instead.
  */
 import * as path from 'path';
-import type { IJupyterLabPageFixture } from '@jupyterlab/galata';
+import { expect, type IJupyterLabPageFixture } from '@jupyterlab/galata';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import type { APIRequestContext } from '@playwright/test';
 
 /** A Python notebook with one code cell per source (with cell ids). */
@@ -48,4 +49,25 @@ export async function openNew(
   await page.contents.uploadContent(JSON.stringify(notebookJson(sources)), 'text', filePath);
   await page.notebook.openByPath(filePath);
   await page.notebook.activate(path.basename(filePath));
+}
+
+/** Run the first cell only, staying on it (run-all would move the view to the last cell). */
+export async function runFirstCell(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(async () => {
+    (window.jupyterapp.shell.currentWidget as NotebookPanel).content.activeCellIndex = 0;
+    await window.jupyterapp.commands.execute('notebook:run-cell');
+  });
+}
+
+/** Open the GPU Memory panel and wait until it follows the kernel live. */
+export async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
+  await page.evaluate(async () => {
+    await window.jupyterapp.commands.execute('gpumem:open-panel');
+  });
+  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
+}
+
+/** The step ids of a checklist's list, in the order shown. */
+export async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']>): Promise<string[]> {
+  return list.evaluateAll(items => items.map(item => item.getAttribute('data-step-id') ?? ''));
 }

@@ -5,9 +5,8 @@
  * the cause names the signal, and both the kernel and the browser read it there. The user gets the host
  * checklist (workers first), never the GPU's steps.
  */
-import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
-import type { NotebookPanel } from '@jupyterlab/notebook';
-import { openNew } from './notebooks';
+import { expect, test } from '@jupyterlab/galata';
+import { openNew, openPanel, runFirstCell, stepIds } from './notebooks';
 
 /** Each worker kills itself at its first item past the 4th; the kernel (no worker info) never does. */
 const CELL = `import os
@@ -30,24 +29,6 @@ class Items(Dataset):
 loader = DataLoader(Items(), num_workers=2, batch_size=2)
 for batch in loader:
     pass`;
-
-async function runFirstCell(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    (window.jupyterapp.shell.currentWidget as NotebookPanel).content.activeCellIndex = 0;
-    await window.jupyterapp.commands.execute('notebook:run-cell');
-  });
-}
-
-async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    await window.jupyterapp.commands.execute('gpumem:open-panel');
-  });
-  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
-}
-
-async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']>): Promise<string[]> {
-  return list.evaluateAll(items => items.map(item => item.getAttribute('data-step-id') ?? ''));
-}
 
 test('a DataLoader worker killed by SIGKILL gets the host checklist, workers first', async ({
   page,
