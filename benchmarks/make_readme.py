@@ -404,11 +404,13 @@ def row_autobatch(r: Optional[Dict[str, Any]]) -> str:
 
 
 GPU_HOW = """Issue 10: every CUDA promise measured by one command on an NVIDIA GPU (see `benchmarks/gpu/README.md`).
-Prepare here (network): `bash scripts/prepare_gpu_wheels.sh` (wheels the GPU image lacks, into `.whl/`); run
-there (no network, CUDA torch): `python3 -m benchmarks.gpu --out DIR` (< 10 min planned on an H100), then copy
-`DIR/gpu_*.json` into `benchmarks/results/` and regenerate this file. `python3 -m benchmarks.gpu --dry-run` runs
-the harness on the CPU (tests/test_gpu_suite.py does, in the test command); a dry run's files are never shown
-here.
+Prepare here (network): `bash scripts/prepare_gpu_wheels.sh` (wheels the GPU image lacks, into `.whl/`), and
+rehearse the GPU run on the CPU with the image's Python 3.12 and packages: `bash scripts/rehearse_gpu_image.sh`.
+Run there (no network, CUDA torch): `python3 -m benchmarks.gpu --out DIR` (< 10 min planned on an H100), then
+copy `DIR/gpu_*.json` into `benchmarks/results/`, regenerate this file, and run
+`python3 -m benchmarks.gpu --pytest --out DIR2` there (`pytest -m gpu` against those files).
+`python3 -m benchmarks.gpu --dry-run` runs the harness on the CPU (tests/test_gpu_suite.py does, in the test
+command); a dry run's files are never shown here.
 
 """
 
@@ -578,6 +580,8 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 5b timeline view only (Galata) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js bench/timeline.spec.ts` | ~1 min |
 | 6 GPU suite (NVIDIA GPU; section 6) | `python3 -m benchmarks.gpu --out benchmarks/results` | < 10 min (H100, plan) |
 | 6 GPU suite, dry run (CPU stand-ins, no figure) | `{RUN} -m benchmarks.gpu --dry-run` | ~1 min |
+| 6 `pytest -m gpu` against committed GPU results (NVIDIA GPU) | `python3 -m benchmarks.gpu --pytest --out DIR` | a few min |
+| 6 rehearsal of a GPU run on the CPU (Python 3.12, the GPU image's packages) | `bash scripts/rehearse_gpu_image.sh` | ~2 min (+ ~4 GB the first time) |
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares .whl/ (git-ignored) for the GPU suite (python3 -m benchmarks.gpu) on a machine that reaches no
 # package registry: this project's wheel, and the kernel-side packages the GPU image lacks (ipykernel,
-# jupyter_client, comm, pyzmq, tornado, traitlets, IPython and their needs) for CPython 3.12, manylinux x86-64.
+# jupyter_client, comm, pyzmq, tornado, traitlets, IPython and their needs) for CPython 3.12, manylinux x86-64,
+# and what `pytest -m gpu` collects beside them (jsonschema, jupyter_server, nbformat, nbclient).
 # Packages the image already has are left out, so the suite never shadows them (see IMAGE_HAS).
 # The suite installs them itself, offline:  pip install --no-index --no-deps --target /tmp/gpumem-site .whl/*.whl
 #
@@ -13,8 +14,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=.whl
 LIMIT_MIB=${LIMIT_MIB:-48}
-# The GPU image ('cuda', Python 3.12.3) already has these; a second copy could shadow its own versions.
-IMAGE_HAS="packaging psutil pyyaml pygments python_dateutil six typing_extensions nvidia_ml_py"
+# What the GPU image already has (benchmarks/gpu/image-packages.txt): a second copy could shadow its own versions.
+IMAGE_HAS=$(sed -e 's/#.*//' -e 's/[=<>].*//' benchmarks/gpu/image-packages.txt | tr 'A-Z-' 'a-z_' | xargs)
 PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
            manylinux1_x86_64)
 
@@ -31,7 +32,8 @@ platform_args=()
 for p in "${PLATFORMS[@]}"; do platform_args+=(--platform "$p"); done
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 \
   --abi none "${platform_args[@]}" -d "$OUT" \
-  "ipykernel>=6.22" "jupyter_client>=8" "comm>=0.1.3" pyzmq tornado traitlets "prometheus-client>=0.14"
+  "ipykernel>=6.22" "jupyter_client>=8" "comm>=0.1.3" pyzmq tornado traitlets "prometheus-client>=0.14" \
+  "jsonschema>=4" "jupyter_server>=2" "nbformat>=5" "nbclient>=0.7"
 
 echo "== leaving out what the image has: $IMAGE_HAS"
 for name in $IMAGE_HAS; do

@@ -14,9 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, Tuple
+from xml.etree import ElementTree
 
 import pytest
 
+from conftest import gpu_present
 from kernel_harness import REPO_ROOT
 
 FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_timeline", "gpu_suite")
@@ -154,6 +156,22 @@ def test_make_readme_says_not_measured_for_a_dry_run(dry, tmp_path: Path) -> Non
     _, results = dry
     assert "not measured (no GPU run yet)" in make_readme.row_gpu_suite(None)
     assert "not measured (no GPU run yet)" in make_readme.row_gpu_suite(results["gpu_suite"])
+
+
+def test_the_pytest_step_collects_every_test_folder_and_skips_the_gpu_tests_here(tmp_path: Path) -> None:
+    """`--pytest` is the GPU machine's second command; here it must collect everything and skip each gpu test."""
+    if gpu_present():
+        pytest.skip("on a GPU, --pytest runs the gpu tests for real (python3 -m benchmarks.gpu --pytest)")
+    done = _suite(tmp_path, "--pytest", "--dry-run", timeout=300)
+    log = (tmp_path / "gpu_pytest.log").read_text()
+    assert done.returncode == 0, log[-3000:]
+    assert "== pytest -m gpu" in log
+    report = ElementTree.parse(tmp_path / "gpu_pytest.xml").getroot()
+    suite = report if report.tag == "testsuite" else report.find("testsuite")
+    assert suite is not None
+    counts = {k: int(suite.get(k, "0")) for k in ("tests", "skipped", "errors", "failures")}
+    assert counts["tests"] >= 18 and counts["errors"] == counts["failures"] == 0, counts
+    assert counts["skipped"] == counts["tests"], counts  # every one is a gpu test, and this machine has none
 
 
 # --- on a GPU: each promise, asserted ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
     python3 -m benchmarks.gpu --out DIR            # NVIDIA GPU + CUDA torch; default DIR: benchmarks/results
     python3 -m benchmarks.gpu --dry-run [--out DIR]  # CPU stand-ins; default DIR: a new temporary folder
+    python3 -m benchmarks.gpu --pytest --out DIR   # then `pytest -m gpu`, against a finished run's files
 
 Sections (a crash or a hang in one never costs the others their results): sampler; estimator and kernel in
 parallel (the kernel checks never touch the GPU in a way that changes the estimator's per-process
@@ -9,14 +10,16 @@ truths); distributed; autobatch (alone: it fills the GPU with a ballast); timeli
 provokes an OOM). A dry run starts all six at once.
 Each writes <DIR>/gpu_<section>.json; the runner writes gpu_suite.json (plan, per-section status, the summary
 rows) and gpu_suite.log.
-Kernel packages missing from the GPU image (ipykernel, jupyter_client, ...) are installed from the wheels in
-.whl/ (scripts/prepare_gpu_wheels.sh) into /tmp/gpumem-site, without any network.
+Kernel packages missing from the GPU image (ipykernel, jupyter_client, ...), and what `pytest -m gpu` collects
+beside them (jsonschema, jupyter_server, ...), are installed from the wheels in .whl/
+(scripts/prepare_gpu_wheels.sh) into /tmp/gpumem-site, without any network.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -54,7 +57,8 @@ PHASES: List[List[str]] = [["sampler"], ["estimator", "kernel"], ["distributed"]
 DRY_PHASES: List[List[str]] = [list(SECTIONS)]  # no timing or GPU memory to protect: all at once
 BUDGET_S = 560.0  # one 10-minute command, less the machine's start-up and the runner's own work
 GRACE_S = 20.0  # after a section's budget, before it is killed (it stops measuring at its budget)
-KERNEL_MODULES = ("ipykernel", "jupyter_client", "comm", "zmq", "IPython")
+# what the sections' kernels and `pytest -m gpu` import that the GPU image lacks: any missing, .whl is installed
+NEEDED_MODULES = ("ipykernel", "jupyter_client", "comm", "zmq", "IPython", "jsonschema", "jupyter_server", "nbformat")
 WHEELS = REPO / ".whl"
 SITE = Path("/tmp/gpumem-site")
 
@@ -65,14 +69,25 @@ def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="folder for the result files")
     parser.add_argument("--only", default="", help=f"comma-separated sections of: {', '.join(SECTIONS)}")
     parser.add_argument("--budget", type=float, help=f"seconds for the whole run (default {BUDGET_S:g} on a GPU)")
+    parser.add_argument(
+        "--pytest",
+        action="store_true",
+        help="instead of the sections, run `pytest -m gpu` (with the wheels' packages) against --results",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="a finished GPU run's folder for --pytest (default: benchmarks/results when it holds one; "
+        "without one, the suite's tests run the suite themselves, ~9 minutes)",
+    )
     return parser.parse_args(argv)
 
 
 # --- preparation ----------------------------------------------------------------------------------------------
 
 
-def missing_kernel_modules() -> List[str]:
-    return [m for m in KERNEL_MODULES if importlib.util.find_spec(m) is None]
+def missing_modules() -> List[str]:
+    return [m for m in NEEDED_MODULES if importlib.util.find_spec(m) is None]
 
 
 def install_wheels(log: "Log") -> Optional[str]:
@@ -101,19 +116,19 @@ def install_wheels(log: "Log") -> Optional[str]:
     return str(SITE) if done.returncode == 0 else None
 
 
-def environment(log: "Log", dry: bool) -> Tuple[Dict[str, str], Dict[str, Any]]:
+def environment(log: "Log") -> Tuple[Dict[str, str], Dict[str, Any]]:
     """The sections' environment, and what the preparation found and did."""
     extra: List[str] = []
-    missing = missing_kernel_modules()
-    facts: Dict[str, Any] = {"kernel_modules_missing": missing}
-    if missing and not dry:
+    missing = missing_modules()
+    facts: Dict[str, Any] = {"modules_missing": missing}
+    if missing:  # a dry run too: that rehearses the GPU machine's install (scripts/rehearse_gpu_image.sh)
         site = install_wheels(log)
         if site:
             extra.append(site)
             sys.path.insert(0, site)
             importlib.invalidate_caches()
             facts["installed_from_wheels"] = True
-            facts["kernel_modules_missing_after"] = missing_kernel_modules()
+            facts["modules_missing_after"] = missing_modules()
     env = dict(
         os.environ,
         PYTHONUNBUFFERED="1",
@@ -205,6 +220,36 @@ def plan(selected: List[str], dry: bool, budget: float) -> List[Tuple[List[str],
     return [(p, {n: SECTIONS[n].seconds(dry) * scale for n in p}) for p in phases]
 
 
+def finished_run(folder: Path) -> bool:
+    """Whether `folder` holds a GPU run's summary (not a dry run's)."""
+    try:
+        return json.loads((folder / "gpu_suite.json").read_text()).get("dry_run") is False
+    except (OSError, ValueError):
+        return False
+
+
+def run_pytest(args: argparse.Namespace, out: Path, env: Dict[str, str], log: Log) -> int:
+    """`pytest -m gpu` over every test folder, its output in gpu_pytest.log and gpu_pytest.xml."""
+    results = args.results or (REPO / "benchmarks" / "results")
+    env = dict(env)
+    if finished_run(results):
+        env["GPUMEM_GPU_RESULTS"] = str(results.resolve())
+        log.say(f"== pytest -m gpu against the run in {results}")
+    else:
+        log.say(f"== pytest -m gpu: no GPU run in {results}, so the suite's tests run the suite themselves")
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rA"]
+    proc = subprocess.Popen(
+        [*cmd, f"--junitxml={out / 'gpu_pytest.xml'}", "tests"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _pump("pytest", proc, log)
+    return proc.wait()
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse(argv)
     selected = [s.strip() for s in args.only.split(",") if s.strip()] or list(SECTIONS)
@@ -219,11 +264,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.dry_run and not nvml.available:
         print(f"no NVIDIA GPU here ({nvml.reason}): --dry-run checks the harness on the CPU", file=sys.stderr)
         return 2
-    log = Log(out / "gpu_suite.log")
+    log = Log(out / ("gpu_pytest.log" if args.pytest else "gpu_suite.log"))
     command = " ".join(["python3 -m benchmarks.gpu", *(argv if argv is not None else sys.argv[1:])])
     budget = args.budget or (sum(max(SECTIONS[n].dry_s for n in p) for p in DRY_PHASES) if args.dry_run else BUDGET_S)
     started = time.monotonic()
-    env, prepared = environment(log, args.dry_run)
+    env, prepared = environment(log)
+    if args.pytest:
+        code = run_pytest(args, out, env, log)
+        log.close()
+        return code
     statuses: Dict[str, Dict[str, Any]] = {}
     for names, seconds in plan(selected, args.dry_run, budget - (time.monotonic() - started)):
         statuses.update(run_phase(names, seconds, args, out, env, log, command))

@@ -96,9 +96,11 @@ def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
     try:
         if isinstance(obj, kinds.tensor):
             yield obj
-            grad = getattr(obj, "grad", None)
-            if grad is not None:
-                yield grad
+            # reading .grad of a non-leaf tensor makes torch print a UserWarning in the user's cell
+            if getattr(obj, "is_leaf", True) or getattr(obj, "retains_grad", False):
+                grad = getattr(obj, "grad", None)
+                if grad is not None:
+                    yield grad
             return
         if kinds.module is not None and isinstance(obj, kinds.module):
             for parameter in obj.parameters():
