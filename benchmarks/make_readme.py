@@ -551,6 +551,58 @@ def row_timeline(r: Optional[Dict[str, Any]]) -> str:
     return head + figure + text + body + f"\n\n{provenance(r)}\n"
 
 
+def row_descendants(r: Optional[Dict[str, Any]]) -> str:
+    head = "## 8. Listing the kernel's workers on a busy machine\n\n"
+    if r is None:
+        return head + f"**Figure:** {NOT_MEASURED}: no `results/descendants_walk.json` yet.\n"
+    rows = r["rows"]
+    busiest = max(rows, key=lambda row: row["unrelated_processes"])
+    old, new = busiest["psutil_every_read"], busiest["descendants"]
+    figure = (
+        f"**Figure:** with {busiest['machine_processes']:,} processes on the machine and no /proc children files, "
+        f"listing the kernel's workers once a second takes {pct(new['core_share'], sign=False)} of a core "
+        f"({new['walks']} walks in {new['reads']} reads), against {pct(old['core_share'], sign=False)} when every "
+        f"read walked every process ({old['median_ms']:.1f} ms per read); every way found the same workers: "
+        f"{all(x['same_workers'] for x in rows)}."
+    )
+    here = (
+        "has children files, so the walk is forced for the `Descendants, walking` rows"
+        if r.get("proc_children_files")
+        else "has no children files"
+    )
+    text = (
+        "The kernel's sampler (host memory of DataLoader workers) and the server's exit watch (each kernel's "
+        "workers before a death) list descendants every second. Where /proc has children files they are read "
+        "from there; without them (gVisor, some VMs) it is a walk over every process, which the server's exit "
+        "watch made on every look before, whatever /proc offered. `probe.descendants.Descendants` repeats the walk "
+        "only within 1 % of a core, one walk serving every kernel of the server, and re-checks older entries' "
+        f"parents so no ended worker is listed. This machine's /proc {here}.\n\n"
+    )
+    ways = (
+        ("psutil_every_read", "psutil `children(recursive=True)` every read"),
+        ("descendants", "`Descendants`, walking (1 % budget)"),
+        ("proc_children", "`Descendants`, /proc children files"),
+    )
+    body = table(
+        ["unrelated processes", "way", "reads", "median per read", "max per read", "share of a core", "walks"],
+        [
+            (
+                x["unrelated_processes"],
+                label,
+                x[key]["reads"],
+                f"{x[key]['median_ms']:.2f} ms",
+                f"{x[key]['max_ms']:.2f} ms",
+                pct(x[key]["core_share"], sign=False),
+                x[key].get("walks", x[key]["reads"] if key == "psutil_every_read" else 0),
+            )
+            for x in rows
+            for key, label in ways
+            if x.get(key)
+        ],
+    )
+    return head + figure + "\n\n" + text + body + f"\n\n{provenance(r)}\n"
+
+
 def gpu_files() -> str:
     files = sorted(RESULTS.glob("gpu_*.json"))
     if not files:
@@ -583,6 +635,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 6 `pytest -m gpu` against committed GPU results (NVIDIA GPU) | `python3 -m benchmarks.gpu --pytest --out DIR` | a few min |
 | 6 rehearsal of a GPU run on the CPU (Python 3.12, the GPU image's packages) | `bash scripts/rehearse_gpu_image.sh` | ~2 min (+ ~4 GB the first time) |
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
+| 8 listing workers on a busy machine | `{RUN} benchmarks/descendants_walk.py` | ~1.5 min |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -607,6 +660,7 @@ def main() -> None:
         row_frontend_timeline(load("frontend_timeline")),
         row_gpu_suite(gpu_real("gpu_suite")),
         row_timeline(load("timeline_capture")),
+        row_descendants(load("descendants_walk")),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))

@@ -15,7 +15,6 @@ The host-memory guide's crashes were host-RAM kills (workers × dataset copies) 
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from gpumem_kernel.probe.descendants import Descendants
 from gpumem_kernel.wire.protocol import Children, Host
 
 # cgroup v1 reports "no limit" as a huge page-aligned number (0x7FFFFFFFFFFFF000 on x86-64).
@@ -94,27 +94,6 @@ class CgroupReader:
         if best is None:
             return CgroupMemory(limit=None, usage=None)
         return CgroupMemory(limit=best[0], usage=_read_int(best[1]))
-
-
-def _children_via_proc(pid: int) -> List[int]:
-    """Descendants from /proc/<pid>/task/*/children: no scan of every process on the machine."""
-    found: List[int] = []
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        for children_file in glob.glob(f"/proc/{parent}/task/*/children"):
-            try:
-                pids = [int(p) for p in Path(children_file).read_text().split()]
-            except (OSError, ValueError):
-                continue  # thread or process ended while we read
-            found.extend(pids)
-            pending.extend(pids)
-    return found
-
-
-def _proc_children_supported() -> bool:
-    # Needs CONFIG_PROC_CHILDREN; sandboxes such as gVisor lack it.
-    return bool(glob.glob(f"/proc/{os.getpid()}/task/*/children"))
 
 
 # A worker's USS is read at most this often (smaps_rollup walks every mapping: up to ~9 ms per worker).
@@ -223,19 +202,12 @@ class HostReader:
         self.pid = os.getpid() if pid is None else pid
         self._process = psutil.Process(self.pid)
         self._cgroup = cgroup or CgroupReader()
-        self._use_proc = _proc_children_supported()
+        self._descendants = Descendants()
         self.uss = UssTracker()
 
     def children(self) -> Children:
         """Live descendants: summed RSS (counts shared pages once per worker), unique memory and its growth."""
-        if self._use_proc:
-            pids = _children_via_proc(self.pid)
-        else:
-            try:
-                pids = [p.pid for p in self._process.children(recursive=True)]
-            except psutil.Error:
-                pids = []
-        processes, rss = _live(pids)
+        processes, rss = _live(self._descendants.of(self.pid))
         uss, pss, growth = self.uss.update(processes)
         return Children(count=len(processes), rss=rss, uss=uss, pss=pss, uss_growth_per_min=growth)
 

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import psutil
 
+from gpumem_kernel.probe.descendants import descendant_pids
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.wire.protocol import ChildProcess, ProcessRef, ProcessState, Refusal, Terminated
 
@@ -86,10 +87,14 @@ def _rss(process: psutil.Process) -> Optional[int]:
 
 
 def _descendants(pid: int) -> List[psutil.Process]:
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
+    """Looked up now: the table the user acts on, and the check before ending a process, need no stale entry."""
+    found = []
+    for child in descendant_pids(pid):
+        try:
+            found.append(psutil.Process(child))
+        except psutil.Error:
+            continue  # ended meanwhile
+    return found
 
 
 def children(sample: Optional[Mapping[str, Any]] = None, pid: Optional[int] = None) -> List[ChildProcess]:

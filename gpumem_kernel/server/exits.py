@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from gpumem_kernel.probe.descendants import Descendants
 from gpumem_kernel.probe.oomkills import OomKillCounter, count_in, counter_for, machine_count, peak_of
 from gpumem_kernel.server.kernels import kernel_pid
 
@@ -84,7 +85,7 @@ class _Look:
     children_rss: Optional[int] = None
 
 
-def _look(pid: int) -> _Look:
+def _look(pid: int, descendants: Descendants) -> _Look:
     """A living process's start time, RSS and children's RSS (what it held just before a kill)."""
     try:
         process = psutil.Process(pid)
@@ -94,15 +95,12 @@ def _look(pid: int) -> _Look:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return _Look(None)
     count = total = 0
-    try:
-        for child in process.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-                count += 1
-            except psutil.Error:
-                continue  # ended meanwhile
-    except psutil.Error:
-        return _Look(created, rss)
+    for child in descendants.of(pid):
+        try:
+            total += psutil.Process(child).memory_info().rss
+            count += 1
+        except psutil.Error:
+            continue  # ended meanwhile
     return _Look(created, rss, count, total)
 
 
@@ -135,8 +133,10 @@ class ExitWatch:
         proc: str = "/proc",
         vmstat: str = "/proc/vmstat",
         clock: Callable[[], float] = time.time,
+        descendants: Optional[Descendants] = None,
     ) -> None:
         self.kernel_manager = kernel_manager
+        self._descendants = descendants or Descendants()  # one walk of the machine serves every kernel
         self._root, self._proc, self._vmstat, self._clock = cgroup_root, proc, vmstat, clock
         self._watched: Dict[str, _Watched] = {}
         self._exits: Dict[str, List[KernelExit]] = {}
@@ -167,7 +167,7 @@ class ExitWatch:
         judged: Optional[KernelExit] = None
         watched = self._watched.get(kernel_id)
         if watched is not None:
-            look = _look(watched.pid)
+            look = _look(watched.pid, self._descendants)
             replaced = watched.create_time is not None and look.create_time != watched.create_time
             if look.create_time is None or replaced:
                 judged = self._judge(kernel_id, watched, _returncode(kernel, watched.pid))
@@ -179,7 +179,7 @@ class ExitWatch:
         return judged
 
     def _watch(self, kernel_id: str, pid: int) -> None:
-        look = _look(pid)
+        look = _look(pid, self._descendants)
         if look.create_time is None:
             return  # not started yet, or already gone: the next look decides
         counter = counter_for(pid, self._total, self._root, self._proc)
