@@ -17,7 +17,7 @@
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import type { Locator } from '@playwright/test';
-import { openNew } from './notebooks';
+import { openNew, openPanel } from './notebooks';
 
 /** PyTorch 2.x's message for a 2 GiB request (the first OOM). */
 const FIRST_OOM =
@@ -59,11 +59,10 @@ async function startCommand(page: IJupyterLabPageFixture, id: string): Promise<v
   }, id);
 }
 
-async function openPanel(page: IJupyterLabPageFixture): Promise<Locator> {
-  await command(page, 'gpumem:open-panel');
-  const panel = page.locator('#jp-GpuMem-panel');
-  await expect(panel.locator('.jp-GpuMem-root[data-state="live"]')).toBeVisible();
-  return panel;
+/** The GPU Memory panel, opened and following the kernel live. */
+async function livePanel(page: IJupyterLabPageFixture): Promise<Locator> {
+  await openPanel(page);
+  return page.locator('#jp-GpuMem-panel');
 }
 
 /** The inline checklist in the output of cell `index`. */
@@ -106,7 +105,7 @@ test('OOM → clear → restart → new OOM: ticks per error, answers under the 
   const file = `${tmpPath}/lifecycle.ipynb`;
   await openNew(page, file, [raising(FIRST_OOM)]);
   await page.sidebar.close('left');
-  const panel = await openPanel(page);
+  const panel = await livePanel(page);
   await command(page, 'notebook:run-all-cells');
 
   // 1. The OOM: the checklist inline under the traceback and in the panel.
@@ -208,7 +207,7 @@ test('Kernel > Restart and kill -9: the panel marks the old run and says the ker
   tmpPath
 }) => {
   await openNew(page, `${tmpPath}/killed.ipynb`, ['import os\nos.getpid()', raising(FIRST_OOM)]);
-  const panel = await openPanel(page);
+  const panel = await livePanel(page);
   const pidOutput = page.locator('.jp-Cell').first().locator('.jp-OutputArea-output');
   const card = panel.locator('.jp-GpuMem-oom');
 

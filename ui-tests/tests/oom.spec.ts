@@ -6,7 +6,7 @@
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import type { NotebookPanel } from '@jupyterlab/notebook';
-import { openNew } from './notebooks';
+import { openNew, openPanel, stepIds } from './notebooks';
 
 const OOM_MESSAGE =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
@@ -18,13 +18,6 @@ async function runAll(page: IJupyterLabPageFixture): Promise<void> {
   await page.evaluate(async () => {
     await window.jupyterapp.commands.execute('notebook:run-all-cells');
   });
-}
-
-async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
-  await page.evaluate(async () => {
-    await window.jupyterapp.commands.execute('gpumem:open-panel');
-  });
-  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
 }
 
 /** Change a setting of jupyterlab-gpumem:plugin (galata keeps settings per test). */
@@ -67,12 +60,9 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
   const checklist = panel.locator('.jp-GpuMem-oom .jp-GpuMem-oomChecklist');
   await expect(checklist).toBeVisible();
   await expect(checklist.locator('.jp-GpuMem-oomHeadline')).toContainText('tried to allocate 2.00 GiB');
-  const stepIds = await checklist
-    .locator('.jp-GpuMem-oomStep')
-    .evaluateAll(items => items.map(item => item.getAttribute('data-step-id')));
   // Brief in the panel (the full checklist is the one under the traceback): no cause named, so the cheapest
   // steps that may help; "other processes" cannot (PyTorch's message lists none) and is folded inline.
-  expect(stepIds).toEqual(['clear', 'restart', 'batch-size']);
+  expect(await stepIds(checklist.locator('.jp-GpuMem-oomStep'))).toEqual(['clear', 'restart', 'batch-size']);
 
   // The cell output: the normal traceback AND the inline checklist (the MIME renderer, not the HTML fallback).
   const output = page.locator('.jp-Cell').first().locator('.jp-OutputArea');
