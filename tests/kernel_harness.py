@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import queue
+import re
 import sys
 import tempfile
 import threading
@@ -30,6 +31,11 @@ KERNEL_NAME = "gpumem-test"
 
 def kernel_python() -> str:
     return os.environ.get("GPUMEM_TEST_KERNEL_PYTHON") or sys.executable
+
+
+def plain_lines(traceback: List[str]) -> List[str]:
+    """A traceback's lines as the user reads them: IPython colours tokens (how, depends on its version)."""
+    return [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in traceback]
 
 
 @dataclass

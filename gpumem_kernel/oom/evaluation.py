@@ -37,6 +37,7 @@ _SOURCE_LIMIT = 2_000_000  # characters: a larger file is not parsed
 _CODE_LIMIT = 80  # characters of a context expression quoted in the evidence
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_MATCH_CASE = getattr(ast, "match_case", None)  # Python 3.10+: on 3.9 there is no match statement to look into
 
 
 class GradMode(NamedTuple):
@@ -233,7 +234,7 @@ def _statement_children(node: ast.AST) -> Iterator[Any]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.stmt, ast.excepthandler)):
             yield child
-        elif isinstance(child, ast.match_case):
+        elif _MATCH_CASE is not None and isinstance(child, _MATCH_CASE):
             yield from _statement_children(child)
 
 

@@ -18,6 +18,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpumem_kernel.oom.checklist import COST_ORDER, OOM_MIME, install_oom_handler, step_key
+from gpumem_kernel.oom import evaluation
 from gpumem_kernel.oom.evaluation import evaluation_evidence, grad_switch
 from gpumem_kernel.wire.protocol import load_payload_schema
 from ipython_shell import fresh_shell
@@ -144,6 +145,18 @@ def assert_evaluation(bundle: Dict[str, Any], evidence: str) -> Dict[str, Any]:
 
 
 # --- end to end: the handler in an IPython shell ----------------------------------------------------------------
+
+
+def test_on_python_3_9_without_match_statements_an_oom_inside_no_grad_still_counts(shell, monkeypatch) -> None:
+    """Python 3.9 (supported) has no ast.match_case: looking for one made every frame say nothing there."""
+    monkeypatch.setattr(evaluation, "_MATCH_CASE", None)
+    evaluate = """
+def evaluate(batch):
+    with torch.no_grad():
+        return model(batch)
+"""
+    bundle = checklist(shell, evaluate, f"evaluate({BIG})")
+    assert_evaluation(bundle, "the failing line runs inside `with torch.no_grad():`")
 
 
 def test_an_oom_inside_with_no_grad_puts_the_evaluation_batch_first(shell: InteractiveShell) -> None:

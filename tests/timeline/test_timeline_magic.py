@@ -10,7 +10,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from gpumem_kernel.timeline import recorded
-from kernel_harness import KernelHarness
+from kernel_harness import KernelHarness, plain_lines
 
 TIMELINE_MIME = "application/vnd.gpumem.timeline.v1+json"
 
@@ -97,7 +97,7 @@ def test_in_a_real_kernel_without_cuda() -> None:
         assert text.splitlines() == [recorded.NOT_IN_USE, "ran"]
         failing = kernel.execute("%%gpumem --timeline\ndef inner():\n    raise ValueError('boom')\ninner()")
         assert (failing["status"], failing["ename"], failing["evalue"]) == ("error", "ValueError", "boom")
-        assert any("inner()" in line for line in failing["traceback"])
+        assert any("inner()" in line for line in plain_lines(failing["traceback"]))
         assert not any("gpumem_kernel" in line for line in failing["traceback"])
 
 
