@@ -21,6 +21,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -238,6 +239,7 @@ def run_pytest(args: argparse.Namespace, out: Path, env: Dict[str, str], log: Lo
     else:
         log.say(f"== pytest -m gpu: no GPU run in {results}, so the suite's tests run the suite themselves")
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rA"]
+    started = time.time()
     proc = subprocess.Popen(
         [*cmd, f"--junitxml={out / 'gpu_pytest.xml'}", "tests"],
         cwd=REPO,
@@ -247,7 +249,14 @@ def run_pytest(args: argparse.Namespace, out: Path, env: Dict[str, str], log: Lo
         text=True,
     )
     _pump("pytest", proc, log)
-    return proc.wait()
+    code = proc.wait()
+    # a gpu test may record its figures in benchmarks/results (test_gpu_live.py): bring them back with the log
+    written = REPO / "benchmarks" / "results"
+    for path in sorted(written.glob("*.json")):
+        if path.stat().st_mtime >= started and path.parent.resolve() != out.resolve():
+            shutil.copy2(path, out / path.name)
+            log.say(f"== {path.name}: written by the tests, copied into {out}")
+    return code
 
 
 def main(argv: Optional[List[str]] = None) -> int:
