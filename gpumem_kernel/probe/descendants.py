@@ -84,11 +84,16 @@ def parent_map() -> Dict[int, int]:
     return found
 
 
-def _below(parents: Dict[int, int], pid: int) -> List[int]:
+def _children_of(parents: Dict[int, int]) -> Dict[int, List[int]]:
+    """Parent PID -> its children, from a walk's parent map."""
     children: Dict[int, List[int]] = {}
     for child, parent in parents.items():
         if child != parent:
             children.setdefault(parent, []).append(child)
+    return children
+
+
+def _below(children: Dict[int, List[int]], pid: int) -> List[int]:
     found: List[int] = []
     seen = {pid}
     pending = [pid]
@@ -103,7 +108,7 @@ def _below(parents: Dict[int, int], pid: int) -> List[int]:
 
 def descendant_pids(pid: int) -> List[int]:
     """Every live descendant of `pid`, looked up now (for an answer the user acts on, e.g. ending a worker)."""
-    return _via_proc(pid) if proc_children_supported() else _below(parent_map(), pid)
+    return _via_proc(pid) if proc_children_supported() else _below(_children_of(parent_map()), pid)
 
 
 class Descendants:
@@ -119,7 +124,9 @@ class Descendants:
     ) -> None:
         self._budget, self._clock, self._walk = budget, clock, walk
         self._use_proc = proc_children_supported() if use_proc is None else use_proc
-        self._parents: Optional[Dict[int, int]] = None
+        self._parents: Dict[int, int] = {}
+        self._children: Dict[int, List[int]] = {}  # indexed once per walk: every `of` meanwhile reads it
+        self._walked = False
         self._next_walk = 0.0
         self.walks = 0  # how many walks were made (tests, benchmarks)
 
@@ -127,18 +134,19 @@ class Descendants:
         if self._use_proc:
             return _via_proc(pid)
         fresh = self._refresh()
-        found = _below(self._parents or {}, pid)
+        found = _below(self._children, pid)
         if fresh:
             return found
         # from an older walk: only those still the child of the parent the walk saw
-        parents = self._parents or {}
-        return [child for child in found if _parent_of(child) == parents[child]]
+        return [child for child in found if _parent_of(child) == self._parents[child]]
 
     def _refresh(self) -> bool:
         now = self._clock()
-        if self._parents is not None and now < self._next_walk:
+        if self._walked and now < self._next_walk:
             return False
         self._parents = self._walk()
+        self._children = _children_of(self._parents)
+        self._walked = True
         took = self._clock() - now
         self._next_walk = now + took / self._budget
         self.walks += 1
