@@ -54,6 +54,7 @@ class Loaded:
 
         self.settings = GpuMemServer(parent=serverapp)
         self.serverapp_log = serverapp.log
+        self.serverapp_event_logger = getattr(serverapp, "event_logger", None)
         self.executions = ExecutionWatch(serverapp.kernel_manager)
         self.exits = ExitWatch(serverapp.kernel_manager)
         self.watch = MachineWatch(
@@ -73,6 +74,8 @@ class Loaded:
 
         self.executions.sync()
         self.exits.sync()
+        if self.serverapp_event_logger is not None:
+            self.exits.follow_starts(self.serverapp_event_logger)
         self._follow = PeriodicCallback(self._sync, 1000)
         self._follow.start()
 

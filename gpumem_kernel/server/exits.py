@@ -7,7 +7,8 @@ kernel's memory cgroup and of the machine (probe/oomkills.py), refreshed every s
 process is gone (the restarter's callback, or a new PID at the next look) it compares. A new kill in the kernel's
 cgroup when the kernel died, and an exit by SIGKILL where the exit status is known, name the OOM killer.
 
-Runs on the server's event loop: `sync` from the extension's PeriodicCallback, `check` from the request handler.
+Runs on the server's event loop: `sync` from the extension's PeriodicCallback, `check` from the request handler
+and from jupyter_server's kernel start and restart events (`follow_starts`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ def _returncode(kernel: Any, pid: int) -> Optional[int]:
     return found.si_status if found.si_code == os.CLD_EXITED else None
 
 
+# jupyter_server's event for kernel starts, restarts and shutdowns (ServerKernelManager)
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
+
+
 class ExitWatch:
     """kernel id → the deaths of its processes, for the local kernels of one kernel manager."""
 
@@ -142,6 +147,23 @@ class ExitWatch:
         self._exits: Dict[str, List[KernelExit]] = {}
         self._callbacks: Dict[str, Tuple[Any, Callable[[], None]]] = {}
         self._total = psutil.virtual_memory().total
+
+    def follow_starts(self, event_logger: Any) -> None:
+        """Watch each kernel process from its start or restart, not from the next second's sync: a cell that
+        fills the memory cgroup at once can be killed before that sync, and a process first seen dead has
+        no cgroup left to read (jupyter_server's kernel action events; without them the sync still watches)."""
+
+        async def on_action(logger: Any, schema_id: str, data: Dict[str, Any]) -> None:  # called by keyword
+            if data.get("action") in ("start", "restart") and data.get("status") == "success":
+                try:
+                    self.check(str(data.get("kernel_id")))
+                except Exception:  # the next sync looks again
+                    log.exception("gpumem: could not watch kernel %s", data.get("kernel_id"))
+
+        try:
+            event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=on_action)
+        except Exception:  # an older jupyter_server without kernel action events
+            log.info("gpumem: kernel action events unavailable; kernels are watched from the next sync")
 
     def exits(self, kernel_id: str) -> List[KernelExit]:
         """The deaths seen of this kernel's processes, oldest first."""

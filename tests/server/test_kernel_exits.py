@@ -26,7 +26,7 @@ import pytest
 
 from gpumem_kernel.oom.killed import host_reading, killed_payload
 from gpumem_kernel.probe.oomkills import count_in, counter_for, machine_count
-from gpumem_kernel.server.exits import ExitWatch
+from gpumem_kernel.server.exits import KERNEL_ACTIONS, ExitWatch
 from gpumem_kernel.server.handlers import exit_payload
 from gpumem_kernel.wire.protocol import load_payload_schema
 from cgroup_kernel import make_memory_cgroup
@@ -165,6 +165,42 @@ def test_an_unreaped_kernels_exit_signal_is_read_without_reaping_it(watched) -> 
     (death,) = watch.exits("k1")
     assert death.oom_killed and (death.returncode, death.signal) == (-9, "SIGKILL")
     assert process.wait(5) == -9  # still the provisioner's to reap
+
+
+def test_a_kernel_is_watched_from_its_start_event_so_a_kill_before_the_next_sync_is_named(tmp_path: Path) -> None:
+    """jupyter_server's kernel action event starts the watch: a cell that fills the cgroup at once can be killed
+    before the once-a-second sync, and a process first seen dead has no cgroup left to read."""
+    import asyncio
+
+    import jupyter_server
+    from jupyter_events import EventLogger
+
+    manager = FakeKernelManager()
+    process = manager.start("k1")
+    tree = Tree(tmp_path, 1, process.pid)
+    watch = ExitWatch(manager, cgroup_root=str(tree.root), proc=str(tree.proc), vmstat=str(tree.proc / "vmstat"))
+    events = EventLogger()
+    events.register_event_schema(Path(jupyter_server.__file__).parent / "event_schemas" / "kernel_actions" / "v1.yaml")
+    watch.follow_starts(events)
+
+    async def start_event() -> None:
+        events.emit(
+            schema_id=KERNEL_ACTIONS, data={"kernel_id": "k1", "action": "start", "status": "success", "msg": "started"}
+        )
+        await asyncio.sleep(0.2)  # the listener runs as its own task
+
+    try:
+        asyncio.run(start_event())
+        tree.kills(1)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        watch.check("k1")  # the restarter's callback, or the browser's ask; no sync ever ran
+        (death,) = watch.exits("k1")
+        assert death.oom_killed and death.evidence == "cgroup" and death.limit == 2 * GiB
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_sigkill_without_a_new_kill_is_not_the_oom_killer(watched) -> None:
