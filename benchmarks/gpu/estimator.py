@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from gpumem_kernel.analysis.gpus import BlasWorkspaces
+
 from benchmarks.gpu.common import (
     REPO,
     Context,
@@ -79,7 +81,7 @@ def configs(arch: str, dry: bool) -> List[Config]:
     ]
 
 
-def _plan(arch: str, dry: bool, cfg: Config, cublas: int) -> Tuple[Any, int]:
+def _plan(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Tuple[Any, int]:
     from benchmarks.gpu import models
     from gpumem_kernel.analysis.trace import TracePlan
 
@@ -90,7 +92,7 @@ def _plan(arch: str, dry: bool, cfg: Config, cublas: int) -> Tuple[Any, int]:
         built.make_batch,
         built.loss,
         amp=PRECISIONS[cfg.precision],
-        cublas_bytes=cublas,
+        **blas.plan_fields(),
     )
     return plan, built.batches[cfg.batch_index]
 
@@ -105,10 +107,10 @@ def _pool_init() -> None:
     torch.set_num_threads(1)  # fake tensors compute nothing; threads only contend
 
 
-def predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
+def predict(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Dict[str, Any]:
     from gpumem_kernel.analysis.trace import run_trace
 
-    plan, batch = _plan(arch, dry, cfg, cublas)
+    plan, batch = _plan(arch, dry, cfg, blas)
     started = time.perf_counter()
     traced = run_trace(plan, batch, fake=True)
     return {
@@ -122,9 +124,9 @@ def predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
     }
 
 
-def _safe_predict(arch: str, dry: bool, cfg: Config, cublas: int) -> Dict[str, Any]:
+def _safe_predict(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Dict[str, Any]:
     try:
-        return predict(arch, dry, cfg, cublas)
+        return predict(arch, dry, cfg, blas)
     except Exception as exc:  # one architecture the tracer cannot follow is a result, not a crash
         return {"failed": one_line(exc)}
 
@@ -252,7 +254,7 @@ def _context_at_start(nvml: NvmlTruth) -> Optional[int]:
     return None if used is None else used - torch.cuda.memory_reserved()
 
 
-def measure(archs: List[str], dry: bool, out: Path, deadline: float, cublas: int) -> None:
+def measure(archs: List[str], dry: bool, out: Path, deadline: float, blas: BlasWorkspaces) -> None:
     """Truths for every config of `archs`, then the engine row; rewrites `out` after each, so a kill keeps them."""
     nvml = NvmlTruth()
     result: Dict[str, Any] = {"rows": {}, "engine": {}, "context_at_start": None}
@@ -260,7 +262,7 @@ def measure(archs: List[str], dry: bool, out: Path, deadline: float, cublas: int
         result["context_at_start"] = _context_at_start(nvml)
     for arch in archs:
         for cfg in configs(arch, dry):
-            result["rows"][cfg.key()] = _one_truth(arch, dry, cfg, nvml, deadline, cublas)
+            result["rows"][cfg.key()] = _one_truth(arch, dry, cfg, nvml, deadline, blas)
             out.write_text(json.dumps(result))
         if dry and arch != DRY_FULL:
             continue
@@ -269,11 +271,13 @@ def measure(archs: List[str], dry: bool, out: Path, deadline: float, cublas: int
         out.write_text(json.dumps(result))
 
 
-def _one_truth(arch: str, dry: bool, cfg: Config, nvml: NvmlTruth, deadline: float, cublas: int) -> Dict[str, Any]:
+def _one_truth(
+    arch: str, dry: bool, cfg: Config, nvml: NvmlTruth, deadline: float, blas: BlasWorkspaces
+) -> Dict[str, Any]:
     if time.time() > deadline:
         return {"status": "not measured", "reason": "time budget"}
     try:
-        plan, batch = _plan(arch, dry, cfg, cublas)  # cuBLAS bytes matter to the CPU stand-in's replay only
+        plan, batch = _plan(arch, dry, cfg, blas)  # workspace sizes matter to the CPU stand-in's replay only
         started = time.perf_counter()
         truth = cpu_truth(plan, batch) if dry else cuda_truth(plan, batch, nvml)
         return {**truth, "batch": batch, "seconds": round(time.perf_counter() - started, 3)}
@@ -307,7 +311,7 @@ def _available(arch: str) -> Optional[str]:
     return None
 
 
-def _spawn_measure(archs: List[str], ctx: Context, seconds: float, cublas: int) -> Dict[str, Any]:
+def _spawn_measure(archs: List[str], ctx: Context, seconds: float, blas: BlasWorkspaces) -> Dict[str, Any]:
     """Run `measure` in a fresh process (in this one for a dry run: no CUDA context to isolate, and two cores
     to spare); whatever it wrote before a failure or a kill is kept."""
     out = Path(tempfile.mkdtemp(prefix="gpumem-estimator-")) / "truths.json"  # not in <out>: it comes back whole
@@ -321,13 +325,13 @@ def _spawn_measure(archs: List[str], ctx: Context, seconds: float, cublas: int) 
         str(out),
         "--seconds",
         str(max(1.0, seconds - 5)),
-        "--cublas",
-        str(cublas),
+        "--blas",
+        json.dumps(asdict(blas)),
     ] + (["--dry-run"] if ctx.dry_run else [])
     problem = None
     try:
         if ctx.in_process:
-            measure(archs, True, out, time.time() + seconds - 5, cublas)
+            measure(archs, True, out, time.time() + seconds - 5, blas)
         else:
             done = subprocess.run(cmd, cwd=REPO, timeout=seconds + 10, capture_output=True, text=True)
             if done.returncode != 0:
@@ -348,7 +352,7 @@ def _workers() -> int:
 
 
 def _in_process(
-    live: List[str], ctx: Context, cublas: int
+    live: List[str], ctx: Context, blas: BlasWorkspaces
 ) -> Tuple[Dict[str, "Future[Dict[str, Any]]"], Dict[str, Any]]:
     """The dry run's layout: prediction then truth, one architecture after the other, in this process (on two
     cores worker processes would only add their imports); the first architectures finish even when time is short."""
@@ -359,44 +363,46 @@ def _in_process(
             done: "Future[Dict[str, Any]]" = Future()
             futures[cfg.key()] = done
             done.set_result(
-                _safe_predict(arch, ctx.dry_run, cfg, cublas)
+                _safe_predict(arch, ctx.dry_run, cfg, blas)
                 if ctx.left() > 20
                 else {"failed": "not measured: time budget"}
             )
-        got = _measure_all([[arch]], ctx, cublas)
+        got = _measure_all([[arch]], ctx, blas)
         for key in ("rows", "engine", "problems", "context_at_start"):
             truths[key].update(got[key])
     return futures, truths
 
 
-def _device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], int, int]:
+def _device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], BlasWorkspaces, int]:
+    import torch
+
     from gpumem_kernel.analysis import gpus
 
     facts = nvml.facts().get("gpus") or [{}]
     cc = facts[0].get("compute_capability")
-    return cc, gpus.cublas_workspace_bytes(cc, os.environ.get("CUBLAS_WORKSPACE_CONFIG")), gpus.context_estimate(cc)
+    return cc, gpus.blas_workspaces(cc, torch.__version__), gpus.context_estimate(cc)
 
 
 def run(ctx: Context) -> Dict[str, Any]:
     from benchmarks.gpu import models
 
     nvml = NvmlTruth()
-    cc, cublas, context = _device_facts(nvml)
+    cc, blas, context = _device_facts(nvml)
     archs = models.names(ctx.dry_run)
     skipped = {a: why for a in archs if (why := _available(a)) is not None}
     live = [a for a in archs if a not in skipped]
     if ctx.in_process:
-        futures, truths = _in_process(live, ctx, cublas)
+        futures, truths = _in_process(live, ctx, blas)
     else:
         pool = ProcessPoolExecutor(
             1 if ctx.dry_run else _workers(), initializer=_pool_init, mp_context=multiprocessing.get_context("spawn")
         )
         futures = {
-            cfg.key(): pool.submit(_safe_predict, a, ctx.dry_run, cfg, cublas)
+            cfg.key(): pool.submit(_safe_predict, a, ctx.dry_run, cfg, blas)
             for a in live
             for cfg in configs(a, ctx.dry_run)
         }
-        truths = _measure_all([live] if ctx.dry_run else [[a] for a in live], ctx, cublas)
+        truths = _measure_all([live] if ctx.dry_run else [[a] for a in live], ctx, blas)
     predictions = _collect(futures, ctx)
     if not ctx.in_process:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -405,10 +411,10 @@ def run(ctx: Context) -> Dict[str, Any]:
         for a in live
         for cfg in configs(a, ctx.dry_run)
     ]
-    return _result(ctx, rows, truths, skipped, cc, cublas, context)
+    return _result(ctx, rows, truths, skipped, cc, blas, context)
 
 
-def _measure_all(groups: List[List[str]], ctx: Context, cublas: int) -> Dict[str, Any]:
+def _measure_all(groups: List[List[str]], ctx: Context, blas: BlasWorkspaces) -> Dict[str, Any]:
     """One measuring process per group (on a GPU: per architecture, a fresh CUDA context each), MEASURERS at a
     time: allocator peaks and NVML figures are per process, so concurrent processes do not disturb them."""
     from concurrent.futures import ThreadPoolExecutor
@@ -417,7 +423,7 @@ def _measure_all(groups: List[List[str]], ctx: Context, cublas: int) -> Dict[str
         seconds = min(PER_GROUP_S, ctx.left() - 15)
         if seconds < 10:
             return group, {"rows": {}, "engine": {}, "problem": "not started: time budget"}
-        return group, _spawn_measure(group, ctx, seconds, cublas)
+        return group, _spawn_measure(group, ctx, seconds, blas)
 
     truths: Dict[str, Any] = {"rows": {}, "engine": {}, "problems": {}, "context_at_start": {}}
     with ThreadPoolExecutor(1 if ctx.dry_run else MEASURERS) as threads:
@@ -500,7 +506,7 @@ def _result(
     truths: Dict[str, Any],
     skipped: Dict[str, str],
     cc: Optional[str],
-    cublas: int,
+    blas: BlasWorkspaces,
     context: int,
 ) -> Dict[str, Any]:
     ok = [r for r in rows if r["status"] == "ok"]
@@ -523,7 +529,8 @@ def _result(
         "description": "traced prediction (fake tensors, no GPU) vs max_memory_allocated / max_memory_reserved of "
         "real steps 2-3 and NVML's per-process figure; signed error = (predicted - truth) / truth",
         "compute_capability": cc,
-        "cublas_workspace_bytes": cublas,
+        "cublas_workspace_bytes": blas.cublas,
+        "cublaslt_workspace_bytes": {"kept": blas.lt, "per_call": blas.lt_per_call},
         "context_estimate": context,
         "context_measured_at_start": truths["context_at_start"],
         "architectures": sorted({r["arch"] for r in rows}),
@@ -545,10 +552,11 @@ def main() -> None:
         parser.add_argument("--measure", required=True)
         parser.add_argument("--result", type=Path, required=True)
         parser.add_argument("--seconds", type=float, required=True)
-        parser.add_argument("--cublas", type=int, required=True)
+        parser.add_argument("--blas", required=True)  # BlasWorkspaces as JSON
         parser.add_argument("--dry-run", action="store_true")
         args = parser.parse_args()
-        measure(args.measure.split(","), args.dry_run, args.result, time.time() + args.seconds, args.cublas)
+        blas = BlasWorkspaces(**json.loads(args.blas))
+        measure(args.measure.split(","), args.dry_run, args.result, time.time() + args.seconds, blas)
         return
     ctx = section_context(__doc__.splitlines()[0])
     result = run(ctx)

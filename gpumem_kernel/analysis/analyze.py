@@ -21,7 +21,6 @@ import contextlib
 import functools
 import gc
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -914,6 +913,13 @@ def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tup
     return result
 
 
+def _torch_version() -> str:
+    """The torch in this kernel: its cuBLAS and cuBLASLt workspace rules are the ones the step will meet."""
+    import torch
+
+    return str(torch.__version__)
+
+
 def _measured_device(device: Any, target: Optional[str], memory: Any) -> Optional[Any]:
     """The CUDA device to measure on, or None: only if the user initialised CUDA or named a CUDA device."""
     if target is not None or memory is not None:
@@ -1224,7 +1230,7 @@ def analyze(
         amp=amp_mode,
         grad_accum=grad_accum,
         checkpointing=bool(checkpointing),
-        cublas_bytes=gpus.cublas_workspace_bytes(info.compute_capability, os.environ.get("CUBLAS_WORKSPACE_CONFIG")),
+        **gpus.blas_workspaces(info.compute_capability, _torch_version()).plan_fields(),
     )
     trainable = [p for p in model.parameters() if p.requires_grad]
     grads_total = unique_bytes(trainable)
@@ -1471,7 +1477,7 @@ def _figures(
             "cublas_workspace",
             trace.cublas_bytes,
             "source",
-            "CublasHandlePool.cpp default, one per thread (forward, autograd)",
+            "CublasHandlePool.cpp for this torch: one per thread (forward, autograd), cuBLASLt's too where kept",
         ),
         Figure("cudnn_workspace", trace.cudnn_peak_bytes, "estimate", "per convolution, capped at 128 MiB"),
         Figure(

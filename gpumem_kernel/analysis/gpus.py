@@ -8,9 +8,10 @@ on data-center parts (ECC and driver reservations), which the context estimate a
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -42,6 +43,8 @@ GPUS: Tuple[GpuSpec, ...] = (
     _spec("RTX 4080 Super", 16376, "8.9", ("rtx 4080 super", "4080 super", "4080s", "rtx 4080s")),
     _spec("RTX 3090", 24576, "8.6", ("rtx 3090 24gb", "3090")),
     _spec("RTX 4090", 24564, "8.9", ("rtx 4090 24gb", "4090")),
+    _spec("RTX 5080", 16303, "12.0", ("rtx 5080 16gb", "5080")),
+    _spec("RTX 5090", 32607, "12.0", ("rtx 5090 32gb", "5090")),
     _spec("T4", 15360, "7.5", ("tesla t4", "t4 16gb")),
     _spec("L4", 23034, "8.9", ("l4 24gb",)),
     _spec("A10", 23028, "8.6", ("a10 24gb", "a10g")),
@@ -157,16 +160,81 @@ def context_estimate(compute_capability: Optional[str]) -> int:
     return 544 * MiB
 
 
-def cublas_workspace_bytes(compute_capability: Optional[str], env_config: Optional[str] = None) -> int:
-    """cuBLAS workspace PyTorch allocates per (handle, stream), from aten/src/ATen/cuda/CublasHandlePool.cpp.
+@dataclass(frozen=True)
+class BlasWorkspaces:
+    """What PyTorch's cuBLAS handle pool takes from the caching allocator for a thread's matrix products.
 
-    Default ':4096:2:16:8' = 4096 KiB x 2 + 16 KiB x 8 = 8,519,680 B; 32 MiB on sm_90 (Hopper).
-    `CUBLAS_WORKSPACE_CONFIG` (':SIZE_KiB:COUNT' pairs) overrides both.
+    Read from CublasHandlePool.cpp and the libtorch_cuda binaries of torch 2.8 to 2.14 (their disassembly; the
+    rules changed in 2.9 and 2.12), so the model follows the torch the user runs:
+      cublas       each thread that runs a matmul (the forward thread, the autograd engine's) keeps one per stream;
+      lt           cuBLASLt's own workspace, kept per thread from its first addmm with a bias (2.9 to 2.11: the
+                   two pools are unified only on request; from 2.12 Lt shares the cuBLAS one unless told not to);
+      lt_per_call  before 2.9, each such addmm allocates cuBLASLt's workspace for the call and frees it after.
     """
-    if env_config:
-        pairs = re.findall(r":([0-9]+):([0-9]+)", env_config)
-        if pairs:
-            return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    if str(compute_capability) == "9.0":
-        return 4096 * 8 * 1024
-    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+    cublas: int
+    lt: int = 0
+    lt_per_call: int = 0
+
+    def plan_fields(self) -> Dict[str, int]:
+        """The TracePlan fields of these sizes."""
+        return {"cublas_bytes": self.cublas, "cublaslt_bytes": self.lt, "cublaslt_call_bytes": self.lt_per_call}
+
+
+_CUBLAS_DEFAULT = 4096 * 1024 * 2 + 16 * 1024 * 8  # ':4096:2:16:8' = 8,519,680 B
+_CUBLAS_LARGE = 4096 * 8 * 1024  # 32 MiB
+_LT_DEFAULT_KIB = 1024
+
+
+def _torch_minor(version: Optional[str]) -> Tuple[int, int]:
+    """'2.11.0+cu130' -> (2, 11); unknown or unreadable -> the newest rules."""
+    match = re.match(r"(\d+)\.(\d+)", str(version or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
+
+
+def _flag(value: Optional[str]) -> Optional[bool]:
+    """c10::utils::check_env: '1'/'true' on, '0'/'false' off, unset (or anything else) undecided."""
+    text = (value or "").strip().lower()
+    return True if text in ("1", "true") else False if text in ("0", "false") else None
+
+
+def _cublas_default(compute_capability: Optional[str], torch: Tuple[int, int]) -> int:
+    """32 MiB on sm_90 only up to 2.11; on majors 9, 10 and 12 in 2.12 and 2.13; on majors 9 to 12 from 2.14."""
+    try:
+        major, minor = (int(x) for x in str(compute_capability).split(".")[:2])
+    except ValueError:
+        return _CUBLAS_DEFAULT
+    if torch < (2, 12):
+        large = (major, minor) == (9, 0)
+    elif torch < (2, 14):
+        large = major in (9, 10, 12)
+    else:
+        large = 9 <= major <= 12
+    return _CUBLAS_LARGE if large else _CUBLAS_DEFAULT
+
+
+def blas_workspaces(
+    compute_capability: Optional[str], torch_version: Optional[str] = None, environ: Optional[Mapping[str, str]] = None
+) -> BlasWorkspaces:
+    """The workspaces for a GPU generation and a torch version; CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT'
+    pairs), CUBLASLT_WORKSPACE_SIZE (KiB) and TORCH_CUBLASLT_UNIFIED_WORKSPACE are read as torch reads them."""
+    env = os.environ if environ is None else environ
+    torch = _torch_minor(torch_version)
+    cublas = _cublas_default(compute_capability, torch)
+    pairs = re.findall(r":([0-9]+):([0-9]+)", env.get("CUBLAS_WORKSPACE_CONFIG") or "")
+    if pairs:
+        cublas = sum(int(size) * 1024 * int(count) for size, count in pairs)
+    unified = _flag(env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
+    if unified is None:
+        unified = torch >= (2, 12)
+    if unified:
+        return BlasWorkspaces(cublas)
+    lt = _LT_DEFAULT_KIB * 1024
+    with_size = re.fullmatch(r"\s*([0-9]+)\s*", env.get("CUBLASLT_WORKSPACE_SIZE") or "")
+    if with_size:
+        lt = int(with_size.group(1)) * 1024
+    if torch < (2, 9):
+        return BlasWorkspaces(cublas, lt_per_call=lt)
+    if torch < (2, 12) and _flag(env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")) is not False:
+        lt = min(lt, cublas)  # 2.9-2.11 cap Lt at the cuBLAS size unless unification is refused outright
+    return BlasWorkspaces(cublas, lt=lt)

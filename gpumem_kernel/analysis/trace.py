@@ -65,6 +65,9 @@ _CONV_OPS = frozenset(
         "mkldnn_convolution",
     }
 )
+# addmm with a bias vector runs on cuBLASLt (Blas.cpp's useLtInterface): nn.Linear on 2-D and contiguous 3-D input
+_BIAS_OPS = frozenset({"addmm", "_addmm_activation"})
+_LT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks algorithms by workspace size)
 
 
@@ -78,7 +81,7 @@ class TraceError(ValueError):
 @dataclass
 class Marker:
     index: int  # events before it
-    kind: str  # "cublas" | "cudnn"
+    kind: str  # "cublas" | "cublaslt" | "cudnn"
     phase: str
     nbytes: int = 0
 
@@ -108,13 +111,36 @@ def _tracker_class() -> type:
                     role = "autocast_cache"  # autocast's cached low-precision copy of a weight
             self.track_outputs(out, role)
             if name in _MATMUL_OPS:
-                self.markers.append(Marker(len(self.events), "cublas", self.phase))
+                kind = "cublaslt" if name in _BIAS_OPS and _runs_on_cublaslt(args, kwargs or {}, out) else "cublas"
+                self.markers.append(Marker(len(self.events), kind, self.phase))
             elif name in _CONV_OPS:
                 sizes = [t.nbytes for t in tree_leaves((args, out)) if isinstance(t, torch.Tensor)]
                 self.markers.append(Marker(len(self.events), "cudnn", self.phase, max(sizes, default=0)))
             return out
 
     return TraceTracker
+
+
+def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:
+    """Blas.cpp's useLtInterface for CUDA 12.1+: beta 1, a contiguous 1-D bias as wide as the product, a
+    contiguous 2-D result, a floating dtype, and a second matrix with more than one row and column."""
+    if len(args) < 3 or kwargs.get("beta", args[3] if len(args) > 3 else 1) != 1:
+        return False
+    bias, mat2 = args[0], args[2]
+    try:
+        return (
+            bias.dim() == 1
+            and bias.is_contiguous()
+            and out.dim() == 2
+            and out.is_contiguous()
+            and mat2.dim() == 2
+            and bias.shape[0] == mat2.shape[1]
+            and mat2.shape[0] > 1
+            and mat2.shape[1] > 1
+            and str(bias.dtype).replace("torch.", "") in _LT_DTYPES
+        )
+    except (AttributeError, TypeError):  # not tensors: the op's own checks say what is wrong
+        return False
 
 
 def _with_rnn_workspace(args: Sequence[Any], out: Any) -> Any:
@@ -497,7 +523,10 @@ class TracePlan:
     grad_accum: int = 1
     checkpointing: bool = False
     steps: int = 2
+    # gpus.blas_workspaces gives all three for the device and torch version (the defaults: 8 MiB, unified Lt)
     cublas_bytes: int = 8_519_680
+    cublaslt_bytes: int = 0
+    cublaslt_call_bytes: int = 0
     cudnn: bool = True
     # called at each storage birth (the timeline's frame capture); the trace then keeps its events (`timeline`)
     stack_hook: Optional[Callable[[], Any]] = None
@@ -537,7 +566,7 @@ class DeviceEvent:
     """One event of the device replay: a storage's (or a workspace's) malloc or free in the allocator model."""
 
     kind: str  # "alloc" | "free"
-    handle: Any  # a Record's sid, or ("cublas", thread) / ("cudnn", n)
+    handle: Any  # a Record's sid, or ("cublas" | "cublaslt", thread) / ("cublaslt" | "cudnn", n)
     nbytes: int = 0  # requested (alloc)
     size: int = 0  # the block the model handed out (alloc)
     address: int = 0
@@ -886,9 +915,10 @@ def replay_device(
     tracker: Any, plan: TracePlan, log: Optional[List[DeviceEvent]] = None
 ) -> Tuple[AllocatorResult, int, int]:
     """Replay the device-side events through the allocator model, adding the cuBLAS workspace (one per
-    thread that runs a matmul: the forward thread and the autograd engine's device thread) and a cuDNN
-    workspace around each convolution (an estimate, capped). With `log`, every malloc and free is appended
-    to it in order (the predicted timeline)."""
+    thread that runs a matmul: the forward thread and the autograd engine's device thread), cuBLASLt's for an
+    addmm with a bias (kept per thread, or around each call, by torch version) and a cuDNN workspace around
+    each convolution (an estimate, capped). The second value is the workspaces kept for good. With `log`,
+    every malloc and free is appended to it in order (the predicted timeline)."""
     model = CachingAllocatorModel()
 
     def malloc(handle: Any, nbytes: int) -> None:
@@ -905,6 +935,7 @@ def replay_device(
     records: List[Record] = tracker.records
     markers = sorted(tracker.markers, key=lambda m: m.index)
     cublas_threads: set = set()
+    lt_threads: set = set()
     cudnn_peak = 0
     marker_at = 0
     synthetic = 0
@@ -915,9 +946,16 @@ def replay_device(
             marker = markers[marker_at]
             marker_at += 1
             thread = "backward" if marker.phase == "backward" else "main"
-            if marker.kind == "cublas" and thread not in cublas_threads and plan.cublas_bytes:
-                cublas_threads.add(thread)
+            if marker.kind in ("cublas", "cublaslt") and thread not in cublas_threads and plan.cublas_bytes:
+                cublas_threads.add(thread)  # a cuBLASLt handle is the thread's cuBLAS handle, workspace and all
                 malloc(("cublas", thread), plan.cublas_bytes)
+            if marker.kind == "cublaslt" and plan.cublaslt_bytes and thread not in lt_threads:
+                lt_threads.add(thread)
+                malloc(("cublaslt", thread), plan.cublaslt_bytes)
+            elif marker.kind == "cublaslt" and plan.cublaslt_call_bytes:
+                synthetic += 1
+                malloc(("cublaslt", synthetic), plan.cublaslt_call_bytes)
+                free(("cublaslt", synthetic))
             elif marker.kind == "cudnn" and plan.cudnn and marker.nbytes:
                 size = min(marker.nbytes, CUDNN_WORKSPACE_CAP)
                 cudnn_peak = max(cudnn_peak, size)
@@ -935,4 +973,5 @@ def replay_device(
         else:
             free(sid)
     apply_markers(len(tracker.events))
-    return model.result(), len(cublas_threads) * plan.cublas_bytes, cudnn_peak
+    kept = len(cublas_threads) * plan.cublas_bytes + len(lt_threads) * plan.cublaslt_bytes
+    return model.result(), kept, cudnn_peak

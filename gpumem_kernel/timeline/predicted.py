@@ -49,6 +49,7 @@ _DISPATCH_WRAPPERS = (
 )
 _WORKSPACE_FRAMES = {
     "cublas": (RawFrame("<cuBLAS workspace>", 0, "cuBLAS workspace (modelled, one per thread)"),),
+    "cublaslt": (RawFrame("<cuBLASLt workspace>", 0, "cuBLASLt workspace (modelled, addmm with a bias)"),),
     "cudnn": (RawFrame("<cuDNN workspace>", 0, "cuDNN workspace (modelled, around a convolution)"),),
 }
 _TRACKER_FILES = frozenset(
@@ -92,7 +93,7 @@ def history_from_trace(
     workspaces = 0
     for index, event in enumerate(events.device):
         if event.kind == "alloc":
-            if isinstance(event.handle, tuple):  # ("cublas", thread) | ("cudnn", n)
+            if isinstance(event.handle, tuple):  # ("cublas" | "cublaslt", thread) | ("cublaslt" | "cudnn", n)
                 category: Category = "other"
                 frames: Tuple[RawFrame, ...] = _WORKSPACE_FRAMES.get(event.handle[0], ())
                 workspaces += 1
@@ -110,7 +111,7 @@ def history_from_trace(
             reserved.append((index, event.reserved))
     all_notes = list(notes or [])
     if workspaces:
-        all_notes.append(f"{workspaces:,} cuBLAS/cuDNN workspace allocations (modelled) are drawn as other")
+        all_notes.append(f"{workspaces:,} cuBLAS/cuBLASLt/cuDNN workspace allocations (modelled) are drawn as other")
     return History(
         source="predicted",
         title=title,

@@ -147,6 +147,54 @@ def test_gradient_accumulation_keeps_gradients_across_micro_batches() -> None:
     assert abs(_error(accumulated.peak_live, tracked.peak_live)) <= 0.05
 
 
+def _lt_handles(traced: TraceResult) -> list:
+    assert traced.timeline is not None
+    return [e for e in traced.timeline.device if isinstance(e.handle, tuple) and e.handle[0] == "cublaslt"]
+
+
+def test_cublaslt_workspace_is_kept_per_thread_or_taken_per_call_as_the_plan_says() -> None:
+    """The MLP's three nn.Linear layers run addmm with a bias, which CUDA sends to cuBLASLt; backward's mm
+    products run on cuBLAS. gpus.blas_workspaces says, by torch version, which of the three shapes applies."""
+    MiB = 1 << 20
+    timeline = {"stack_hook": lambda: ()}
+    shared, _ = _pair("MLP", **timeline)  # from torch 2.12: Lt uses the cuBLAS workspace
+    kept, _ = _pair("MLP", cublaslt_bytes=MiB, **timeline)  # torch 2.9 to 2.11
+    per_call, _ = _pair("MLP", cublaslt_call_bytes=MiB, **timeline)  # before 2.9
+    assert _lt_handles(shared) == []
+    assert [(e.kind, e.handle, e.nbytes) for e in _lt_handles(kept)] == [("alloc", ("cublaslt", "main"), MiB)]
+    assert kept.cublas_bytes == shared.cublas_bytes + MiB  # the forward thread's, kept for good
+    assert kept.device.peak_allocated == shared.device.peak_allocated + MiB
+    calls = _lt_handles(per_call)
+    assert len(calls) == 2 * 3 * 2  # alloc and free, for three layers, in the forward passes of two steps
+    assert all(a.kind == "alloc" and f.kind == "free" and a.handle == f.handle for a, f in zip(calls[::2], calls[1::2]))
+    assert per_call.cublas_bytes == shared.cublas_bytes  # nothing kept
+
+
+@pytest.mark.parametrize(
+    "layer, shape, on_lt",
+    [
+        (lambda: nn.Linear(16, 8), (4, 16), True),
+        (lambda: nn.Linear(16, 8), (2, 4, 16), True),  # contiguous 3-D input: flattened into one addmm
+        (lambda: nn.Linear(16, 8, bias=False), (4, 16), False),  # mm
+        (lambda: nn.Linear(16, 8), (4, 2, 16), False),  # transposed below: matmul, then the bias added
+        (lambda: nn.Linear(16, 1), (4, 16), False),  # a one-column product stays off cuBLASLt
+    ],
+)
+def test_only_an_addmm_with_a_bias_vector_is_marked_for_cublaslt(layer, shape, on_lt) -> None:
+    from gpumem_kernel.analysis.trace import _tracker_class
+
+    module, x = layer(), torch.randn(*shape)
+    if x.dim() == 3 and not on_lt:
+        x = x.transpose(0, 1)  # not contiguous: linear takes the matmul path
+    tracker = _tracker_class()()
+    with tracker:
+        with tracker.span("forward", 1, 0):
+            module(x)
+    tracker.close()
+    kinds = [m.kind for m in tracker.markers]
+    assert kinds == (["cublaslt"] if on_lt else ["cublas"])
+
+
 def test_trace_inserts_cublas_workspaces_per_thread() -> None:
     traced, _ = _pair("MLP")
     assert traced.cublas_bytes == 2 * 8_519_680  # forward thread + autograd thread

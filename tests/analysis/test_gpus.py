@@ -21,6 +21,8 @@ GiB, MiB = 1 << 30, 1 << 20
         ("NVIDIA GeForce RTX 4060 Ti", "RTX 4060 Ti 16GB"),
         ("h200", "H200"),
         ("NVIDIA L4", "L4"),
+        ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+        ("5080", "RTX 5080"),
     ],
 )
 def test_lookup_by_name_alias_and_nvml_name(name: str, expected: str) -> None:
@@ -35,6 +37,8 @@ def test_table_covers_the_seeds_gpus_with_memory_and_bf16() -> None:
         "RTX 4080 Super": 16,
         "RTX 3090": 24,
         "RTX 4090": 24,
+        "RTX 5080": 16,
+        "RTX 5090": 32,
         "A100 40GB": 40,
         "A100 80GB": 80,
         "T4": 15,
@@ -72,8 +76,42 @@ def test_parse_memory() -> None:
             gpus.parse_memory(bad)
 
 
-def test_cublas_workspace_sizes_match_torch_sources() -> None:
-    assert gpus.cublas_workspace_bytes("8.0") == 8_519_680  # ':4096:2:16:8'
-    assert gpus.cublas_workspace_bytes("9.0") == 32 * MiB  # Hopper
-    assert gpus.cublas_workspace_bytes("8.6", ":4096:8") == 32 * MiB
+# (compute capability, torch, environment) -> (cuBLAS, cuBLASLt kept, cuBLASLt per call): what each torch's
+# libtorch_cuda does, read from the binaries of 2.8.0, 2.9.1, 2.10.0, 2.11.0, 2.12.0, 2.13.0 and 2.14.1
+BLAS_CASES = [
+    ("8.0", "2.8.0+cu128", {}, (8_519_680, 0, MiB)),  # ':4096:2:16:8'; Lt allocated around each addmm
+    ("8.6", "2.10.0+cu128", {}, (8_519_680, MiB, 0)),  # Lt keeps its own 1 MiB per thread
+    ("9.0", "2.11.0+cu130", {}, (32 * MiB, MiB, 0)),  # Hopper: 32 MiB
+    ("12.0", "2.11.0+cu130", {}, (8_519_680, MiB, 0)),  # Blackwell consumer cards: not yet
+    ("12.0", "2.12.0", {}, (32 * MiB, 0, 0)),  # 32 MiB on majors 9, 10, 12; Lt shares the cuBLAS workspace
+    ("11.0", "2.13.0", {}, (8_519_680, 0, 0)),
+    ("11.0", "2.14.1+cu130", {}, (32 * MiB, 0, 0)),  # majors 9 to 12
+    ("8.9", None, {}, (8_519_680, 0, 0)),  # unknown torch: the newest rules
+    ("8.6", "2.13.0", {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}, (32 * MiB, 0, 0)),
+    ("8.6", "2.11.0", {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}, (8_519_680, 0, 0)),
+    ("8.6", "2.13.0", {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"}, (8_519_680, MiB, 0)),
+    ("8.6", "2.11.0", {"CUBLASLT_WORKSPACE_SIZE": "65536"}, (8_519_680, 8_519_680, 0)),  # capped at cuBLAS's
+    (
+        "8.6",
+        "2.11.0",
+        {"CUBLASLT_WORKSPACE_SIZE": "65536", "TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"},
+        (8_519_680, 64 * MiB, 0),
+    ),
+    ("8.6", "2.8.0", {"CUBLASLT_WORKSPACE_SIZE": "4096"}, (8_519_680, 0, 4 * MiB)),
+]
+
+
+@pytest.mark.parametrize("cc, torch_version, env, expected", BLAS_CASES)
+def test_blas_workspaces_follow_the_torch_the_user_runs(cc, torch_version, env, expected) -> None:
+    got = gpus.blas_workspaces(cc, torch_version, env)
+    assert (got.cublas, got.lt, got.lt_per_call) == expected
+    assert got.plan_fields() == dict(zip(("cublas_bytes", "cublaslt_bytes", "cublaslt_call_bytes"), expected))
+
+
+def test_blas_workspaces_read_the_process_environment_by_default(monkeypatch) -> None:
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    assert gpus.blas_workspaces("9.0", "2.11.0").cublas == 16 * 1024 * 8
+
+
+def test_context_grows_with_the_generation() -> None:
     assert gpus.context_estimate("9.0") > gpus.context_estimate("7.5") > 0
