@@ -11,14 +11,20 @@ stream, no expandable segments:
   block is handed out whole, so `memory_allocated` counts its full size;
 - freed blocks merge with free neighbours of the same segment, and segments stay reserved (cached).
 
+With `expandable_segments:True` (PYTORCH_CUDA_ALLOC_CONF, the setting our OOM advice names) each pool is instead
+one segment of reserved address space, mapped at its end in pages of 2 MiB (small pool) or 20 MiB (large pool)
+as no free block fits: a request takes the best-fitting free block, else the free block at the mapped end
+grown by as many pages as it lacks; a block is split when the rest is at least 512 B, in either pool.
+
 No torch import: this is plain arithmetic, usable (and tested) without torch.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass, field
-from typing import Dict, Hashable, Iterable, List, Optional, Tuple
+from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 
 MIN_BLOCK = 512  # kMinBlockSize
 SMALL_SIZE = 1 << 20  # kSmallSize
@@ -48,9 +54,47 @@ def segment_size(rounded: int) -> int:
     return ROUND_LARGE * ((rounded + ROUND_LARGE - 1) // ROUND_LARGE)
 
 
-def should_split(block_size: int, rounded: int, small: bool) -> bool:
+def should_split(block_size: int, rounded: int, small: bool, expandable: bool = False) -> bool:
     remaining = block_size - rounded
-    return remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE
+    return remaining >= MIN_BLOCK if small or expandable else remaining > SMALL_SIZE
+
+
+# options that change where blocks go or how much is reserved, which the model does not follow
+_UNMODELLED = ("max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold")
+
+
+@dataclass(frozen=True)
+class AllocatorSettings:
+    """What the allocator configuration asks of the model: expandable segments (modelled), and the options
+    set that it does not model (named, so a report can say its reserved figures assume them unset)."""
+
+    expandable_segments: bool = False
+    unmodelled: Tuple[str, ...] = ()
+
+    @property
+    def note(self) -> Optional[str]:
+        if not self.unmodelled:
+            return None
+        return (
+            f"allocator configuration sets {', '.join(self.unmodelled)}: the reserved figures model the allocator "
+            "without them"
+        )
+
+
+def settings_from_env(environ: Optional[Mapping[str, str]] = None) -> AllocatorSettings:
+    """PYTORCH_ALLOC_CONF (newer torch), else PYTORCH_CUDA_ALLOC_CONF: comma-separated `key:value` pairs, read
+    as torch reads them (`expandable_segments:True`, exactly; `backend:cudaMallocAsync` is another allocator)."""
+    env = os.environ if environ is None else environ
+    text = env.get("PYTORCH_ALLOC_CONF") or env.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+    options: Dict[str, str] = {}
+    for pair in text.split(","):
+        key, _, value = pair.partition(":")
+        if key.strip():
+            options[key.strip()] = value.strip()
+    unmodelled = [key for key in _UNMODELLED if key in options]
+    if options.get("backend") == "cudaMallocAsync":
+        unmodelled.append("backend:cudaMallocAsync")
+    return AllocatorSettings(options.get("expandable_segments") == "True", tuple(unmodelled))
 
 
 @dataclass(eq=False)
@@ -95,7 +139,10 @@ class AllocatorResult:
 class CachingAllocatorModel:
     """Feed it `malloc(handle, nbytes)` and `free(handle)` calls in program order; read the stats."""
 
-    def __init__(self) -> None:
+    def __init__(self, expandable: bool = False) -> None:
+        self.expandable = expandable
+        self._ends: Dict[bool, Block] = {}  # expandable: each pool's last mapped block
+        self._pool_segment: Dict[bool, int] = {}  # expandable: each pool's segment, as an index into _segments
         self._free: Dict[bool, List[Tuple[int, int]]] = {True: [], False: []}  # sorted (size, address)
         self._by_address: Dict[int, Block] = {}
         self._live: Dict[Hashable, Block] = {}
@@ -140,6 +187,33 @@ class CachingAllocatorModel:
         self._by_address[address] = block
         return block
 
+    def _map_more(self, rounded: int, small: bool) -> Block:
+        """Expandable segments: grow the pool's one segment at its end by whole pages, merged with a free
+        block already there (CUDACachingAllocator's try_allocate_expandable_block)."""
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        if small not in self._pool_segment:  # address space far larger than any GPU, mapped from its start
+            self._pool_segment[small] = len(self._segments)
+            self._segments.append((self._next_address, 0, small))
+            self._next_address += 1 << 46
+        index = self._pool_segment[small]
+        address, mapped, _ = self._segments[index]
+        end = self._ends.get(small)
+        spare = end.size if end is not None and not end.allocated else 0
+        pages = page * ((rounded - spare + page - 1) // page)
+        self._segments[index] = (address, mapped + pages, small)
+        self.reserved += pages
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if end is not None and spare:
+            self._remove_free(end)
+            end.size += pages
+            return end
+        block = Block(address=address + mapped, size=pages, segment=address, small=small, prev=end)
+        if end is not None:
+            end.next = block
+        self._by_address[block.address] = block
+        self._ends[small] = block
+        return block
+
     # --- the API ----------------------------------------------------------------------------------
 
     def malloc(self, handle: Hashable, nbytes: int) -> Optional[Block]:
@@ -151,8 +225,10 @@ class CachingAllocatorModel:
         self.requests += 1
         rounded = round_size(nbytes)
         small = is_small(rounded)
-        block = self._best_fit(rounded, small) or self._new_segment(rounded, small)
-        if should_split(block.size, rounded, small):
+        block = self._best_fit(rounded, small)
+        if block is None:
+            block = self._map_more(rounded, small) if self.expandable else self._new_segment(rounded, small)
+        if should_split(block.size, rounded, small, self.expandable):
             rest = Block(
                 address=block.address + rounded,
                 size=block.size - rounded,
@@ -163,6 +239,8 @@ class CachingAllocatorModel:
             )
             if block.next is not None:
                 block.next.prev = rest
+            elif self._ends.get(small) is block:
+                self._ends[small] = rest
             block.next = rest
             block.size = rounded
             self._by_address[rest.address] = rest
@@ -194,6 +272,8 @@ class CachingAllocatorModel:
 
     def _merge(self, block: Block, other: Block) -> Block:
         first, second = (block, other) if block.address < other.address else (other, block)
+        if self._ends.get(first.small) is second:
+            self._ends[first.small] = first
         first.size += second.size
         first.next = second.next
         if second.next is not None:
@@ -220,9 +300,9 @@ class CachingAllocatorModel:
 Event = Tuple[str, Hashable, int]  # ("alloc", handle, nbytes) | ("free", handle, 0)
 
 
-def replay(events: Iterable[Event]) -> AllocatorResult:
+def replay(events: Iterable[Event], expandable: bool = False) -> AllocatorResult:
     """Run an alloc/free stream through a fresh allocator model (empty cache, as after `empty_cache()`)."""
-    model = CachingAllocatorModel()
+    model = CachingAllocatorModel(expandable)
     for kind, handle, nbytes in events:
         if kind == "alloc":
             model.malloc(handle, nbytes)

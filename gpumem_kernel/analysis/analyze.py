@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.allocator import settings_from_env
 from gpumem_kernel.analysis.picks import RECOMMENDED_SHARE, SAFE_SHARE, Rounding
 from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
@@ -1222,6 +1223,7 @@ def analyze(
     make_batch, input_text = batch_maker(model, input, vocab_size)
     info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=kind)
     notes: List[str] = []
+    settings = settings_from_env()
     plan = TracePlan(
         model=model,
         optimizer=kind,
@@ -1231,7 +1233,12 @@ def analyze(
         grad_accum=grad_accum,
         checkpointing=bool(checkpointing),
         **gpus.blas_workspaces(info.compute_capability, _torch_version()).plan_fields(),
+        expandable_segments=settings.expandable_segments,
     )
+    if settings.expandable_segments:
+        notes.append("expandable segments (allocator configuration): traced reserved figures model its 2/20 MiB pages")
+    if settings.note:
+        notes.append(settings.note)
     trainable = [p for p in model.parameters() if p.requires_grad]
     grads_total = unique_bytes(trainable)
     sharding = _Sharding(world_size, strategy, _largest_layer(model)["bytes"], grads_total)

@@ -528,6 +528,7 @@ class TracePlan:
     cublaslt_bytes: int = 0
     cublaslt_call_bytes: int = 0
     cudnn: bool = True
+    expandable_segments: bool = False  # the allocator configuration's (allocator.settings_from_env)
     # called at each storage birth (the timeline's frame capture); the trace then keeps its events (`timeline`)
     stack_hook: Optional[Callable[[], Any]] = None
     # the evaluation step instead (eval_steps): model.eval(), no_grad, forward only, no optimizer
@@ -919,7 +920,7 @@ def replay_device(
     addmm with a bias (kept per thread, or around each call, by torch version) and a cuDNN workspace around
     each convolution (an estimate, capped). The second value is the workspaces kept for good. With `log`,
     every malloc and free is appended to it in order (the predicted timeline)."""
-    model = CachingAllocatorModel()
+    model = CachingAllocatorModel(plan.expandable_segments)
 
     def malloc(handle: Any, nbytes: int) -> None:
         block = model.malloc(handle, nbytes)

@@ -84,3 +84,54 @@ def test_cached_segments_stay_reserved_and_peaks_are_kept() -> None:
 def test_zero_byte_requests_get_no_block() -> None:
     result = replay([("alloc", "e", 0), ("free", "e", 0)])
     assert (result.peak_allocated, result.peak_reserved, result.requests) == (0, 0, 0)
+
+
+# --- expandable segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) ---------------------------------
+
+
+def test_expandable_segments_map_20_mib_pages_at_the_end_and_split_any_rest() -> None:
+    model = CachingAllocatorModel(expandable=True)
+    model.malloc("x", 5 * MiB)  # one 20 MiB page mapped: 15 MiB free at the end
+    assert (model.allocated, model.reserved) == (5 * MiB, 20 * MiB)
+    model.malloc("y", 14 * MiB + 512 * KiB)  # the end block, split: 512 KiB left (by default handed out whole)
+    assert model._live["y"].size == 14 * MiB + 512 * KiB
+    model.malloc("z", 1536 * KiB)  # 512 KiB free at the end + one more page, contiguous with it
+    assert model.reserved == 40 * MiB
+    assert model._live["z"].address == model._live["y"].address + 14 * MiB + 512 * KiB
+    assert [s.size for s in model.result().segments] == [40 * MiB]  # one segment, grown
+
+
+def test_expandable_segments_cannot_use_a_hole_before_the_end() -> None:
+    model = CachingAllocatorModel(expandable=True)
+    model.malloc("a", 12 * MiB)  # page 1: a, 8 MiB free
+    model.malloc("b", 12 * MiB)  # 8 MiB + page 2: b, 16 MiB free at the end
+    model.free("a")  # a 12 MiB hole at the start
+    model.malloc("c", 20 * MiB)  # neither the hole nor the 16 MiB end fits: a third page extends the end
+    assert model.reserved == 60 * MiB
+    assert model._live["c"].address == model._live["b"].address + 12 * MiB
+    model.free("b")
+    model.free("c")  # everything merges back into one free block as long as the mapping
+    model.malloc("d", 59 * MiB)
+    assert model.reserved == 60 * MiB and model._live["d"].address == 0
+
+
+def test_expandable_small_pool_grows_in_2_mib_pages() -> None:
+    result = replay([("alloc", i, 600 * KiB) for i in range(7)], expandable=True)
+    assert result.peak_allocated == 7 * 600 * KiB
+    assert result.peak_reserved == 6 * MiB  # 4200 KiB in 2 MiB pages, one segment
+    assert len(result.segments) == 1
+
+
+def test_allocator_settings_are_read_as_torch_reads_them() -> None:
+    from gpumem_kernel.analysis.allocator import settings_from_env
+
+    assert settings_from_env({}) == settings_from_env({"PYTORCH_CUDA_ALLOC_CONF": ""})
+    assert not settings_from_env({}).expandable_segments and settings_from_env({}).note is None
+    both = settings_from_env({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True, max_split_size_mb:128"})
+    assert both.expandable_segments and both.unmodelled == ("max_split_size_mb",)
+    assert "max_split_size_mb" in (both.note or "")
+    newer = {"PYTORCH_ALLOC_CONF": "expandable_segments:True", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
+    assert settings_from_env(newer).expandable_segments  # the newer name wins
+    assert settings_from_env({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}).unmodelled == (
+        "backend:cudaMallocAsync",
+    )

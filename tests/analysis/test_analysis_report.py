@@ -81,6 +81,41 @@ def test_would_it_fit_on_a_4080_super_at_batch_32_with_adamw_and_bf16() -> None:
     assert fitting and fitting[0].peak_bytes <= report.device.limit_bytes
 
 
+def _figure(report: AnalysisReport, name: str) -> int:
+    return next(f.bytes or 0 for f in report.figures if f.name == name)
+
+
+def test_workspaces_are_the_target_gpus_under_this_torch(monkeypatch: Any) -> None:
+    """cuBLAS keeps 32 MiB per thread on an H100 and 8 MiB on an RTX 4090 (torch 2.13 here: Lt shares it)."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
+    assert torch.__version__.startswith("2.13")
+    h100 = analyze(_mlp(), batch_size=32, target="H100")
+    rtx = analyze(_mlp(), batch_size=32, target="RTX 4090")
+    assert _figure(h100, "cublas_workspace") == 2 * 32 * (1 << 20)  # the forward thread's and autograd's
+    assert _figure(rtx, "cublas_workspace") == 2 * 8_519_680
+    monkeypatch.setenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "0")  # Lt keeps its own 1 MiB on the forward thread
+    assert _figure(analyze(_mlp(), batch_size=32, target="RTX 4090"), "cublas_workspace") == 2 * 8_519_680 + (1 << 20)
+
+
+def test_expandable_segments_change_the_reserved_prediction_and_say_so(monkeypatch: Any) -> None:
+    def wide() -> Any:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(1024, 3000), nn.ReLU(), nn.Linear(3000, 1024))
+
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    default = analyze(wide(), batch_size=256, target="RTX 4090")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,garbage_collection_threshold:0.6")
+    expandable = analyze(wide(), batch_size=256, target="RTX 4090")
+    # every rest of 512 B or more is split off, where the default hands out a large block's rest of up to 1 MiB
+    assert _figure(expandable, "peak_allocated") <= _figure(default, "peak_allocated")
+    assert _figure(expandable, "peak_reserved") != _figure(default, "peak_reserved")
+    assert any("expandable segments" in n for n in expandable.notes)
+    assert any("garbage_collection_threshold" in n for n in expandable.notes)
+    assert not any("expandable segments" in n for n in default.notes)
+
+
 def test_bundle_html_is_escaped_and_text_follows_seed_000() -> None:
     hostile = type("<img src=x onerror=alert(1)>", (nn.Sequential,), {})
     model = hostile(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
