@@ -96,6 +96,9 @@ def test_the_estimator_rows_cover_both_precisions_optimizers_and_three_batch_siz
         assert set(row["error"]) == {"allocated", "reserved", "process"}
         assert row["error"]["process"] is None and row["truth"]["stand_in"]  # no NVML on the CPU
     assert est["summary"]["allocated"]["n"] >= 4
+    expandable = [r for r in mlp if r["allocator"] == "expandable"]  # measured in a process of its own
+    assert len(expandable) == 1 and expandable[0]["status"] == "ok"
+    assert est["expandable_summary"]["reserved"]["n"] == 1 and "MLP|expandable" in est["context_measured_at_start"]
     for arch in LIBRARY:  # a library model either ran or is recorded as skipped, with the reason
         assert arch in est["skipped"] or any(r["arch"] == arch for r in est["rows"]), arch
         if arch in est["skipped"]:
@@ -204,6 +207,13 @@ def test_gpu_traced_estimator_meets_the_targets(gpu) -> None:
     assert r["max_abs"] <= 0.10, r
     contexts = [c for c in est["context_measured_at_start"].values() if c is not None]
     assert all(abs(c - est["context_estimate"]) <= 160 * MiB for c in contexts), contexts  # CONTEXT_UNCERTAINTY
+
+
+@pytest.mark.gpu
+def test_gpu_expandable_segments_are_modelled_as_the_allocator_maps_them(gpu) -> None:
+    s = _real(gpu, "gpu_estimator")["expandable_summary"]
+    assert s["reserved"]["n"] >= 4 and s["reserved"]["max_abs"] <= 0.10, s  # ResNet-50, GPT-2 x fp32, bf16
+    assert s["allocated"]["max_abs"] <= 0.05, s
 
 
 @pytest.mark.gpu

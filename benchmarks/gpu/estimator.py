@@ -53,6 +53,10 @@ ENGINE_LIMIT = 8 << 30  # the measured engine's search stays within this much me
 MEASURERS = 3  # measuring processes at a time on the GPU (80 GB: the largest configuration takes ~15 GB)
 PER_GROUP_S = 120.0  # one architecture's 12 configurations and its engine row (~25 s planned on an H100)
 DRY_FULL = "MLP"  # the dry run's one model with more than one configuration, and its measured-engine row
+# the allocator model's other mode, checked on two shapes of step (convolutions; attention and embeddings), in
+# processes of their own: PYTORCH_CUDA_ALLOC_CONF must be set before the first CUDA allocation
+EXPANDABLE = "expandable"
+EXPANDABLE_ARCHS = ("ResNet-50", "GPT-2")
 
 
 @dataclass(frozen=True)
@@ -61,16 +65,21 @@ class Config:
     precision: str
     optimizer: str
     batch_index: int  # into the architecture's three batch sizes (resolved where the model is built)
+    allocator: str = "default"  # or EXPANDABLE: expandable_segments:True
 
     def key(self) -> str:
-        return f"{self.arch}|{self.precision}|{self.optimizer}|{self.batch_index}"
+        base = f"{self.arch}|{self.precision}|{self.optimizer}|{self.batch_index}"
+        return base if self.allocator == "default" else f"{base}|{self.allocator}"
 
 
 def configs(arch: str, dry: bool) -> List[Config]:
     """The full grid on a GPU. A dry run keeps every code path (both precisions and optimizers, three batch
     sizes) in four configurations of one model and one configuration of each other (CI time on two cores)."""
     if not dry:
-        return [Config(arch, p, o, i) for p in PRECISIONS for o in OPTIMIZERS for i in range(3)]
+        grid = [Config(arch, p, o, i) for p in PRECISIONS for o in OPTIMIZERS for i in range(3)]
+        if arch in EXPANDABLE_ARCHS:
+            grid += [Config(arch, p, "AdamW", 1, EXPANDABLE) for p in PRECISIONS]
+        return grid
     first = [Config(arch, "fp32", "AdamW", 0)]
     if arch != DRY_FULL:
         return first
@@ -78,6 +87,7 @@ def configs(arch: str, dry: bool) -> List[Config]:
         Config(arch, "fp32", "AdamW", 1),
         Config(arch, "fp32", "AdamW", 2),
         Config(arch, "bf16", "SGD(momentum)", 0),
+        Config(arch, "fp32", "AdamW", 1, EXPANDABLE),
     ]
 
 
@@ -93,6 +103,7 @@ def _plan(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Tuple[Any,
         built.loss,
         amp=PRECISIONS[cfg.precision],
         **blas.plan_fields(),
+        expandable_segments=cfg.allocator == EXPANDABLE,
     )
     return plan, built.batches[cfg.batch_index]
 
@@ -254,17 +265,21 @@ def _context_at_start(nvml: NvmlTruth) -> Optional[int]:
     return None if used is None else used - torch.cuda.memory_reserved()
 
 
-def measure(archs: List[str], dry: bool, out: Path, deadline: float, blas: BlasWorkspaces) -> None:
-    """Truths for every config of `archs`, then the engine row; rewrites `out` after each, so a kill keeps them."""
+def measure(
+    archs: List[str], dry: bool, out: Path, deadline: float, blas: BlasWorkspaces, allocator: str = "default"
+) -> None:
+    """Truths for every config of `archs` under this process's `allocator`, then (default allocator) the engine
+    row; rewrites `out` after each, so a kill keeps them."""
     nvml = NvmlTruth()
     result: Dict[str, Any] = {"rows": {}, "engine": {}, "context_at_start": None}
     if not dry:
         result["context_at_start"] = _context_at_start(nvml)
     for arch in archs:
         for cfg in configs(arch, dry):
-            result["rows"][cfg.key()] = _one_truth(arch, dry, cfg, nvml, deadline, blas)
-            out.write_text(json.dumps(result))
-        if dry and arch != DRY_FULL:
+            if cfg.allocator == allocator:
+                result["rows"][cfg.key()] = _one_truth(arch, dry, cfg, nvml, deadline, blas)
+                out.write_text(json.dumps(result))
+        if allocator != "default" or (dry and arch != DRY_FULL):
             continue
         middle = Config(arch, "fp32", "AdamW", 1)
         result["engine"][arch] = {"batch_index": middle.batch_index, **_one_engine(arch, dry, middle, deadline)}
@@ -311,9 +326,26 @@ def _available(arch: str) -> Optional[str]:
     return None
 
 
-def _spawn_measure(archs: List[str], ctx: Context, seconds: float, blas: BlasWorkspaces) -> Dict[str, Any]:
+Group = Tuple[List[str], str]  # architectures measured in one process, and its allocator
+
+
+def _groups(live: List[str], dry: bool) -> List[Group]:
+    """On a GPU one process per architecture (a fresh CUDA context each), and one per expandable-segments
+    architecture; a dry run measures every architecture in one go, then the expandable configuration."""
+    default: List[Group] = [(live, "default")] if dry else [([a], "default") for a in live]
+    expandable = [([a], EXPANDABLE) for a in live if any(c.allocator == EXPANDABLE for c in configs(a, dry))]
+    return default + expandable
+
+
+def _group_name(group: Group) -> str:
+    archs, allocator = group
+    return ",".join(archs) + ("" if allocator == "default" else f"|{allocator}")
+
+
+def _spawn_measure(group: Group, ctx: Context, seconds: float, blas: BlasWorkspaces) -> Dict[str, Any]:
     """Run `measure` in a fresh process (in this one for a dry run: no CUDA context to isolate, and two cores
     to spare); whatever it wrote before a failure or a kill is kept."""
+    archs, allocator = group
     out = Path(tempfile.mkdtemp(prefix="gpumem-estimator-")) / "truths.json"  # not in <out>: it comes back whole
     cmd = [
         sys.executable,
@@ -327,13 +359,18 @@ def _spawn_measure(archs: List[str], ctx: Context, seconds: float, blas: BlasWor
         str(max(1.0, seconds - 5)),
         "--blas",
         json.dumps(asdict(blas)),
+        "--allocator",
+        allocator,
     ] + (["--dry-run"] if ctx.dry_run else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")}
+    if allocator == EXPANDABLE:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     problem = None
     try:
         if ctx.in_process:
-            measure(archs, True, out, time.time() + seconds - 5, blas)
+            measure(archs, True, out, time.time() + seconds - 5, blas, allocator)
         else:
-            done = subprocess.run(cmd, cwd=REPO, timeout=seconds + 10, capture_output=True, text=True)
+            done = subprocess.run(cmd, cwd=REPO, env=env, timeout=seconds + 10, capture_output=True, text=True)
             if done.returncode != 0:
                 problem = f"measuring process exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
     except subprocess.TimeoutExpired:
@@ -367,7 +404,7 @@ def _in_process(
                 if ctx.left() > 20
                 else {"failed": "not measured: time budget"}
             )
-        got = _measure_all([[arch]], ctx, blas)
+        got = _measure_all(_groups([arch], ctx.dry_run), ctx, blas)
         for key in ("rows", "engine", "problems", "context_at_start"):
             truths[key].update(got[key])
     return futures, truths
@@ -402,7 +439,7 @@ def run(ctx: Context) -> Dict[str, Any]:
             for a in live
             for cfg in configs(a, ctx.dry_run)
         }
-        truths = _measure_all([live] if ctx.dry_run else [[a] for a in live], ctx, blas)
+        truths = _measure_all(_groups(live, ctx.dry_run), ctx, blas)
     predictions = _collect(futures, ctx)
     if not ctx.in_process:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -414,12 +451,12 @@ def run(ctx: Context) -> Dict[str, Any]:
     return _result(ctx, rows, truths, skipped, cc, blas, context)
 
 
-def _measure_all(groups: List[List[str]], ctx: Context, blas: BlasWorkspaces) -> Dict[str, Any]:
+def _measure_all(groups: List[Group], ctx: Context, blas: BlasWorkspaces) -> Dict[str, Any]:
     """One measuring process per group (on a GPU: per architecture, a fresh CUDA context each), MEASURERS at a
     time: allocator peaks and NVML figures are per process, so concurrent processes do not disturb them."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(group: List[str]) -> Tuple[List[str], Dict[str, Any]]:
+    def one(group: Group) -> Tuple[Group, Dict[str, Any]]:
         seconds = min(PER_GROUP_S, ctx.left() - 15)
         if seconds < 10:
             return group, {"rows": {}, "engine": {}, "problem": "not started: time budget"}
@@ -430,9 +467,9 @@ def _measure_all(groups: List[List[str]], ctx: Context, blas: BlasWorkspaces) ->
         for group, data in threads.map(one, groups):
             truths["rows"].update(data["rows"])
             truths["engine"].update(data["engine"])
-            truths["context_at_start"][group[0]] = data.get("context_at_start")
+            truths["context_at_start"][_group_name(group)] = data.get("context_at_start")
             if data["problem"]:
-                truths["problems"][",".join(group)] = data["problem"]
+                truths["problems"][_group_name(group)] = data["problem"]
     return truths
 
 
@@ -484,6 +521,7 @@ def _engine_rows(truths: Dict[str, Any], rows: List[Dict[str, Any]]) -> List[Dic
                 r.get("truth")
                 for r in rows
                 if r["arch"] == arch
+                and r["allocator"] == "default"
                 and r["precision"] == "fp32"
                 and r["optimizer"] == "AdamW"
                 and r["batch_index"] == engine["batch_index"]
@@ -509,7 +547,8 @@ def _result(
     blas: BlasWorkspaces,
     context: int,
 ) -> Dict[str, Any]:
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["status"] == "ok" and r["allocator"] == "default"]
+    expandable = [r for r in rows if r["status"] == "ok" and r["allocator"] == EXPANDABLE]
     engine = _engine_rows(truths, rows)
     summary = {kind: error_summary(r["error"][kind] for r in ok) for kind in ("allocated", "reserved", "process")}
     engine_summary = {
@@ -537,6 +576,10 @@ def _result(
         "skipped": skipped,
         "rows": rows,
         "summary": summary,
+        "expandable_summary": {
+            "configuration": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            **{kind: error_summary(r["error"][kind] for r in expandable) for kind in ("allocated", "reserved")},
+        },
         "targets": TARGETS,
         "targets_met": met,
         "measured_engine": engine,
@@ -553,10 +596,11 @@ def main() -> None:
         parser.add_argument("--result", type=Path, required=True)
         parser.add_argument("--seconds", type=float, required=True)
         parser.add_argument("--blas", required=True)  # BlasWorkspaces as JSON
+        parser.add_argument("--allocator", default="default", choices=("default", EXPANDABLE))
         parser.add_argument("--dry-run", action="store_true")
         args = parser.parse_args()
         blas = BlasWorkspaces(**json.loads(args.blas))
-        measure(args.measure.split(","), args.dry_run, args.result, time.time() + args.seconds, blas)
+        measure(args.measure.split(","), args.dry_run, args.result, time.time() + args.seconds, blas, args.allocator)
         return
     ctx = section_context(__doc__.splitlines()[0])
     result = run(ctx)

@@ -70,6 +70,12 @@ def estimator_rows(d: Dict[str, Any]) -> List[Row]:
             _status(d, met.get("reserved_max") if met else None),
         ),
         ("traced footprint vs NVML per process", _errors(s["process"]), "—", _status(d, None)),
+        (
+            "traced vs max_memory_reserved, expandable segments",
+            _errors((d.get("expandable_summary") or {}).get("reserved", {})),
+            "—",
+            _status(d, None),
+        ),
         ("measured engine vs max_memory_allocated", _errors(engine.get("allocated", {})), "—", _status(d, None)),
         ("measured engine vs max_memory_reserved", _errors(engine.get("reserved", {})), "—", _status(d, None)),
     ]
