@@ -573,10 +573,14 @@ def feed_batch(model: nn.Module, batch: Any) -> Any:
 def allocator_peak(case: Case, user_model: nn.Module, steps: int = 2) -> int:
     """The user's loop on a deep copy (modes as left, their checkpointing, their loss), Adam as the estimator's
     plan runs it; the peak of live CPU-allocator bytes in the last step, from torch.profiler's memory events
-    (allocations since the copy was made: parameters, gradients, state, activations and temporaries)."""
+    (allocations since the copy was made: parameters, gradients, state, activations and temporaries).
+    Attention runs as the trace runs it, as on CUDA (trace.cuda_attention: no math-path fallback for attention
+    dropout), so both sides compute the same step and the check stays one of bookkeeping."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    from gpumem_kernel.analysis.trace import cuda_attention
+
+    with cuda_attention(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = case.prepare(copy.deepcopy(user_model))
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3, foreach=True)
         out = loss = batch = None

@@ -121,6 +121,48 @@ def _tracker_class() -> type:
     return TraceTracker
 
 
+class _Rerouted:
+    calls = 0
+
+
+@contextlib.contextmanager
+def cuda_attention() -> Iterator[_Rerouted]:
+    """Attention as CUDA runs it, for the length of a trace.
+
+    With dropout, CUDA runs scaled_dot_product_attention on a fused kernel (flash for fp16/bf16, memory-efficient
+    for fp32 or with a mask): backward keeps the output and a row of log-sum-exps, and the dropout mask is
+    regenerated from a seed. The CPU takes the math path instead and keeps the L x L weights and mask: an error
+    quadratic in the sequence. Without dropout the CPU takes its own flash kernel, whose memory has CUDA's shape,
+    so attention runs here without its dropout (a trace's values never matter). nn.MultiheadAttention with
+    need_weights=False calls the same function; with need_weights=True it takes the math path on CUDA too.
+
+    The function is swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
+    checkpointing recomputes the forward inside backward, where function modes are not active."""
+    import torch
+    import torch.nn.functional as F
+
+    fused = (torch.float16, torch.bfloat16, torch.float32)
+    original = F.scaled_dot_product_attention
+    seen = _Rerouted()
+
+    @functools.wraps(original)
+    def without_dropout(*args: Any, **kwargs: Any) -> Any:
+        if args and getattr(args[0], "dtype", None) in fused:
+            if len(args) > 4 and args[4]:
+                args = args[:4] + (0.0,) + args[5:]
+                seen.calls += 1
+            elif kwargs.get("dropout_p"):
+                kwargs = {**kwargs, "dropout_p": 0.0}
+                seen.calls += 1
+        return original(*args, **kwargs)
+
+    F.scaled_dot_product_attention = without_dropout
+    try:
+        yield seen
+    finally:
+        F.scaled_dot_product_attention = original
+
+
 def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:
     """Blas.cpp's useLtInterface for CUDA 12.1+: beta 1, a contiguous 1-D bias as wide as the product, a
     contiguous 2-D result, a floating dtype, and a second matrix with more than one row and column."""
@@ -733,7 +775,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
             else:
                 optimizer = copy_optimizer(plan.optimizer, mapping, copier)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
-            with tracker:
+            with cuda_attention() as attention, tracker:
                 _register_model(tracker, model, optimizer)
                 try:
                     if plan.evaluation:
@@ -761,6 +803,11 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
                 except Exception as exc:
                     raise TraceError(_explain(exc)) from None
                 del model, optimizer, mapping, copier
+        if attention.calls:
+            notes.append(
+                "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the CPU's "
+                "math path would keep them)"
+            )
         result = summarize(tracker, batch_size, fake, plan)
         result.dropped_hooks = dropped
         result.loss_source = loss_sources[0] if loss_sources else "custom"

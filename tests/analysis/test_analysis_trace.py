@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import TraceError, TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
 
 
 class BasicBlock(nn.Module):
@@ -200,3 +200,62 @@ def test_trace_inserts_cublas_workspaces_per_thread() -> None:
     assert traced.cublas_bytes == 2 * 8_519_680  # forward thread + autograd thread
     assert traced.device.peak_allocated >= traced.peak_live
     assert traced.device.peak_reserved >= traced.device.peak_allocated
+
+
+class _Attention(nn.Module):
+    """One attention block as HF and nanoGPT write it: F.scaled_dot_product_attention with attention dropout."""
+
+    def __init__(self, dropout: float, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.qkv, self.out, self.heads, self.dropout = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim), heads, dropout
+
+    def forward(self, x: Any) -> Any:
+        b, t, c = x.shape
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in self.qkv(x).split(c, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, t, c))
+
+
+def _attention_trace(model: Any, seq: int = 512) -> TraceResult:
+    torch.manual_seed(0)
+    return run_trace(TracePlan(model, "adamw", lambda b, fake: torch.randn(b, seq, 64), default_loss), 4)
+
+
+def test_attention_dropout_is_traced_as_cudas_fused_kernels_keep_it() -> None:
+    """CUDA's flash / memory-efficient kernels keep no L x L weights with dropout; the CPU's math path would
+    (4 x 4 heads x 512 x 512 x 4 B = 16 MiB of weights, and as much again of mask, per block)."""
+    with_dropout, without = _attention_trace(_Attention(0.1)), _attention_trace(_Attention(0.0))
+    assert with_dropout.peak_live == without.peak_live
+    assert any("attention with dropout" in n for n in with_dropout.notes)
+    assert not any("attention with dropout" in n for n in without.notes)
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention  # the user's torch, as it was
+
+
+def test_attention_is_the_users_again_after_a_trace_that_fails() -> None:
+    class Broken(_Attention):
+        def forward(self, x: Any) -> Any:
+            super().forward(x)
+            raise RuntimeError("the user's own bug")
+
+    with pytest.raises(TraceError, match="the user's own bug"):
+        _attention_trace(Broken(0.1))
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def test_multihead_attention_asking_for_weights_keeps_cudas_math_path() -> None:
+    """need_weights=False (nn.TransformerEncoderLayer's call) is fused on CUDA; need_weights=True is the math
+    path on CUDA too, so its dropout and L x L weights stay in the trace."""
+
+    class Block(nn.Module):
+        def __init__(self, dropout: float, need_weights: bool) -> None:
+            super().__init__()
+            self.attn, self.need = nn.MultiheadAttention(64, 4, dropout=dropout, batch_first=True), need_weights
+
+        def forward(self, x: Any) -> Any:
+            return self.attn(x, x, x, need_weights=self.need)[0]
+
+    fused = [_attention_trace(Block(d, need_weights=False)).peak_live for d in (0.1, 0.0)]
+    math = [_attention_trace(Block(d, need_weights=True)).peak_live for d in (0.1, 0.0)]
+    assert fused[0] == fused[1]
+    assert math[0] > math[1] + 4 * 4 * 512 * 512  # the dropout's mask and dropped weights, at least 4 MiB more
+    assert math[1] > fused[1] + 4 * 4 * 512 * 512 * 4  # the L x L weights kept for backward
