@@ -574,13 +574,13 @@ def allocator_peak(case: Case, user_model: nn.Module, steps: int = 2) -> int:
     """The user's loop on a deep copy (modes as left, their checkpointing, their loss), Adam as the estimator's
     plan runs it; the peak of live CPU-allocator bytes in the last step, from torch.profiler's memory events
     (allocations since the copy was made: parameters, gradients, state, activations and temporaries).
-    Attention runs as the trace runs it, as on CUDA (trace.cuda_attention: no math-path fallback for attention
-    dropout), so both sides compute the same step and the check stays one of bookkeeping."""
+    Attention and dropout run as the trace runs them, as on CUDA (trace.cuda_kernels: fused attention and
+    dropout kernels), so both sides compute the same step and the check stays one of bookkeeping."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gpumem_kernel.analysis.trace import cuda_attention
+    from gpumem_kernel.analysis.trace import cuda_kernels
 
-    with cuda_attention(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with cuda_kernels(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = case.prepare(copy.deepcopy(user_model))
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3, foreach=True)
         out = loss = batch = None

@@ -122,45 +122,57 @@ def _tracker_class() -> type:
 
 
 class _Rerouted:
-    calls = 0
+    attention = 0
+    dropout = 0
 
 
 @contextlib.contextmanager
-def cuda_attention() -> Iterator[_Rerouted]:
-    """Attention as CUDA runs it, for the length of a trace.
+def cuda_kernels() -> Iterator[_Rerouted]:
+    """For the length of a trace, the CPU runs two functions as CUDA does, where the two keep different tensors
+    for backward.
 
-    With dropout, CUDA runs scaled_dot_product_attention on a fused kernel (flash for fp16/bf16, memory-efficient
-    for fp32 or with a mask): backward keeps the output and a row of log-sum-exps, and the dropout mask is
-    regenerated from a seed. The CPU takes the math path instead and keeps the L x L weights and mask: an error
+    Attention with dropout: CUDA runs scaled_dot_product_attention on a fused kernel (flash for fp16/bf16,
+    memory-efficient for fp32 or with a mask), which keeps the output and a row of log-sum-exps and regenerates
+    the dropout mask from a seed. The CPU takes the math path and keeps the L x L weights and mask: an error
     quadratic in the sequence. Without dropout the CPU takes its own flash kernel, whose memory has CUDA's shape,
     so attention runs here without its dropout (a trace's values never matter). nn.MultiheadAttention with
     need_weights=False calls the same function; with need_weights=True it takes the math path on CUDA too.
 
-    The function is swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
+    Dropout: CUDA's fused kernel (native_dropout) keeps a 1-byte mask; the CPU's keeps a mask of the input's
+    dtype (4 bytes in fp32). The CPU has native_dropout too. In-place dropout is unfused on CUDA as well.
+
+    The functions are swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
     checkpointing recomputes the forward inside backward, where function modes are not active."""
     import torch
     import torch.nn.functional as F
 
     fused = (torch.float16, torch.bfloat16, torch.float32)
-    original = F.scaled_dot_product_attention
+    attention, dropout = F.scaled_dot_product_attention, F.dropout
     seen = _Rerouted()
 
-    @functools.wraps(original)
-    def without_dropout(*args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(attention)
+    def fused_attention(*args: Any, **kwargs: Any) -> Any:
         if args and getattr(args[0], "dtype", None) in fused:
             if len(args) > 4 and args[4]:
                 args = args[:4] + (0.0,) + args[5:]
-                seen.calls += 1
+                seen.attention += 1
             elif kwargs.get("dropout_p"):
                 kwargs = {**kwargs, "dropout_p": 0.0}
-                seen.calls += 1
-        return original(*args, **kwargs)
+                seen.attention += 1
+        return attention(*args, **kwargs)
 
-    F.scaled_dot_product_attention = without_dropout
+    @functools.wraps(dropout)
+    def fused_dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if training and not inplace and 0 < p < 1 and isinstance(input, torch.Tensor) and input.numel() > 0:
+            seen.dropout += 1
+            return torch.native_dropout(input, p, True)[0]
+        return dropout(input, p, training, inplace)
+
+    F.scaled_dot_product_attention, F.dropout = fused_attention, fused_dropout
     try:
         yield seen
     finally:
-        F.scaled_dot_product_attention = original
+        F.scaled_dot_product_attention, F.dropout = attention, dropout
 
 
 def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:
@@ -775,7 +787,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
             else:
                 optimizer = copy_optimizer(plan.optimizer, mapping, copier)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
-            with cuda_attention() as attention, tracker:
+            with cuda_kernels() as rerouted, tracker:
                 _register_model(tracker, model, optimizer)
                 try:
                     if plan.evaluation:
@@ -803,7 +815,7 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
                 except Exception as exc:
                     raise TraceError(_explain(exc)) from None
                 del model, optimizer, mapping, copier
-        if attention.calls:
+        if rerouted.attention:
             notes.append(
                 "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the CPU's "
                 "math path would keep them)"

@@ -259,3 +259,14 @@ def test_multihead_attention_asking_for_weights_keeps_cudas_math_path() -> None:
     assert fused[0] == fused[1]
     assert math[0] > math[1] + 4 * 4 * 512 * 512  # the dropout's mask and dropped weights, at least 4 MiB more
     assert math[1] > fused[1] + 4 * 4 * 512 * 512 * 4  # the L x L weights kept for backward
+
+
+def test_dropout_keeps_cudas_one_byte_mask() -> None:
+    """CUDA's fused dropout keeps a bool mask for backward; the CPU's own kernel keeps a mask of the input's dtype."""
+
+    def trace(p: float) -> TraceResult:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(128, 512), nn.Dropout(p), nn.Linear(512, 10))
+        return run_trace(TracePlan(model, "sgd", lambda b, fake: torch.randn(b, 128), default_loss), 64)
+
+    assert trace(0.1).activations - trace(0.0).activations == 64 * 512  # one byte per element
