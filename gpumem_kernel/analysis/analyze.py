@@ -1400,7 +1400,10 @@ def _measured_limit(
 def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Optional[str], model: Any) -> List[str]:
     notes: List[str] = []
     if amp is not None:
-        notes.append("AMP traced with CPU autocast, whose op lists differ slightly from CUDA's")
+        notes.append(
+            "AMP traced with CPU autocast, normalisation, softmax and interpolation cast as CUDA's autocast casts "
+            "them (fp32); element-wise math (exp, pow, sum) stays in the lower precision, where CUDA's runs fp32"
+        )
     if amp == "fp16":
         notes.append("fp16 AMP traced with bf16 (same 2-byte width) on CPU; GradScaler's few scalars not counted")
     if amp == "bf16" and info.bf16 is False:

@@ -124,12 +124,29 @@ def _tracker_class() -> type:
 class _Rerouted:
     attention = 0
     dropout = 0
+    autocast = 0
+
+
+# torch.nn.functional's functions that CUDA's autocast runs in fp32 and the CPU's leaves in bf16 (compared on
+# fake CUDA tensors in tests/analysis/test_analysis_trace.py): each casts its floating arguments up
+_CUDA_AUTOCAST_FP32 = ("layer_norm", "group_norm", "rms_norm", "interpolate", "softplus", "cosine_similarity")
+# ... and those it gives an fp32 `dtype` when none is given
+_CUDA_AUTOCAST_FP32_DTYPE = ("softmax", "log_softmax")
+
+
+def _cpu_autocast_on() -> bool:
+    import torch
+
+    try:
+        return bool(torch.is_autocast_enabled("cpu"))
+    except TypeError:  # torch before 2.4
+        return bool(torch.is_autocast_cpu_enabled())
 
 
 @contextlib.contextmanager
 def cuda_kernels() -> Iterator[_Rerouted]:
-    """For the length of a trace, the CPU runs two functions as CUDA does, where the two keep different tensors
-    for backward.
+    """For the length of a trace, the CPU runs functions as CUDA does, where the two keep different tensors for
+    backward.
 
     Attention with dropout: CUDA runs scaled_dot_product_attention on a fused kernel (flash for fp16/bf16,
     memory-efficient for fp32 or with a mask), which keeps the output and a row of log-sum-exps and regenerates
@@ -140,6 +157,10 @@ def cuda_kernels() -> Iterator[_Rerouted]:
 
     Dropout: CUDA's fused kernel (native_dropout) keeps a 1-byte mask; the CPU's keeps a mask of the input's
     dtype (4 bytes in fp32). The CPU has native_dropout too. In-place dropout is unfused on CUDA as well.
+
+    Autocast: CUDA's policy runs normalisation, softmax and interpolation in fp32 (an fp32 copy of a bf16 input
+    is what layer_norm keeps for backward, softmax keeps an fp32 output); CPU autocast leaves them in bf16. Under
+    autocast those functions cast as CUDA's would. Tensor methods (exp, pow, sum, ...) keep the CPU's policy.
 
     The functions are swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
     checkpointing recomputes the forward inside backward, where function modes are not active."""
@@ -168,11 +189,44 @@ def cuda_kernels() -> Iterator[_Rerouted]:
             return torch.native_dropout(input, p, True)[0]
         return dropout(input, p, training, inplace)
 
-    F.scaled_dot_product_attention, F.dropout = fused_attention, fused_dropout
+    low = (torch.float16, torch.bfloat16)
+
+    def upcast(value: Any) -> Any:
+        return value.float() if isinstance(value, torch.Tensor) and value.dtype in low else value
+
+    def fp32(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def cast_up(*args: Any, **kwargs: Any) -> Any:
+            values = list(args) + list(kwargs.values())
+            if _cpu_autocast_on() and any(isinstance(v, torch.Tensor) and v.dtype in low for v in values):
+                seen.autocast += 1
+                args = tuple(upcast(a) for a in args)
+                kwargs = {k: upcast(v) for k, v in kwargs.items()}
+            return original(*args, **kwargs)
+
+        return cast_up
+
+    def fp32_dtype(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def with_dtype(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
+            if dtype is None and _cpu_autocast_on() and isinstance(input, torch.Tensor) and input.is_floating_point():
+                seen.autocast += input.dtype in low
+                dtype = torch.float32
+            return original(input, dim, _stacklevel, dtype)
+
+        return with_dtype
+
+    swapped = {"scaled_dot_product_attention": fused_attention, "dropout": fused_dropout}
+    swapped.update({name: fp32(getattr(F, name)) for name in _CUDA_AUTOCAST_FP32 if hasattr(F, name)})
+    swapped.update({name: fp32_dtype(getattr(F, name)) for name in _CUDA_AUTOCAST_FP32_DTYPE})
+    originals = {name: getattr(F, name) for name in swapped}
+    for name, function in swapped.items():
+        setattr(F, name, function)
     try:
         yield seen
     finally:
-        F.scaled_dot_product_attention, F.dropout = attention, dropout
+        for name, function in originals.items():
+            setattr(F, name, function)
 
 
 def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:

@@ -270,3 +270,49 @@ def test_dropout_keeps_cudas_one_byte_mask() -> None:
         return run_trace(TracePlan(model, "sgd", lambda b, fake: torch.randn(b, 128), default_loss), 64)
 
     assert trace(0.1).activations - trace(0.0).activations == 64 * 512  # one byte per element
+
+
+def _mixed_step(make: Callable[..., Any]) -> Dict[str, Any]:
+    """One call of each function whose autocast policy differs between the CPU and CUDA; each output's dtype.
+    `make(*shape)` makes a tensor (torch.empty on fake CUDA tensors: they have no random generator)."""
+    x, conv_w, norm_w, proj = make(2, 4, 8, 8), make(8, 4, 3, 3), make(8), make(16, 16)
+    out: Dict[str, Any] = {}
+    out["conv2d"] = F.conv2d(x, conv_w, padding=1)
+    out["group_norm"] = F.group_norm(out["conv2d"], 2, norm_w, norm_w)
+    out["interpolate"] = F.interpolate(out["group_norm"], scale_factor=2)
+    out["linear"] = F.linear(out["interpolate"], proj)
+    out["layer_norm"] = F.layer_norm(out["linear"], (16,))
+    out["rms_norm"] = F.rms_norm(out["linear"], (16,))
+    out["softmax"] = F.softmax(F.linear(out["layer_norm"], proj), -1)
+    out["softplus"] = F.softplus(F.linear(out["softmax"], proj))
+    out["log_softmax"] = F.log_softmax(F.linear(out["softplus"], proj), -1)
+    out["cosine_similarity"] = F.cosine_similarity(out["linear"], out["linear"], dim=-1)
+    return {name: tensor.dtype for name, tensor in out.items()}
+
+
+def _under_cuda_autocast() -> Dict[str, Any]:
+    """PyTorch's own CUDA autocast kernels, on fake CUDA tensors: no GPU needed to read CUDA's policy."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", torch.bfloat16)
+        torch.autocast_increment_nesting()
+        try:
+            return _mixed_step(lambda *shape: torch.empty(shape, device="cuda"))
+        finally:
+            torch.autocast_decrement_nesting()
+            torch.set_autocast_enabled("cuda", False)
+
+
+def test_traced_autocast_follows_cudas_policy_where_the_cpus_differs() -> None:
+    from gpumem_kernel.analysis.trace import cuda_kernels
+
+    cuda = _under_cuda_autocast()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cpu = _mixed_step(torch.randn)
+        with cuda_kernels() as rerouted:
+            traced = _mixed_step(torch.randn)
+    assert traced == cuda
+    assert {n for n in cpu if cpu[n] != cuda[n]} >= {"group_norm", "layer_norm", "softmax", "interpolate"}
+    assert rerouted.autocast >= 6
