@@ -121,6 +121,9 @@ def _tracker_class() -> type:
     return TraceTracker
 
 
+_INHERITED = object()
+
+
 class _Rerouted:
     attention = 0
     dropout = 0
@@ -132,6 +135,11 @@ class _Rerouted:
 _CUDA_AUTOCAST_FP32 = ("layer_norm", "group_norm", "rms_norm", "interpolate", "softplus", "cosine_similarity")
 # ... and those it gives an fp32 `dtype` when none is given
 _CUDA_AUTOCAST_FP32_DTYPE = ("softmax", "log_softmax")
+# element-wise math CUDA's autocast runs in fp32, as torch functions and Tensor methods (HF's GELU: torch.pow)
+_CUDA_AUTOCAST_FP32_MATH = (
+    "exp", "expm1", "log", "log1p", "log2", "log10", "pow", "rsqrt", "reciprocal",
+    "acos", "asin", "cosh", "sinh", "tan", "erfinv",
+)  # fmt: skip
 
 
 def _cpu_autocast_on() -> bool:
@@ -216,17 +224,27 @@ def cuda_kernels() -> Iterator[_Rerouted]:
 
         return with_dtype
 
-    swapped = {"scaled_dot_product_attention": fused_attention, "dropout": fused_dropout}
-    swapped.update({name: fp32(getattr(F, name)) for name in _CUDA_AUTOCAST_FP32 if hasattr(F, name)})
-    swapped.update({name: fp32_dtype(getattr(F, name)) for name in _CUDA_AUTOCAST_FP32_DTYPE})
-    originals = {name: getattr(F, name) for name in swapped}
-    for name, function in swapped.items():
-        setattr(F, name, function)
+    swapped: List[Tuple[Any, str, Any]] = [
+        (F, "scaled_dot_product_attention", fused_attention),
+        (F, "dropout", fused_dropout),
+    ]
+    swapped += [(F, name, fp32(getattr(F, name))) for name in _CUDA_AUTOCAST_FP32 if hasattr(F, name)]
+    swapped += [(F, name, fp32_dtype(getattr(F, name))) for name in _CUDA_AUTOCAST_FP32_DTYPE]
+    for name in _CUDA_AUTOCAST_FP32_MATH:
+        swapped += [(torch, name, fp32(getattr(torch, name))), (torch.Tensor, name, fp32(getattr(torch.Tensor, name)))]
+    swapped += [(torch.Tensor, name, fp32(getattr(torch.Tensor, name))) for name in ("__pow__", "__rpow__")]
+    # what to put back: the attribute itself, or nothing where torch.Tensor only inherited it from TensorBase
+    originals = [(owner, name, owner.__dict__.get(name, _INHERITED)) for owner, name, _ in swapped]
+    for owner, name, function in swapped:
+        setattr(owner, name, function)
     try:
         yield seen
     finally:
-        for name, function in originals.items():
-            setattr(F, name, function)
+        for owner, name, function in originals:
+            if function is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, function)
 
 
 def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:

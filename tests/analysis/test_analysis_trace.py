@@ -287,6 +287,11 @@ def _mixed_step(make: Callable[..., Any]) -> Dict[str, Any]:
     out["softplus"] = F.softplus(F.linear(out["softmax"], proj))
     out["log_softmax"] = F.log_softmax(F.linear(out["softplus"], proj), -1)
     out["cosine_similarity"] = F.cosine_similarity(out["linear"], out["linear"], dim=-1)
+    h = out["linear"]  # bf16 under autocast: the element-wise math CUDA runs in fp32, as models write it
+    out["torch.pow"] = torch.pow(h, 3.0)  # Hugging Face's GELU (gpt2's gelu_new)
+    out["**"], out["rpow"], out["Tensor.pow"] = h**2, 2.0**h, h.pow(2)
+    out["exp"], out["log"], out["rsqrt"], out["log1p"] = h.exp(), torch.log(h), h.rsqrt(), torch.log1p(h)
+    out["tanh"] = torch.tanh(h)  # the same on both
     return {name: tensor.dtype for name, tensor in out.items()}
 
 
@@ -314,5 +319,7 @@ def test_traced_autocast_follows_cudas_policy_where_the_cpus_differs() -> None:
         with cuda_kernels() as rerouted:
             traced = _mixed_step(torch.randn)
     assert traced == cuda
-    assert {n for n in cpu if cpu[n] != cuda[n]} >= {"group_norm", "layer_norm", "softmax", "interpolate"}
-    assert rerouted.autocast >= 6
+    differ = {n for n in cpu if cpu[n] != cuda[n]}
+    assert differ >= {"group_norm", "layer_norm", "softmax", "interpolate", "torch.pow", "**", "exp", "rsqrt"}
+    assert rerouted.autocast >= 6 + len(differ & {"torch.pow", "**", "rpow", "Tensor.pow", "exp", "log", "rsqrt"})
+    assert torch.Tensor.exp is torch._C.TensorBase.exp and "exp" not in torch.Tensor.__dict__  # put back
