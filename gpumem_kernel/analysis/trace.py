@@ -224,7 +224,38 @@ def cuda_kernels() -> Iterator[_Rerouted]:
 
         return with_dtype
 
+    cross_entropy = F.cross_entropy
+
+    @functools.wraps(cross_entropy)
+    def cuda_cross_entropy(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+        """CPU autocast casts the logits to fp32 before log_softmax; CUDA's runs log_softmax in their dtype and
+        casts for nll_loss, which keeps that fp32 copy: 6 bytes per logit kept, not 4 (class-index targets)."""
+        options = dict(zip(("weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"), args))
+        options.update(kwargs)
+        plain = (
+            not options.get("label_smoothing") and options.get("size_average") is None and options.get("reduce") is None
+        )
+        if (
+            plain
+            and _cpu_autocast_on()
+            and isinstance(input, torch.Tensor)
+            and input.dtype in low
+            and isinstance(target, torch.Tensor)
+            and not target.is_floating_point()
+        ):
+            seen.autocast += 1
+            log_probs = torch.log_softmax(input, 1 if input.dim() > 1 else 0, dtype=input.dtype)
+            return F.nll_loss(
+                log_probs,
+                target,
+                options.get("weight"),
+                ignore_index=options.get("ignore_index", -100),
+                reduction=options.get("reduction", "mean"),
+            )
+        return cross_entropy(input, target, *args, **kwargs)
+
     swapped: List[Tuple[Any, str, Any]] = [
+        (F, "cross_entropy", cuda_cross_entropy),
         (F, "scaled_dot_product_attention", fused_attention),
         (F, "dropout", fused_dropout),
     ]

@@ -323,3 +323,48 @@ def test_traced_autocast_follows_cudas_policy_where_the_cpus_differs() -> None:
     assert differ >= {"group_norm", "layer_norm", "softmax", "interpolate", "torch.pow", "**", "exp", "rsqrt"}
     assert rerouted.autocast >= 6 + len(differ & {"torch.pow", "**", "rpow", "Tensor.pow", "exp", "log", "rsqrt"})
     assert torch.Tensor.exp is torch._C.TensorBase.exp and "exp" not in torch.Tensor.__dict__  # put back
+
+
+def _cross_entropy_ops(device: str, make: Callable[..., Any]) -> list:
+    """The aten ops (and their output dtypes) of a bf16 classifier head's cross-entropy under autocast."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            if func.namespace == "aten" and func.overloadpacket.__name__ != "view":
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                self.seen.append((func.overloadpacket.__name__, [o.dtype for o in outs if isinstance(o, torch.Tensor)]))
+            return out
+
+    hidden, head = make(64, 32), make(1000, 32)
+    target = torch.zeros(64, dtype=torch.long, device=device)
+    with Ops() as ops:
+        F.cross_entropy(F.linear(hidden, head), target)
+    return ops.seen
+
+
+def test_traced_cross_entropy_keeps_what_cudas_autocast_keeps() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from gpumem_kernel.analysis.trace import cuda_kernels
+
+    with FakeTensorMode():
+        torch.set_autocast_enabled("cuda", True)
+        torch.set_autocast_dtype("cuda", torch.bfloat16)
+        torch.autocast_increment_nesting()
+        try:
+            cuda = _cross_entropy_ops("cuda", lambda *shape: torch.empty(shape, device="cuda"))
+        finally:
+            torch.autocast_decrement_nesting()
+            torch.set_autocast_enabled("cuda", False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cpu = _cross_entropy_ops("cpu", torch.randn)
+        with cuda_kernels():
+            traced = _cross_entropy_ops("cpu", torch.randn)
+    assert ("_log_softmax", [torch.bfloat16]) in cuda  # log_softmax in bf16, then an fp32 copy for nll_loss
+    assert traced == cuda and cpu != cuda
