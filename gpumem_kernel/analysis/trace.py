@@ -864,7 +864,24 @@ def _quiet_fake_tensor_log() -> Iterator[None]:
 
 
 def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceResult:
-    """Two training steps at `batch_size` on a copy (fake or real CPU); the user's objects stay untouched."""
+    """Two training steps at `batch_size` on a copy (fake or real CPU); the user's objects stay untouched.
+
+    A CPU whose oneDNN has no bf16 RNN kernel cannot trace an LSTM under autocast: the step is traced again
+    without oneDNN, where CPU autocast leaves RNN layers in fp32 (an upper bound for them, and said so)."""
+    import torch
+
+    try:
+        return _run_trace(plan, batch_size, fake=fake)
+    except TraceError as exc:
+        if plan.amp is None or "primitive descriptor" not in str(exc):
+            raise
+    with torch.backends.mkldnn.flags(enabled=False):
+        result = _run_trace(plan, batch_size, fake=fake)
+    result.notes.append("this CPU's oneDNN has no bf16 RNN kernel: RNN layers traced in fp32 (an upper bound for them)")
+    return result
+
+
+def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
     import torch
 
     rng = torch.get_rng_state()

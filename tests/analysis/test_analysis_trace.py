@@ -368,3 +368,13 @@ def test_traced_cross_entropy_keeps_what_cudas_autocast_keeps() -> None:
             traced = _cross_entropy_ops("cpu", torch.randn)
     assert ("_log_softmax", [torch.bfloat16]) in cuda  # log_softmax in bf16, then an fp32 copy for nll_loss
     assert traced == cuda and cpu != cuda
+
+
+def test_an_lstm_under_bf16_traces_on_any_cpu() -> None:
+    """Where this CPU's oneDNN has no bf16 RNN kernel (some AMD hosts), the trace says so and bounds the RNN in
+    fp32 instead of failing; where it has one, the RNN is traced in bf16."""
+    traced, tracked = _pair("LSTM", amp="bf16")
+    plain, _ = _pair("LSTM")
+    assert traced.peak_live == tracked.peak_live
+    fallback = any("no bf16 RNN kernel" in n for n in traced.notes)
+    assert traced.peak_live <= plain.peak_live if not fallback else traced.peak_live > 0
