@@ -186,7 +186,7 @@ _CUBLAS_LARGE = 4096 * 8 * 1024  # 32 MiB
 _LT_DEFAULT_KIB = 1024
 
 
-def _torch_minor(version: Optional[str]) -> Tuple[int, int]:
+def torch_minor(version: Optional[str]) -> Tuple[int, int]:
     """'2.11.0+cu130' -> (2, 11); unknown or unreadable -> the newest rules."""
     match = re.match(r"(\d+)\.(\d+)", str(version or ""))
     return (int(match.group(1)), int(match.group(2))) if match else (99, 0)
@@ -219,7 +219,7 @@ def blas_workspaces(
     """The workspaces for a GPU generation and a torch version; CUBLAS_WORKSPACE_CONFIG (':SIZE_KiB:COUNT'
     pairs), CUBLASLT_WORKSPACE_SIZE (KiB) and TORCH_CUBLASLT_UNIFIED_WORKSPACE are read as torch reads them."""
     env = os.environ if environ is None else environ
-    torch = _torch_minor(torch_version)
+    torch = torch_minor(torch_version)
     cublas = _cublas_default(compute_capability, torch)
     pairs = re.findall(r":([0-9]+):([0-9]+)", env.get("CUBLAS_WORKSPACE_CONFIG") or "")
     if pairs:

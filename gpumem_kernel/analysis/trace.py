@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel
+from gpumem_kernel.analysis.gpus import torch_minor
 from gpumem_kernel.analysis.storage import Record, tracker_class
 
 CATEGORIES = (
@@ -131,8 +132,10 @@ class _Rerouted:
 
 
 # torch.nn.functional's functions that CUDA's autocast runs in fp32 and the CPU's leaves in bf16 (compared on
-# fake CUDA tensors in tests/analysis/test_analysis_trace.py): each casts its floating arguments up
+# fake CUDA tensors in tests/analysis/test_analysis_trace.py, and by hand on torch 2.11, 2.12 and 2.13): each
+# casts its floating arguments up
 _CUDA_AUTOCAST_FP32 = ("layer_norm", "group_norm", "rms_norm", "interpolate", "softplus", "cosine_similarity")
+_CUDA_AUTOCAST_FP32_SINCE = {"rms_norm": (2, 12)}  # 2.11's CUDA autocast leaves rms_norm in bf16
 # ... and those it gives an fp32 `dtype` when none is given
 _CUDA_AUTOCAST_FP32_DTYPE = ("softmax", "log_softmax")
 # element-wise math CUDA's autocast runs in fp32, as torch functions and Tensor methods (HF's GELU: torch.pow)
@@ -259,7 +262,12 @@ def cuda_kernels() -> Iterator[_Rerouted]:
         (F, "scaled_dot_product_attention", fused_attention),
         (F, "dropout", fused_dropout),
     ]
-    swapped += [(F, name, fp32(getattr(F, name))) for name in _CUDA_AUTOCAST_FP32 if hasattr(F, name)]
+    version = torch_minor(torch.__version__)
+    swapped += [
+        (F, name, fp32(getattr(F, name)))
+        for name in _CUDA_AUTOCAST_FP32
+        if hasattr(F, name) and version >= _CUDA_AUTOCAST_FP32_SINCE.get(name, (0, 0))
+    ]
     swapped += [(F, name, fp32_dtype(getattr(F, name))) for name in _CUDA_AUTOCAST_FP32_DTYPE]
     for name in _CUDA_AUTOCAST_FP32_MATH:
         swapped += [(torch, name, fp32(getattr(torch, name))), (torch.Tensor, name, fp32(getattr(torch.Tensor, name)))]
