@@ -16,6 +16,7 @@ torch is imported inside functions only: the kernel shim must load without it.
 from __future__ import annotations
 
 import contextlib
+import warnings
 import copy
 import functools
 from collections.abc import Mapping
@@ -876,17 +877,35 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
 
     A CPU whose oneDNN has no bf16 RNN kernel cannot trace an LSTM under autocast: the step is traced again
     without oneDNN, where CPU autocast leaves RNN layers in fp32 (an upper bound for them, and said so)."""
-    import torch
 
     try:
         return _run_trace(plan, batch_size, fake=fake)
     except TraceError as exc:
         if plan.amp is None or "primitive descriptor" not in str(exc):
             raise
-    with torch.backends.mkldnn.flags(enabled=False):
+    with _without_onednn():
         result = _run_trace(plan, batch_size, fake=fake)
     result.notes.append("this CPU's oneDNN has no bf16 RNN kernel: RNN layers traced in fp32 (an upper bound for them)")
     return result
+
+
+@contextlib.contextmanager
+def _without_onednn() -> Iterator[None]:
+    """torch.backends.mkldnn.flags(enabled=False), without the note its entry and exit print (on TF32 for
+    Intel GPUs: nothing the user did), and only that note: the trace's own warnings still reach the user."""
+    import torch
+
+    def quietly(step: Callable[[], Any]) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            step()
+
+    flags = torch.backends.mkldnn.flags(enabled=False)
+    quietly(flags.__enter__)
+    try:
+        yield
+    finally:
+        quietly(lambda: flags.__exit__(None, None, None))
 
 
 def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
