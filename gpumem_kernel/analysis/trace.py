@@ -170,9 +170,11 @@ def cuda_kernels() -> Iterator[_Rerouted]:
     Dropout: CUDA's fused kernel (native_dropout) keeps a 1-byte mask; the CPU's keeps a mask of the input's
     dtype (4 bytes in fp32). The CPU has native_dropout too. In-place dropout is unfused on CUDA as well.
 
-    Autocast: CUDA's policy runs normalisation, softmax and interpolation in fp32 (an fp32 copy of a bf16 input
-    is what layer_norm keeps for backward, softmax keeps an fp32 output); CPU autocast leaves them in bf16. Under
-    autocast those functions cast as CUDA's would. Tensor methods (exp, pow, sum, ...) keep the CPU's policy.
+    Autocast: CUDA's policy runs normalisation, softmax, interpolation and element-wise math (exp, log, pow,
+    rsqrt, ...) in fp32 (an fp32 copy of a bf16 input is what layer_norm keeps for backward, softmax keeps an
+    fp32 output); CPU autocast leaves them in bf16, and casts cross-entropy's logits up before log_softmax where
+    CUDA's casts after it. Under autocast those functions and Tensor methods cast as CUDA's would. Reductions
+    called as Tensor methods (sum, cumsum, norm) and Tensor.softmax keep the CPU's policy.
 
     The functions are swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
     checkpointing recomputes the forward inside backward, where function modes are not active."""
