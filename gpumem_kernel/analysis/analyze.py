@@ -1401,8 +1401,8 @@ def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Opti
     notes: List[str] = []
     if amp is not None:
         notes.append(
-            "AMP traced with CPU autocast, normalisation, softmax and interpolation cast as CUDA's autocast casts "
-            "them (fp32); element-wise math (exp, pow, sum) stays in the lower precision, where CUDA's runs fp32"
+            "AMP traced with CPU autocast under CUDA's autocast policy (normalisation, softmax, reductions and "
+            "element-wise math in fp32; mixed arguments promoted as CUDA's promotes them)"
         )
     if amp == "fp16":
         notes.append("fp16 AMP traced with bf16 (same 2-byte width) on CPU; GradScaler's few scalars not counted")

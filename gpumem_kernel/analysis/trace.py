@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from gpumem_kernel.analysis import autocast_policy
 from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel
-from gpumem_kernel.analysis.gpus import torch_minor
 from gpumem_kernel.analysis.storage import Record, tracker_class
 
 CATEGORIES = (
@@ -123,36 +123,9 @@ def _tracker_class() -> type:
     return TraceTracker
 
 
-_INHERITED = object()
-
-
-class _Rerouted:
+class _Rerouted(autocast_policy.Counter):
     attention = 0
     dropout = 0
-    autocast = 0
-
-
-# torch.nn.functional's functions that CUDA's autocast runs in fp32 and the CPU's leaves in bf16 (compared on
-# fake CUDA tensors in tests/analysis/test_analysis_trace.py, and by hand on torch 2.11, 2.12 and 2.13): each
-# casts its floating arguments up
-_CUDA_AUTOCAST_FP32 = ("layer_norm", "group_norm", "rms_norm", "interpolate", "softplus", "cosine_similarity")
-_CUDA_AUTOCAST_FP32_SINCE = {"rms_norm": (2, 12)}  # 2.11's CUDA autocast leaves rms_norm in bf16
-# ... and those it gives an fp32 `dtype` when none is given
-_CUDA_AUTOCAST_FP32_DTYPE = ("softmax", "log_softmax")
-# element-wise math CUDA's autocast runs in fp32, as torch functions and Tensor methods (HF's GELU: torch.pow)
-_CUDA_AUTOCAST_FP32_MATH = (
-    "exp", "expm1", "log", "log1p", "log2", "log10", "pow", "rsqrt", "reciprocal",
-    "acos", "asin", "cosh", "sinh", "tan", "erfinv",
-)  # fmt: skip
-
-
-def _cpu_autocast_on() -> bool:
-    import torch
-
-    try:
-        return bool(torch.is_autocast_enabled("cpu"))
-    except TypeError:  # torch before 2.4
-        return bool(torch.is_autocast_cpu_enabled())
 
 
 @contextlib.contextmanager
@@ -170,14 +143,13 @@ def cuda_kernels() -> Iterator[_Rerouted]:
     Dropout: CUDA's fused kernel (native_dropout) keeps a 1-byte mask; the CPU's keeps a mask of the input's
     dtype (4 bytes in fp32). The CPU has native_dropout too. In-place dropout is unfused on CUDA as well.
 
-    Autocast: CUDA's policy runs normalisation, softmax, interpolation and element-wise math (exp, log, pow,
-    rsqrt, ...) in fp32 (an fp32 copy of a bf16 input is what layer_norm keeps for backward, softmax keeps an
-    fp32 output); CPU autocast leaves them in bf16, and casts cross-entropy's logits up before log_softmax where
-    CUDA's casts after it. Under autocast those functions and Tensor methods cast as CUDA's would. Reductions
-    called as Tensor methods (sum, cumsum, norm) and Tensor.softmax keep the CPU's policy.
+    Autocast: CUDA's policy, where CPU autocast's keeps other tensors (analysis.autocast_policy: normalisation,
+    softmax and reductions, element-wise math and distances in fp32; cross-entropy's cast after log_softmax;
+    promotion of mixed arguments).
 
-    The functions are swapped on torch.nn.functional, not intercepted by a TorchFunctionMode: activation
-    checkpointing recomputes the forward inside backward, where function modes are not active."""
+    The functions are swapped on their Python owners (torch.nn.functional, torch, torch.Tensor), not intercepted by
+    a TorchFunctionMode: activation checkpointing recomputes the forward inside backward, where function modes are
+    not active."""
     import torch
     import torch.nn.functional as F
 
@@ -203,90 +175,9 @@ def cuda_kernels() -> Iterator[_Rerouted]:
             return torch.native_dropout(input, p, True)[0]
         return dropout(input, p, training, inplace)
 
-    low = (torch.float16, torch.bfloat16)
-
-    def upcast(value: Any) -> Any:
-        return value.float() if isinstance(value, torch.Tensor) and value.dtype in low else value
-
-    def fp32(original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def cast_up(*args: Any, **kwargs: Any) -> Any:
-            values = list(args) + list(kwargs.values())
-            if _cpu_autocast_on() and any(isinstance(v, torch.Tensor) and v.dtype in low for v in values):
-                seen.autocast += 1
-                args = tuple(upcast(a) for a in args)
-                kwargs = {k: upcast(v) for k, v in kwargs.items()}
-            return original(*args, **kwargs)
-
-        return cast_up
-
-    def fp32_dtype(original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def with_dtype(input: Any, dim: Any = None, _stacklevel: int = 3, dtype: Any = None) -> Any:
-            if dtype is None and _cpu_autocast_on() and isinstance(input, torch.Tensor) and input.is_floating_point():
-                seen.autocast += input.dtype in low
-                dtype = torch.float32
-            return original(input, dim, _stacklevel, dtype)
-
-        return with_dtype
-
-    cross_entropy = F.cross_entropy
-
-    @functools.wraps(cross_entropy)
-    def cuda_cross_entropy(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-        """CPU autocast casts the logits to fp32 before log_softmax; CUDA's runs log_softmax in their dtype and
-        casts for nll_loss, which keeps that fp32 copy: 6 bytes per logit kept, not 4 (class-index targets)."""
-        options = dict(zip(("weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing"), args))
-        options.update(kwargs)
-        plain = (
-            not options.get("label_smoothing") and options.get("size_average") is None and options.get("reduce") is None
-        )
-        if (
-            plain
-            and _cpu_autocast_on()
-            and isinstance(input, torch.Tensor)
-            and input.dtype in low
-            and isinstance(target, torch.Tensor)
-            and not target.is_floating_point()
-        ):
-            seen.autocast += 1
-            log_probs = torch.log_softmax(input, 1 if input.dim() > 1 else 0, dtype=input.dtype)
-            return F.nll_loss(
-                log_probs,
-                target,
-                options.get("weight"),
-                ignore_index=options.get("ignore_index", -100),
-                reduction=options.get("reduction", "mean"),
-            )
-        return cross_entropy(input, target, *args, **kwargs)
-
-    swapped: List[Tuple[Any, str, Any]] = [
-        (F, "cross_entropy", cuda_cross_entropy),
-        (F, "scaled_dot_product_attention", fused_attention),
-        (F, "dropout", fused_dropout),
-    ]
-    version = torch_minor(torch.__version__)
-    swapped += [
-        (F, name, fp32(getattr(F, name)))
-        for name in _CUDA_AUTOCAST_FP32
-        if hasattr(F, name) and version >= _CUDA_AUTOCAST_FP32_SINCE.get(name, (0, 0))
-    ]
-    swapped += [(F, name, fp32_dtype(getattr(F, name))) for name in _CUDA_AUTOCAST_FP32_DTYPE]
-    for name in _CUDA_AUTOCAST_FP32_MATH:
-        swapped += [(torch, name, fp32(getattr(torch, name))), (torch.Tensor, name, fp32(getattr(torch.Tensor, name)))]
-    swapped += [(torch.Tensor, name, fp32(getattr(torch.Tensor, name))) for name in ("__pow__", "__rpow__")]
-    # what to put back: the attribute itself, or nothing where torch.Tensor only inherited it from TensorBase
-    originals = [(owner, name, owner.__dict__.get(name, _INHERITED)) for owner, name, _ in swapped]
-    for owner, name, function in swapped:
-        setattr(owner, name, function)
-    try:
+    swaps = [(F, "scaled_dot_product_attention", fused_attention), (F, "dropout", fused_dropout)]
+    with autocast_policy.swapped(swaps + autocast_policy.swaps(seen)):
         yield seen
-    finally:
-        for owner, name, function in originals:
-            if function is _INHERITED:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, function)
 
 
 def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:

@@ -3,7 +3,6 @@
 `pytest -s tests/test_analysis_trace.py` prints the traced-vs-tracked table per architecture.
 """
 
-import contextlib
 from typing import Any, Callable, Dict, Tuple
 
 import pytest
@@ -12,6 +11,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+from fake_cuda import fake_cuda_autocast  # noqa: E402
 from gpumem_kernel.analysis.trace import TraceError, TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
 
 
@@ -296,33 +296,8 @@ def _mixed_step(make: Callable[..., Any]) -> Dict[str, Any]:
     return {name: tensor.dtype for name, tensor in out.items()}
 
 
-@contextlib.contextmanager
-def _fake_cuda_autocast() -> Any:
-    """PyTorch's own CUDA autocast kernels, on fake CUDA tensors: CUDA's policy read without a GPU. A CUDA build
-    on a machine without a driver (torch 2.8's) touches the device even for fake tensors: skipped there."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():
-        try:
-            torch.empty(1, device="cuda")
-        except RuntimeError as exc:
-            pytest.skip(f"no fake CUDA tensors with this torch here: {str(exc).splitlines()[0]}")
-        torch.set_autocast_enabled("cuda", True)
-        torch.set_autocast_dtype("cuda", torch.bfloat16)
-        torch.autocast_increment_nesting()
-        try:
-            yield
-        except RuntimeError as exc:
-            if "CUDA error" not in str(exc):
-                raise
-            pytest.skip(f"no fake CUDA tensors with this torch here: {str(exc).splitlines()[0]}")
-        finally:
-            torch.autocast_decrement_nesting()
-            torch.set_autocast_enabled("cuda", False)
-
-
 def _under_cuda_autocast() -> Dict[str, Any]:
-    with _fake_cuda_autocast():
+    with fake_cuda_autocast():
         return _mixed_step(lambda *shape: torch.empty(shape, device="cuda"))
 
 
@@ -367,7 +342,7 @@ def _cross_entropy_ops(device: str, make: Callable[..., Any]) -> list:
 def test_traced_cross_entropy_keeps_what_cudas_autocast_keeps() -> None:
     from gpumem_kernel.analysis.trace import cuda_kernels
 
-    with _fake_cuda_autocast():
+    with fake_cuda_autocast():
         cuda = _cross_entropy_ops("cuda", lambda *shape: torch.empty(shape, device="cuda"))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         cpu = _cross_entropy_ops("cpu", torch.randn)
