@@ -52,7 +52,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def command(result: Dict[str, Any]) -> str:
     """The recorded command line, as one runs it from the repository root."""
     raw = str(result.get("command", ""))
-    if raw.startswith("cd "):  # not a Python script (the Galata benchmark): recorded as run
+    if raw.startswith("cd ") or raw.startswith("PYTHONPATH="):  # recorded as run (Galata; another venv)
         return f"`{raw}`"
     parts = raw.split(" ", 1)
     return f"`{RUN} {parts[1]}`" if len(parts) == 2 else f"`{RUN} {parts[0]}`"
@@ -372,6 +372,43 @@ def estimator_cases(r: Optional[Dict[str, Any]]) -> str:
     )
 
 
+def autocast_parity(r: Optional[Dict[str, Any]]) -> str:
+    """Row 3c: the trace's forward against CUDA's autocast dispatch, per GPU-suite architecture."""
+    head = "### CUDA dispatch parity: the trace's forward vs CUDA's autocast, per GPU-suite architecture\n\n"
+    if r is None:
+        return head + f"{NOT_MEASURED}: run `benchmarks/autocast_parity.py` with a CUDA build of torch.\n"
+    rows = []
+    for x in r["rows"]:
+        kinds: Dict[str, int] = {}
+        for d in x["differences"]:
+            kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
+        rows.append(
+            (
+                x["arch"],
+                x["amp"] or "fp32",
+                f"{x['same_ops']} / {x['ops_cuda']}",
+                f"{x['output_bytes_trace'] - x['output_bytes_cuda']:+,} B of {x['output_bytes_cuda']:,} B",
+                "; ".join(f"{n} × {kind}" for kind, n in kinds.items()) or "none",
+            )
+        )
+    skipped = "; ".join(f"{k}: {v}" for k, v in r.get("skipped", {}).items())
+    return (
+        head
+        + r["description"][0].upper()
+        + r["description"][1:]
+        + ". Set as an H100 sets them, where fake CUDA cannot ask the device: "
+        + "; ".join(r["assumed"])
+        + ". Backward is not compared (autograd needs a CUDA driver even for fake tensors); the GPU suite's "
+        "estimator rows measure the whole step.\n\n"
+        + table(
+            ["architecture", "autocast", "ops the same", "output bytes, trace − CUDA", "differences"],
+            rows,
+        )
+        + (f"\n\nNot compared: {skipped}" if skipped else "")
+        + f"\n\n{provenance(r)}\n"
+    )
+
+
 def gpu_real(name: str) -> Optional[Dict[str, Any]]:
     """results/<name>.json of a GPU suite run; None when missing or a dry run (CPU stand-ins, no GPU figure)."""
     data = load(name)
@@ -628,6 +665,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 2 live delivery | `{RUN} benchmarks/live_delivery.py` | ~2.5 min per kernel |
 | 3 estimator accuracy (zoo and named cases) | `{RUN} benchmarks/estimator_accuracy.py` | ~5 min on CPU |
 | 3 named cases only (issue 9 §5) | `{RUN} benchmarks/estimator_accuracy.py --cases all` | ~3 min on CPU |
+| 3c CUDA dispatch parity (a CUDA build of torch, no GPU: the rehearsal's venv) | `PYTHONPATH=. ~/.cache/gpumem-gpu-image-venv/bin/python benchmarks/autocast_parity.py` (REHEARSAL_VENV, if set) | ~1 min |
 | 5 frontend (Galata, Debian chromium; after `bash scripts/setup.sh --test`) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js` | ~1 min |
 | 5b timeline view only (Galata) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js bench/timeline.spec.ts` | ~1 min |
 | 6 GPU suite (NVIDIA GPU; section 6) | `python3 -m benchmarks.gpu --out benchmarks/results` | < 10 min (H100, plan) |
@@ -655,6 +693,7 @@ def main() -> None:
         row_delivery(load("live_delivery")),
         row_estimator(load("estimator_accuracy")),
         estimator_cases(load("estimator_cases")),
+        autocast_parity(load("autocast_parity")),
         row_autobatch(gpu_real("gpu_autobatch")),
         row_frontend(load("frontend")),
         row_frontend_timeline(load("frontend_timeline")),
