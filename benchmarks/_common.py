@@ -48,9 +48,10 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_result(name: str, data: dict[str, Any]) -> Path:
-    """Write benchmarks/results/<name>.json with machine, versions and date."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_result(name: str, data: dict[str, Any], folder: Path | None = None) -> Path:
+    """Write benchmarks/results/<name>.json (or <folder>/<name>.json) with machine, versions and date."""
+    folder = folder or RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
     payload = {
         "name": name,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -58,7 +59,7 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
         "machine": machine(),
         **data,
     }
-    path = RESULTS / f"{name}.json"
+    path = folder / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    print(f"wrote {path}")
     return path

@@ -48,7 +48,9 @@ _FUSED = {
     "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
 }
+_FUSED_BACKWARD = {name + "_backward" for name in _FUSED}
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1, "uint8": 1}
 
 
@@ -65,8 +67,10 @@ class _Ops(TorchDispatchMode):
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
         if name in _FUSED:  # the kernels differ by name and by their scalar outputs; output and log-sum-exp kept
             name, outs = "fused attention", outs[:2]
-        if name == "cudnn_batch_norm":
-            name, outs = "native_batch_norm", outs[:3]
+        if name in _FUSED_BACKWARD:
+            name, outs = "fused attention backward", outs[:3]
+        if name in ("cudnn_batch_norm", "cudnn_batch_norm_backward"):
+            name, outs = name.replace("cudnn", "native"), outs[:3]
         if name == "empty" and all(o.numel() == 0 for o in outs):
             return out  # the CPU's batch norm reserve placeholder
         self.seen.append((name, tuple((str(o.dtype).replace("torch.", ""), tuple(o.shape)) for o in outs)))
@@ -120,24 +124,42 @@ def _cuda_autocast(amp: bool) -> Any:
         torch.clear_autocast_cache()
 
 
-def forward_ops(name: str, device: str, amp: bool) -> List[Op]:
+def step_ops(name: str, side: str, amp: bool) -> List[Op]:
+    """The ops of one forward and loss (and backward, on a real GPU and for the trace beside it).
+
+    side: "fake-cuda" (PyTorch's CUDA autocast on fake CUDA tensors, forward only), "real-cuda" (the GPU itself,
+    its own attention choice, backward too), "trace" (fake CPU tensors as the estimator runs them), "trace+backward".
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     built = models.build(name, dry=True)
+    if side == "real-cuda":
+        model = built.model.to("cuda").train()
+        batch = built.make_batch(built.batches[0], False)
+        batch = batch.to("cuda") if isinstance(batch, torch.Tensor) else batch
+        with _Ops() as ops:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                loss = built.loss(model(batch), batch)
+            ops.seen.append(("backward", ()))
+            loss.backward()
+        return ops.seen
     attention = F.scaled_dot_product_attention
+    device = "cuda" if side == "fake-cuda" else "cpu"
     with FakeTensorMode(allow_non_fake_inputs=True):
         model, batch = _on(device, built)
         if device == "cuda":
             F.scaled_dot_product_attention = _h100_attention
             policy: Any = _cuda_autocast(amp)
         else:
-            policy = contextlib.ExitStack()
-            if amp:
-                policy.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
-            policy.enter_context(cuda_kernels())
+            policy = cuda_kernels()
+        cpu_autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp and device == "cpu")
         try:
             with policy, _Ops() as ops:
-                built.loss(model(batch), batch)
+                with cpu_autocast:
+                    loss = built.loss(model(batch), batch)
+                if side == "trace+backward":
+                    ops.seen.append(("backward", ()))
+                    loss.backward()
         finally:
             F.scaled_dot_product_attention = attention
     return ops.seen
@@ -157,8 +179,11 @@ def _bytes(op: Op) -> int:
     return sum(_BYTES.get(dtype, 4) * math.prod(shape) for dtype, shape in op[1])
 
 
-def compare(name: str, amp: bool) -> Dict[str, Any]:
-    cuda, traced = forward_ops(name, "cuda", amp), forward_ops(name, "cpu", amp)
+def compare(name: str, amp: bool, real: bool = False) -> Dict[str, Any]:
+    if real:
+        cuda, traced = step_ops(name, "real-cuda", amp), step_ops(name, "trace+backward", amp)
+    else:
+        cuda, traced = step_ops(name, "fake-cuda", amp), step_ops(name, "trace", amp)
     differences = []
     matcher = difflib.SequenceMatcher(a=cuda, b=traced, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -188,18 +213,24 @@ def compare(name: str, amp: bool) -> Dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("archs", nargs="*", help="architectures (default: all of benchmarks/gpu/models.py)")
+    parser.add_argument("--real", action="store_true", help="on an NVIDIA GPU: its own ops, backward included")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the result (default benchmarks/results)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
+    if args.real and not torch.cuda.is_available():
+        sys.exit("autocast_parity --real needs an NVIDIA GPU and a CUDA build of torch")
     warnings.filterwarnings("ignore")
     rows, skipped = [], {}
     for name in args.archs or list(models.ARCHS):
         for amp in (False, True):
             try:
-                row = compare(name, amp)
+                row = compare(name, amp, real=args.real)
             except models.Unavailable as exc:
                 skipped[name] = str(exc)
                 break
-            except RuntimeError as exc:  # cuDNN's RNN asks the device even for fake tensors
+            except RuntimeError as exc:  # cuDNN's RNN asks for the driver even on fake tensors
+                if args.real:
+                    raise
                 skipped[name] = f"needs a CUDA driver ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                 break
             rows.append(row)
@@ -212,28 +243,33 @@ def main() -> None:
                     print(f"    other: CUDA {difference['cuda']} trace {difference['trace']}")
     for name, why in skipped.items():
         print(f"{name}: not compared: {why}")
-    if not args.no_write:
-        path = write_result(
-            "autocast_parity",
-            {
-                "description": (
-                    "one training-mode forward and loss per GPU-suite architecture (dry-run sizes), fake CUDA "
-                    "tensors under PyTorch's CUDA autocast vs the trace's fake CPU tensors under CPU autocast and "
-                    "cuda_kernels(); aten ops that make tensors, with their outputs' dtypes and shapes"
-                ),
-                "assumed": [
-                    "scaled_dot_product_attention runs flash attention for bf16/fp16 without a mask, "
-                    "memory-efficient attention otherwise",
-                    "cudnn_batch_norm compared as native_batch_norm (the same tensors; its reserve is empty)",
-                ],
-                "rows": rows,
-                "skipped": skipped,
-            },
+    if args.no_write:
+        return
+    if args.real:
+        description = (
+            "one training step (forward, loss, backward) per GPU-suite architecture (dry-run sizes) on the GPU under "
+            "torch.autocast('cuda') vs the trace's fake CPU tensors under CPU autocast and cuda_kernels(); aten ops "
+            "that make tensors, with their outputs' dtypes and shapes"
         )
-        # run with another venv's python (a CUDA build): record the command as it is typed
-        result = json.loads(path.read_text())
-        result["command"] = f"PYTHONPATH=. {sys.executable} benchmarks/autocast_parity.py"
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        assumed = ["cudnn_batch_norm compared as native_batch_norm; attention kernels compared by their outputs"]
+    else:
+        description = (
+            "one training-mode forward and loss per GPU-suite architecture (dry-run sizes), fake CUDA tensors under "
+            "PyTorch's CUDA autocast vs the trace's fake CPU tensors under CPU autocast and cuda_kernels(); aten "
+            "ops that make tensors, with their outputs' dtypes and shapes"
+        )
+        assumed = [
+            "scaled_dot_product_attention runs flash attention for bf16/fp16 without a mask, memory-efficient "
+            "attention otherwise",
+            "cudnn_batch_norm compared as native_batch_norm (the same tensors; its reserve is empty)",
+        ]
+    data = {"description": description, "assumed": assumed, "rows": rows, "skipped": skipped}
+    path = write_result("gpu_autocast_parity" if args.real else "autocast_parity", data, args.out)
+    # run with another venv's python (a CUDA build): record the command as it is typed
+    result = json.loads(path.read_text())
+    flags = " --real" if args.real else ""
+    result["command"] = f"PYTHONPATH=. {sys.executable} benchmarks/autocast_parity.py{flags}"
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

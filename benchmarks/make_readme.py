@@ -372,11 +372,17 @@ def estimator_cases(r: Optional[Dict[str, Any]]) -> str:
     )
 
 
-def autocast_parity(r: Optional[Dict[str, Any]]) -> str:
-    """Row 3c: the trace's forward against CUDA's autocast dispatch, per GPU-suite architecture."""
-    head = "### CUDA dispatch parity: the trace's forward vs CUDA's autocast, per GPU-suite architecture\n\n"
-    if r is None:
-        return head + f"{NOT_MEASURED}: run `benchmarks/autocast_parity.py` with a CUDA build of torch.\n"
+def autocast_parity(r: Optional[Dict[str, Any]], real: bool = False) -> str:
+    """Row 3c: the trace's ops against CUDA's, per GPU-suite architecture: its dispatch on fake CUDA tensors (no
+    GPU), or (real) the GPU's own training step."""
+    if real:
+        head = "### CUDA dispatch parity on the GPU: the trace's step vs the GPU's own ops (forward and backward)\n\n"
+        if r is None:
+            return head + f"{NOT_MEASURED}: on a GPU, `python3 benchmarks/autocast_parity.py --real --out DIR`.\n"
+    else:
+        head = "### CUDA dispatch parity: the trace's forward vs CUDA's autocast, per GPU-suite architecture\n\n"
+        if r is None:
+            return head + f"{NOT_MEASURED}: run `benchmarks/autocast_parity.py` with a CUDA build of torch.\n"
     rows = []
     for x in r["rows"]:
         kinds: Dict[str, int] = {}
@@ -396,16 +402,20 @@ def autocast_parity(r: Optional[Dict[str, Any]]) -> str:
         head
         + r["description"][0].upper()
         + r["description"][1:]
-        + ". Set as an H100 sets them, where fake CUDA cannot ask the device: "
-        + "; ".join(r["assumed"])
-        + ". Backward is not compared (autograd needs a CUDA driver even for fake tensors); the GPU suite's "
-        "estimator rows measure the whole step.\n\n"
+        + (
+            ". Compared as: " + "; ".join(r["assumed"]) + ".\n\n"
+            if real
+            else ". Set as an H100 sets them, where fake CUDA cannot ask the device: "
+            + "; ".join(r["assumed"])
+            + ". Backward is not compared (autograd needs a CUDA driver even for fake tensors); the GPU suite's "
+            "estimator rows measure the whole step, and `--real` compares backward on a GPU.\n\n"
+        )
         + table(
             ["architecture", "autocast", "ops the same", "output bytes, trace − CUDA", "differences"],
             rows,
         )
         + (f"\n\nNot compared: {skipped}" if skipped else "")
-        + f"\n\n{provenance(r)}\n"
+        + f"\n\n{gpu_provenance(r) if real else provenance(r)}\n"
     )
 
 
@@ -665,6 +675,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 2 live delivery | `{RUN} benchmarks/live_delivery.py` | ~2.5 min per kernel |
 | 3 estimator accuracy (zoo and named cases) | `{RUN} benchmarks/estimator_accuracy.py` | ~5 min on CPU |
 | 3 named cases only (issue 9 §5) | `{RUN} benchmarks/estimator_accuracy.py --cases all` | ~3 min on CPU |
+| 3c CUDA dispatch parity on a GPU (forward and backward; after the GPU suite) | `python3 benchmarks/autocast_parity.py --real --out DIR` | ~1 min |
 | 3c CUDA dispatch parity (a CUDA build of torch, no GPU: the rehearsal's venv) | `PYTHONPATH=. ~/.cache/gpumem-gpu-image-venv/bin/python benchmarks/autocast_parity.py` (REHEARSAL_VENV, if set) | ~1 min |
 | 5 frontend (Galata, Debian chromium; after `bash scripts/setup.sh --test`) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js` | ~1 min |
 | 5b timeline view only (Galata) | `cd ui-tests && jlpm playwright test -c playwright.bench.config.js bench/timeline.spec.ts` | ~1 min |
@@ -694,6 +705,7 @@ def main() -> None:
         row_estimator(load("estimator_accuracy")),
         estimator_cases(load("estimator_cases")),
         autocast_parity(load("autocast_parity")),
+        autocast_parity(load("gpu_autocast_parity"), real=True),
         row_autobatch(gpu_real("gpu_autobatch")),
         row_frontend(load("frontend")),
         row_frontend_timeline(load("frontend_timeline")),
