@@ -132,6 +132,7 @@ def step_ops(name: str, side: str, amp: bool) -> List[Op]:
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    models.build.cache_clear()  # a fresh, seeded model per side: the fake side swaps the parameters it is given
     built = models.build(name, dry=True)
     if side == "real-cuda":
         model = built.model.to("cuda").train()

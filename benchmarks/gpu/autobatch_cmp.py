@@ -20,6 +20,7 @@ import contextlib
 import copy
 import gc
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -267,7 +268,9 @@ def survival(built: Any, batch: int, device: Any, cap: Optional[int], steps: int
     }
 
 
-def compare(arch: str, dry: bool) -> Dict[str, Any]:
+def compare(arch: str, dry: bool, progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Each tool's pick and its survival run; `progress` gets the row so far after each tool (what a kill at the
+    time budget leaves is kept)."""
     import torch
 
     from benchmarks.gpu import models
@@ -294,6 +297,8 @@ def compare(arch: str, dry: bool) -> Dict[str, Any]:
             f"autobatch/{arch}/{name}: pick {entry['pick']} in {entry['trials']} trials, {entry['seconds']} s",
             flush=True,
         )
+        if progress is not None:
+            progress({"arch": arch, "batch_input": built.input, "tools": dict(tools)})
     return {"arch": arch, "batch_input": built.input, "tools": tools}
 
 
@@ -301,13 +306,15 @@ def compare(arch: str, dry: bool) -> Dict[str, Any]:
 
 
 def start_ballast(free_bytes: int) -> Tuple["subprocess.Popen[str]", Optional[int]]:
-    """A process holding all of the GPU but `free_bytes` (its context included), until killed."""
+    """A process holding all of the GPU but `free_bytes` (its context included), until killed or its section ends."""
     code = (
-        "import sys, time, torch; torch.zeros(1, device='cuda'); free, _ = torch.cuda.mem_get_info(); "
+        "import os, sys, time, torch; torch.zeros(1, device='cuda'); free, _ = torch.cuda.mem_get_info(); "
         "n = max(0, free - int(sys.argv[1])); x = torch.empty(n, dtype=torch.uint8, device='cuda'); "
-        "print(n, flush=True); time.sleep(3600)"
+        "print(n, flush=True)\n"
+        "while os.getppid() == int(sys.argv[2]): time.sleep(0.5)"  # ends with its section, killed or not
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(free_bytes)], stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-c", code, str(free_bytes), str(os.getpid())]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     held = first_line(proc, 120)  # the bytes it holds, once it holds them
     return proc, int(held) if held and held.isdigit() else None
 
@@ -326,7 +333,13 @@ def _spawn(arch: str, ctx: Context, seconds: float) -> Dict[str, Any]:
         if done.returncode != 0:
             return {"arch": arch, "status": "failed", "reason": (done.stderr.strip().splitlines() or ["?"])[-1]}
     except subprocess.TimeoutExpired:
-        return {"arch": arch, "status": "not measured", "reason": f"killed at its time budget ({seconds:.0f} s)"}
+        killed = f"killed at its time budget ({seconds:.0f} s)"
+        if not out.exists():
+            return {"arch": arch, "status": "not measured", "reason": killed}
+        data = json.loads(out.read_text())  # the tools that finished before the kill
+        for name in TOOLS:
+            data["tools"].setdefault(name, {"status": "not measured", "reason": killed})
+        return {"status": "ok", **data}
     data = json.loads(out.read_text())
     out.unlink()
     out.parent.rmdir()
@@ -402,7 +415,11 @@ def main() -> None:
         parser.add_argument("--result", type=Path, required=True)
         parser.add_argument("--dry-run", action="store_true")
         args = parser.parse_args()
-        args.result.write_text(json.dumps(compare(args.compare, args.dry_run)))
+
+        def keep(row: Dict[str, Any]) -> None:
+            args.result.write_text(json.dumps(row))
+
+        keep(compare(args.compare, args.dry_run, keep))
         return
     ctx = section_context(__doc__.splitlines()[0])
     result = run(ctx, FREE_GIB)

@@ -145,21 +145,11 @@ def _safe_predict(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Di
 # --- truth ----------------------------------------------------------------------------------------------------
 
 
-def clear_cublas_workspaces() -> bool:
-    import torch
-
-    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-    if clear is None:
-        return False
-    clear()
-    return True
-
-
 def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
     """Peaks of steps 2-3 over an emptied baseline, and NVML's process figure before the cache is emptied."""
     import torch
 
-    from gpumem_kernel.analysis.analyze import run_real_steps
+    from gpumem_kernel.analysis.analyze import clear_cublas_workspaces, run_real_steps
 
     device = torch.device("cuda", torch.cuda.current_device())
 
@@ -217,7 +207,7 @@ def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
 def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
     """analyze() end to end at `cfg`: on CUDA the measured engine; on the CPU whichever engine it picks."""
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.analyze import analyze, clear_cublas_workspaces
 
     built = models.build(arch, dry)
     batch = built.batches[cfg.batch_index]
@@ -226,7 +216,7 @@ def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
         import torch
 
         gc.collect()
-        clear_cublas_workspaces()  # as for the truth: the engine's own first step allocates them
+        clear_cublas_workspaces()  # as for the truth (the engine frees them before each point too)
         torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
         reserve = max(0, free - ENGINE_LIMIT)  # bytes: whatever the concurrent processes hold

@@ -63,6 +63,7 @@ def recorded_vs_predicted(name: str, dry: bool) -> Dict[str, Any]:
         input=lambda b: built.make_batch(b, False),
         loss=built.loss,
         optimizer="adamw",
+        **({} if dry else _traced_for_this_gpu()),
     )
     row["predicted"] = {
         "peak": predicted.payload.peak.bytes,
@@ -110,6 +111,20 @@ def recorded_vs_predicted(name: str, dry: bool) -> Dict[str, Any]:
     return row
 
 
+def _traced_for_this_gpu() -> Dict[str, Any]:
+    """analyze's target for this GPU. With CUDA in use (the capture and the cost ran first) analyze would measure
+    on the GPU instead, up to 14 real runs with a search towards the whole 80 GB: the traced step is the one
+    whose timeline is predicted, planned for this GPU's workspaces and memory."""
+    import torch
+
+    from gpumem_kernel.analysis import gpus
+
+    try:
+        return {"target": gpus.lookup(torch.cuda.get_device_name(0)).name}
+    except ValueError:  # not in the table: its memory, with the default workspace rules
+        return {"memory": torch.cuda.get_device_properties(0).total_memory}
+
+
 def _by_category(payload: Dict[str, Any]) -> Dict[str, int]:
     found: Dict[str, int] = {}
     for holder in payload.get("alive_at_peak") or ():
@@ -134,6 +149,10 @@ def oom_capture(dry: bool) -> Dict[str, Any]:
         return {"status": "dry run", "stand_in": str(FIXTURE.relative_to(REPO)), "alive": alive}
     import torch
 
+    # as in a notebook whose earlier cell used the GPU: the capture records only while CUDA is in use (it never
+    # starts CUDA itself), and this section's process has not touched CUDA yet
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
     capture.set_enabled(True)
     capture.pre_run_cell()
     ballast = None
@@ -189,20 +208,23 @@ def recording_cost(dry: bool, rounds: int, window: float) -> Dict[str, Any]:
 
         step = gpu_loop()
 
+    def allocs_and_frees() -> int:
+        """The allocator's own counts: the history's ring (DEFAULT_MAX_ENTRIES) can wrap within a window."""
+        stats = torch.cuda.memory_stats()
+        return int(stats.get("allocation.all.allocated", 0)) + int(stats.get("allocation.all.freed", 0))
+
     def timed(record: bool) -> Dict[str, float]:
         if record:
             recorded.start_history(torch, recorded.DEFAULT_MAX_ENTRIES, clear=True)
         try:
             times: List[float] = []
+            counted = allocs_and_frees() if record else 0
             end = time.perf_counter() + window
             while time.perf_counter() < end:
                 t0 = time.perf_counter()
                 step()
                 times.append(time.perf_counter() - t0)
-            events = 0
-            if record:
-                snapshot = torch.cuda.memory._snapshot()
-                events = sum(len(t) for t in snapshot.get("device_traces") or ())
+            events = allocs_and_frees() - counted if record else 0
         finally:
             if record:
                 recorded.stop_history(torch)

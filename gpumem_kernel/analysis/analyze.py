@@ -879,8 +879,23 @@ def run_real_steps(
     )
 
 
+def clear_cublas_workspaces() -> bool:
+    """Free cuBLAS's per-thread workspaces (PyTorch's own CUDA-graph trees do the same around a capture); the next
+    matmul on a thread allocates its workspace again. False where this torch has no such call."""
+    import torch
+
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        return False
+    clear()
+    return True
+
+
 def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tuple[int, int]]:
-    """(peak allocated, peak reserved) of steps 2–3 at `batch` on a copy, over the baseline; None on OOM."""
+    """(peak allocated, peak reserved) of steps 2–3 at `batch` on a copy, over the baseline; None on OOM.
+
+    cuBLAS's workspaces are freed first, so every point counts the ones its step allocates (as the traced engine
+    and a fresh process do): kept from an earlier point, they would sit in the baseline of every later one only."""
     import torch
 
     def reset_at_step_two(step: int) -> None:
@@ -892,6 +907,7 @@ def measure_step_peaks(plan: TracePlan, batch: int, device: Any) -> Optional[Tup
     with _preserved_rng():
         gc.collect()
         torch.cuda.synchronize(device)
+        clear_cublas_workspaces()
         torch.cuda.empty_cache()
         base_allocated = torch.cuda.memory_allocated(device)
         base_reserved = torch.cuda.memory_reserved(device)
