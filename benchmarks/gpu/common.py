@@ -110,6 +110,12 @@ class NvmlTruth:
             return None
         return listed[pid] if pid in listed else 0
 
+    def held_by(self, pid: int) -> Optional[int]:
+        """NVML's bytes for a process known to hold a CUDA context; None when NVML does not list it (a PID
+        namespace NVML does not see into: the figure is unknown, not 0) or has no figure."""
+        listed = self.processes()
+        return None if listed is None else listed.get(pid)
+
     def lists(self, pids: Iterable[int]) -> Optional[List[int]]:
         """Which of `pids` NVML lists on any GPU; None without NVML."""
         listed = self.processes()

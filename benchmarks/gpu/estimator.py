@@ -176,7 +176,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
         gc.collect()
         torch.cuda.empty_cache()
         return {"status": "out of memory", "reason": oom}
-    process = nvml.used_by(os.getpid())
+    process = nvml.held_by(os.getpid())  # this process has run CUDA steps: unlisted is unknown, not 0
     reserved_now = torch.cuda.memory_reserved(device)
     return {
         "status": "ok",
@@ -251,7 +251,7 @@ def _context_at_start(nvml: NvmlTruth) -> Optional[int]:
 
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
-    used = nvml.used_by(os.getpid())
+    used = nvml.held_by(os.getpid())
     return None if used is None else used - torch.cuda.memory_reserved()
 
 
