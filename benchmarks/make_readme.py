@@ -429,7 +429,9 @@ def gpu_provenance(r: Dict[str, Any]) -> str:
     m = r.get("machine", {})
     return (
         f"Measured {r.get('date', '?')} on {m.get('gpu') or '?'} (driver {m.get('driver', '?')}, CUDA driver "
-        f"{m.get('cuda_driver', '?')}), torch {m.get('torch', '?')} (CUDA {m.get('torch_cuda', '?')}), Python "
+        f"{m.get('cuda_driver', '?')}), torch {m.get('torch', '?')}"
+        + (f" (CUDA {m['torch_cuda']})" if m.get("torch_cuda") else "")  # the runner's file names no CUDA build
+        + ", Python "
         f"{m.get('python', '?')}, {m.get('cpu_count', '?')} CPUs. Reproduce: `{r.get('command', '?')}`"
     )
 
