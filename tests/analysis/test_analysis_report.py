@@ -3,7 +3,7 @@ recommendations, distributed figures and the seeds' Python API."""
 
 import json
 from importlib import resources
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 
@@ -12,6 +12,7 @@ jsonschema = pytest.importorskip("jsonschema")
 nn = torch.nn
 
 from gpumem_kernel.analysis import analyze as analysis  # noqa: E402
+from gpumem_kernel.analysis import gpus  # noqa: E402
 from gpumem_kernel.analysis.analyze import (  # noqa: E402
     AnalysisReport,
     _Point,
@@ -88,8 +89,6 @@ def _figure(report: AnalysisReport, name: str) -> int:
 def test_workspaces_are_the_target_gpus_under_this_torch(monkeypatch: Any) -> None:
     """cuBLAS keeps 32 MiB per thread on an H100 and 8 MiB on an RTX 4090; cuBLASLt keeps its own 1 MiB on the
     forward thread (the MLP's nn.Linear) where this torch separates the two (2.9 to 2.11, or when told to)."""
-    from gpumem_kernel.analysis import gpus
-
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.delenv("TORCH_CUBLASLT_UNIFIED_WORKSPACE", raising=False)
     lt = gpus.blas_workspaces("9.0", torch.__version__, {}).lt
@@ -309,7 +308,11 @@ def test_measured_engine_on_a_gpu_and_the_traced_prediction() -> None:  # pragma
     before = [p.detach().clone() for p in model.parameters()]
     rng = torch.cuda.get_rng_state()
     measured = analyze(model, batch_size=64, optimizer=optimizer, device="cuda:0")
-    planned = analyze(model, batch_size=64, optimizer=optimizer, memory=measured.device.total_bytes)
+    try:  # planned for this GPU: its cuBLAS workspaces (32 MiB per thread on sm_90) are a fifth of this model's step
+        where: Dict[str, Any] = {"target": gpus.lookup(torch.cuda.get_device_name(0)).name}
+    except ValueError:
+        where = {"memory": measured.device.total_bytes}
+    planned = analyze(model, batch_size=64, optimizer=optimizer, **where)
     assert measured.engine == "measured" and planned.engine == "traced"
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert torch.equal(rng, torch.cuda.get_rng_state()) and not optimizer.state
