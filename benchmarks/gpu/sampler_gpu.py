@@ -69,6 +69,8 @@ def run(ctx: Context) -> Dict[str, Any]:
     step = so.make_loop() if dry else gpu_loop()
     so.run_window(step, 0.3 if dry else 3.0)  # warm-up: kernels, allocator, cuDNN choices
     rounds, window, attributed_s = (2, 0.2, 1.5) if dry else (8, 1.0, 12.0)
+    if not dry:  # what start-up and the warm-up left of the budget: three arms a round, then the attributed run
+        rounds = max(2, min(rounds, int((ctx.left() - attributed_s - 8) / (3 * window))))
     ab = ab_rounds(step, rounds, window)
     local = so.attributed(step, 1.0, attributed_s)
     probe = so.probe_cost(repeats=3 if dry else 10, number=20 if dry else 100)
