@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import json
 import math
 import sys
 import warnings
@@ -264,13 +263,16 @@ def main() -> None:
             "attention otherwise",
             "cudnn_batch_norm compared as native_batch_norm (the same tensors; its reserve is empty)",
         ]
-    data = {"description": description, "assumed": assumed, "rows": rows, "skipped": skipped}
-    path = write_result("gpu_autocast_parity" if args.real else "autocast_parity", data, args.out)
-    # run with another venv's python (a CUDA build): record the command as it is typed
-    result = json.loads(path.read_text())
     flags = " --real" if args.real else ""
-    result["command"] = f"PYTHONPATH=. {sys.executable} benchmarks/autocast_parity.py{flags}"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    data = {
+        # run with another venv's python (a CUDA build): recorded as it is typed
+        "command": f"PYTHONPATH=. {sys.executable} benchmarks/autocast_parity.py{flags}",
+        "description": description,
+        "assumed": assumed,
+        "rows": rows,
+        "skipped": skipped,
+    }
+    write_result("gpu_autocast_parity" if args.real else "autocast_parity", data, args.out)
 
 
 if __name__ == "__main__":

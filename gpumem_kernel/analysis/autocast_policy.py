@@ -135,8 +135,9 @@ def _fp32_dtype(original: Callable[..., Any], seen: Counter) -> Callable[..., An
 
     @functools.wraps(original)
     def with_dtype(*args: Any, **kwargs: Any) -> Any:
-        given = kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args)  # softmax(x, 1, dt)
-        if args and _low(args[0]) and not given and cpu_autocast_on():
+        if args and _low(args[0]) and cpu_autocast_on():
+            if kwargs.get("dtype") is not None or any(isinstance(a, torch.dtype) for a in args):  # softmax(x, 1, dt)
+                return original(*args, **kwargs)
             seen.autocast += 1
             return _as_cuda_wraps(original, args, {**kwargs, "dtype": torch.float32})
         return original(*args, **kwargs)
@@ -149,8 +150,10 @@ def _promote(original: Callable[..., Any], seen: Counter) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def promoted(*args: Any, **kwargs: Any) -> Any:
+        if not cpu_autocast_on():
+            return original(*args, **kwargs)
         floats = [t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()]
-        if cpu_autocast_on() and len(set(floats)) > 1:
+        if len(set(floats)) > 1:
             widest = functools.reduce(torch.promote_types, floats)
             seen.autocast += 1
             args = tuple(_cast(a, widest) for a in args)
@@ -165,8 +168,7 @@ def _native(original: Callable[..., Any], seen: Counter) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def uncast(*args: Any, **kwargs: Any) -> Any:
-        floats = {t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()}
-        if len(floats) > 1 and cpu_autocast_on():
+        if cpu_autocast_on() and len({t.dtype for t in _tensors(args, kwargs) if t.is_floating_point()}) > 1:
             seen.autocast += 1
             return _as_cuda_wraps(original, args, kwargs)
         return original(*args, **kwargs)
