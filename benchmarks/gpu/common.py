@@ -222,6 +222,17 @@ def write_result(ctx: Context, name: str, data: Dict[str, Any], nvml: Optional[N
 # --- errors ------------------------------------------------------------------------------------------------
 
 
+def planned_for(name: Optional[str], memory: Any) -> Dict[str, Any]:
+    """analyze()'s keyword for planning a traced step on this GPU: its table entry (compute capability, hence its
+    cuBLAS workspaces) when the table knows the name, else its memory with the default workspace rules."""
+    from gpumem_kernel.analysis import gpus
+
+    try:
+        return {"target": gpus.lookup(name).name} if name else {"memory": memory}
+    except ValueError:
+        return {"memory": memory}
+
+
 def signed_error(predicted: Optional[float], truth: Optional[float]) -> Optional[float]:
     """(predicted - truth) / truth; positive: the prediction was too high."""
     if predicted is None or truth is None or truth <= 0:

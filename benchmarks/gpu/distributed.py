@@ -18,7 +18,15 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
-from benchmarks.gpu.common import Context, NvmlTruth, one_line, section_context, signed_error, write_result
+from benchmarks.gpu.common import (
+    Context,
+    NvmlTruth,
+    one_line,
+    planned_for,
+    section_context,
+    signed_error,
+    write_result,
+)
 
 NAME = "gpu_distributed"
 STRATEGIES = ("ddp", "fsdp")
@@ -83,15 +91,7 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
 def _predict(built: Any, batch: int, strategy: str, gpu: Dict[str, Any]) -> Dict[str, Any]:
     from gpumem_kernel.analysis.analyze import analyze
 
-    where: Dict[str, Any] = {"memory": gpu.get("memory_total") or "80GiB"}
-    try:
-        from gpumem_kernel.analysis import gpus
-
-        if gpu.get("name"):
-            gpus.lookup(gpu["name"])
-            where = {"target": gpu["name"]}  # the table's compute capability: its cuBLAS workspace size
-    except ValueError:
-        pass
+    where = planned_for(gpu.get("name"), gpu.get("memory_total") or "80GiB")
     report = analyze(
         built.model,
         batch_size=batch,

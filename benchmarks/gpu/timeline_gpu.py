@@ -22,7 +22,7 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from benchmarks.gpu.common import REPO, Context, is_oom, one_line, section_context, write_result
+from benchmarks.gpu.common import REPO, Context, is_oom, one_line, planned_for, section_context, write_result
 
 NAME = "gpu_timeline"
 MODELS = ["MLP", "ResNet-18/4", "nanoGPT"]
@@ -117,12 +117,7 @@ def _traced_for_this_gpu() -> Dict[str, Any]:
     whose timeline is predicted, planned for this GPU's workspaces and memory."""
     import torch
 
-    from gpumem_kernel.analysis import gpus
-
-    try:
-        return {"target": gpus.lookup(torch.cuda.get_device_name(0)).name}
-    except ValueError:  # not in the table: its memory, with the default workspace rules
-        return {"memory": torch.cuda.get_device_properties(0).total_memory}
+    return planned_for(torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).total_memory)
 
 
 def _by_category(payload: Dict[str, Any]) -> Dict[str, int]:
