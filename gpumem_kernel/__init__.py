@@ -92,7 +92,7 @@ _LAZY = {
     "MemoryMonitor": "analysis.analyze",
     "auto_select_batch_size": "autobatch.search",
     "run_benchmark": "benchmark.sweep",
-    "load_config": "benchmark.sweep",
+    "load_config": "benchmark.config",
     "clear_gpu_memory": "clear.reclaim",
     "record_timeline": "timeline.recorded",
     "predict_timeline": "timeline.predicted",

@@ -648,14 +648,16 @@ def benchmark_arguments(line: str) -> None:
 
 
 def _rows_text(rows: List[Dict[str, Any]], engine: str) -> str:
-    from gpumem_kernel.benchmark.sweep import _table
+    from gpumem_kernel.benchmark.report import _table
 
     return "\n".join(_table({"rows": rows, "engine": engine}))
 
 
 def benchmark(shell: Any, rest: str) -> None:
     from gpumem_kernel.analysis.analyze import parse_shape
-    from gpumem_kernel.benchmark.sweep import benchmark_bundle, check_value, load_config, run_benchmark
+    from gpumem_kernel.benchmark.config import check_value, load_config
+    from gpumem_kernel.benchmark.report import benchmark_bundle
+    from gpumem_kernel.benchmark.sweep import run_benchmark
 
     command = "benchmark"
     args = parse(benchmark_arguments, command, rest)

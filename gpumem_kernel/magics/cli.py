@@ -206,7 +206,8 @@ def _print_row(row: Any) -> None:
 
 
 def _run_benchmark(args: argparse.Namespace) -> int:
-    from gpumem_kernel.benchmark.sweep import check_value, run_benchmark
+    from gpumem_kernel.benchmark.config import check_value
+    from gpumem_kernel.benchmark.sweep import run_benchmark
 
     batch_sizes = _joined(args.batch_sizes)
     workers = _joined(args.num_workers)

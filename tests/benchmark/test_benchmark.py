@@ -13,15 +13,9 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.benchmark.sweep import (  # noqa: E402
-    MIME,
-    BenchmarkConfig,
-    benchmark_bundle,
-    load_config,  # noqa: E402
-    pick_yaml,
-    recommended_yaml,
-    run_benchmark,
-)
+from gpumem_kernel.benchmark.config import BenchmarkConfig, load_config  # noqa: E402
+from gpumem_kernel.benchmark.report import MIME, benchmark_bundle, pick_yaml, recommended_yaml  # noqa: E402
+from gpumem_kernel.benchmark.sweep import run_benchmark  # noqa: E402
 from user_state import assert_same, state_of  # noqa: E402
 
 GiB = 1 << 30
@@ -271,7 +265,10 @@ def test_config_defaults_and_overrides(tmp_path):
 
 def test_swapping_is_suspected_only_with_all_three_signs():
     """Swapping: no OOM, but per-sample time collapses at the memory limit while utilisation drops (GPU)."""
-    from gpumem_kernel.benchmark.sweep import BenchmarkRow, _swapping, diagnose, pick_configurations
+    from gpumem_kernel.benchmark.diagnostics import diagnose
+    from gpumem_kernel.benchmark.picks import pick_configurations
+    from gpumem_kernel.benchmark.result import BenchmarkRow
+    from gpumem_kernel.benchmark.sweep import _swapping
 
     total = 16 * GiB
     fast = BenchmarkRow(

@@ -15,7 +15,7 @@ from conftest import gpumem_shell  # noqa: E402
 from gpumem_kernel.analysis.analyze import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import MIME as AUTOBATCH_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import scan_batch_sizes  # noqa: E402
-from gpumem_kernel.benchmark.sweep import MIME as BENCHMARK_MIME  # noqa: E402
+from gpumem_kernel.benchmark.report import MIME as BENCHMARK_MIME  # noqa: E402
 from gpumem_kernel.wire.protocol import load_payload_schema  # noqa: E402
 from gpumem_kernel.magics.analysis import last_recommendation  # noqa: E402
 from gpumem_kernel.oom.checklist import OOM_MIME  # noqa: E402

@@ -22,7 +22,8 @@ import pytest
 
 from gpumem_kernel.analysis import analyze
 from gpumem_kernel.autobatch import search
-from gpumem_kernel.benchmark import sweep
+from gpumem_kernel.benchmark import config as benchmark_config
+from gpumem_kernel.benchmark import result as benchmark_result
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.oom import checklist
 from gpumem_kernel.server import exits
@@ -95,8 +96,8 @@ MIRRORS = [
     Mirror(
         search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml", "round", "round_source"})
     ),
-    Mirror(sweep.BenchmarkResult, "benchmark.schema.json", added_later=frozenset({"config_yaml"})),
-    Mirror(sweep.BenchmarkConfig, "benchmark.schema.json#/properties/config"),
+    Mirror(benchmark_result.BenchmarkResult, "benchmark.schema.json", added_later=frozenset({"config_yaml"})),
+    Mirror(benchmark_config.BenchmarkConfig, "benchmark.schema.json#/properties/config"),
     # the memory timeline (covers its device, peak, bands, small points, holders, stacks and frames)
     Mirror(timeline_payload.TimelinePayload, "timeline.schema.json"),
     # the server extension's answer to "why did this kernel die" (its checklist is an oom.schema.json payload)
