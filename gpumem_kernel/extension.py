@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from gpumem_kernel.oom import checklist as oom
+from gpumem_kernel.oom import handler as oom
 from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.probe.processes import own_create_time

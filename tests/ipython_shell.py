@@ -9,7 +9,7 @@ from typing import Iterator
 
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpumem_kernel.oom.checklist import uninstall_oom_handler
+from gpumem_kernel.oom.handler import uninstall_oom_handler
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from gpumem_kernel.oom.checklist import OOM_MIME
+from gpumem_kernel.oom.bundle import OOM_MIME
 from kernel_harness import KernelHarness
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ipynb"))

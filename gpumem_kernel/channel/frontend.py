@@ -56,7 +56,8 @@ def last_oom() -> str:
     """The checklist of the last CUDA OOM in this kernel. `{"ok": true, "oom": <oom payload> | null}`."""
 
     def build() -> Dict[str, Any]:
-        from gpumem_kernel.oom.checklist import OOM_MIME, last_oom_bundle
+        from gpumem_kernel.oom.bundle import OOM_MIME
+        from gpumem_kernel.oom.handler import last_oom_bundle
 
         bundle = last_oom_bundle(_shell())
         return {"oom": bundle[OOM_MIME] if bundle is not None else None}
@@ -72,7 +73,7 @@ def oom_from_text(text: str) -> str:
     def build() -> Dict[str, Any]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
-        from gpumem_kernel.oom.checklist import OOM_MIME, oom_report
+        from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
 
         bundle = oom_report(_ANSI.sub("", text[:_TEXT_LIMIT]), _shell())
         return {"oom": bundle[OOM_MIME] if bundle is not None else None}

@@ -19,7 +19,7 @@ from gpumem_kernel.magics import argcheck
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.magics import analysis as magics_analysis
 from gpumem_kernel.magics import memlog as magics_log
-from gpumem_kernel.oom import checklist as oom_checklist
+from gpumem_kernel.oom import handler as oom_handler
 from gpumem_kernel.magics.analysis import _fail
 from gpumem_kernel.magics.analysis import parse as _parse
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
@@ -75,7 +75,7 @@ def clear(shell: Any, rest: str) -> None:
 
 def oom(shell: Any, rest: str) -> None:
     _parse(_oom_arguments, "oom", rest)
-    bundle = oom_checklist.last_oom_bundle(shell)
+    bundle = oom_handler.last_oom_bundle(shell)
     if bundle is None:
         print(NO_OOM)
     else:

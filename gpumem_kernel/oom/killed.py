@@ -16,7 +16,10 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Dict, List, Mapping, Optional
 
-from gpumem_kernel.oom.checklist import PAYLOAD_VERSION, OomInfo, build_checklist, diagnose
+from gpumem_kernel.oom.bundle import PAYLOAD_VERSION
+from gpumem_kernel.oom.checklist import build_checklist
+from gpumem_kernel.oom.diagnose import diagnose
+from gpumem_kernel.oom.parse import OomInfo
 from gpumem_kernel.render.units import human
 
 # Steps about the dead process itself.

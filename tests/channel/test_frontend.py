@@ -15,7 +15,7 @@ import gpumem_kernel
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.channel import frontend
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom.checklist import install_oom_handler
+from gpumem_kernel.oom.handler import install_oom_handler
 from ipython_shell import fresh_shell
 
 OOM_TEXT = (

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom.checklist import OOM_MIME
+from gpumem_kernel.oom.bundle import OOM_MIME
 from gpumem_kernel.wire.protocol import validate
 from kernel_harness import KernelHarness
 

@@ -14,7 +14,8 @@ from IPython.utils.capture import capture_output
 
 from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_bundle, clear_gpu_memory
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom.checklist import OOM_MIME, install_oom_handler, last_oom, uninstall_oom_handler
+from gpumem_kernel.oom.bundle import OOM_MIME
+from gpumem_kernel.oom.handler import install_oom_handler, last_oom, uninstall_oom_handler
 from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")

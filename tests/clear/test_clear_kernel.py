@@ -11,7 +11,7 @@ import pytest
 
 from gpumem_kernel.clear.reclaim import CLEAR_MIME
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom.checklist import OOM_MIME
+from gpumem_kernel.oom.bundle import OOM_MIME
 from kernel_harness import KernelHarness, kernel_python
 
 OOM_TEXT = (
@@ -36,9 +36,7 @@ pytestmark = [
 def kernel():
     with KernelHarness() as harness:
         harness.execute(
-            "import gc, weakref, torch\n"
-            "import gpumem_kernel.clear.reclaim as c\n"
-            "import gpumem_kernel.oom.checklist as o"
+            "import gc, weakref, torch\nimport gpumem_kernel.clear.reclaim as c\nimport gpumem_kernel.oom.handler as o"
         )
         yield harness
 

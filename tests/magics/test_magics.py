@@ -18,7 +18,7 @@ import gpumem_kernel
 from fake_nvml import FakeGpu, GiB
 from gpumem_kernel.clear.reclaim import CLEAR_MIME
 from gpumem_kernel.magics.gpumem import NO_OOM
-from gpumem_kernel.oom.checklist import OOM_MIME
+from gpumem_kernel.oom.bundle import OOM_MIME
 from gpumem_kernel.wire.protocol import validate
 from gpumem_kernel.render.status import status_bundle
 

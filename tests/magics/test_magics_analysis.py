@@ -18,7 +18,7 @@ from gpumem_kernel.autobatch.search import scan_batch_sizes  # noqa: E402
 from gpumem_kernel.benchmark.report import MIME as BENCHMARK_MIME  # noqa: E402
 from gpumem_kernel.wire.protocol import load_payload_schema  # noqa: E402
 from gpumem_kernel.magics.analysis import last_recommendation  # noqa: E402
-from gpumem_kernel.oom.checklist import OOM_MIME  # noqa: E402
+from gpumem_kernel.oom.bundle import OOM_MIME  # noqa: E402
 
 MLP_PARAMETER_BYTES = (32 * 64 + 64 + 64 * 10 + 10) * 4
 SETUP = """\

@@ -15,22 +15,15 @@ import jsonschema
 import pytest
 
 from gpumem_kernel.wire.protocol import load_payload_schema
-from gpumem_kernel.oom import checklist as checklist_module
-from gpumem_kernel.oom.checklist import (
-    ACTIONS,
-    CAUSE_STEPS,
-    COST_ORDER,
-    OOM_MIME,
-    SEED_STEPS,
-    TracebackPin,
-    build_checklist,
-    diagnose,
-    oom_bundle,
-    oom_report,
-    parse_oom_message,
-    step_key,
-    suggested_batch,
-)
+from gpumem_kernel.oom import diagnose as diagnose_module
+from gpumem_kernel.oom.bundle import OOM_MIME, oom_bundle, oom_report
+from gpumem_kernel.oom.checklist import SEED_STEPS, build_checklist
+from gpumem_kernel.oom.diagnose import diagnose
+from gpumem_kernel.oom.diagnosis import TracebackPin
+from gpumem_kernel.oom.order import CAUSE_STEPS, COST_ORDER, step_key
+from gpumem_kernel.oom.parse import parse_oom_message
+from gpumem_kernel.oom.step import ACTIONS
+from gpumem_kernel.oom.steps_training import suggested_batch
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -318,7 +311,7 @@ def test_another_kernel_holding_the_memory_puts_its_shutdown_first() -> None:
 
 def test_tensors_the_traceback_keeps_alive_put_clear_first(monkeypatch: pytest.MonkeyPatch) -> None:
     pin = TracebackPin(frames=4, tensors=3, bytes=3 * GIB, by_device={"cuda:0": 3 * GIB})
-    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: pin)
+    monkeypatch.setattr(diagnose_module, "_traceback_pin", lambda shell, tb: pin)
     info, d, steps = checklist(text=NO_CAUSE, probe=own_kernel_only())
     assert [(c.kind, c.bytes, c.decisive) for c in d.causes] == [("traceback", 3 * GIB, True)]
     assert ids(steps)[:2] == ["clear", "restart"]
@@ -371,10 +364,10 @@ def test_a_request_larger_than_the_gpu_folds_every_step_that_only_frees_memory()
 
 def test_clear_folds_when_nothing_is_cached_and_the_traceback_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     text = NO_CAUSE.replace("412.00 MiB is reserved", "2.00 MiB is reserved")
-    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: TracebackPin(5, 0, 0, {}))
+    monkeypatch.setattr(diagnose_module, "_traceback_pin", lambda shell, tb: TracebackPin(5, 0, 0, {}))
     _, _, steps = checklist(text=text, probe=own_kernel_only())
     assert folded(steps)["clear"].startswith("PyTorch held only 2.00 MiB reserved but unallocated")
-    monkeypatch.setattr(checklist_module, "_traceback_pin", lambda shell, tb: None)  # unknown: it may help
+    monkeypatch.setattr(diagnose_module, "_traceback_pin", lambda shell, tb: None)  # unknown: it may help
     _, _, steps = checklist(text=text, probe=own_kernel_only())
     assert "clear" not in folded(steps)
 
@@ -855,7 +848,7 @@ def test_the_handler_adds_the_checklist_under_a_host_memory_error_and_a_vllm_val
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from gpumem_kernel.oom.checklist import install_oom_handler, uninstall_oom_handler
+    from gpumem_kernel.oom.handler import install_oom_handler, uninstall_oom_handler
 
     sh = InteractiveShell.instance()
     try:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from gpumem_kernel.oom.checklist import parse_oom_message
+from gpumem_kernel.oom.parse import parse_oom_message
 from gpumem_kernel.oom.classify import (
     FAMILIES,
     classify,

@@ -17,7 +17,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpumem_kernel.oom.checklist import COST_ORDER, OOM_MIME, install_oom_handler, step_key
+from gpumem_kernel.oom.bundle import OOM_MIME
+from gpumem_kernel.oom.handler import install_oom_handler
+from gpumem_kernel.oom.order import COST_ORDER, step_key
 from gpumem_kernel.oom import evaluation
 from gpumem_kernel.oom.evaluation import evaluation_evidence, grad_switch
 from gpumem_kernel.wire.protocol import load_payload_schema

@@ -16,13 +16,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpumem_kernel.oom.checklist import (
-    OOM_MIME,
-    install_oom_handler,
-    last_oom,
-    last_oom_bundle,
-    oom_report,
-)
+from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.handler import install_oom_handler, last_oom, last_oom_bundle
 from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.wire.protocol import load_payload_schema
 from ipython_shell import fresh_shell

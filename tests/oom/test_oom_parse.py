@@ -10,7 +10,7 @@ from typing import Any, Dict
 
 import pytest
 
-from gpumem_kernel.oom.checklist import ProcessUse, parse_oom_message
+from gpumem_kernel.oom.parse import ProcessUse, parse_oom_message
 from gpumem_kernel.oom.classify import is_oom
 
 MESSAGES = Path(__file__).parent / "messages"
@@ -366,11 +366,14 @@ def test_is_oom_checks_class_names_without_torch() -> None:
 def test_importing_and_using_oom_and_clear_never_imports_torch() -> None:
     code = (
         "import sys\n"
-        "import gpumem_kernel.oom.checklist as o, gpumem_kernel.clear.reclaim as c\n"
+        "import gpumem_kernel.oom.handler, gpumem_kernel.clear.reclaim as c\n"
+        "from gpumem_kernel.oom.checklist import build_checklist\n"
         "from gpumem_kernel.oom.classify import is_oom\n"
+        "from gpumem_kernel.oom.diagnose import diagnose\n"
+        "from gpumem_kernel.oom.parse import parse_oom_message\n"
         "assert is_oom(RuntimeError('CUDA out of memory. Tried to allocate 2.00 MiB'))\n"
-        "info = o.parse_oom_message('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.')\n"
-        "o.build_checklist(info, o.diagnose(info, sample=None, shell=None))\n"
+        "info = parse_oom_message('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.')\n"
+        "build_checklist(info, diagnose(info, sample=None, shell=None))\n"
         "c.clear_gpu_memory(dry_run=True)\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -3,7 +3,8 @@ the container's limit (else the machine's RAM), with a margin; halving when noth
 
 from __future__ import annotations
 
-from gpumem_kernel.oom.checklist import _host, _host_workers_step, workers_that_fit
+from gpumem_kernel.oom.diagnose import _host
+from gpumem_kernel.oom.steps_host import _host_workers_step, workers_that_fit
 
 GiB = 1024**3
 

@@ -16,7 +16,9 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
-from gpumem_kernel.oom.checklist import build_checklist, diagnose, parse_oom_message  # noqa: E402
+from gpumem_kernel.oom.checklist import build_checklist  # noqa: E402
+from gpumem_kernel.oom.diagnose import diagnose  # noqa: E402
+from gpumem_kernel.oom.parse import parse_oom_message  # noqa: E402
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "

@@ -15,7 +15,8 @@ from typing import Any, Dict
 import jsonschema
 import pytest
 
-from gpumem_kernel.oom import checklist
+from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.rerun import RERUN_AFTER, RERUN_STEP_ID, timeline_rerun_code
 from gpumem_kernel.timeline import capture
 from gpumem_kernel.timeline.store import STORE
 from gpumem_kernel.wire.protocol import load_payload_schema
@@ -69,41 +70,37 @@ def test_alive_at_oom_lists_the_top_holders_with_their_lines(captured) -> None:
 
 
 def test_the_checklist_carries_alive_and_no_rerun_step(captured) -> None:
-    bundle = checklist.oom_report(
-        f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL
-    )
-    payload = bundle[checklist.OOM_MIME]
+    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL)
+    payload = bundle[OOM_MIME]
     _validate(payload)
     assert payload["alive"]["allocated"] == 18 * MiB + 1024
-    assert checklist.RERUN_STEP_ID not in [s["id"] for s in payload["steps"]]
+    assert RERUN_STEP_ID not in [s["id"] for s in payload["steps"]]
     assert "What was alive at the error: 18.00 MiB in 5 blocks:" in bundle["text/plain"]
     assert "What was alive at the error" in bundle["text/html"]
 
 
 def test_without_a_capture_the_rerun_step_copies_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(capture.STATE, "enabled", False)
-    bundle = checklist.oom_report(
-        f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL
-    )
-    payload = bundle[checklist.OOM_MIME]
+    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL)
+    payload = bundle[OOM_MIME]
     _validate(payload)
     assert "alive" not in payload
     ids = [s["id"] for s in payload["steps"]]
-    step = payload["steps"][ids.index(checklist.RERUN_STEP_ID)]
+    step = payload["steps"][ids.index(RERUN_STEP_ID)]
     assert step["action"] == "insert-cell" and step["code"] == "%%gpumem --timeline\n" + CELL
     assert step["title"] == "Re-run this cell with the timeline on" and step["not_applicable"] is None
     # After the first fixes (the panel's brief stays fixes), and after "Clear GPU memory": free memory first.
-    assert ids.index(checklist.RERUN_STEP_ID) == checklist.RERUN_AFTER
-    assert ids.index("clear") < ids.index(checklist.RERUN_STEP_ID)
+    assert ids.index(RERUN_STEP_ID) == RERUN_AFTER
+    assert ids.index("clear") < ids.index(RERUN_STEP_ID)
 
 
 def test_the_rerun_code() -> None:
-    assert checklist.timeline_rerun_code("x = 1") == "%%gpumem --timeline\nx = 1"
-    assert checklist.timeline_rerun_code("%%gpumem --device 1\nx = 1") == "%%gpumem --device 1 --timeline\nx = 1"
-    assert checklist.timeline_rerun_code("%%gpumem --timeline\nx = 1") is None  # it already records
-    assert checklist.timeline_rerun_code("%%time\nx = 1") == "%%gpumem --timeline\n%%time\nx = 1"
-    assert checklist.timeline_rerun_code("") is None and checklist.timeline_rerun_code(None) is None
-    assert checklist.timeline_rerun_code("x\n" * 20_000) is None
+    assert timeline_rerun_code("x = 1") == "%%gpumem --timeline\nx = 1"
+    assert timeline_rerun_code("%%gpumem --device 1\nx = 1") == "%%gpumem --device 1 --timeline\nx = 1"
+    assert timeline_rerun_code("%%gpumem --timeline\nx = 1") is None  # it already records
+    assert timeline_rerun_code("%%time\nx = 1") == "%%gpumem --timeline\n%%time\nx = 1"
+    assert timeline_rerun_code("") is None and timeline_rerun_code(None) is None
+    assert timeline_rerun_code("x\n" * 20_000) is None
 
 
 def test_an_old_observer_snapshot_is_not_this_errors(captured, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,10 +218,10 @@ def test_the_setting_travels_through_configure_into_a_real_kernel() -> None:
             for r in kernel.messages()[start:]
             if r.parent_id == reply["msg_id"] and r.msg_type == "display_data"
         ]
-        payload = shown[0][checklist.OOM_MIME]
+        payload = shown[0][OOM_MIME]
         _validate(payload)
         assert "alive" not in payload
-        step = next(s for s in payload["steps"] if s["id"] == checklist.RERUN_STEP_ID)
+        step = next(s for s in payload["steps"] if s["id"] == RERUN_STEP_ID)
         assert step["code"] == "%%gpumem --timeline\n" + cell
 
         assert configure({"oom_timeline": False}, "r-3")["type"] == "reply"

@@ -25,7 +25,9 @@ from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import config as benchmark_config
 from gpumem_kernel.benchmark import result as benchmark_result
 from gpumem_kernel.clear import reclaim
-from gpumem_kernel.oom import checklist
+from gpumem_kernel.oom import diagnosis as oom_diagnosis
+from gpumem_kernel.oom import parse as oom_parse
+from gpumem_kernel.oom import step as oom_step
 from gpumem_kernel.server import exits
 from gpumem_kernel.timeline import payload as timeline_payload
 from gpumem_kernel.wire import protocol
@@ -53,7 +55,7 @@ class Mirror:
 # nested records the mirrors above reach, with their properties added later (the comparison builds their Mirror)
 NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
-    checklist.HostMemory: frozenset({"workers_uss"}),
+    oom_diagnosis.HostMemory: frozenset({"workers_uss"}),
 }
 
 MIRRORS = [
@@ -75,9 +77,11 @@ MIRRORS = [
     # the clear report (covers Holder and DeviceMemory)
     Mirror(reclaim.ClearReport, "clear.schema.json", added=frozenset({"version", "reclaimed"})),
     # the OOM checklist's parts (oom_bundle puts them under version/summary/info/diagnosis/steps)
-    Mirror(checklist.OomInfo, "oom.schema.json#/$defs/info", added_later=frozenset({"family"})),
-    Mirror(checklist.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes", "evaluation"})),
-    Mirror(checklist.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
+    Mirror(oom_parse.OomInfo, "oom.schema.json#/$defs/info", added_later=frozenset({"family"})),
+    Mirror(
+        oom_diagnosis.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes", "evaluation"})
+    ),
+    Mirror(oom_step.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
     # %gpumem analyze, autobatch, benchmark
     Mirror(
         analyze.AnalysisReport,

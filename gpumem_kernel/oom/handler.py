@@ -1,0 +1,145 @@
+"""The IPython exception handler: it keeps IPython's normal traceback and adds the OOM checklist as an inline
+MIME bundle below it, for every out-of-memory error. Nothing here imports torch or initialises CUDA."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.classify import is_oom
+from gpumem_kernel.oom.rerun import failing_cell
+from gpumem_kernel.probe.snapshot import take_sample
+from gpumem_kernel.probe.torchstats import loaded_torch
+
+
+_STATE = "_gpumem_oom_handler"
+
+
+@dataclass
+class _HandlerState:
+    previous_exceptions: Tuple[type, ...]
+    previous_handler: Any  # the shell's CustomTB before ours (a bound method), or None
+    installed_handler: Any = None
+    probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None
+    recommendation: Optional[Callable[[], Optional[int]]] = None
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None  # the OOM capture's alive_at_oom
+    last: Optional[Dict[str, Any]] = None  # the last OOM payload, for the panel
+    last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
+
+
+def _handle(
+    shell: Any, state: _HandlerState, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]
+) -> Any:
+    stb = None
+    if state.previous_exceptions and issubclass(etype, state.previous_exceptions):
+        stb = state.previous_handler(etype, value, tb, tb_offset=tb_offset)  # the user's handler runs as before
+    else:
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)  # IPython's normal traceback
+    if not is_oom(value):
+        return stb
+    try:
+        sample = state.probe() if state.probe else None
+        recommendation = state.recommendation() if state.recommendation else None
+        bundle = oom_report(
+            value,
+            shell,
+            sample=sample,
+            tb=tb,
+            last_recommendation=recommendation,
+            capture=state.capture,
+            cell=failing_cell(shell),
+        )
+        if bundle is not None:
+            state.last, state.last_bundle = bundle[OOM_MIME], bundle
+            shell.display_pub.publish(data=bundle, metadata={})
+    except Exception as exc:  # never let IPython unregister the handler (it does when a handler raises)
+        print(
+            f"gpumem: could not build the OOM checklist: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr
+        )
+    return stb
+
+
+def install_oom_handler(
+    shell: Any,
+    *,
+    probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
+    recommendation: Optional[Callable[[], Optional[int]]] = None,
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
+) -> str:
+    """Show the OOM checklist under the traceback of every out-of-memory error (any family). Returns one line
+    saying what was done. A custom handler the user already set keeps running first for its exceptions.
+    `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None."""
+    if getattr(shell, _STATE, None) is not None:
+        return "the OOM checklist is already installed"
+    previous = tuple(getattr(shell, "custom_exceptions", ()) or ())
+    state = _HandlerState(
+        previous,
+        shell.CustomTB if previous else None,
+        probe=probe or take_sample,
+        recommendation=recommendation,
+        capture=capture,
+    )
+
+    def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int] = None) -> Any:
+        return _handle(self, state, etype, value, tb, tb_offset)
+
+    torch = loaded_torch()
+    # torch.OutOfMemoryError subclasses RuntimeError; RuntimeError also catches it when torch is imported later
+    # and catches the older RuntimeError("CUDA out of memory…"), XLA's, NCCL's and accelerate's. MemoryError is
+    # the host's (numpy's too), ValueError vLLM's KV-cache errors. Other exceptions get the normal traceback.
+    # TensorFlow's ResourceExhaustedError is neither: its class counts when TensorFlow is already imported.
+    tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+    candidates = (
+        getattr(torch, "OutOfMemoryError", None),
+        RuntimeError,
+        MemoryError,
+        ValueError,
+        getattr(tf_errors, "ResourceExhaustedError", None),
+    )
+    ours = tuple(c for c in candidates if isinstance(c, type))
+    shell.set_custom_exc(previous + tuple(c for c in ours if c not in previous), handler)
+    state.installed_handler = shell.CustomTB
+    setattr(shell, _STATE, state)
+    if previous:
+        names = ", ".join(c.__name__ for c in previous)
+        return f"OOM checklist installed; your exception handler for {names} still runs first"
+    return "OOM checklist installed"
+
+
+def uninstall_oom_handler(shell: Any) -> str:
+    """Remove the OOM handler and put back the handler that was there before. Returns one line."""
+    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    if state is None:
+        return "the OOM checklist is not installed"
+    delattr(shell, _STATE)
+    if shell.CustomTB != state.installed_handler:
+        return "the OOM checklist was replaced by another exception handler since; left that one in place"
+    if state.previous_exceptions:
+        shell.custom_exceptions, shell.CustomTB = state.previous_exceptions, state.previous_handler
+    else:
+        shell.set_custom_exc((), None)
+    return "OOM checklist removed"
+
+
+def last_oom(shell: Any) -> Optional[Dict[str, Any]]:
+    """The payload of the last OOM the handler saw (for the panel's checklist), or None."""
+    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    return state.last if state is not None else None
+
+
+def last_oom_bundle(shell: Any) -> Optional[Dict[str, Any]]:
+    """The checklist bundle of the last OOM: the one the handler showed, else one built now from
+    `sys.last_value` when that is an OOM the handler did not see (the extension was loaded after it)."""
+    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    if state is not None and state.last_bundle is not None:
+        return state.last_bundle
+    value = getattr(sys, "last_value", None)
+    if not isinstance(value, BaseException) or not is_oom(value):
+        return None
+    probe = state.probe if state is not None and state.probe is not None else take_sample
+    bundle = oom_report(value, shell, sample=probe(), tb=getattr(sys, "last_traceback", None))
+    if bundle is not None and state is not None:
+        state.last, state.last_bundle = bundle[OOM_MIME], bundle
+    return bundle

@@ -1,0 +1,192 @@
+"""What the user namespace says about the training setup: batch size, DataLoaders, workers, input size, the
+model, and the user's own names for the cells the checklist inserts."""
+
+from __future__ import annotations
+
+import keyword
+import sys
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence, Tuple
+
+from gpumem_kernel.oom.diagnosis import CodeNames, InputSize, Loader, ModelInfo
+from gpumem_kernel.probe.holders import torch_kinds, user_variables
+
+
+_BATCH_NAMES = {"batch_size", "bs", "batchsize", "train_batch_size", "per_device_train_batch_size"}
+_WORKER_NAMES = {"num_workers", "n_workers", "workers", "dataloader_num_workers"}
+_IMAGE_NAMES = {"img_size", "image_size", "imgsz", "img_res", "resolution", "input_size", "crop_size"}
+_SEQUENCE_NAMES = {
+    "seq_len",
+    "seq_length",
+    "max_seq_len",
+    "max_seq_length",
+    "max_length",
+    "max_len",
+    "block_size",
+    "context_length",
+    "max_source_length",
+    "max_target_length",
+}
+
+
+def _positive_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass
+class Scan:
+    """What the user namespace says about the training setup."""
+
+    batch: List[Tuple[str, int]] = field(default_factory=list)
+    workers: List[Tuple[str, int]] = field(default_factory=list)
+    inputs: List[InputSize] = field(default_factory=list)
+    loaders: List[Loader] = field(default_factory=list)
+    models: List[Tuple[str, Any]] = field(default_factory=list)
+    optimizers: List[str] = field(default_factory=list)
+    losses: List[str] = field(default_factory=list)
+    device: Optional[str] = None
+    scaler: Optional[str] = None
+    trainer_args: Optional[Tuple[str, Any]] = None
+
+
+def _is_instance(value: Any, module: str, name: str) -> bool:
+    cls = getattr(sys.modules.get(module), name, None)
+    try:
+        return isinstance(cls, type) and isinstance(value, cls)
+    except Exception:
+        return False
+
+
+def scan_namespace(shell: Any) -> Scan:
+    scan = Scan()
+    kinds = torch_kinds()
+    for name, value in user_variables(shell):
+        lower = name.lower()
+        number = _positive_int(value)
+        if number is not None:
+            if lower in _BATCH_NAMES:
+                scan.batch.append((name, number))
+            elif lower in _WORKER_NAMES:
+                scan.workers.append((name, number))
+            elif lower in _IMAGE_NAMES or lower in _SEQUENCE_NAMES:
+                scan.inputs.append(InputSize(name, number, "image" if lower in _IMAGE_NAMES else "sequence"))
+            continue
+        if type(value) is int and value == 0 and lower in _WORKER_NAMES:
+            scan.workers.append((name, 0))
+            continue
+        if kinds is None:
+            continue
+        if _is_instance(value, "torch.utils.data", "DataLoader"):
+            scan.loaders.append(
+                Loader(
+                    name, _positive_int(getattr(value, "batch_size", None)), int(getattr(value, "num_workers", 0) or 0)
+                )
+            )
+        elif _is_instance(value, "torch.nn.modules.loss", "_Loss"):
+            scan.losses.append(name)
+        elif kinds.module is not None and isinstance(value, kinds.module):
+            scan.models.append((name, value))
+        elif kinds.optimizer is not None and isinstance(value, kinds.optimizer):
+            scan.optimizers.append(name)
+        elif type(value).__name__ == "GradScaler" and type(value).__module__.startswith("torch"):
+            scan.scaler = name
+        elif lower == "device" and (isinstance(value, str) or type(value).__name__ == "device"):
+            scan.device = name
+        elif type(value).__name__ == "TrainingArguments":  # Hugging Face Trainer's setting names
+            scan.trainer_args = (name, value)
+    return scan
+
+
+def model_info(name: str, model: Any) -> ModelInfo:
+    parameters = size = 0
+    try:
+        for p in model.parameters():
+            parameters += p.numel()
+            size += p.numel() * p.element_size()
+    except Exception:
+        pass
+    blocks, blocks_kind = _largest_blocks(model)
+    return ModelInfo(
+        name,
+        type(model).__name__,
+        int(parameters),
+        int(size),
+        blocks,
+        blocks_kind,
+        hf_checkpointing=callable(getattr(model, "gradient_checkpointing_enable", None)),
+        checkpointing_on=bool(getattr(model, "is_gradient_checkpointing", False)),
+    )
+
+
+def _largest_blocks(model: Any) -> Tuple[Optional[str], Optional[str]]:
+    """Attribute path of the ModuleList/Sequential (depth ≤ 3) with the most parameters, for checkpointing."""
+    best: Tuple[int, Optional[str], Optional[str]] = (0, None, None)
+    try:
+        for path, module in model.named_modules():
+            kind = type(module).__name__
+            if kind not in ("ModuleList", "Sequential") or len(module) < 2:
+                continue
+            parts = path.split(".") if path else []
+            if len(parts) > 3 or not all(_is_name(part) for part in parts):
+                continue
+            count = sum(p.numel() for p in module.parameters())
+            if count > best[0]:
+                best = (count, path, kind)
+    except Exception:
+        return None, None
+    return best[1], best[2]
+
+
+def pick_batch(scan: Scan) -> Tuple[Optional[int], Optional[str]]:
+    loaders = [loader for loader in scan.loaders if loader.batch_size]
+    train = [loader for loader in loaders if "train" in loader.name.lower()] or loaders
+    if train:
+        return train[0].batch_size, f"{train[0].name}.batch_size"
+    if scan.trainer_args is not None:
+        value = _positive_int(getattr(scan.trainer_args[1], "per_device_train_batch_size", None))
+        if value:
+            return value, f"{scan.trainer_args[0]}.per_device_train_batch_size"
+    if scan.batch:
+        return scan.batch[0][1], scan.batch[0][0]
+    return None, None
+
+
+def pick_workers(scan: Scan) -> Optional[int]:
+    counts = [loader.num_workers for loader in scan.loaders] + [n for _, n in scan.workers]
+    if scan.trainer_args is not None:
+        counts.append(int(getattr(scan.trainer_args[1], "dataloader_num_workers", 0) or 0))
+    return max(counts) if counts else None
+
+
+def _is_name(text: str) -> bool:
+    """Whether code can spell `text` as a name: namespace keys are any strings (globals()["x = 1; ..."])."""
+    return text.isidentifier() and not keyword.iskeyword(text)
+
+
+def _code_name(candidates: Sequence[str], placeholder: str) -> str:
+    """The first candidate code can spell, else the placeholder the user fills: inserted cells are code the user
+    runs, so a key that is not an identifier never reaches them."""
+    return next((name for name in candidates if _is_name(name)), placeholder)
+
+
+def code_names(scan: Scan, model: Optional[ModelInfo]) -> CodeNames:
+    names = [loader.name for loader in scan.loaders]
+    train = [name for name in names if "train" in name.lower()] or names
+    default = CodeNames()
+    return CodeNames(
+        model=_code_name([model.name] if model else [], default.model),
+        optimizer=_code_name(scan.optimizers, default.optimizer),
+        loader=_code_name(train, default.loader),
+        criterion=_code_name(scan.losses, default.criterion),
+        device=_code_name([scan.device] if scan.device else [], default.device),
+    )
+
+
+def half_precision(scan: Scan, model_name: str) -> bool:
+    for name, value in scan.models:
+        if name == model_name:
+            try:
+                return str(next(value.parameters()).dtype) in ("torch.float16", "torch.bfloat16")
+            except Exception:
+                return False
+    return False
