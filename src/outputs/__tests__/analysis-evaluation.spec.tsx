@@ -10,7 +10,7 @@ import '../../__tests__/domshim';
 
 import { ANALYSIS_MIME } from '../renderers';
 import { fixture, harness, type IHarness, mutate } from '../../__tests__/analysisfixtures';
-import { size } from '../analysis/view';
+import { size } from '../analysis/figures';
 
 const EVALUATION = {
   batch: 64,

@@ -9,7 +9,11 @@
 import '../../__tests__/domshim';
 
 import type { IAnalysisPayload } from '../../wire/analysispayload';
-import { accumulationCode, breakdownRows, peakAt, size, stackSegments } from '../analysis/view';
+import { breakdownRows } from '../analysis/breakdown';
+import { peakAt } from '../analysis/curve';
+import { size } from '../analysis/figures';
+import { stackSegments } from '../analysis/stack';
+import { accumulationCode } from '../analysis/view';
 import { untranslated } from '../../ui/i18n';
 import {
   ANALYSIS_MIME,

@@ -10,7 +10,9 @@ import '../../__tests__/domshim';
 
 import type { IAnalysisPayload, IAutobatchPayload } from '../../wire/analysispayload';
 import { ANALYSIS_MIME, AUTOBATCH_MIME } from '../renderers';
-import { breakdownRows, size, stackCaption, stackSegments } from '../analysis/view';
+import { breakdownRows } from '../analysis/breakdown';
+import { size } from '../analysis/figures';
+import { stackCaption, stackSegments } from '../analysis/stack';
 import { percent } from '../picks';
 import { untranslated } from '../../ui/i18n';
 import {
