@@ -5,7 +5,8 @@
  */
 import * as React from 'react';
 
-import { Chart, type IChartPoint, SIDEBAR_FRAME } from '../ui/chart';
+import { Chart } from '../ui/chart';
+import { type IChartPoint, SIDEBAR_FRAME } from '../ui/charttypes';
 import { formatBytes, formatDuration, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { deviceKey } from '../channel/sample';

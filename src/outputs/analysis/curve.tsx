@@ -6,7 +6,9 @@ import * as React from 'react';
 
 import { size } from './figures';
 import type { IAnalysisPayload } from '../../wire/analysispayload';
-import { byteAxis, Chart, type IChartMarker, type IChartSeries, type MarkerShape } from '../../ui/chart';
+import { Chart } from '../../ui/chart';
+import { byteAxis } from '../../ui/chartscales';
+import type { IChartMarker, IChartSeries, MarkerShape } from '../../ui/charttypes';
 import { formatCount } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 

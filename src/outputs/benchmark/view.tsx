@@ -16,14 +16,9 @@ import {
   type PickKind,
   type RowStatus
 } from '../../wire/analysispayload';
-import {
-  byteAxis,
-  Chart,
-  type IChartMarker,
-  type IChartRule,
-  type IChartSeries,
-  type MarkerShape
-} from '../../ui/chart';
+import { Chart } from '../../ui/chart';
+import { byteAxis } from '../../ui/chartscales';
+import type { IChartMarker, IChartRule, IChartSeries, MarkerShape } from '../../ui/charttypes';
 import {
   formatBytes,
   formatCount,

@@ -10,7 +10,8 @@
  */
 import * as React from 'react';
 
-import { byteAxis, markerLabelSpots, placeLabels } from '../../ui/chart';
+import { markerLabelSpots, placeLabels } from '../../ui/chartlabels';
+import { byteAxis } from '../../ui/chartscales';
 import { formatBytes, formatCount } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 import type { ITimelinePayload } from '../../wire/analysispayload';

@@ -6,7 +6,9 @@ import * as React from 'react';
 import { act } from 'react';
 import { createRoot } from 'react-dom/client';
 
-import { byteAxis, Chart, type IChartProps, linearTicks, log2Ticks, SIDEBAR_FRAME } from '../chart';
+import { Chart } from '../chart';
+import { byteAxis, linearTicks, log2Ticks } from '../chartscales';
+import { type IChartProps, SIDEBAR_FRAME } from '../charttypes';
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 

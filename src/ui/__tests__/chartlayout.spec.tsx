@@ -27,16 +27,10 @@ import {
   type Json
 } from '../../__tests__/analysisfixtures';
 import { ANALYSIS_MIME, BENCHMARK_MIME } from '../../outputs/renderers';
-import {
-  Chart,
-  type IBox,
-  type IChartProps,
-  intersects,
-  labelBox,
-  placeLabels,
-  type TextAnchor,
-  valueOnSeries
-} from '../chart';
+import { Chart } from '../chart';
+import { intersects, labelBox, placeLabels, type TextAnchor } from '../chartlabels';
+import { valueOnSeries } from '../chartlines';
+import type { IBox, IChartProps } from '../charttypes';
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
 
