@@ -56,7 +56,7 @@ export type {
   ITickStore
 } from './tokens';
 export * from './commandids';
-export { RequestError } from './channel/bridge';
+export { RequestError } from './channel/requests';
 export { labelProcess, deviceSegments, primaryDevice, kernelTotal } from './channel/sample';
 export type { IKernelSession } from './channel/sample';
 export * from './wire/protocol';

@@ -3,11 +3,15 @@
  *
  * The bridge sends one `execute_request` with empty code, `silent: true` and `store_history: false` (so no
  * output and no execution count appear in the notebook) and reads the answer from `user_expressions`. This
- * module holds the expressions and turns the reply into an outcome; it is pure so the odd cases (a module
- * that is missing, a dependency that is missing, an aborted request, a malformed answer) are unit-tested.
+ * module holds the expressions and turns the reply into an outcome; that part is pure so the odd cases (a
+ * module that is missing, a dependency that is missing, an aborted request, a malformed answer) are
+ * unit-tested. `runBootstrap` sends them to a kernel and feeds what it learns to the bridge's state machine.
  */
+import type { Kernel } from '@jupyterlab/services';
 import type { JSONObject } from '@lumino/coreutils';
 
+import { messageOf } from './requests';
+import type { BridgeEvent } from './state';
 import { isRecord } from '../wire/keywords';
 
 /** The key under which the bridge asks for its expression. */
@@ -213,4 +217,95 @@ export function interpretLoadedReply(content: unknown): LoadedOutcome {
   }
   const text = textPlain(found.result);
   return { kind: 'loaded', loaded: text !== null && text.trim() === 'True' };
+}
+
+/** How often an aborted bootstrap (a cell before it failed) is retried. */
+const BOOTSTRAP_ATTEMPTS = 3;
+
+function delay(ms: number): Promise<void> {
+  return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+/** Evaluate one expression silently; returns the raw reply content (validated by the caller). */
+async function evaluate(kernel: Kernel.IKernelConnection, expression: string): Promise<unknown> {
+  const future = kernel.requestExecute(silentRequest(expression), true);
+  const reply = await future.done;
+  return reply.content;
+}
+
+export interface IBootstrapOptions {
+  /** Only check whether the user has loaded the shim, and load it then (autoload off, no "Load now"). */
+  readonly checkOnly: boolean;
+  /** Delay before retrying a bootstrap the kernel aborted. */
+  readonly retryDelayMs: number;
+  /** Whether the kernel is still the bridge's (checked after every wait: nothing is applied once it is not). */
+  readonly isCurrent: () => boolean;
+  /** Feed what the bootstrap learned to the bridge's state machine. */
+  readonly apply: (event: BridgeEvent) => void;
+  /** The kernel side is loaded and speaks a protocol (after its `bootstrap-ok`): open the comm. */
+  readonly loaded: () => void;
+}
+
+/**
+ * Load the kernel side of `kernel` silently: when `checkOnly`, ask first whether the user loaded it; then run
+ * the bootstrap expression, again when the kernel aborted it (a cell queued before it failed).
+ */
+export async function runBootstrap(
+  kernel: Kernel.IKernelConnection,
+  options: IBootstrapOptions
+): Promise<void> {
+  const { isCurrent, apply } = options;
+  try {
+    if (options.checkOnly) {
+      const loaded = interpretLoadedReply(await evaluate(kernel, LOADED_EXPRESSION));
+      if (!isCurrent()) {
+        return;
+      }
+      if (loaded.kind === 'failed') {
+        apply({ type: 'bootstrap-failed', message: loaded.message });
+        return;
+      }
+      if (loaded.kind === 'aborted' || !loaded.loaded) {
+        apply({ type: 'bootstrap-off' });
+        return;
+      }
+    }
+    let outcome: BootstrapOutcome = { kind: 'aborted' };
+    for (let attempt = 1; attempt <= BOOTSTRAP_ATTEMPTS; attempt++) {
+      outcome = interpretBootstrapReply(await evaluate(kernel, BOOTSTRAP_EXPRESSION));
+      if (!isCurrent()) {
+        return;
+      }
+      if (outcome.kind !== 'aborted' || attempt === BOOTSTRAP_ATTEMPTS) {
+        break;
+      }
+      // A cell queued before ours failed and the kernel aborted the rest of its queue: try again.
+      await delay(options.retryDelayMs);
+      if (!isCurrent()) {
+        return;
+      }
+    }
+    switch (outcome.kind) {
+      case 'ok':
+        apply({ type: 'bootstrap-ok', version: outcome.version, protocol: outcome.protocol });
+        options.loaded();
+        return;
+      case 'missing':
+        apply({ type: 'bootstrap-missing', detail: outcome.detail });
+        return;
+      case 'failed':
+        apply({ type: 'bootstrap-failed', message: outcome.message });
+        return;
+      case 'aborted':
+        apply({
+          type: 'bootstrap-failed',
+          message: 'the kernel aborted the bootstrap request repeatedly; use Retry'
+        });
+        return;
+    }
+  } catch (error) {
+    if (isCurrent()) {
+      apply({ type: 'bootstrap-failed', message: `bootstrap: ${messageOf(error)}` });
+    }
+  }
 }

@@ -9,6 +9,9 @@
  * A bridge follows its session's kernel (changes, restarts, death), checks the kernel's language, runs the
  * silent bootstrap, opens the `gpumem` comm, validates every message, keeps the sample history, notices when
  * samples stop (stale), and matches requests to replies. All state changes go through the pure `next()`.
+ *
+ * This file holds the connection's lifecycle (following the kernel, bootstrap, comm, stale checks, pings);
+ * requests.ts matches requests to replies, routing.ts routes the kernel's messages and keeps what they said.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage as JupyterMessage } from '@jupyterlab/services';
@@ -16,51 +19,22 @@ import type { JSONObject } from '@lumino/coreutils';
 import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
-import {
-  BOOTSTRAP_EXPRESSION,
-  type BootstrapOutcome,
-  interpretBootstrapReply,
-  interpretLoadedReply,
-  LOADED_EXPRESSION,
-  silentRequest
-} from './bootstrap';
-import { SampleHistory } from './history';
+import { runBootstrap } from './bootstrap';
+import { messageOf, PendingRequests, RequestError } from './requests';
+import { MessageRouter } from './routing';
 import {
   COMM_TARGET,
-  type ErrorCode,
   type IHello,
-  type IReply,
   type IRequestArgs,
-  type IRequestMessage,
   type IRequestResults,
   type ISample,
   makeOpen,
-  parseKernelMessage,
-  parseResult,
-  ProtocolProblem,
   type RequestAction
 } from '../wire/protocol';
 import { type IGpuMemSettings, historySeconds } from '../settings';
 import { type BridgeEvent, type IBridgeState, INITIAL_STATE, isPythonLanguage, next } from './state';
 import { isRecord } from '../wire/keywords';
 import type { IKernelProblem } from '../tokens';
-
-/** Why a request failed: the kernel's error code, or what went wrong on the way. */
-export type RequestErrorCode = ErrorCode | 'timeout' | 'disconnected' | 'invalid-reply';
-
-/** A request that did not get a valid reply. */
-export class RequestError extends Error {
-  constructor(
-    readonly code: RequestErrorCode,
-    message: string
-  ) {
-    super(message);
-    this.name = 'RequestError';
-  }
-}
-
-/** How many kernel problems are kept for the panel. */
-export const MAX_PROBLEMS = 20;
 
 export namespace KernelBridge {
   export interface IOptions {
@@ -80,27 +54,9 @@ export namespace KernelBridge {
   }
 }
 
-/** How often an aborted bootstrap (a cell before it failed) is retried. */
-const BOOTSTRAP_ATTEMPTS = 3;
-
-interface IPending {
-  readonly action: RequestAction;
-  readonly timer: ReturnType<typeof setTimeout>;
-  settle(reply: IReply): void;
-  fail(error: RequestError): void;
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /** The `reason` of a kernel's comm_close (`{"reason": "quiet"}`), or null. */
 function closeReason(data: unknown): string | null {
   return isRecord(data) && typeof data.reason === 'string' ? data.reason : null;
-}
-
-function delay(ms: number): Promise<void> {
-  return new Promise(resolve => setTimeout(resolve, ms));
 }
 
 export class KernelBridge implements IDisposable {
@@ -111,7 +67,27 @@ export class KernelBridge implements IDisposable {
     this._requestTimeoutMs = options.requestTimeoutMs ?? 30000;
     this._retryDelayMs = options.retryDelayMs ?? 1000;
     this._pingMs = options.pingMs ?? 15000;
-    this._history = new SampleHistory(options.settings.historyMinutes * 60);
+    this._requests = new PendingRequests({
+      changed: () => this._dataChanged.emit(),
+      configured: interval => this._apply({ type: 'interval', interval })
+    });
+    this._router = new MessageRouter({
+      historySeconds: options.settings.historyMinutes * 60,
+      requests: this._requests,
+      apply: event => this._apply(event),
+      interval: () => this._state.interval,
+      greeted: () => {
+        this._sendRounding(); // a new kernel (or a restarted one) starts from pow2
+        this._sendOomTimeline(); // and with the OOM capture off
+      },
+      sampled: () => {
+        this._autoRetried = false;
+      },
+      stop: reason => {
+        this._cancel(reason, true);
+      },
+      changed: () => this._dataChanged.emit()
+    });
 
     const ctx = this.sessionContext;
     ctx.kernelChanged.connect(this._onKernelChanged, this);
@@ -140,22 +116,22 @@ export class KernelBridge implements IDisposable {
 
   /** The kernel's `hello`, once the comm is open. */
   get hello(): IHello | null {
-    return this._hello;
+    return this._router.hello;
   }
 
   /** The newest sample (even one older than the history's newest, after a clock step). */
   get latest(): ISample | null {
-    return this._latest;
+    return this._router.latest;
   }
 
   /** The samples of the last `historyMinutes`, oldest first. */
   get history(): ReadonlyArray<ISample> {
-    return this._history.toArray();
+    return this._router.history.toArray();
   }
 
   /** Recent problems the kernel side reported, oldest first. */
   get problems(): ReadonlyArray<IKernelProblem> {
-    return this._problems;
+    return this._router.problems;
   }
 
   /** The kernel's execution status as last reported. */
@@ -165,7 +141,7 @@ export class KernelBridge implements IDisposable {
 
   /** Requests sent and not yet answered (they wait in the kernel's queue while a cell runs). */
   get pendingRequests(): number {
-    return this._pending.size;
+    return this._requests.size;
   }
 
   get isDisposed(): boolean {
@@ -176,7 +152,7 @@ export class KernelBridge implements IDisposable {
   updateSettings(settings: IGpuMemSettings): void {
     const old = this._settings;
     this._settings = settings;
-    this._history.windowSeconds = settings.historyMinutes * 60;
+    this._router.history.windowSeconds = settings.historyMinutes * 60;
     const samplerChanged =
       old.interval !== settings.interval || historySeconds(old) !== historySeconds(settings);
     if (samplerChanged && this._comm !== null && this._isConnectedState()) {
@@ -203,7 +179,11 @@ export class KernelBridge implements IDisposable {
    * its `%gpumem analyze`/`autobatch` picks when a command gives no `--round` (older kernels are not asked).
    */
   private _sendRounding(): void {
-    if (this._comm === null || !this._isConnectedState() || !this._hello?.capabilities.includes('rounding')) {
+    if (
+      this._comm === null ||
+      !this._isConnectedState() ||
+      !this._router.hello?.capabilities.includes('rounding')
+    ) {
       return;
     }
     this.request('configure', { rounding: this._settings.batchRounding }).catch((error: unknown) => {
@@ -222,7 +202,7 @@ export class KernelBridge implements IDisposable {
     if (
       this._comm === null ||
       !this._isConnectedState() ||
-      !this._hello?.capabilities.includes('oom_timeline')
+      !this._router.hello?.capabilities.includes('oom_timeline')
     ) {
       return;
     }
@@ -258,58 +238,7 @@ export class KernelBridge implements IDisposable {
     if (comm === null || comm.isDisposed || !this._isConnectedState()) {
       return Promise.reject(new RequestError('disconnected', 'not connected to the kernel'));
     }
-    const id = `r-${++this._requestCount}`;
-    const message: IRequestMessage = {
-      type: 'request',
-      id,
-      action,
-      args: (args ?? {}) as unknown as JSONObject
-    };
-    return new Promise<IRequestResults[A]>((resolve, reject) => {
-      const finish = (): void => {
-        clearTimeout(this._pending.get(id)?.timer);
-        this._pending.delete(id);
-        this._dataChanged.emit();
-      };
-      const timer = setTimeout(() => {
-        if (this._pending.has(id)) {
-          finish();
-          reject(
-            new RequestError('timeout', `no reply to "${action}" within ${Math.round(timeoutMs / 1000)} s`)
-          );
-        }
-      }, timeoutMs);
-      this._pending.set(id, {
-        action,
-        timer,
-        settle: reply => {
-          finish();
-          if (reply.action !== action) {
-            reject(new RequestError('invalid-reply', `reply to "${action}" says "${reply.action}"`));
-            return;
-          }
-          const result = parseResult(action, reply.result);
-          if (result instanceof ProtocolProblem) {
-            reject(new RequestError('invalid-reply', result.message));
-          } else {
-            if (action === 'configure') {
-              this._apply({ type: 'interval', interval: (result as IRequestResults['configure']).interval });
-            }
-            resolve(result);
-          }
-        },
-        fail: error => {
-          finish();
-          reject(error);
-        }
-      });
-      this._dataChanged.emit();
-      try {
-        comm.send(message as unknown as JSONObject).done.catch(() => undefined);
-      } catch (error) {
-        this._pending.get(id)?.fail(new RequestError('disconnected', messageOf(error)));
-      }
-    });
+    return this._requests.send(comm, action, args, timeoutMs);
   }
 
   dispose(): void {
@@ -356,9 +285,7 @@ export class KernelBridge implements IDisposable {
         // The kernel connection is gone already.
       }
     }
-    for (const pending of [...this._pending.values()]) {
-      pending.fail(new RequestError('disconnected', reason));
-    }
+    this._requests.failAll(reason);
     return this._generation;
   }
 
@@ -399,14 +326,8 @@ export class KernelBridge implements IDisposable {
       return;
     }
     this._lastPing = now;
-    const message: IRequestMessage = {
-      type: 'request',
-      id: `p-${++this._requestCount}`,
-      action: 'ping',
-      args: {}
-    };
     try {
-      comm.send(message as unknown as JSONObject).done.catch(() => undefined);
+      this._requests.sendPing(comm);
     } catch {
       // The kernel connection is gone: the state machine reports that.
     }
@@ -499,10 +420,7 @@ export class KernelBridge implements IDisposable {
     if (kernel?.id !== this._kernelId) {
       // Another kernel process: the old samples describe something else.
       this._kernelId = kernel?.id ?? null;
-      this._history.clear();
-      this._latest = null;
-      this._hello = null;
-      this._problems = [];
+      this._router.forget();
       this._dataChanged.emit();
     }
     if (!options.restart || kernel === null) {
@@ -541,73 +459,22 @@ export class KernelBridge implements IDisposable {
     await this._bootstrap(generation, kernel, options.force);
   }
 
-  /** Evaluate one expression silently; returns the raw reply content (validated by the caller). */
-  private async _evaluate(kernel: Kernel.IKernelConnection, expression: string): Promise<unknown> {
-    const future = kernel.requestExecute(silentRequest(expression), true);
-    const reply = await future.done;
-    return reply.content;
-  }
-
   private async _bootstrap(
     generation: number,
     kernel: Kernel.IKernelConnection,
     force: boolean
   ): Promise<void> {
-    try {
-      if (!this._settings.autoLoad && !force) {
-        const loaded = interpretLoadedReply(await this._evaluate(kernel, LOADED_EXPRESSION));
-        if (!this._isCurrent(generation, kernel)) {
-          return;
-        }
-        if (loaded.kind === 'failed') {
-          this._apply({ type: 'bootstrap-failed', message: loaded.message });
-          return;
-        }
-        if (loaded.kind === 'aborted' || !loaded.loaded) {
-          this._apply({ type: 'bootstrap-off' });
-          return;
+    await runBootstrap(kernel, {
+      checkOnly: !this._settings.autoLoad && !force,
+      retryDelayMs: this._retryDelayMs,
+      isCurrent: () => this._isCurrent(generation, kernel),
+      apply: event => this._apply(event),
+      loaded: () => {
+        if (this._state.name === 'waiting') {
+          this._openComm(generation, kernel);
         }
       }
-      let outcome: BootstrapOutcome = { kind: 'aborted' };
-      for (let attempt = 1; attempt <= BOOTSTRAP_ATTEMPTS; attempt++) {
-        outcome = interpretBootstrapReply(await this._evaluate(kernel, BOOTSTRAP_EXPRESSION));
-        if (!this._isCurrent(generation, kernel)) {
-          return;
-        }
-        if (outcome.kind !== 'aborted' || attempt === BOOTSTRAP_ATTEMPTS) {
-          break;
-        }
-        // A cell queued before ours failed and the kernel aborted the rest of its queue: try again.
-        await delay(this._retryDelayMs);
-        if (!this._isCurrent(generation, kernel)) {
-          return;
-        }
-      }
-      switch (outcome.kind) {
-        case 'ok':
-          this._apply({ type: 'bootstrap-ok', version: outcome.version, protocol: outcome.protocol });
-          if (this._state.name === 'waiting') {
-            this._openComm(generation, kernel);
-          }
-          return;
-        case 'missing':
-          this._apply({ type: 'bootstrap-missing', detail: outcome.detail });
-          return;
-        case 'failed':
-          this._apply({ type: 'bootstrap-failed', message: outcome.message });
-          return;
-        case 'aborted':
-          this._apply({
-            type: 'bootstrap-failed',
-            message: 'the kernel aborted the bootstrap request repeatedly; use Retry'
-          });
-          return;
-      }
-    } catch (error) {
-      if (this._isCurrent(generation, kernel)) {
-        this._apply({ type: 'bootstrap-failed', message: `bootstrap: ${messageOf(error)}` });
-      }
-    }
+    });
   }
 
   private _openComm(generation: number, kernel: Kernel.IKernelConnection): void {
@@ -623,7 +490,7 @@ export class KernelBridge implements IDisposable {
     comm.onMsg = msg => {
       // Drop anything from a comm that is no longer ours (a restart or reconnect replaced it).
       if (this._comm === comm && generation === this._generation) {
-        this._onData(msg.content.data);
+        this._router.route(msg.content.data);
       }
     };
     comm.onClose = msg => {
@@ -631,9 +498,7 @@ export class KernelBridge implements IDisposable {
         return;
       }
       this._comm = null;
-      for (const pending of [...this._pending.values()]) {
-        pending.fail(new RequestError('disconnected', 'the kernel closed the channel'));
-      }
+      this._requests.failAll('the kernel closed the channel');
       this._apply({ type: 'comm-closed' });
       // The kernel had not heard from us for long (a throttled background tab): we are here, reconnect.
       if (closeReason(msg?.content?.data) === 'quiet' && !this._isDisposed) {
@@ -650,86 +515,6 @@ export class KernelBridge implements IDisposable {
     }
   }
 
-  private _addProblem(time: number, text: string): void {
-    this._problems = [...this._problems, { time, text }].slice(-MAX_PROBLEMS);
-  }
-
-  private _onData(data: unknown): void {
-    const message = parseKernelMessage(data);
-    if (message instanceof ProtocolProblem) {
-      this._onProblem(message, data);
-      return;
-    }
-    switch (message.type) {
-      case 'hello':
-        this._hello = message;
-        this._apply({
-          type: 'hello',
-          protocol: message.protocol,
-          version: message.version,
-          interval: message.interval,
-          now: Date.now()
-        });
-        this._sendRounding(); // a new kernel (or a restarted one) starts from pow2
-        this._sendOomTimeline(); // and with the OOM capture off
-        break;
-      case 'history':
-        this._history.merge(message.samples);
-        if (this._latest === null || (this._history.latest?.time ?? 0) > this._latest.time) {
-          this._latest = this._history.latest;
-        }
-        break;
-      case 'sample':
-        this._history.push(message);
-        this._latest = message;
-        for (const text of message.errors) {
-          this._addProblem(message.time, text);
-        }
-        this._apply({ type: 'sample', now: Date.now() });
-        this._autoRetried = false;
-        break;
-      case 'reply':
-        // A reply to a request that timed out or was cancelled is ignored.
-        this._pending.get(message.id)?.settle(message);
-        return;
-      case 'error':
-        if (message.id !== null && this._pending.has(message.id)) {
-          this._pending.get(message.id)?.fail(new RequestError(message.code, message.message));
-          return;
-        }
-        this._addProblem(Date.now() / 1000, `${message.code}: ${message.message}`);
-        console.warn(`jupyterlab-gpumem: kernel reported ${message.code}: ${message.message}`);
-        break;
-    }
-    this._dataChanged.emit();
-  }
-
-  private _onProblem(problem: ProtocolProblem, data: unknown): void {
-    if (problem.kernelProtocol !== null) {
-      this._apply({
-        type: 'hello',
-        protocol: problem.kernelProtocol,
-        version: isRecord(data) && typeof data.version === 'string' ? data.version : '?',
-        interval: this._state.interval,
-        now: Date.now()
-      });
-      // Nothing more we can understand will come: stop the kernel's sampler.
-      this._cancel(problem.message, true);
-      return;
-    }
-    console.warn(`jupyterlab-gpumem: ignored a kernel message: ${problem.message}`);
-    if (problem.unknownType) {
-      return; // a newer kernel's additional message: harmless
-    }
-    const id = isRecord(data) ? data.id : undefined;
-    if (typeof id === 'string' && this._pending.has(id)) {
-      this._pending.get(id)?.fail(new RequestError('invalid-reply', problem.message));
-      return;
-    }
-    this._apply({ type: 'protocol-problem', message: problem.message });
-    this._dataChanged.emit();
-  }
-
   private _state: IBridgeState = INITIAL_STATE;
   private _settings: IGpuMemSettings;
   private readonly _client: string;
@@ -737,17 +522,13 @@ export class KernelBridge implements IDisposable {
   private readonly _retryDelayMs: number;
   private readonly _pingMs: number;
   private _lastPing = 0;
-  private readonly _history: SampleHistory;
+  private readonly _requests: PendingRequests;
+  private readonly _router: MessageRouter;
   private readonly _timer: ReturnType<typeof setInterval>;
-  private readonly _pending = new Map<string, IPending>();
-  private _hello: IHello | null = null;
-  private _latest: ISample | null = null;
-  private _problems: ReadonlyArray<IKernelProblem> = [];
   private _comm: Kernel.IComm | null = null;
   private _kernelId: string | null = null;
   private _kernelStatus: Kernel.Status = 'unknown';
   private _generation = 0;
-  private _requestCount = 0;
   private _needsStart = false;
   private _userRanCode = false;
   private _autoRetried = false;

@@ -11,7 +11,8 @@ import type { Kernel, Session } from '@jupyterlab/services';
 import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
-import { KernelBridge, RequestError } from './bridge';
+import { KernelBridge } from './bridge';
+import { RequestError } from './requests';
 import { type IKernelSession, labelProcess } from './sample';
 import { type Trans, untranslated } from '../ui/i18n';
 import type {

@@ -3,7 +3,7 @@
  */
 import { Signal } from '@lumino/signaling';
 
-import { RequestError } from '../../channel/bridge';
+import { RequestError } from '../../channel/requests';
 import { exportTimelineFile } from '../timelineexport';
 import { untranslated } from '../../ui/i18n';
 import type { IBridgeView } from '../../tokens';

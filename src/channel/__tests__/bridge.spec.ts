@@ -1,7 +1,8 @@
 /**
  * @jest-environment node
  */
-import { KernelBridge, RequestError } from '../bridge';
+import { KernelBridge } from '../bridge';
+import { RequestError } from '../requests';
 import { BOOTSTRAP_EXPRESSION, LOADED_EXPRESSION } from '../bootstrap';
 import { GpuMemModel } from '../model';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
