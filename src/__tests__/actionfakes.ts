@@ -15,7 +15,7 @@ import type {
   ISample,
   RequestAction
 } from '../wire/protocol';
-import type { CellPlace, IActionHost, IDeathAnswer } from '../actions/sessionactions';
+import type { CellPlace, IActionHost, IDeathAnswer } from '../actions/actionhost';
 import type { IBridgeView, ISessionActions } from '../tokens';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { untranslated } from '../ui/i18n';

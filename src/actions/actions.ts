@@ -9,7 +9,8 @@ import type { ISessionContext } from '@jupyterlab/apputils';
 import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
-import { type IActionHost, SessionActions } from './sessionactions';
+import type { IActionHost } from './actionhost';
+import { SessionActions } from './sessionactions';
 import type { IGpuMemActions, IGpuMemModel, ITickStore } from '../tokens';
 
 export namespace GpuMemActions {

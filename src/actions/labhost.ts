@@ -21,7 +21,7 @@ import type { IInlineHost, IKernelIdentity } from './inline';
 import { type IOomError, oomFamily } from './oom/detect';
 import { familyTitle } from './oom/text';
 import { type IHostMemory, type IKernelExit, type IOomStep, parseKernelExit } from '../wire/protocol';
-import type { CellPlace, IActionHost, IDeathAnswer } from './sessionactions';
+import type { CellPlace, IActionHost, IDeathAnswer } from './actionhost';
 import { exportTimelineFile } from './timelineexport';
 import type { IGpuMemSettings } from '../settings';
 import type { IGpuMemModel, ISessionActions } from '../tokens';

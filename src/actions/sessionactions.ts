@@ -6,36 +6,23 @@
  * background is caught too and its checklist is there when the user switches to it. Everything that needs
  * JupyterLab's UI (dialogs, notifications, cells, other kernels) goes through `IActionHost`, so this class
  * runs against fakes in the unit tests.
+ *
+ * This file holds clear, restart and free, the leftover children and the checklist's steps; the OOM checklist
+ * itself is in oomchecklist.ts, the counting of kernel runs (and the server's word on a death) in
+ * kernelruns.ts, and the host interface in actionhost.ts.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel } from '@jupyterlab/services';
 import type { IDisposable } from '@lumino/disposable';
 import { type ISignal, Signal } from '@lumino/signaling';
 
-import { afterIdle } from './followup';
-import {
-  callFrontend,
-  CLEAR_CALL,
-  clearReportOf,
-  type IExecutingKernel,
-  LAST_OOM_CALL,
-  oomFromTextCall,
-  oomPayloadOf
-} from '../channel/frontend';
-import type { Trans } from '../ui/i18n';
-import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/detect';
-import type {
-  IChildProcess,
-  IHello,
-  IHostMemory,
-  IKernelExit,
-  IOomPayload,
-  IOomStep,
-  ISample
-} from '../wire/protocol';
+import type { IActionHost } from './actionhost';
+import { callFrontend, CLEAR_CALL, clearReportOf, type IExecutingKernel } from '../channel/frontend';
+import { KernelRuns } from './kernelruns';
+import { OomChecklist } from './oomchecklist';
+import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
 import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
-import type { IGpuMemSettings } from '../settings';
-import { occurrenceKey, stepOrigin } from './ticks';
+import { stepOrigin } from './ticks';
 import type {
   ActionOrigin,
   IBridgeView,
@@ -45,39 +32,6 @@ import type {
   ISessionActions,
   ITickStore
 } from '../tokens';
-
-/** Where a cell goes. */
-export type CellPlace = 'below-active' | 'top';
-
-/** JupyterLab's side of the actions (dialogs, notifications, the notebook, other kernels). */
-export interface IActionHost {
-  readonly trans: Trans;
-  settings(): IGpuMemSettings;
-  /** Ask before restarting (only called when the `confirmRestart` setting is on). */
-  confirmRestart(actions: ISessionActions, clearOutputs: boolean): Promise<boolean>;
-  /** An OOM was seen on this session's IOPub (raise the notification). */
-  notifyOom(actions: ISessionActions, error: IOomError): void;
-  /** Clear every output of the session's notebook, like "Restart Kernel and Clear Outputs". */
-  clearOutputs(actions: ISessionActions): void;
-  /** Insert a code cell (not run). False when the session has no notebook. */
-  insertCell(actions: ISessionActions, code: string, place: CellPlace): boolean;
-  /** Shut down another kernel of this server (asks first); resolves true when it was shut down. */
-  shutDownKernel(kernelId: string): Promise<boolean>;
-  /**
-   * Ask the server why kernel process `pid` of `kernelId` died (POST /gpumem/kernels/<id>/exit), sending the
-   * kernel's last host reading for the checklist. `exit` null: the server has seen no death of it (yet); null:
-   * no answer (the server extension is not enabled, or the answer did not fit the schema).
-   */
-  kernelExit(kernelId: string, pid: number | null, host: IHostMemory | null): Promise<IDeathAnswer | null>;
-  /** The out-of-memory killer ended this session's kernel (raise the notification). */
-  notifyOomKill(actions: ISessionActions, death: IKernelExit, summary: ReadonlyArray<string>): void;
-}
-
-/** What the server says of a kernel's death, its host checklist checked. */
-export interface IDeathAnswer {
-  readonly exit: IKernelExit | null;
-  readonly checklist: IOomPayload | null;
-}
 
 export namespace SessionActions {
   export interface IOptions {
@@ -98,14 +52,6 @@ export namespace SessionActions {
 }
 
 const NO_TICKS: ReadonlySet<string> = new Set<string>();
-
-/** How many times the server is asked why the kernel died before giving up (once per `deathPollMs`). */
-const DEATH_ASKS = 8;
-
-/** A kernel process as its hello names it (PID and start time), or null before a hello. */
-function processOf(hello: IHello | null): string | null {
-  return hello === null ? null : `${hello.pid}@${hello.create_time ?? '?'}`;
-}
 
 function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
@@ -148,12 +94,29 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._bridge = options.bridge;
     this._host = options.host;
     this._ticks = options.ticks;
-    this._followUpTimeoutMs = options.followUpTimeoutMs ?? 120000;
     this._retryDelayMs = options.retryDelayMs ?? 1000;
-    this._deathPollMs = options.deathPollMs ?? 1000;
-    this.sessionContext.iopubMessage.connect(this._onIopub, this);
-    this.sessionContext.statusChanged.connect(this._onStatus, this);
-    this.sessionContext.kernelChanged.connect(this._onKernelChanged, this);
+    this._oom = new OomChecklist({
+      sessionContext: this.sessionContext,
+      actions: this,
+      host: this._host,
+      kernel: () => this._kernel(),
+      kernelRun: () => this._runs.current,
+      followUpTimeoutMs: options.followUpTimeoutMs ?? 120000,
+      retryDelayMs: this._retryDelayMs,
+      changed: () => this._changed.emit()
+    });
+    this._runs = new KernelRuns({
+      sessionContext: this.sessionContext,
+      bridge: this._bridge,
+      host: this._host,
+      deathPollMs: options.deathPollMs ?? 1000,
+      ending: () => this._oom.stopWaiting(),
+      changed: () => this._changed.emit(),
+      oomKilled: (death, checklist, kernelRun) => {
+        this._oom.showKill(checklist, kernelRun);
+        this._host.notifyOomKill(this, death, checklist.summary);
+      }
+    });
     this._ticks.changed.connect(this._onTicks, this);
   }
 
@@ -177,13 +140,12 @@ export class SessionActions implements ISessionActions, IDisposable {
    * history.
    */
   get kernelRun(): number {
-    return this._kernelRun;
+    return this._runs.current;
   }
 
   /** The ticks key of the checklist shown, or null while none is ready. */
   get oomKey(): string | null {
-    const payload = this._oom?.payload ?? null;
-    return payload === null ? null : occurrenceKey(payload);
+    return this._oom.key;
   }
 
   get clearRun(): IClearRun | null {
@@ -195,7 +157,7 @@ export class SessionActions implements ISessionActions, IDisposable {
   }
 
   get oomRun(): IOomRun | null {
-    return this._oom;
+    return this._oom.run;
   }
 
   /** True while a clear or a restart is under way (their buttons are disabled). */
@@ -251,10 +213,9 @@ export class SessionActions implements ISessionActions, IDisposable {
       return;
     }
     this._isDisposed = true;
-    this._oomSeq++;
-    this._stopWaiting?.();
+    this._oom.dispose();
     this._ticks.changed.disconnect(this._onTicks, this);
-    this.sessionContext.kernelChanged.disconnect(this._onKernelChanged, this);
+    this._runs.dispose();
     Signal.clearData(this);
   }
 
@@ -267,7 +228,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     if (this.clearing) {
       return false;
     }
-    const kernelRun = this._kernelRun;
+    const kernelRun = this._runs.current;
     const kernel = this._kernel();
     if (kernel === null) {
       this._setClear({
@@ -311,7 +272,13 @@ export class SessionActions implements ISessionActions, IDisposable {
     const previous = this._restart;
     // While it runs, it belongs to the run it restarts; once done, to the new run it reports on.
     const base = { clearOutputs: clear, note, origin };
-    this._setRestart({ ...base, phase: 'confirming', report: null, error: null, kernelRun: this._kernelRun });
+    this._setRestart({
+      ...base,
+      phase: 'confirming',
+      report: null,
+      error: null,
+      kernelRun: this._runs.current
+    });
     try {
       const report = await restartAndFree({
         confirm: () =>
@@ -346,7 +313,7 @@ export class SessionActions implements ISessionActions, IDisposable {
         this._setRestart(previous);
         return null;
       }
-      this._setRestart({ ...base, phase: 'done', report, error: null, kernelRun: this._kernelRun });
+      this._setRestart({ ...base, phase: 'done', report, error: null, kernelRun: this._runs.current });
       return report;
     } catch (error) {
       this._setRestart({
@@ -354,7 +321,7 @@ export class SessionActions implements ISessionActions, IDisposable {
         phase: 'failed',
         report: null,
         error: messageOf(error),
-        kernelRun: this._kernelRun
+        kernelRun: this._runs.current
       });
       return null;
     }
@@ -435,39 +402,18 @@ export class SessionActions implements ISessionActions, IDisposable {
    * Show the checklist of the kernel's last OOM (the command and the notification's action use this when
    * no OOM was seen here, e.g. it happened before the page loaded).
    */
-  async loadLastOom(): Promise<void> {
-    if (this._oom !== null && this._oom.phase !== 'failed' && this._oom.kernelRun === this._kernelRun) {
-      return;
-    }
-    const kernel = this._kernel();
-    if (kernel === null) {
-      return;
-    }
-    const seq = ++this._oomSeq;
-    const kernelRun = this._kernelRun;
-    const error: IOomError = { ename: 'OutOfMemoryError', evalue: '', parentId: null };
-    this._setOom({ phase: 'loading', error, payload: null, problem: null, kernelRun });
-    const options = { retryDelayMs: this._retryDelayMs };
-    const result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, options));
-    this._settleOom(
-      seq,
-      error,
-      result,
-      this._host.trans.__('No CUDA out-of-memory error in this kernel yet.'),
-      kernelRun
-    );
+  loadLastOom(): Promise<void> {
+    return this._oom.loadLast();
   }
 
   /** Hide the checklist (its ticks stay remembered). */
   dismissOom(): void {
-    this._oomSeq++;
-    this._stopWaiting?.();
-    this._setOom(null);
+    this._oom.dismiss();
   }
 
   /** Hide the clear report or the restart report (a clear of an earlier kernel run even while "running"). */
   dismissReport(which: 'clear' | 'restart'): void {
-    if (which === 'clear' && (!this.clearing || this._clear?.kernelRun !== this._kernelRun)) {
+    if (which === 'clear' && (!this.clearing || this._clear?.kernelRun !== this._runs.current)) {
       this._setClear(null);
     } else if (which === 'restart' && !this.restarting) {
       this._setRestart(null);
@@ -534,176 +480,6 @@ export class SessionActions implements ISessionActions, IDisposable {
     return recordBefore(hello, sample, children);
   }
 
-  private _onIopub(_: unknown, msg: IIopubLike): void {
-    const error = oomErrorOf(msg);
-    if (error === null || this._isDisposed) {
-      return;
-    }
-    void this._onOom(error);
-  }
-
-  private async _onOom(error: IOomError): Promise<void> {
-    this._stopWaiting?.(); // a newer OOM replaces the one still waiting
-    const seq = ++this._oomSeq;
-    const kernelRun = this._kernelRun;
-    this._setOom({ phase: 'waiting', error, payload: null, problem: null, kernelRun });
-    this._host.notifyOom(this, error);
-    // ipykernel aborts requests queued behind the failing cell: ask only once that cell has ended.
-    if (error.parentId !== null) {
-      let stop: () => void = () => undefined;
-      const stopped = new Promise<void>(resolve => {
-        stop = resolve;
-      });
-      this._stopWaiting = stop;
-      const outcome = await afterIdle(
-        this.sessionContext.iopubMessage as unknown as ISignal<unknown, IIopubLike>,
-        error.parentId,
-        this._followUpTimeoutMs,
-        stopped
-      );
-      if (this._stopWaiting === stop) {
-        this._stopWaiting = null;
-      }
-      if (seq !== this._oomSeq) {
-        return;
-      }
-      if (outcome === 'cancelled') {
-        this._setOom({
-          phase: 'failed',
-          error,
-          payload: null,
-          problem: this._host.trans.__('The kernel restarted before the checklist could be built.'),
-          kernelRun
-        });
-        return;
-      }
-    }
-    const kernel = this._kernel();
-    if (kernel === null) {
-      return;
-    }
-    this._setOom({ phase: 'loading', error, payload: null, problem: null, kernelRun });
-    const options = { retryDelayMs: this._retryDelayMs };
-    let result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, options));
-    if (result.ok && result.value === null && seq === this._oomSeq) {
-      // The handler did not see it (the shim was loaded later, or another library raised it): parse the text.
-      result = oomPayloadOf(await callFrontend(kernel, oomFromTextCall(oomText(error)), options));
-    }
-    this._settleOom(
-      seq,
-      error,
-      result,
-      this._host.trans.__('The kernel could not read this error message.'),
-      kernelRun
-    );
-  }
-
-  private _onStatus(_: unknown, status: Kernel.Status): void {
-    switch (status) {
-      case 'restarting':
-      case 'autorestarting':
-      case 'dead': {
-        this._stopWaiting?.();
-        this._endRun();
-        const kernelId = this.sessionContext.session?.kernel?.id ?? null;
-        // 'autorestarting' and 'dead' come only from a death nobody asked for ('restarting' also from a restart).
-        if (status !== 'restarting' && kernelId !== null) {
-          void this._explainDeath(kernelId, this._endedHello, this._endedHost);
-        }
-        break;
-      }
-      case 'starting':
-        // Outside our own start-up: another client restarted the kernel (JupyterLab reports only this) —
-        // unless it is the new process of the restart counted last, still before its hello (a server restart
-        // after kill -9 reports 'restarting', 'autorestarting', 'busy', then the new process's 'starting').
-        if (this._sawRunning && !this._sameProcessAsEnded()) {
-          this._endRun();
-        }
-        break;
-      case 'idle':
-      case 'busy':
-        this._runEnded = false;
-        this._sawRunning = true;
-        break;
-    }
-  }
-
-  private _onKernelChanged(_: unknown, change: { oldValue: unknown; newValue: unknown }): void {
-    // SessionContext.restartKernel() announces its restart as a change to the same kernel connection: that
-    // restart was counted by its statuses already.
-    if (change.oldValue !== null && change.oldValue !== undefined && change.oldValue !== change.newValue) {
-      this._stopWaiting?.();
-      this._runEnded = false; // another kernel: always a new run
-      this._endRun();
-    }
-  }
-
-  /**
-   * The kernel died without being asked to: ask the server why, once per process. When the out-of-memory killer
-   * ended it, the host checklist the server built (with the kernel's last host reading from the panel's
-   * samples) becomes this session's checklist, tagged with the new run (its steps are for what runs next), and
-   * a notification says so. The server judges a death within a second: ask a few times.
-   */
-  private async _explainDeath(
-    kernelId: string,
-    hello: IHello | null,
-    host: IHostMemory | null
-  ): Promise<void> {
-    const process = processOf(hello);
-    if (process !== null && process === this._explainedProcess) {
-      return;
-    }
-    this._explainedProcess = process;
-    const kernelRun = this._kernelRun;
-    let answer: IDeathAnswer | null = null;
-    for (let attempt = 0; attempt < DEATH_ASKS; attempt++) {
-      if (attempt > 0) {
-        await new Promise(resolve => setTimeout(resolve, this._deathPollMs));
-      }
-      if (this._isDisposed || kernelRun !== this._kernelRun) {
-        return; // another restart meanwhile: this death is history
-      }
-      answer = await this._host.kernelExit(kernelId, hello?.pid ?? null, host).catch(() => null);
-      if (answer === null || answer.exit !== null) {
-        break;
-      }
-    }
-    const death = answer?.exit ?? null;
-    if (this._isDisposed || kernelRun !== this._kernelRun || death === null || !death.oom_killed) {
-      return;
-    }
-    const payload = answer?.checklist ?? null;
-    if (payload === null) {
-      return;
-    }
-    this._oomSeq++; // a checklist still loading for the dead process's own error loses to this one
-    this._stopWaiting?.();
-    const error: IOomError = { ename: 'OOM killer', evalue: payload.summary[0], parentId: null };
-    this._setOom({ phase: 'ready', error, payload, problem: null, kernelRun });
-    this._host.notifyOomKill(this, death, payload.summary);
-  }
-
-  /** The kernel process of this run is gone: count a new run (once per restart, however many statuses). */
-  private _endRun(): void {
-    if (this._runEnded) {
-      return;
-    }
-    this._runEnded = true;
-    this._sawRunning = false;
-    // What the panel last knew of the process, before the new one's hello replaces it.
-    this._endedHello = this._bridge()?.hello ?? null;
-    this._endedHost = this._bridge()?.latest?.host ?? null;
-    this._endedProcess = processOf(this._endedHello);
-    this._kernelRun++;
-    this._changed.emit();
-  }
-
-  /** The bridge still knows only the process that the last counted end ended (no hello since). */
-  private _sameProcessAsEnded(): boolean {
-    const now = processOf(this._bridge()?.hello ?? null);
-    return now !== null && now === this._endedProcess;
-  }
-
   private _onTicks(_: ITickStore, key: string): void {
     if (key === this.oomKey) {
       this._changed.emit();
@@ -720,61 +496,14 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._changed.emit();
   }
 
-  /**
-   * Show a fetched checklist, or why there is none (`whenNone`: the kernel answered but had no checklist);
-   * a newer OOM or request (another `seq`) wins, so a late answer never overwrites it.
-   */
-  private _settleOom(
-    seq: number,
-    error: IOomError,
-    result: ReturnType<typeof oomPayloadOf>,
-    whenNone: string,
-    kernelRun: number
-  ): void {
-    if (seq !== this._oomSeq) {
-      return;
-    }
-    if (result.ok && result.value !== null) {
-      this._setOom({ phase: 'ready', error, payload: result.value, problem: null, kernelRun });
-    } else {
-      this._setOom({
-        phase: 'failed',
-        error,
-        payload: null,
-        problem: result.ok ? whenNone : result.error,
-        kernelRun
-      });
-    }
-  }
-
-  private _setOom(run: IOomRun | null): void {
-    this._oom = run;
-    this._changed.emit();
-  }
-
   private readonly _bridge: () => IBridgeView | null;
   private readonly _host: IActionHost;
   private readonly _ticks: ITickStore;
-  private readonly _followUpTimeoutMs: number;
   private readonly _retryDelayMs: number;
-  private readonly _deathPollMs: number;
-  /** The kernel process (`processOf` its hello) whose death was asked about last. */
-  private _explainedProcess: string | null = null;
+  private readonly _oom: OomChecklist;
+  private readonly _runs: KernelRuns;
   private _clear: IClearRun | null = null;
   private _restart: IRestartRun | null = null;
-  private _oom: IOomRun | null = null;
-  private _oomSeq = 0;
-  private _kernelRun = 0;
-  /** The run was counted as ended and no new one has been seen running yet. */
-  private _runEnded = false;
-  /** The kernel of this run reported idle or busy (a later 'starting' is a restart, not the start-up). */
-  private _sawRunning = false;
-  /** The kernel process (`processOf` its hello) whose end was counted last. */
-  private _endedProcess: string | null = null;
-  private _endedHello: IHello | null = null;
-  private _endedHost: IHostMemory | null = null;
-  /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */
-  private _stopWaiting: (() => void) | null = null;
   private _children: { pid: number; count: number; list: ReadonlyArray<IChildProcess> } | null = null;
   private _isDisposed = false;
   private readonly _changed = new Signal<this, void>(this);

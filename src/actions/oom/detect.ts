@@ -3,7 +3,7 @@
  *
  * The kernel side shows the checklist itself when its handler is installed; the browser watches too, so the
  * user gets a notification and the panel's checklist whatever cell, magic or library raised the error, and
- * even when the extension was loaded after it. Pure: the watcher in sessionactions.ts feeds it IOPub messages.
+ * even when the extension was loaded after it. Pure: the watcher in oomchecklist.ts feeds it IOPub messages.
  * Which errors count is not decided here: the patterns are the kernel's (gpumem_kernel/oom/patterns.json, shipped
  * in the wheel and bundled here), and both sides are tested against one corpus of real messages
  * (tests/oom/corpus.json).
