@@ -288,7 +288,7 @@ def _error(predicted: int, measured: int) -> float:
 def _gpu_columns(plan: TracePlan, batch: int, traced: TraceResult) -> Dict[str, Any]:
     if not torch.cuda.is_available():
         return {"gpu": "not measured"}
-    from gpumem_kernel.analysis.analyze import measure_step_peaks
+    from gpumem_kernel.analysis.measure import measure_step_peaks
 
     device = torch.device("cuda", torch.cuda.current_device())
     measured = measure_step_peaks(plan, batch, device)

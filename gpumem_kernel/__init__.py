@@ -84,12 +84,12 @@ def print_status() -> None:
 # The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
 _LAZY = {
     "analyze": "analysis.analyze",
-    "get_gpu_info": "analysis.analyze",
-    "print_gpu_info": "analysis.analyze",
+    "get_gpu_info": "analysis.gpu_info",
+    "print_gpu_info": "analysis.gpu_info",
     "print_memory_analysis": "analysis.analyze",
     "recommend_batch_size": "analysis.analyze",
-    "monitor_gpu_memory": "analysis.analyze",
-    "MemoryMonitor": "analysis.analyze",
+    "monitor_gpu_memory": "analysis.monitor",
+    "MemoryMonitor": "analysis.monitor",
     "auto_select_batch_size": "autobatch.search",
     "run_benchmark": "benchmark.sweep",
     "load_config": "benchmark.config",

@@ -60,7 +60,7 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
     """Three wrapped AdamW steps; CUDA peaks of steps 2-3 over the baseline (None on the CPU)."""
     import torch
 
-    from gpumem_kernel.analysis.analyze import clear_cublas_workspaces
+    from gpumem_kernel.analysis.measure import clear_cublas_workspaces
 
     cuda = device.type == "cuda"
     if cuda:

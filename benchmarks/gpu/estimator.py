@@ -149,7 +149,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
     """Peaks of steps 2-3 over an emptied baseline, and NVML's process figure before the cache is emptied."""
     import torch
 
-    from gpumem_kernel.analysis.analyze import clear_cublas_workspaces, run_real_steps
+    from gpumem_kernel.analysis.measure import clear_cublas_workspaces, run_real_steps
 
     device = torch.device("cuda", torch.cuda.current_device())
 
@@ -207,7 +207,8 @@ def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
 def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
     """analyze() end to end at `cfg`: on CUDA the measured engine; on the CPU whichever engine it picks."""
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis.analyze import analyze, clear_cublas_workspaces
+    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.measure import clear_cublas_workspaces
 
     built = models.build(arch, dry)
     batch = built.batches[cfg.batch_index]

@@ -281,7 +281,7 @@ class _LiveBytesEngine:
         self.cache: Dict[int, Any] = {}
 
     def point(self, batch: int) -> Any:
-        from gpumem_kernel.analysis.analyze import _Point
+        from gpumem_kernel.analysis.engines import _Point
         from gpumem_kernel.analysis.trace import TraceError, run_trace
 
         if batch not in self.cache:
@@ -303,7 +303,9 @@ def _predict(
 
     Simulated: analysis.search_maximum over fake traces (a few, each ~50 ms for small models) against the
     cap. CUDA: analyze() on the device (measured, with its safety reserve: a conservative start)."""
-    from gpumem_kernel.analysis.analyze import analyze, batch_maker, search_maximum
+    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.inputs import batch_maker
+    from gpumem_kernel.analysis.search import search_maximum
     from gpumem_kernel.analysis.trace import TracePlan, default_loss
 
     try:
@@ -333,7 +335,7 @@ def _cuda_limit(device: Any) -> int:
 def _check_args(
     model: Any, margin: float, max_batch: int, steps: int, start_batch: Optional[int], multiple: Optional[int]
 ) -> None:
-    from gpumem_kernel.analysis.analyze import _check_model, _positive_int
+    from gpumem_kernel.analysis.arguments import _check_model, _positive_int
 
     _check_model(model)
     if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < 1:
@@ -352,7 +354,7 @@ def _optimizer_name(optimizer: Any) -> str:
 
 
 def _batch_source(model: Any, input: Any) -> Callable[[int], Any]:
-    from gpumem_kernel.analysis.analyze import batch_maker
+    from gpumem_kernel.analysis.inputs import batch_maker
 
     make, _ = batch_maker(model, input)
     return lambda b: make(b, False)
@@ -389,7 +391,7 @@ def auto_select_batch_size(
     `interrupted`. The model, optimizer and RNG states are restored exactly in every case.
     """
 
-    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind
+    from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
     from gpumem_kernel.analysis.picks import from_options, resolve
     from gpumem_kernel.analysis.trace import default_loss, feed
 
@@ -492,7 +494,7 @@ def scan_batch_sizes(
 ) -> List[Trial]:
     """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
 
-    from gpumem_kernel.analysis.analyze import _amp_mode, _optimizer_kind
+    from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
     from gpumem_kernel.analysis.trace import default_loss, feed
 
     _check_args(model, 0.0, max(batch_sizes), steps, None, None)

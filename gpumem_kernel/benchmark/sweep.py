@@ -126,7 +126,7 @@ def run_benchmark(
     Ctrl-C returns the partial table flagged `interrupted`; the model, optimizer and RNG are restored.
     """
 
-    from gpumem_kernel.analysis.analyze import _check_model, _optimizer_kind, parse_shape
+    from gpumem_kernel.analysis.arguments import _check_model, _optimizer_kind, parse_shape
 
     started = time.perf_counter()
     _check_model(model)

@@ -144,7 +144,7 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
                 f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
             )
         return lookup(shell, text, command, "--input")
-    from gpumem_kernel.analysis.analyze import parse_shape
+    from gpumem_kernel.analysis.arguments import parse_shape
 
     try:
         parse_shape(text)
@@ -416,7 +416,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
 
 
 def analyze(shell: Any, rest: str) -> None:
-    from gpumem_kernel.analysis.analyze import analysis_bundle
+    from gpumem_kernel.analysis.render import analysis_bundle
     from gpumem_kernel.timeline.predicted import option_problem
 
     args = parse(analyze_arguments, "analyze", rest)
@@ -654,7 +654,7 @@ def _rows_text(rows: List[Dict[str, Any]], engine: str) -> str:
 
 
 def benchmark(shell: Any, rest: str) -> None:
-    from gpumem_kernel.analysis.analyze import parse_shape
+    from gpumem_kernel.analysis.arguments import parse_shape
     from gpumem_kernel.benchmark.config import check_value, load_config
     from gpumem_kernel.benchmark.report import benchmark_bundle
     from gpumem_kernel.benchmark.sweep import run_benchmark

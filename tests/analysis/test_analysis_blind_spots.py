@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from gpumem_kernel.analysis.analyze import analyze, parse_shape  # noqa: E402
+from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.arguments import parse_shape  # noqa: E402
 from gpumem_kernel.analysis.render import render_text  # noqa: E402
 from gpumem_kernel.render.units import human  # noqa: E402
 from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402

@@ -11,17 +11,13 @@ torch = pytest.importorskip("torch")
 jsonschema = pytest.importorskip("jsonschema")
 nn = torch.nn
 
-from gpumem_kernel.analysis import analyze as analysis  # noqa: E402
-from gpumem_kernel.analysis import gpus  # noqa: E402
-from gpumem_kernel.analysis.analyze import (  # noqa: E402
-    AnalysisReport,
-    _Point,
-    analyze,
-    monitor_gpu_memory,  # noqa: E402
-    print_memory_analysis,
-    recommend_batch_size,
-    search_maximum,
-)
+from gpumem_kernel.analysis import device as analysis_device  # noqa: E402
+from gpumem_kernel.analysis import gpu_info, gpus, recommendations  # noqa: E402
+from gpumem_kernel.analysis.analyze import analyze, print_memory_analysis, recommend_batch_size  # noqa: E402
+from gpumem_kernel.analysis.engines import _Point  # noqa: E402
+from gpumem_kernel.analysis.monitor import monitor_gpu_memory  # noqa: E402
+from gpumem_kernel.analysis.report import AnalysisReport  # noqa: E402
+from gpumem_kernel.analysis.search import search_maximum  # noqa: E402
 from gpumem_kernel.analysis.picks import Rounding  # noqa: E402
 from gpumem_kernel.analysis.render import MIME, analysis_bundle  # noqa: E402
 
@@ -200,7 +196,7 @@ def test_rounding_recommendations_and_status() -> None:
     assert [Rounding(multiple=8).apply(v) for v in (307.2, 205, 5)] == [304, 200, 5]
     assert [Rounding(exact=True).apply(v) for v in (307.2, 205, 1.5, 0.4)] == [307, 205, 1, 0]
     current = _Point(64, 0, 0, 95 * GiB // 10, "traced")
-    recs = analysis.recommend(
+    recs = recommendations.recommend(
         512,
         current,
         10 * GiB,
@@ -216,7 +212,7 @@ def test_rounding_recommendations_and_status() -> None:
     assert recs.current.status == "tight"
     assert recs.accumulation.target_effective_batch == 128 and recs.accumulation.recommended == 1
     assert recs.lr.linear == 2.0 and abs(recs.lr.sqrt - 2**0.5) < 1e-9
-    same = analysis.recommend(
+    same = recommendations.recommend(
         512,
         current,
         10 * GiB,
@@ -229,7 +225,7 @@ def test_rounding_recommendations_and_status() -> None:
         note="",
     )
     assert same.accumulation.recommended == 2 and same.lr.linear == 1.0 and "keep" in same.lr.hint
-    big = analysis.recommend(
+    big = recommendations.recommend(
         512,
         current,
         10 * GiB,
@@ -242,7 +238,7 @@ def test_rounding_recommendations_and_status() -> None:
         note="",
     )
     assert big.accumulation.recommended == 4 and big.lr.to_effective_batch == 1024 and big.lr.linear == 16
-    small = analysis.recommend(
+    small = recommendations.recommend(
         512,
         current,
         10 * GiB,
@@ -277,8 +273,8 @@ def test_seed_api(capsys: Any) -> None:
     assert seed_style["maximum"] < picks["maximum"]
     report = print_memory_analysis(_mlp(), batch_size=32, device_id=0, mixed_precision=False)
     assert "💾 Memory Analysis" in capsys.readouterr().out and isinstance(report, AnalysisReport)
-    assert isinstance(analysis.get_gpu_info(), list)
-    analysis.print_gpu_info()
+    assert isinstance(gpu_info.get_gpu_info(), list)
+    gpu_info.print_gpu_info()
     assert capsys.readouterr().out.strip()
 
 
@@ -331,12 +327,12 @@ def test_local_gpu_limit_counts_other_processes_and_the_context(monkeypatch: Any
         this_kernel=None,
         compute_capability="8.9",
     )
-    monkeypatch.setattr(analysis, "_local_gpu", lambda index: device)
-    fresh = analysis.device_limit(target=None, memory=None, device=None, reserve=None)
+    monkeypatch.setattr(analysis_device, "_local_gpu", lambda index: device)
+    fresh = analysis_device.device_limit(target=None, memory=None, device=None, reserve=None)
     assert (fresh.source, fresh.free_bytes, fresh.context_source) == ("nvml", 10 * GiB, "estimate")
     assert fresh.limit_bytes == 10 * GiB - int(0.05 * 16 * GiB) and fresh.context_to_add > 0
     device.this_kernel = 600 << 20  # this kernel already has a context: measured, not added again
-    used = analysis.device_limit(target=None, memory=None, device="cuda:0", reserve=GiB)
+    used = analysis_device.device_limit(target=None, memory=None, device="cuda:0", reserve=GiB)
     assert (used.context_bytes, used.context_source, used.context_to_add) == (600 << 20, "nvml", 0)
     assert used.limit_bytes == 9 * GiB
     report = analyze(_mlp(), batch_size=16)

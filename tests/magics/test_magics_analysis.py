@@ -12,7 +12,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.analyze import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import MIME as AUTOBATCH_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import scan_batch_sizes  # noqa: E402
 from gpumem_kernel.benchmark.report import MIME as BENCHMARK_MIME  # noqa: E402

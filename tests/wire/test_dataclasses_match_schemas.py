@@ -20,7 +20,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import pytest
 
-from gpumem_kernel.analysis import analyze
+from gpumem_kernel.analysis import report as analysis_report
 from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import config as benchmark_config
 from gpumem_kernel.benchmark import result as benchmark_result
@@ -84,7 +84,7 @@ MIRRORS = [
     Mirror(oom_step.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
     # %gpumem analyze, autobatch, benchmark
     Mirror(
-        analyze.AnalysisReport,
+        analysis_report.AnalysisReport,
         "analysis.schema.json",
         added=frozenset({"model"}),
         moved={
