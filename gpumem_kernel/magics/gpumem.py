@@ -1,5 +1,6 @@
 """`%gpumem` line magic and `%%gpumem` cell magic: a thin dispatcher over the Python API; bad input is one
-UsageError line. The analysis commands (analyze, recommend, autobatch, benchmark) live in magics_analysis."""
+UsageError line. The analysis commands live in magics.analysis (analyze, recommend), magics.autobatch and
+magics.benchmark, their options in magics.options."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from IPython.display import display
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.clear import reclaim as clearing
 from gpumem_kernel.magics import analysis as magics_analysis
+from gpumem_kernel.magics import autobatch as magics_autobatch
+from gpumem_kernel.magics import benchmark as magics_benchmark
 from gpumem_kernel.magics import memlog as magics_log
 from gpumem_kernel.oom import handler as oom_handler
-from gpumem_kernel.magics.analysis import _fail
-from gpumem_kernel.magics.analysis import parse as _parse
+from gpumem_kernel.magics import options as magics_options
+from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.magics.parsing import parse as _parse
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.status import status_bundle
 from gpumem_kernel.render.text import one_line, shown
@@ -92,10 +96,10 @@ COMMANDS: Dict[str, Command] = {
     "status": Command(status, _status_arguments),
     "clear": Command(clear, _clear_arguments),
     "oom": Command(oom, _oom_arguments),
-    "analyze": Command(magics_analysis.analyze, magics_analysis.analyze_arguments),
-    "recommend": Command(magics_analysis.recommend, magics_analysis.recommend_arguments),
-    "autobatch": Command(magics_analysis.autobatch, magics_analysis.autobatch_arguments),
-    "benchmark": Command(magics_analysis.benchmark, magics_analysis.benchmark_arguments),
+    "analyze": Command(magics_analysis.analyze, magics_options.analyze_arguments),
+    "recommend": Command(magics_analysis.recommend, magics_options.recommend_arguments),
+    "autobatch": Command(magics_autobatch.autobatch, magics_options.autobatch_arguments),
+    "benchmark": Command(magics_benchmark.benchmark, magics_options.benchmark_arguments),
     "log": Command(magics_log.log, magics_log.log_arguments),
 }
 USAGE = f"usage: %gpumem {{{','.join(COMMANDS)}}} [options]   (%gpumem --help, %gpumem COMMAND --help)"

@@ -7,8 +7,8 @@ from typing import Any
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from gpumem_kernel.log import csvlog
-from gpumem_kernel.magics.analysis import _fail
-from gpumem_kernel.magics.analysis import parse as _parse
+from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.magics.parsing import parse as _parse
 
 NOT_LOGGING = "not logging (%gpumem log start FILE.csv [--interval 1s])"
 

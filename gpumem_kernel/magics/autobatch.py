@@ -1,0 +1,58 @@
+"""`%gpumem autobatch`: auto_select_batch_size() with the line's options, each trial shown as it ends."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from gpumem_kernel.magics.options import autobatch_arguments
+from gpumem_kernel.magics.parsing import _debug, _engine_error, parse
+from gpumem_kernel.magics.progress import _Live, _progress_bundle
+from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer
+
+
+def _trial_line(name: str, number: int, trial: Any, best: Optional[int], simulated: bool) -> str:
+    result = "ok" if trial.ok else ("OOM (simulated)" if simulated else "OOM")
+    return (
+        f"autobatch {name}: trial {number}, batch {trial.batch} ({trial.phase}): {result} in "
+        f"{trial.seconds:.2f} s; largest that ran so far: {best or 'none'}"
+    )
+
+
+def autobatch(shell: Any, rest: str) -> None:
+    from gpumem_kernel.autobatch.search import auto_select_batch_size, autobatch_bundle
+
+    command = "autobatch"
+    args = parse(autobatch_arguments, command, rest)
+    model = _module(shell, args.model, command)
+    options = dict(
+        input=_input(shell, args.input, command),
+        loss=_loss(shell, args.loss, command),
+        optimizer=_optimizer(shell, args.optimizer, command),
+        amp=_amp(args.amp),
+        margin=args.margin,
+        multiple=args.multiple,
+        rounding=args.round,
+        max_batch=args.max,
+        simulate=_memory(args.simulate, "--simulate", command),
+        steps=args.steps,
+    )
+    simulated = args.simulate is not None
+    live = _Live()
+    trials: List[Any] = []
+
+    def progress(trial: Any) -> None:
+        trials.append(trial)
+        best = max((t.batch for t in trials if t.ok), default=None)
+        live.show(_progress_bundle(_trial_line(args.model, len(trials), trial, best, simulated)))
+
+    try:
+        result = auto_select_batch_size(model, args.device, args.batch, progress=progress, **options)
+    except KeyboardInterrupt:
+        live.stop(_progress_bundle(f"autobatch {args.model}: interrupted before the search began"))
+        raise
+    except Exception as exc:
+        live.stop(_progress_bundle(f"autobatch {args.model}: stopped"))
+        if _debug() or not isinstance(exc, (ValueError, RuntimeError, TypeError, IndexError)):
+            raise
+        raise _engine_error(command, exc) from None
+    live.show(autobatch_bundle(result))

@@ -1,0 +1,87 @@
+"""Reading a `%gpumem` command's line with its magic_arguments parser, and the one UsageError line every bad
+input gets (`GPUMEM_DEBUG=1` shows the traceback of a failing training step instead)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any, Callable, List
+
+from IPython.core.error import UsageError
+from IPython.utils.process import arg_split
+
+from gpumem_kernel.render.text import one_line
+
+
+# the Python API's keyword names, as the magic spells them (in the engines' one-line messages)
+_OPTION_NAMES = {
+    "input": "input",
+    "loss": "loss",
+    "target": "target",
+    "memory": "memory",
+    "device": "device",
+    "simulate": "simulate",
+    "max_batch": "max",
+    "start_batch": "batch",
+    "margin": "margin",
+    "multiple": "multiple",
+    "rounding": "round",
+    "steps": "steps",
+    "dataset": "dataset",
+    "loader_factory": "loader-factory",
+    "synthetic_shape": "synthetic",
+    "num_classes": "classes",
+    "vocab_size": "vocab",
+}
+_KEYWORD = re.compile(r"\b(" + "|".join(_OPTION_NAMES) + r")=(\S?)")
+
+
+def split_line(rest: str) -> List[str]:
+    """The line's words with shell quoting removed (`--target "RTX 4080 Super"`, `--config 'my cfg.yaml'`).
+    IPython's parse_argstring keeps the quotes (non-POSIX split); on Windows backslashes stay as typed."""
+    if not sys.platform.startswith("win"):
+        return arg_split(rest, posix=True, strict=True)
+    words = arg_split(rest, posix=False, strict=True)
+    return [w[1:-1] if len(w) >= 2 and w[0] == w[-1] and w[0] in "\"'" else w for w in words]
+
+
+def parse(spec: Callable[..., Any], command: str, rest: str) -> Any:
+    """The parsed line, or one UsageError line naming the command."""
+    try:
+        return spec.parser.parse_args(split_line(rest))
+    except UsageError as error:  # argparse's complaint, e.g. "unrecognized arguments: --bogus"
+        raise _fail(command, str(error)) from None
+    except ValueError as error:  # unbalanced quotes in the line
+        raise _fail(command, str(error)) from None
+
+
+def _as_option(match: "re.Match[str]") -> str:
+    """`device='cuda'` -> `--device 'cuda'`, `input=,` -> `--input,`."""
+    option, after = f"--{_OPTION_NAMES[match.group(1)]}", match.group(2)
+    return f"{option} {after}" if after and after not in ",;)" else option + after
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an engine's message, its keyword arguments spelled as the magic's options."""
+    text = str(exc).strip()
+    return _KEYWORD.sub(_as_option, text.splitlines()[0] if text else type(exc).__name__)
+
+
+def _fail(command: str, message: str) -> UsageError:
+    """The one line a bad input gets; echoed values in it are cut (render.text.one_line)."""
+    return UsageError(one_line(f"gpumem {command}: {message}"))
+
+
+def _engine_error(command: str, exc: BaseException) -> UsageError:
+    if isinstance(exc, ValueError):
+        return _fail(command, _one_line(exc))
+    return _fail(
+        command,
+        f"a training step failed: {type(exc).__name__}: {_one_line(exc)} "
+        "(check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)",
+    )
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("GPUMEM_DEBUG"))

@@ -1,0 +1,120 @@
+"""Turning a command's words into the user's objects: the model, a sample or batch function, a loss, an
+optimizer (a kind or the user's own), and checking shapes, memory sizes and GPU names before an engine runs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.probe.torchstats import loaded_torch
+from gpumem_kernel.render.text import shown
+
+
+_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
+OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum")
+_OPTIMIZER_ALIASES = {"sgdm": "sgd-momentum", "momentum": "sgd-momentum"}
+
+
+def lookup(shell: Any, name: str, command: str, what: str) -> Any:
+    """`name` or `name.attr.attr` in the user's namespace."""
+    if not _NAME.match(name):
+        raise _fail(command, f"{what} {shown(name)}: not a variable name")
+    head, *attributes = name.split(".")
+    if head not in shell.user_ns:
+        raise _fail(command, f"{what}: no variable named {head!r} in this kernel")
+    value, path = shell.user_ns[head], head
+    for attribute in attributes:
+        try:
+            value = getattr(value, attribute)
+        except Exception:
+            raise _fail(command, f"{what}: {path} has no attribute {attribute!r}") from None
+        path = f"{path}.{attribute}"
+    return value
+
+
+def _module(shell: Any, name: str, command: str) -> Any:
+    value = lookup(shell, name, command, "MODEL")
+    torch = loaded_torch()
+    if torch is None or not isinstance(value, torch.nn.Module):
+        raise _fail(command, f"{name} is a {type(value).__name__}, not a torch.nn.Module")
+    return value
+
+
+def _input(shell: Any, text: Optional[str], command: str) -> Any:
+    """A shape string (checked here), or the value of a variable: a sample tensor/tuple/dict or a function
+    batch_size -> batch."""
+    if text is None:
+        return None
+    if _NAME.match(text):
+        head = text.split(".")[0]
+        if head not in shell.user_ns:
+            raise _fail(
+                command,
+                f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
+            )
+        return lookup(shell, text, command, "--input")
+    from gpumem_kernel.analysis.arguments import parse_shape
+
+    try:
+        parse_shape(text)
+    except ValueError as exc:
+        raise _fail(command, f"--input: {exc}") from None
+    return text
+
+
+def _loss(shell: Any, name: Optional[str], command: str) -> Any:
+    if name is None:
+        return None
+    value = lookup(shell, name, command, "--loss")
+    if not callable(value):
+        raise _fail(
+            command,
+            f"--loss {name}: a {type(value).__name__} is not callable; pass a function (output, batch) -> scalar loss",
+        )
+    return value
+
+
+def _optimizer(shell: Any, text: str, command: str) -> Any:
+    """adamw | adam | sgd | sgd-momentum, or the name of the user's torch.optim.Optimizer."""
+    key = text.lower().replace("_", "-")
+    key = _OPTIMIZER_ALIASES.get(key, key)
+    if key in OPTIMIZER_CHOICES:
+        return key
+    if _NAME.match(text) and text.split(".")[0] in shell.user_ns:
+        value = lookup(shell, text, command, "--optimizer")
+        torch = loaded_torch()
+        if torch is None or not isinstance(value, torch.optim.Optimizer):
+            raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a torch.optim.Optimizer")
+        return value
+    raise _fail(
+        command, f"--optimizer {text!r}: use adamw, adam, sgd, sgd-momentum or the name of your optimizer variable"
+    )
+
+
+def _amp(value: Optional[str]) -> Optional[str]:
+    return None if value in (None, "off") else value
+
+
+def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
+    if value is None:
+        return None
+    from gpumem_kernel.analysis.gpus import parse_memory
+
+    try:
+        parse_memory(value)
+    except ValueError as exc:
+        raise _fail(command, f"{option}: {exc}") from None
+    return value
+
+
+def _target(value: Optional[str], command: str) -> Optional[str]:
+    if value is None:
+        return None
+    from gpumem_kernel.analysis.gpus import lookup as gpu_lookup
+
+    try:
+        gpu_lookup(value)
+    except ValueError as exc:
+        raise _fail(command, f"--target: {exc}") from None
+    return value
