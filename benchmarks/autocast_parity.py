@@ -4,7 +4,7 @@ For every architecture of benchmarks/gpu/models.py (their small dry-run variants
 size), one training-mode forward and loss runs twice on fake tensors:
 
 - CUDA: fake CUDA tensors under PyTorch's own CUDA autocast kernels (bf16), or none (fp32);
-- trace: fake CPU tensors under CPU autocast and trace.cuda_kernels(), as the estimator runs it.
+- trace: fake CPU tensors under CPU autocast and cuda_kernels.cuda_kernels(), as the estimator runs it.
 
 Each aten op that makes tensors is recorded with its outputs' dtypes and shapes, and the two sequences are compared.
 Needs a CUDA build of torch (a CPU build cannot index a fake CUDA tensor), not a GPU: run it with the GPU image's
@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks._common import write_result  # noqa: E402
 from benchmarks.gpu import models  # noqa: E402
-from gpumem_kernel.analysis.trace import cuda_kernels  # noqa: E402
+from gpumem_kernel.analysis.cuda_kernels import cuda_kernels  # noqa: E402
 
 Out = Tuple[str, Tuple[int, ...]]
 Op = Tuple[str, Tuple[Out, ...]]

@@ -40,7 +40,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+
+from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
+
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
 
 # --- the zoo ----------------------------------------------------------------------------------------------
 
@@ -578,7 +582,7 @@ def allocator_peak(case: Case, user_model: nn.Module, steps: int = 2) -> int:
     dropout kernels), so both sides compute the same step and the check stays one of bookkeeping."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gpumem_kernel.analysis.trace import cuda_kernels
+    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 
     with cuda_kernels(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = case.prepare(copy.deepcopy(user_model))

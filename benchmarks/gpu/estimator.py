@@ -93,7 +93,7 @@ def configs(arch: str, dry: bool) -> List[Config]:
 
 def _plan(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Tuple[Any, int]:
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis.trace import TracePlan
+    from gpumem_kernel.analysis.trace_plan import TracePlan
 
     built = models.build(arch, dry)
     plan = TracePlan(

@@ -47,7 +47,8 @@ from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
 from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
-from gpumem_kernel.analysis.trace import TraceError, TracePlan, TraceResult, default_loss
+from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
+from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.probe.torchstats import cuda_initialised
 
 

@@ -30,7 +30,8 @@ from gpumem_kernel.analysis.report import (
     Recommendations,
 )
 from gpumem_kernel.analysis.search import _Search
-from gpumem_kernel.analysis.trace import TracePlan, TraceResult, default_loss
+from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult
+from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.render.units import format_bytes
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD (momentum 0.9)"}

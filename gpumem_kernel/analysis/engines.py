@@ -9,7 +9,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from gpumem_kernel.analysis.measure import measure_step_peaks
 from gpumem_kernel.analysis.model_states import _Sharding
-from gpumem_kernel.analysis.trace import TraceError, TracePlan, TraceResult, run_trace
+from gpumem_kernel.analysis.trace import run_trace
+from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 
 
 @dataclass

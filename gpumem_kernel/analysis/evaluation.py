@@ -1,5 +1,5 @@
 """The evaluation step (model.eval(), torch.no_grad(): forward only) of an analysis: traced at its batch
-(trace.eval_steps) and the largest evaluation batch that fits, with the same batch search as training."""
+(training_loop.eval_steps) and the largest evaluation batch that fits, with the same batch search as training."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gpumem_kernel.analysis.engines import _TracedEngine
 from gpumem_kernel.analysis.model_states import _Sharding
 from gpumem_kernel.analysis.report import DeviceInfo, Evaluation
 from gpumem_kernel.analysis.search import search_maximum
-from gpumem_kernel.analysis.trace import TraceError, TracePlan
+from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan
 
 EVAL_RULE_OF_THUMB = 1.3  # the guides' evaluation batch: at most 1.3 x the training batch unless measured
 

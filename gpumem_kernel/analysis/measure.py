@@ -9,16 +9,10 @@ import gc
 from typing import Any, Callable, Optional, Tuple
 
 from gpumem_kernel.analysis.storage import NullTracker
-from gpumem_kernel.analysis.trace import (
-    TracePlan,
-    TensorCopier,
-    autocast_factory,
-    checkpoint_blocks,
-    copy_model,
-    copy_optimizer,
-    make_optimizer,
-    train_steps,
-)
+from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
+from gpumem_kernel.analysis.model_copy import TensorCopier, copy_model, copy_optimizer, make_optimizer
+from gpumem_kernel.analysis.trace_plan import TracePlan
+from gpumem_kernel.analysis.training_loop import autocast_factory, train_steps
 from gpumem_kernel.oom.classify import is_oom
 from gpumem_kernel.probe.torchstats import cuda_initialised
 

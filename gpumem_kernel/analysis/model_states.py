@@ -125,7 +125,7 @@ def model_optimizer_state(params: Sequence[Any], optimizer: Any) -> OptimizerMod
 
 def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
     """(device bytes, host `step` bytes) of a stepped optimizer's state; None if it has not stepped."""
-    from gpumem_kernel.analysis.trace import optimizer_uses_device_step
+    from gpumem_kernel.analysis.model_copy import optimizer_uses_device_step
 
     if not optimizer.state:
         return None

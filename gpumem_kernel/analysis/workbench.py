@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from gpumem_kernel.analysis.gpus import parse_memory
-from gpumem_kernel.analysis.trace import TensorCopier, copy_model, copy_optimizer, make_optimizer
+from gpumem_kernel.analysis.model_copy import TensorCopier, copy_model, copy_optimizer, make_optimizer
 from gpumem_kernel.probe.torchstats import loaded_torch
 
 

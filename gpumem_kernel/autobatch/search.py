@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
-from gpumem_kernel.analysis.trace import autocast_factory
+from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
     RngSnapshot,
     Workbench,
@@ -282,7 +282,8 @@ class _LiveBytesEngine:
 
     def point(self, batch: int) -> Any:
         from gpumem_kernel.analysis.engines import _Point
-        from gpumem_kernel.analysis.trace import TraceError, run_trace
+        from gpumem_kernel.analysis.trace import run_trace
+        from gpumem_kernel.analysis.trace_plan import TraceError
 
         if batch not in self.cache:
             try:
@@ -306,7 +307,8 @@ def _predict(
     from gpumem_kernel.analysis.analyze import analyze
     from gpumem_kernel.analysis.inputs import batch_maker
     from gpumem_kernel.analysis.search import search_maximum
-    from gpumem_kernel.analysis.trace import TracePlan, default_loss
+    from gpumem_kernel.analysis.trace_plan import TracePlan
+    from gpumem_kernel.analysis.training_loop import default_loss
 
     try:
         if cap is None:
@@ -393,7 +395,7 @@ def auto_select_batch_size(
 
     from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
     from gpumem_kernel.analysis.picks import from_options, resolve
-    from gpumem_kernel.analysis.trace import default_loss, feed
+    from gpumem_kernel.analysis.training_loop import default_loss, feed
 
     started = time.perf_counter()
     _check_args(model, margin, max_batch, steps, start_batch, multiple)
@@ -495,7 +497,7 @@ def scan_batch_sizes(
     """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
 
     from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
-    from gpumem_kernel.analysis.trace import default_loss, feed
+    from gpumem_kernel.analysis.training_loop import default_loss, feed
 
     _check_args(model, 0.0, max(batch_sizes), steps, None, None)
     cap = parse_cap(simulate)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Tuple
 
 from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
-from gpumem_kernel.analysis.trace import autocast_factory
+from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
     Workbench,
     clean_allocator,

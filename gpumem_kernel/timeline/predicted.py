@@ -3,7 +3,7 @@
 `%gpumem analyze MODEL ... --timeline` and `predict_timeline(model, ...)` run the analysis with a stack hook:
 the trace of the analysed batch records, at each storage's birth, the Python frames inside the training step
 (the model's forward, the loss, the optimizer: the frames below `train_steps`, innermost first). The device
-events of that trace, as the caching-allocator model replays them (analysis.trace.replay_device), become the
+events of that trace, as the caching-allocator model replays them (analysis.trace_summary.replay_device), become the
 History, one event per malloc or free:
 - a band's size is the block the allocator model hands out (rounded to 512 B, or a whole unsplit block) and
   `requested` the storage's own bytes, so the History's peak is the analysis's `peak_allocated` for the same
@@ -12,7 +12,7 @@ History, one event per malloc or free:
   note, never as allocations;
 - what the timeline covers is the whole trace: the model's states, then the two traced steps (the first creates
   the optimizer state and gradients, the second is the steady state), as the analysis's peak covers it;
-- categories: the analysis's own (trace._category), mapped to the schema's: buffers are drawn as parameters
+- categories: the analysis's own (trace_summary._category), mapped to the schema's: buffers are drawn as parameters
   (the model's state), forward outputs kept for backward are activations, the autocast weight cache,
   temporaries and the cuBLAS/cuDNN workspaces are `other` (workspaces without a stack);
 - storages the analysis keeps on the host (non-fused optimizers' `step` scalars) are not device allocations and
@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.trace import TraceEvents, TraceResult, train_steps
+from gpumem_kernel.analysis.trace_plan import TraceEvents, TraceResult
+
+from gpumem_kernel.analysis.training_loop import train_steps
 from gpumem_kernel.render.text import shown
 from gpumem_kernel.render.units import format_bytes
 from gpumem_kernel.timeline.frames import capture_stack
@@ -53,7 +55,18 @@ _WORKSPACE_FRAMES = {
     "cudnn": (RawFrame("<cuDNN workspace>", 0, "cuDNN workspace (modelled, around a convolution)"),),
 }
 _TRACKER_FILES = frozenset(
-    os.path.join(_ANALYSIS_DIR, name) for name in ("storage.py", "trace.py", "analyze.py", "workbench.py")
+    os.path.join(_ANALYSIS_DIR, name)
+    for name in (
+        "storage.py",
+        "trace.py",
+        "trace_tracker.py",
+        "cuda_kernels.py",
+        "training_loop.py",
+        "model_copy.py",
+        "checkpointing.py",
+        "analyze.py",
+        "workbench.py",
+    )
 )
 
 

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fake_cuda import fake_cuda_autocast, unusable
 from gpumem_kernel.analysis import autocast_policy
-from gpumem_kernel.analysis.trace import cuda_kernels
+from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 
 # ops that make no tensor of their own (views, device queries): not part of what a call keeps
 _NOT_ALLOCATING = {"device", "promote_types", "view", "_unsafe_view", "permute", "unsqueeze", "expand", "alias", "t"}

@@ -11,7 +11,9 @@ nn = torch.nn
 
 from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
 from gpumem_kernel.analysis.model_states import model_optimizer_state, read_optimizer_state, unique_bytes  # noqa: E402
-from gpumem_kernel.analysis.trace import TracePlan, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
 
 
 class TiedLM(nn.Module):

@@ -12,7 +12,9 @@ nn = torch.nn
 F = torch.nn.functional
 
 from fake_cuda import fake_cuda_autocast  # noqa: E402
-from gpumem_kernel.analysis.trace import TraceError, TracePlan, TraceResult, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
 
 
 class BasicBlock(nn.Module):
@@ -182,12 +184,12 @@ def test_cublaslt_workspace_is_kept_per_thread_or_taken_per_call_as_the_plan_say
     ],
 )
 def test_only_an_addmm_with_a_bias_vector_is_marked_for_cublaslt(layer, shape, on_lt) -> None:
-    from gpumem_kernel.analysis.trace import _tracker_class
+    from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
 
     module, x = layer(), torch.randn(*shape)
     if x.dim() == 3 and not on_lt:
         x = x.transpose(0, 1)  # not contiguous: linear takes the matmul path
-    tracker = _tracker_class()()
+    tracker = trace_tracker_class()()
     with tracker:
         with tracker.span("forward", 1, 0):
             module(x)
@@ -302,7 +304,7 @@ def _under_cuda_autocast() -> Dict[str, Any]:
 
 
 def test_traced_autocast_follows_cudas_policy_where_the_cpus_differs() -> None:
-    from gpumem_kernel.analysis.trace import cuda_kernels
+    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 
     cuda = _under_cuda_autocast()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -340,7 +342,7 @@ def _cross_entropy_ops(device: str, make: Callable[..., Any]) -> list:
 
 
 def test_traced_cross_entropy_keeps_what_cudas_autocast_keeps() -> None:
-    from gpumem_kernel.analysis.trace import cuda_kernels
+    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 
     with fake_cuda_autocast():
         cuda = _cross_entropy_ops("cuda", lambda *shape: torch.empty(shape, device="cuda"))
@@ -360,47 +362,3 @@ def test_an_lstm_under_bf16_traces_on_any_cpu() -> None:
     assert traced.peak_live == tracked.peak_live
     fallback = any("no bf16 RNN kernel" in n for n in traced.notes)
     assert traced.peak_live <= plain.peak_live if not fallback else traced.peak_live > 0
-
-
-def _rnn_key(steps: int, batch: int, hidden: int, inputs: int, dtype: Any) -> Tuple[Any, ...]:
-    """mkldnn_rnn_layer's arguments for one LSTM layer, as the trace keys them (shapes, not tensors)."""
-
-    def t(*shape: int) -> Tuple[Any, ...]:
-        return ("tensor", shape, dtype)
-
-    gates = 4 * hidden
-    weights = (t(gates, inputs), t(gates, hidden), t(gates), t(gates))
-    return (t(steps, batch, inputs), *weights, t(batch, hidden), t(batch, hidden), False, ("list", ()), 2, hidden, 1)
-
-
-def _rnn_dtypes() -> list:
-    """fp32, and bf16 where this CPU's oneDNN has a bf16 RNN kernel (read off the machine, not assumed)."""
-    from gpumem_kernel.analysis.trace import _measured_rnn_workspace
-
-    dtypes = [torch.float32]
-    try:
-        _measured_rnn_workspace(_rnn_key(2, 2, 8, 8, torch.bfloat16) + (True, False, True, True), 2, 2)
-        dtypes.append(torch.bfloat16)
-    except RuntimeError:
-        pass
-    return dtypes
-
-
-@pytest.mark.parametrize("steps, batch, hidden, inputs", [(37, 100, 96, 50), (300, 3, 64, 64), (24, 8, 64, 32)])
-def test_the_rnn_workspace_of_a_large_layer_comes_from_four_small_calls(
-    monkeypatch: pytest.MonkeyPatch, steps: int, batch: int, hidden: int, inputs: int
-) -> None:
-    """A layer too large to run for real has its oneDNN workspace from calls at batches 64 and 128, steps 1 and
-    2: at most a page per workspace part low of what the real kernel keeps, whatever this CPU's kernels are
-    (scaling one small call up, as before, was 24 KiB high on a 2-layer LSTM where oneDNN runs bf16)."""
-    from gpumem_kernel.analysis import trace
-
-    monkeypatch.setattr(trace, "RNN_EXACT_MACS", 0)
-    for dtype in _rnn_dtypes():
-        key = _rnn_key(steps, batch, hidden, inputs, dtype) + (True, False, True, True)
-        trace.rnn_workspace_bytes.cache_clear()
-        fitted = trace.rnn_workspace_bytes(key)
-        real = trace._measured_rnn_workspace(key, steps, batch)
-        assert fitted % 4096 == 0
-        assert real - 6 * 4096 <= fitted <= real, (dtype, fitted, real)
-    trace.rnn_workspace_bytes.cache_clear()

@@ -14,7 +14,9 @@ nn = torch.nn
 
 import gpumem_kernel  # noqa: E402
 from gpumem_kernel.analysis.storage import make_tracker, register_states  # noqa: E402
-from gpumem_kernel.analysis.trace import TracePlan, default_loss, run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
 from test_analysis_trace import ARCHITECTURES  # noqa: E402  (the same models as the training-step comparison)
 
 

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpumem_kernel.analysis.storage import NullTracker, SimulatedOOM, make_tracker, register_states  # noqa: E402
-from gpumem_kernel.analysis.trace import _tracker_class  # noqa: E402
+from gpumem_kernel.analysis.trace_tracker import trace_tracker_class  # noqa: E402
 from gpumem_kernel.oom.classify import is_oom  # noqa: E402
 
 
@@ -57,7 +57,7 @@ def test_registered_states_count_once_and_the_baseline_check_uses_them():
 
 
 def test_the_estimator_tracker_is_the_same_tracker_with_markers():
-    tracker = _tracker_class()()
+    tracker = trace_tracker_class()()
     assert isinstance(tracker, type(make_tracker()))  # the storage bookkeeping is the one tracker's
     with tracker:
         with tracker.span("forward", 1, 0):

@@ -3,7 +3,7 @@
  * cause's steps first, then from cheapest to most drastic), each with a tick box and — where the kernel named
  * one — a button that does it. The steps the kernel found cannot help here are folded under "Not applicable
  * here (N)", each with why, so they can still be opened. The order and the fold are the kernel's
- * (gpumem_kernel/oom/checklist.py order_steps): this view only splits the steps where the payload says.
+ * (gpumem_kernel/oom/order.py order_steps): this view only splits the steps where the payload says.
  *
  * In full (inline, under the traceback) or brief (the panel: the diagnosis, the first steps and a link that
  * opens the full one in the notebook, see ./linked.tsx).

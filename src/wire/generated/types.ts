@@ -696,7 +696,7 @@ export interface IKernelExit {
   children_rss: number | null;
 }
 /**
- * Sizes are integer bytes; a field the message or probe cannot tell is null. Written by gpumem_kernel/oom/checklist.py:oom_bundle.
+ * Sizes are integer bytes; a field the message or probe cannot tell is null. Written by gpumem_kernel/oom/bundle.py:oom_bundle.
  */
 export interface IOomPayload {
   version: 1;
@@ -842,7 +842,7 @@ export interface IOomNames {
   device: string;
 }
 /**
- * What the figures say caused the OOM. The checklist puts this cause's steps first (checklist.py CAUSE_STEPS).
+ * What the figures say caused the OOM. The checklist puts this cause's steps first (oom/order.py CAUSE_STEPS).
  */
 export interface IOomCause {
   kind: 'too-large' | 'other-processes' | 'fragmentation' | 'traceback' | 'host-memory';

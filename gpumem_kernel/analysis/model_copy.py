@@ -1,0 +1,205 @@
+"""Copying the user's model and optimizer for a trace: a structural copy whose tensors are stand-ins (fake CPU tensors,
+or real copies), storage sharing kept, the user's hooks dropped; the optimizer re-created over the copy with a copy
+of its state. The user's objects are never touched.
+
+torch is imported inside functions only: the kernel shim must load without it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from gpumem_kernel.analysis.trace_plan import TraceError
+
+
+def tensor_attributes(model: Any) -> List[Tuple[Any, str, Any]]:
+    """Tensors kept as plain module attributes (not parameters or buffers), e.g. cached masks."""
+    import torch
+
+    found = []
+    for module in model.modules():
+        for name, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                found.append((module, name, value))
+    return found
+
+
+class TensorCopier:
+    """Maps the user's tensors to stand-ins (fake CPU tensors, or real copies), keeping storage sharing."""
+
+    def __init__(self, fake: bool, device: Optional[str] = None) -> None:
+        self.fake = fake
+        self.device = device
+        self._storages: Dict[int, Tuple[Any, Any]] = {}  # id(user storage) -> (storage, base stand-in)
+
+    def copy(self, t: Any) -> Any:
+        import torch
+
+        if self.fake:
+            st = t.untyped_storage()
+            entry = self._storages.get(id(st))
+            if entry is None or entry[1].dtype != t.dtype:
+                count = max(st.nbytes() // max(t.element_size(), 1), t.storage_offset() + _extent(t))
+                base = torch.empty(count, dtype=t.dtype, device="cpu")
+                if entry is None:
+                    self._storages[id(st)] = (st, base)
+            else:
+                base = entry[1]
+            out = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        elif self.device is not None:
+            out = t.detach().to(self.device, copy=True)  # one copy, straight onto the device
+        else:
+            out = t.detach().clone()
+        if isinstance(t, torch.nn.Parameter):
+            out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
+        return out
+
+    def scalar(self, t: Any) -> Any:
+        """A one-element state tensor (an optimizer's `step`): under fake mode it must keep its value, since
+        optimizers read it with .item()."""
+        import torch
+
+        if not self.fake:
+            return t.detach().clone()  # stays where it is: non-capturable optimizers keep `step` on the host
+        if t.numel() != 1 or t.device.type == "meta":
+            return self.copy(t)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # read the user's real value, not a fake of it
+            number = t.item()
+        value = torch.tensor(number, dtype=t.dtype)  # a fake tensor that remembers its constant
+        return value if value.shape == t.shape else value.reshape(t.shape)
+
+
+def _extent(t: Any) -> int:
+    """Elements spanned by a strided tensor (1 + sum((size-1) * stride))."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+
+
+_TORCH_HOOK_MODULES = ("torch.",)
+
+
+def _strip_user_hooks(model: Any) -> int:
+    """Drop forward/backward hooks defined outside torch on the copy: they may write into the user's objects.
+
+    torch's own hooks (weight_norm, spectral_norm, pruning, ...) compute weights, so they stay.
+    """
+    dropped = 0
+    for module in model.modules():
+        for attr in (
+            "_forward_hooks",
+            "_forward_pre_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+            "_state_dict_hooks",
+            "_load_state_dict_pre_hooks",
+        ):
+            hooks = getattr(module, attr, None)
+            if not isinstance(hooks, dict):
+                continue
+            for key in list(hooks):
+                hook = hooks[key]
+                owner = getattr(hook, "__module__", None) or type(hook).__module__
+                if hook is not True and hook is not False and not str(owner).startswith(_TORCH_HOOK_MODULES):
+                    del hooks[key]
+                    dropped += 1
+    return dropped
+
+
+def copy_model(model: Any, copier: TensorCopier) -> Tuple[Any, Dict[int, Any], int]:
+    """A structural copy of `model` whose tensors are the copier's stand-ins; never touches the user's tensors.
+
+    Returns (copy, {id(user tensor): stand-in}, dropped hooks).
+    """
+    import torch
+
+    for p in model.parameters():
+        if isinstance(p, torch.nn.parameter.UninitializedParameter):
+            raise TraceError("the model has uninitialised lazy parameters: run one forward pass first")
+    memo: Dict[int, Any] = {}
+    mapping: Dict[int, Any] = {}
+    tensors = [t for t in model.parameters()] + [t for t in model.buffers()]
+    tensors += [value for _, _, value in tensor_attributes(model)]
+    for t in tensors:
+        if id(t) not in memo:
+            stand_in = copier.copy(t)
+            memo[id(t)] = stand_in
+            mapping[id(t)] = stand_in
+    try:
+        clone = copy.deepcopy(model, memo)
+    except Exception as exc:  # modules holding locks, files, generators ...
+        raise TraceError(f"cannot copy the model's structure ({type(exc).__name__}: {exc})") from None
+    for p in clone.parameters():
+        p.grad = None  # steady state: zero_grad(set_to_none=True) ran before the step
+    dropped = _strip_user_hooks(clone)
+    # no clone.train(): deepcopy keeps every module's mode, and a submodule the user put in eval() (dropout off,
+    # a frozen BatchNorm) must run in the trace as it will in their loop
+    return clone, mapping, dropped
+
+
+def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier, cuda_defaults: bool = True) -> Any:
+    """A new optimizer of the user's class over the copied parameters, with the same hyper-parameters and a
+    copy of its state. Never a deepcopy: an LR scheduler patches `optimizer.step` with a closure that would
+    step the user's optimizer."""
+    groups = []
+    for group in optimizer.param_groups:
+        params = []
+        for p in group["params"]:
+            if id(p) not in mapping:
+                raise TraceError("the optimizer holds parameters that are not the model's")
+            params.append(mapping[id(p)])
+        settings = {k: v for k, v in group.items() if k != "params"}
+        if cuda_defaults and settings.get("foreach") is None and not settings.get("fused") and "foreach" in group:
+            settings["foreach"] = True  # what torch picks on CUDA; on CPU it would pick the for-loop
+        groups.append({"params": params, **settings})
+    cls = type(optimizer)
+    try:
+        new = cls(groups)
+    except TypeError:
+        try:
+            new = cls(groups, **{k: v for k, v in optimizer.defaults.items()})
+        except Exception as exc:
+            raise TraceError(f"cannot re-create optimizer {cls.__name__} ({exc})") from None
+    for p, state in optimizer.state.items():
+        if id(p) not in mapping:
+            continue
+        copied = {}
+        for key, value in state.items():
+            if is_tensor(value):
+                keep_value = value.numel() == 1 and (key == "step" or copier.fake)
+                copied[key] = copier.scalar(value) if keep_value else copier.copy(value)
+            else:
+                copied[key] = copy.deepcopy(value)
+        new.state[mapping[id(p)]] = copied
+    return new
+
+
+def is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def make_optimizer(kind: str, params: Sequence[Any], lr: float = 1e-3) -> Any:
+    """The optimizer a plan names, as CUDA would run it by default (foreach implementations)."""
+    import torch
+
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=lr, foreach=True)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr, foreach=True)
+    if kind == "sgd-momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
+    raise ValueError(f"unknown optimizer {kind!r}; use adamw, adam, sgd, sgd-momentum or an optimizer object")
+
+
+def optimizer_uses_device_step(optimizer: Any) -> bool:
+    """Fused and capturable optimizers keep `step` on the device; the others keep a CPU scalar."""
+    return any(group.get("fused") or group.get("capturable") for group in optimizer.param_groups)

@@ -1,0 +1,121 @@
+"""The trace's storage tracker: analysis.storage's, plus where CUDA's libraries would allocate workspaces (cuBLAS and
+cuBLASLt per thread or per call, cuDNN per convolution), autocast's cached weight copies, and the oneDNN RNN
+workspace that fake kernels leave out.
+
+torch is imported inside functions only: the kernel shim must load without it."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence
+
+from gpumem_kernel.analysis.rnn_workspace import with_rnn_workspace
+from gpumem_kernel.analysis.storage import tracker_class
+
+
+# ops that run through cuBLAS on CUDA (first use on a thread allocates that thread's workspace)
+_MATMUL_OPS = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "_addmm_activation",
+        "addmv",
+        "mv",
+        "dot",
+        "vdot",
+        "addr",
+        "_int_mm",
+        "linear",
+    }
+)
+
+
+_CONV_OPS = frozenset(
+    {
+        "convolution",
+        "convolution_backward",
+        "_convolution",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "mkldnn_convolution",
+    }
+)
+
+
+# addmm with a bias vector runs on cuBLASLt (Blas.cpp's useLtInterface): nn.Linear on 2-D and contiguous 3-D input
+_BIAS_OPS = frozenset({"addmm", "_addmm_activation"})
+
+
+_LT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks algorithms by workspace size)
+
+
+@dataclass
+class Marker:
+    index: int  # events before it
+    kind: str  # "cublas" | "cublaslt" | "cudnn"
+    phase: str
+    nbytes: int = 0
+
+
+@functools.lru_cache(maxsize=None)
+def trace_tracker_class() -> type:
+    """analysis.storage's tracker, plus what the allocator model needs: where cuBLAS and cuDNN would allocate
+    their workspaces, autocast's cached weight copies, and the workspace fake RNN kernels leave out."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    class TraceTracker(tracker_class()):
+        def __init__(self, cast_cache: bool = False, fake: bool = False) -> None:
+            super().__init__()
+            self._fake = fake
+            self._cast_cache = cast_cache
+            self.markers: List[Marker] = []
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if self._fake and name == "mkldnn_rnn_layer":
+                out = with_rnn_workspace(args, out)
+            role = None
+            if self._cast_cache and name == "_to_copy" and self.phase == "forward" and args:
+                if self.role_of(args[0]) == "parameter":
+                    role = "autocast_cache"  # autocast's cached low-precision copy of a weight
+            self.track_outputs(out, role)
+            if name in _MATMUL_OPS:
+                kind = "cublaslt" if name in _BIAS_OPS and _runs_on_cublaslt(args, kwargs or {}, out) else "cublas"
+                self.markers.append(Marker(len(self.events), kind, self.phase))
+            elif name in _CONV_OPS:
+                sizes = [t.nbytes for t in tree_leaves((args, out)) if isinstance(t, torch.Tensor)]
+                self.markers.append(Marker(len(self.events), "cudnn", self.phase, max(sizes, default=0)))
+            return out
+
+    return TraceTracker
+
+
+def _runs_on_cublaslt(args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> bool:
+    """Blas.cpp's useLtInterface for CUDA 12.1+: beta 1, a contiguous 1-D bias as wide as the product, a
+    contiguous 2-D result, a floating dtype, and a second matrix with more than one row and column."""
+    if len(args) < 3 or kwargs.get("beta", args[3] if len(args) > 3 else 1) != 1:
+        return False
+    bias, mat2 = args[0], args[2]
+    try:
+        return (
+            bias.dim() == 1
+            and bias.is_contiguous()
+            and out.dim() == 2
+            and out.is_contiguous()
+            and mat2.dim() == 2
+            and bias.shape[0] == mat2.shape[1]
+            and mat2.shape[0] > 1
+            and mat2.shape[1] > 1
+            and str(bias.dtype).replace("torch.", "") in _LT_DTYPES
+        )
+    except (AttributeError, TypeError):  # not tensors: the op's own checks say what is wrong
+        return False
