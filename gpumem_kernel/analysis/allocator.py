@@ -16,6 +16,13 @@ one segment of reserved address space, mapped at its end in pages of 2 MiB (smal
 as no free block fits: a request takes the best-fitting free block, else the free block at the mapped end
 grown by as many pages as it lacks; a block is split when the rest is at least 512 B, in either pool.
 
+With a device `limit` (the bytes the allocator may reserve) it also follows the allocator's last resort
+(DeviceCachingAllocator::malloc): when a new segment would not fit (alloc_block fails), it frees every cached
+segment that is wholly free (release_cached_blocks -> release_blocks; split segments stay), counts a retry
+(`num_alloc_retries`) and tries again; if that fails too it records an out-of-memory (`num_ooms`). The step
+between (release_available_cached_blocks) returns at once unless max_split_size_mb is set, which the model
+does not follow. Without a limit nothing changes.
+
 No torch import: this is plain arithmetic, usable (and tested) without torch.
 """
 
@@ -24,7 +31,7 @@ from __future__ import annotations
 import bisect
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 
 MIN_BLOCK = 512  # kMinBlockSize
 SMALL_SIZE = 1 << 20  # kSmallSize
@@ -122,6 +129,17 @@ class SegmentInfo:
 
 
 @dataclass
+class OutOfMemory:
+    """A request the allocator could not serve even after releasing its cache: PyTorch raises here."""
+
+    request: int  # the replay's request number (1-based)
+    nbytes: int  # bytes asked for
+    needed: int  # the cudaMalloc (or pages to map) that failed
+    allocated: int  # at the failure, after the release
+    reserved: int
+
+
+@dataclass
 class AllocatorResult:
     peak_allocated: int
     peak_reserved: int
@@ -129,6 +147,16 @@ class AllocatorResult:
     final_reserved: int
     segments: List[SegmentInfo] = field(default_factory=list)
     requests: int = 0
+    limit: Optional[int] = None  # the bytes the allocator could reserve, when the replay had a limit
+    retries: int = 0  # num_alloc_retries: times it freed its cache and retried
+    ooms: List[OutOfMemory] = field(default_factory=list)  # past one, the replay went on as if memory were there
+    # the malloc/free stream replayed, when its caller kept it (trace_summary.replay_device), to replay it again
+    events: List["Event"] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def fits(self) -> bool:
+        """No request ran out of memory (always true without a limit)."""
+        return not self.ooms
 
     @property
     def fragmentation(self) -> float:
@@ -139,8 +167,11 @@ class AllocatorResult:
 class CachingAllocatorModel:
     """Feed it `malloc(handle, nbytes)` and `free(handle)` calls in program order; read the stats."""
 
-    def __init__(self, expandable: bool = False) -> None:
+    def __init__(self, expandable: bool = False, limit: Optional[int] = None) -> None:
         self.expandable = expandable
+        self.limit = limit
+        self.retries = 0
+        self.ooms: List[OutOfMemory] = []
         self._ends: Dict[bool, Block] = {}  # expandable: each pool's last mapped block
         self._pool_segment: Dict[bool, int] = {}  # expandable: each pool's segment, as an index into _segments
         self._free: Dict[bool, List[Tuple[int, int]]] = {True: [], False: []}  # sorted (size, address)
@@ -176,8 +207,9 @@ class CachingAllocatorModel:
 
     # --- segments ---------------------------------------------------------------------------------
 
-    def _new_segment(self, rounded: int, small: bool) -> Block:
+    def _new_segment(self, nbytes: int, rounded: int, small: bool) -> Block:
         size = segment_size(rounded)
+        self._make_room(nbytes, lambda: size)
         address = self._next_address
         self._next_address += size
         self._segments.append((address, size, small))
@@ -187,10 +219,11 @@ class CachingAllocatorModel:
         self._by_address[address] = block
         return block
 
-    def _map_more(self, rounded: int, small: bool) -> Block:
+    def _map_more(self, nbytes: int, rounded: int, small: bool) -> Block:
         """Expandable segments: grow the pool's one segment at its end by whole pages, merged with a free
         block already there (CUDACachingAllocator's try_allocate_expandable_block)."""
         page = SMALL_BUFFER if small else LARGE_BUFFER
+        self._make_room(nbytes, lambda: self._pages_needed(rounded, small))
         if small not in self._pool_segment:  # address space far larger than any GPU, mapped from its start
             self._pool_segment[small] = len(self._segments)
             self._segments.append((self._next_address, 0, small))
@@ -214,6 +247,77 @@ class CachingAllocatorModel:
         self._ends[small] = block
         return block
 
+    def _pages_needed(self, rounded: int, small: bool) -> int:
+        """Expandable segments: the bytes _map_more would map for `rounded` (a free end block counts)."""
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        end = self._ends.get(small)
+        spare = end.size if end is not None and not end.allocated else 0
+        return page * ((rounded - spare + page - 1) // page)
+
+    # --- the last resort (a device limit) ---------------------------------------------------------
+
+    def _make_room(self, nbytes: int, needed: Callable[[], int]) -> None:
+        """DeviceCachingAllocator::malloc when alloc_block fails: release_cached_blocks, then alloc_block again
+        as a retry (num_alloc_retries); if that fails, an OOM (num_ooms). The model goes on past an OOM (the
+        segment is reserved over the limit) so that the replay ends; `ooms` says it would have raised."""
+        if not self._over(needed()):
+            return
+        self._release_cached()
+        self.retries += 1
+        if self._over(needed()):
+            self.ooms.append(OutOfMemory(self.requests, nbytes, needed(), self.allocated, self.reserved))
+
+    def _over(self, size: int) -> bool:
+        return self.limit is not None and self.reserved + size > self.limit
+
+    def _release_cached(self) -> None:
+        """release_cached_blocks: release_blocks(large_blocks), then (small_blocks). cudaMalloc'd segments
+        are freed only when wholly free (a free block with no prev and no next); with expandable segments
+        unmap_block returns the free pages, of which the model unmaps those at each pool's mapped end."""
+        for small in (False, True):
+            if self.expandable:
+                self._unmap_end(small)
+                continue
+            for _, address in list(self._free[small]):
+                block = self._by_address[address]
+                if block.prev is None and block.next is None:
+                    self._release_segment(block)
+
+    def _release_segment(self, block: Block) -> None:
+        """release_block: cudaFree a wholly free segment."""
+        self._remove_free(block)
+        del self._by_address[block.address]
+        self.reserved -= block.size
+        self._segments.remove((block.address, block.size, block.small))
+
+    def _unmap_end(self, small: bool) -> None:
+        """unmap_block on the free block at the pool's mapped end: its whole pages go back to CUDA. Free
+        blocks inside the segment give back their whole pages in PyTorch too; the model, which maps only at
+        the end, keeps them (an upper bound on what is reserved after the release)."""
+        end = self._ends.get(small)
+        if end is None or end.allocated:
+            return
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        index = self._pool_segment[small]
+        base, mapped, _ = self._segments[index]
+        first_page = base + page * ((end.address - base + page - 1) // page)
+        unmapped = base + mapped - first_page
+        if unmapped <= 0:
+            return
+        self._remove_free(end)
+        self._segments[index] = (base, mapped - unmapped, small)
+        self.reserved -= unmapped
+        end.size -= unmapped
+        if end.size:
+            self._insert_free(end)
+            return
+        del self._by_address[end.address]
+        if end.prev is not None:  # allocated: a free one would have merged with `end`
+            end.prev.next = None
+            self._ends[small] = end.prev
+        else:
+            del self._ends[small]
+
     # --- the API ----------------------------------------------------------------------------------
 
     def malloc(self, handle: Hashable, nbytes: int) -> Optional[Block]:
@@ -227,7 +331,8 @@ class CachingAllocatorModel:
         small = is_small(rounded)
         block = self._best_fit(rounded, small)
         if block is None:
-            block = self._map_more(rounded, small) if self.expandable else self._new_segment(rounded, small)
+            grow = self._map_more if self.expandable else self._new_segment
+            block = grow(nbytes, rounded, small)
         if should_split(block.size, rounded, small, self.expandable):
             rest = Block(
                 address=block.address + rounded,
@@ -291,18 +396,28 @@ class CachingAllocatorModel:
         segments = [
             SegmentInfo(address, size, "small" if small else "large", self._at_peak.get(address, 0))
             for address, size, small in self._segments
+            if size  # an expandable pool unmapped whole by the last resort
         ]
         return AllocatorResult(
-            self.peak_allocated, self.peak_reserved, self.allocated, self.reserved, segments, self.requests
+            self.peak_allocated,
+            self.peak_reserved,
+            self.allocated,
+            self.reserved,
+            segments,
+            self.requests,
+            self.limit,
+            self.retries,
+            list(self.ooms),
         )
 
 
 Event = Tuple[str, Hashable, int]  # ("alloc", handle, nbytes) | ("free", handle, 0)
 
 
-def replay(events: Iterable[Event], expandable: bool = False) -> AllocatorResult:
-    """Run an alloc/free stream through a fresh allocator model (empty cache, as after `empty_cache()`)."""
-    model = CachingAllocatorModel(expandable)
+def replay(events: Iterable[Event], expandable: bool = False, limit: Optional[int] = None) -> AllocatorResult:
+    """Run an alloc/free stream through a fresh allocator model (empty cache, as after `empty_cache()`); with
+    `limit`, the bytes it may reserve, as the allocator does on a device of that size."""
+    model = CachingAllocatorModel(expandable, limit)
     for kind, handle, nbytes in events:
         if kind == "alloc":
             model.malloc(handle, nbytes)

@@ -37,7 +37,7 @@ from gpumem_kernel.analysis.arguments import (
 )
 from gpumem_kernel.analysis.assemble import _plan_notes, _report
 from gpumem_kernel.analysis.device import _measured_device, _measured_limit, device_limit
-from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine
+from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
 from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.gpus import GiB
 from gpumem_kernel.analysis.inputs import batch_maker
@@ -138,7 +138,8 @@ def analyze(
 
     measured_on = _measured_device(device, target, memory)
     try:
-        traced = _TracedEngine(plan, info.context_to_add, sharding)
+        # the limit: a batch over it is replayed again under it, as the allocator frees its cache (issue 24)
+        traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
         current_trace = traced.point(batch_size, stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
             raise TraceError(f"batch {batch_size} could not be traced")
@@ -165,7 +166,8 @@ def analyze(
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
         amp_saved = None
         if amp_mode is not None and engine is traced:
-            plain = _TracedEngine(TracePlan(**{**asdict_shallow(plan), "amp": None}), info.context_to_add, sharding)
+            plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
+            plain = _TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
             plain_point = plain.point(batch_size)
             amp_saved = plain_point.footprint - current_trace.footprint if plain_point else None
         evaluation = None
@@ -174,6 +176,7 @@ def analyze(
     except TraceError as exc:
         raise ValueError(str(exc)) from None
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
+    notes += _retry_notes(current, found)
     trace = current_trace.trace
     notes += trace.notes + _plan_notes(plan, info, trace, amp_mode, model)
     recs = recommend(
@@ -210,6 +213,12 @@ def analyze(
         time.perf_counter() - started,
         evaluation,
     )
+
+
+def _retry_notes(current: _Point, found: Any) -> List[str]:
+    """The analysed batch's and the maximum's, when they fit only after the allocator frees its cache."""
+    points = [current] + [p for p in found.points if p.batch_size == found.maximum and p is not current]
+    return [note for note in (retry_note(p) for p in points) if note is not None]
 
 
 def asdict_shallow(plan: TracePlan) -> Dict[str, Any]:

@@ -1,12 +1,14 @@
 """The two engines behind one report, as the batch search sees them: point(batch) -> the step's peak
 footprint at that batch (per rank), or None where it cannot run. Traced: fake CPU tensors replayed through the
-allocator model; measured: real steps on the GPU (analysis.measure)."""
+allocator model (under the device's limit when it goes over: the allocator's last resort); measured: real
+steps on the GPU (analysis.measure)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from gpumem_kernel.analysis.allocator import replay
 from gpumem_kernel.analysis.measure import measure_step_peaks
 from gpumem_kernel.analysis.model_states import _Sharding
 from gpumem_kernel.analysis.trace import run_trace
@@ -21,13 +23,15 @@ class _Point:
     footprint: int  # reserved (or allocated) + context, per rank
     engine: str
     trace: Optional[TraceResult] = None
+    retries: int = 0  # the allocator freed its cache this many times to fit the device (last resort)
 
 
 class _TracedEngine:
     name = "traced"
 
-    def __init__(self, plan: TracePlan, context: int, sharding: _Sharding) -> None:
+    def __init__(self, plan: TracePlan, context: int, sharding: _Sharding, limit: Optional[int] = None) -> None:
         self.plan, self.context, self.sharding = plan, context, sharding
+        self.limit = limit  # the device limit the search uses (None: the replay is never limited)
         self.cache: Dict[int, Optional[_Point]] = {}
         self.errors: Dict[int, str] = {}
 
@@ -46,8 +50,28 @@ class _TracedEngine:
             saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
             allocated = trace.device.peak_allocated - saving
             reserved = trace.device.peak_reserved - saving
-            self.cache[batch] = _Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
+            point = _Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
+            self.cache[batch] = self._last_resort(point, saving)
+            trace.device.events = []  # the stream is only needed here: do not keep it for every cached point
         return self.cache[batch]
+
+    def _last_resort(self, point: _Point, saving: int) -> _Point:
+        """Issue 24: over the limit, replay the stream again with the device's limit, as the real allocator
+        frees its cached segments and retries before it raises (allocator.CachingAllocatorModel._make_room).
+        It fits when that replay has no OOM: its figures replace the unlimited ones. The allocator may
+        reserve the limit less the context, plus what sharding saves (footprint = reserved - saving + context)."""
+        trace = point.trace
+        if self.limit is None or point.footprint <= self.limit or trace is None or not trace.device.events:
+            return point
+        limited = replay(trace.device.events, self.plan.expandable_segments, self.limit - self.context + saving)
+        if not limited.fits:
+            return point  # over: the unlimited figures say by how much
+        trace.device = limited
+        reserved = limited.peak_reserved - saving
+        allocated = limited.peak_allocated - saving
+        return replace(
+            point, allocated=allocated, reserved=reserved, footprint=reserved + self.context, retries=limited.retries
+        )
 
 
 class _MeasuredEngine:
@@ -69,3 +93,14 @@ class _MeasuredEngine:
                 saving = self.sharding.saving(*self.states)
                 self.cache[batch] = _Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
         return self.cache[batch]
+
+
+def retry_note(point: _Point) -> Optional[str]:
+    """The report's line for a batch that fits only through the allocator's last resort."""
+    if not point.retries:
+        return None
+    times = "once" if point.retries == 1 else f"{point.retries} times"
+    return (
+        f"batch {point.batch_size} fits after the allocator frees its cache {times} (release_cached_blocks): "
+        "expect slower steps, consider expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF"
+    )

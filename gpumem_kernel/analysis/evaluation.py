@@ -18,7 +18,8 @@ def _evaluation(
     plan: TracePlan, info: DeviceInfo, sharding: _Sharding, eval_batch: int, batch_size: int, traced: bool
 ) -> Evaluation:
     """The evaluation step on the traced engine (its own plan: evaluation=True) and the same batch search."""
-    engine = _TracedEngine(replace(plan, evaluation=True, stack_hook=None), info.context_to_add, sharding)
+    eval_plan = replace(plan, evaluation=True, stack_hook=None)
+    engine = _TracedEngine(eval_plan, info.context_to_add, sharding, info.limit_bytes)  # the allocator's last resort
     try:
         point = engine.point(eval_batch)
     except TraceError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel
+from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel, Event
 from gpumem_kernel.analysis.storage import Record
 from gpumem_kernel.analysis.trace_plan import CATEGORIES, DeviceEvent, TraceEvents, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_tracker import CUDNN_WORKSPACE_CAP
@@ -124,10 +124,13 @@ def replay_device(
     thread that runs a matmul: the forward thread and the autograd engine's device thread), cuBLASLt's for an
     addmm with a bias (kept per thread, or around each call, by torch version) and a cuDNN workspace around
     each convolution (an estimate, capped). The second value is the workspaces kept for good. With `log`,
-    every malloc and free is appended to it in order (the predicted timeline)."""
+    every malloc and free is appended to it in order (the predicted timeline). The result keeps the stream it
+    replayed (`events`) for the replay under the device's limit (engines._TracedEngine)."""
     model = CachingAllocatorModel(plan.expandable_segments)
+    stream: List[Event] = []
 
     def malloc(handle: Any, nbytes: int) -> None:
+        stream.append(("alloc", handle, nbytes))
         block = model.malloc(handle, nbytes)
         if log is not None and block is not None:
             log.append(DeviceEvent("alloc", handle, nbytes, block.size, block.address, model.reserved))
@@ -135,6 +138,7 @@ def replay_device(
     def free(handle: Any) -> None:
         if log is not None and handle in live:
             log.append(DeviceEvent("free", handle, reserved=model.reserved))
+        stream.append(("free", handle, 0))
         model.free(handle)
 
     live = model.live_handles
@@ -180,4 +184,6 @@ def replay_device(
             free(sid)
     apply_markers(len(tracker.events))
     kept = len(cublas_threads) * plan.cublas_bytes + len(lt_threads) * plan.cublaslt_bytes
-    return model.result(), kept, cudnn_peak
+    result = model.result()
+    result.events = stream
+    return result, kept, cudnn_peak

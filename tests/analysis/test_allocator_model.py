@@ -135,3 +135,77 @@ def test_allocator_settings_are_read_as_torch_reads_them() -> None:
     assert settings_from_env({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}).unmodelled == (
         "backend:cudaMallocAsync",
     )
+
+
+# --- the last resort under a device limit (issue 24: DeviceCachingAllocator::malloc, release_cached_blocks) ---
+
+
+def _fragmented() -> list:
+    """a's 20 MiB segment is cached whole when c (30 MiB) needs a new segment: 70 MiB reserved unlimited."""
+    return [
+        ("alloc", "a", 20 * MiB),
+        ("alloc", "b", 20 * MiB),
+        ("free", "a", 0),
+        ("alloc", "c", 30 * MiB),
+        ("free", "b", 0),
+        ("free", "c", 0),
+    ]
+
+
+def test_release_and_retry_fits_where_the_unlimited_model_goes_over() -> None:
+    unlimited = replay(_fragmented())
+    assert unlimited.peak_reserved == 70 * MiB  # over a 60 MiB device: the model without the last resort says OOM
+    limited = replay(_fragmented(), limit=60 * MiB)
+    assert limited.fits and limited.ooms == []
+    assert limited.retries == 1  # num_alloc_retries: a's cached segment was cudaFree'd, then c's cudaMalloc retried
+    assert limited.peak_reserved == 50 * MiB <= 60 * MiB
+    assert limited.peak_allocated == unlimited.peak_allocated == 50 * MiB
+    assert sorted(s.size for s in limited.segments) == [20 * MiB, 30 * MiB]  # b's and c's; a's went back to CUDA
+
+
+def test_the_release_frees_cached_segments_of_both_pools_only_when_wholly_free() -> None:
+    model = CachingAllocatorModel(limit=44 * MiB)
+    model.malloc("s", 1000)  # a 2 MiB small segment
+    model.malloc("x", 5 * MiB)  # a 20 MiB segment, split: 15 MiB free but in a segment in use
+    model.malloc("y", 16 * MiB)  # does not fit x's 15 MiB rest: a 16 MiB segment
+    model.free("s")
+    model.free("y")
+    assert model.reserved == 38 * MiB
+    model.malloc("z", 20 * MiB)  # 38 + 20 > 44: s's and y's segments are released, x's (split) stays
+    assert (model.retries, model.reserved, model.ooms) == (1, 40 * MiB, [])
+
+
+def test_an_oom_is_recorded_when_even_the_release_does_not_fit() -> None:
+    events = [("alloc", "x", 5 * MiB), ("alloc", "big", 30 * MiB), ("free", "big", 0), ("free", "x", 0)]
+    result = replay(events, limit=40 * MiB)
+    assert not result.fits and result.retries == 1  # the retry is counted whether or not it succeeds
+    (oom,) = result.ooms
+    assert (oom.request, oom.nbytes, oom.needed) == (2, 30 * MiB, 30 * MiB)
+    assert (oom.allocated, oom.reserved) == (5 * MiB, 20 * MiB)  # x's split segment cannot be released
+    assert result.peak_reserved == 50 * MiB  # the replay went on past the OOM, as if the memory were there
+
+
+def test_without_a_limit_or_under_it_the_replay_is_unchanged() -> None:
+    events = _fragmented() + [("alloc", "d", 700), ("alloc", "e", 3 * MiB), ("free", "d", 0)]
+    unlimited = replay(events)
+    assert (unlimited.limit, unlimited.retries, unlimited.ooms) == (None, 0, [])
+    roomy = replay(events, limit=unlimited.peak_reserved)  # exactly enough: no release
+    assert roomy.retries == 0 and roomy.limit == unlimited.peak_reserved
+    assert roomy.segments == unlimited.segments
+    assert (roomy.peak_reserved, roomy.final_reserved) == (unlimited.peak_reserved, unlimited.final_reserved)
+
+
+def test_expandable_segments_unmap_the_other_pools_free_pages() -> None:
+    smalls = [("alloc", f"s{i}", 1 * MiB) for i in range(10)] + [("free", f"s{i}", 0) for i in range(10)]
+    events = smalls + [("alloc", "L", 40 * MiB), ("free", "L", 0)]
+    assert replay(events, expandable=True).peak_reserved == 50 * MiB  # small pages stay mapped
+    limited = replay(events, expandable=True, limit=45 * MiB)
+    assert limited.fits and limited.retries == 1  # unmap_block gave back the small pool's 10 free 2 MiB pages
+    assert limited.peak_reserved == 40 * MiB
+    assert [(s.pool, s.size) for s in limited.segments] == [("large", 40 * MiB)]  # the small pool, unmapped whole
+
+
+def test_expandable_segments_grow_over_their_own_free_end_without_a_retry() -> None:
+    events = [("alloc", "a", 30 * MiB), ("free", "a", 0), ("alloc", "b", 50 * MiB)]
+    limited = replay(events, expandable=True, limit=60 * MiB)
+    assert (limited.retries, limited.peak_reserved, limited.fits) == (0, 60 * MiB, True)  # 40 mapped + 20 more

@@ -1,0 +1,56 @@
+"""Issue 24: a batch fits when the allocator's replay under the device's limit does, as the real allocator frees
+its cached segments and retries cudaMalloc before it raises (DeviceCachingAllocator::malloc)."""
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from gpumem_kernel.analysis import gpus  # noqa: E402
+from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.engines import _TracedEngine  # noqa: E402
+from gpumem_kernel.analysis.inputs import batch_maker  # noqa: E402
+from gpumem_kernel.analysis.model_states import _Sharding  # noqa: E402
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+
+MiB = 1 << 20
+BATCH = 1000  # Adam's first step needs new segments while the backward's cached segments are free and whole
+CONTEXT = gpus.context_estimate(None)  # --memory alone: the generic context estimate
+
+
+def _mlp() -> Any:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(512, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
+
+
+def _plan(model: Any) -> TracePlan:
+    make_batch, _ = batch_maker(model, None, None)
+    return TracePlan(model=model, optimizer="adam", make_batch=make_batch, loss_fn=default_loss)
+
+
+def test_a_fragmented_step_over_the_card_unlimited_fits_after_the_release() -> None:
+    model = _mlp()
+    unlimited = run_trace(_plan(model), BATCH, fake=True).device.peak_reserved
+    memory = CONTEXT + 410 * MiB
+    assert unlimited + CONTEXT > memory  # without the last resort: "will not fit"
+    payload = analyze(model, batch_size=BATCH, memory=memory, reserve=0).to_payload()
+    assert payload["recommendations"]["current"]["status"] != "will-not-fit"
+    assert payload["peak_reserved_bytes"] <= 410 * MiB < unlimited  # the replay's peak under the limit
+    assert payload["peak_bytes"] <= memory
+    assert any(f"batch {BATCH} fits after the allocator frees its cache once" in n for n in payload["notes"])
+    assert payload["recommendations"]["maximum"] >= BATCH
+
+
+def test_a_step_that_does_not_fit_even_after_the_release_keeps_its_unlimited_figures() -> None:
+    plan = _plan(_mlp())
+    sharding = _Sharding(1, None, 0, 0)
+    free = _TracedEngine(plan, CONTEXT, sharding).point(BATCH)
+    tight = _TracedEngine(plan, CONTEXT, sharding, CONTEXT + 300 * MiB).point(BATCH)
+    assert free is not None and tight is not None
+    assert (tight.reserved, tight.footprint, tight.retries) == (free.reserved, free.footprint, 0)
+    assert tight.footprint > CONTEXT + 300 * MiB
+    assert tight.trace is not None and tight.trace.device.events == []  # the stream is not kept per point
