@@ -36,7 +36,7 @@ from gpumem_kernel.analysis.arguments import (
     _positive_int,
 )
 from gpumem_kernel.analysis.assemble import _plan_notes, _report
-from gpumem_kernel.analysis.device import _measured_device, _measured_limit, device_limit
+from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, device_limit
 from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
 from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.gpus import GiB
@@ -82,7 +82,8 @@ def analyze(
     an Embedding), a sample batch tensor (or tuple / dict of them), or a callable batch_size -> batch.
     loss: callable(output, batch) -> scalar (default: mean of the squared floating outputs).
     optimizer: adamw | adam | sgd | sgd-momentum, or your optimizer (its class, settings and state are used).
-    target / memory: plan for a GPU from gpus.py or a memory size ('16GiB'); the traced engine is used.
+    target / memory: plan for a GPU from gpu_table.py or a memory size ('16GiB'); both: that GPU's compute
+    capability within that memory (a MIG slice, a share); the traced engine is used.
     reserve: safety reserve in bytes or as a fraction (default max(5%, 512 MiB)).
     rounding: how the recommended and safe picks are rounded down: 'pow2', 'none' or N (a multiple of N;
     `multiple=N` says the same); default: the JupyterLab setting "Batch-size rounding", else pow2.
@@ -112,7 +113,7 @@ def analyze(
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     make_batch, input_text = batch_maker(model, input, vocab_size)
     info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=kind)
-    notes: List[str] = []
+    notes: List[str] = basis_notes(info, target, memory)
     settings = settings_from_env()
     plan = TracePlan(
         model=model,

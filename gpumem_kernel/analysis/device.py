@@ -4,7 +4,7 @@ machine's GPU (NVML, without initialising CUDA), or the GPU itself when the meas
 from __future__ import annotations
 
 import gc
-from typing import Any, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from gpumem_kernel.analysis import gpus
 from gpumem_kernel.analysis.gpus import MiB
@@ -74,9 +74,12 @@ def device_limit(
     """Where the limit comes from: --memory, --target, this machine's GPU (NVML), or nowhere."""
     spec = gpus.lookup(target) if target else None
     if memory is not None:
+        # --target with --memory: that GPU's generation (context, workspaces, bf16) within this much memory
+        # (a MIG slice, a share of the card); --memory alone: no generation, the generic estimates
         total = gpus.parse_memory(memory)
+        size = format_bytes(total, "GiB", 1)
         cc = spec.compute_capability if spec else None
-        name = spec.name if spec else f"{format_bytes(total, 'GiB', 1)} device"
+        name = f"{spec.name} with {size}" if spec else f"{size} device"
         return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None)
     if spec is not None:
         return _limit_info(
@@ -117,6 +120,22 @@ def device_limit(
         bf16,
         _context_in_use(local, torch_reserved),
     )
+
+
+def basis_notes(info: DeviceInfo, target: Optional[str], memory: Any) -> List[str]:
+    """What a plan from --memory assumed about the GPU, so the report says it."""
+    if memory is None:
+        return []
+    context = format_bytes(info.context_bytes, "MiB", 0)
+    if target is None:
+        return [
+            f"--memory without --target: no GPU generation assumed, so a generic {context} CUDA context estimate "
+            "and cuBLAS's default workspace; add --target GPU to plan with that GPU's compute capability"
+        ]
+    return [
+        f"--target with --memory: {info.name}, planned with compute capability {info.compute_capability} "
+        f"(its {context} context estimate and workspaces) within that memory"
+    ]
 
 
 def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]]:

@@ -1,4 +1,4 @@
-"""Planning targets: a table of common NVIDIA GPUs, looked up by name or alias.
+"""Planning targets: the GPUs of gpu_table.py, looked up by name, alias or NVML name.
 
 `memory_bytes` is the total memory nvidia-smi reports for the card (MiB figures), which is what a training
 process can at most see; CUDA's own total (`torch.cuda.get_device_properties().total_memory`) is slightly lower
@@ -10,49 +10,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
-MiB = 1 << 20
+from gpumem_kernel.analysis.gpu_table import AMBIGUOUS, GPUS, GpuSpec, MiB
+
 GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    memory_bytes: int
-    compute_capability: str
-    bf16: bool
-    aliases: Tuple[str, ...] = ()
-
-    def to_dict(self) -> Dict[str, object]:
-        data = asdict(self)
-        data["aliases"] = list(self.aliases)
-        return data
-
-
-def _spec(name: str, mib: int, cc: str, aliases: Tuple[str, ...] = ()) -> GpuSpec:
-    major = int(cc.split(".")[0])
-    return GpuSpec(name=name, memory_bytes=mib * MiB, compute_capability=cc, bf16=major >= 8, aliases=aliases)
-
-
-GPUS: Tuple[GpuSpec, ...] = (
-    _spec("RTX 2060", 6144, "7.5", ("rtx 2060 6gb", "2060")),
-    _spec("RTX 3060", 12288, "8.6", ("rtx 3060 12gb", "3060")),
-    _spec("RTX 4060 Ti 16GB", 16380, "8.9", ("rtx 4060 ti", "4060 ti", "4060ti", "4060 ti 16gb")),
-    _spec("RTX 4080 Super", 16376, "8.9", ("rtx 4080 super", "4080 super", "4080s", "rtx 4080s")),
-    _spec("RTX 3090", 24576, "8.6", ("rtx 3090 24gb", "3090")),
-    _spec("RTX 4090", 24564, "8.9", ("rtx 4090 24gb", "4090")),
-    _spec("RTX 5080", 16303, "12.0", ("rtx 5080 16gb", "5080")),
-    _spec("RTX 5090", 32607, "12.0", ("rtx 5090 32gb", "5090")),
-    _spec("T4", 15360, "7.5", ("tesla t4", "t4 16gb")),
-    _spec("L4", 23034, "8.9", ("l4 24gb",)),
-    _spec("A10", 23028, "8.6", ("a10 24gb", "a10g")),
-    _spec("A100 40GB", 40960, "8.0", ("a100-sxm4-40gb", "a100-pcie-40gb", "a100 40g")),
-    _spec("A100 80GB", 81920, "8.0", ("a100-sxm4-80gb", "a100-pcie-80gb", "a100 80gb pcie", "a100 80g")),
-    _spec("H100 80GB", 81559, "9.0", ("h100", "h100 sxm", "h100 80gb hbm3", "h100 pcie", "h100-sxm5-80gb")),
-    _spec("H200", 143771, "9.0", ("h200 141gb", "h200 sxm", "h200 nvl")),
-)
 
 
 def _normal(name: str) -> str:
@@ -72,7 +35,31 @@ def _index() -> Dict[str, GpuSpec]:
 
 
 _INDEX = _index()
-_FORM_FACTOR = re.compile(r"(sxm\d?|pcie|\d+gb|hbm\de?|nvl|gpu)*")
+_BY_NAME = {spec.name: spec for spec in GPUS}
+_FAMILIES = {_normal(family): tuple(_BY_NAME[n] for n in choices) for family, choices in AMBIGUOUS.items()}
+# what NVML appends to a name: form factor, board and memory ("A100-SXM4-80GB", "H100 80GB HBM3", "V100-FHHL-16GB")
+_FORM_FACTOR = re.compile(r"(sxm\d?|pcie|\d+gb|hbm\de?|nvl|gpu|dgxs|fhhl)*")
+
+
+def _size_agrees(spec: GpuSpec, size: Optional[int]) -> bool:
+    """A size in the name ('80gb') names the card's marketing size: NVML's total is that, or a GiB below."""
+    return size is None or round(spec.memory_bytes / GiB) in (size, size - 1)
+
+
+def _nvml_match(key: str) -> Optional[GpuSpec]:
+    """The one entry whose name (or family) is `key`'s prefix followed only by form-factor words and whose size,
+    if the name says one, agrees; None when none or several do."""
+    found = re.search(r"(\d+)gb", key)
+    size = int(found.group(1)) if found else None
+    candidates = [(k, (spec,)) for k, spec in _INDEX.items()] + list(_FAMILIES.items())
+    hits = {
+        spec
+        for k, specs in candidates
+        if len(k) >= 2 and key.startswith(k) and _FORM_FACTOR.fullmatch(key[len(k) :])
+        for spec in specs
+        if _size_agrees(spec, size)
+    }
+    return hits.pop() if len(hits) == 1 else None
 
 
 def lookup(name: str) -> GpuSpec:
@@ -82,21 +69,12 @@ def lookup(name: str) -> GpuSpec:
     key = _normal(name)
     if key in _INDEX:
         return _INDEX[key]
-    if key == "a100":
-        raise ValueError("ambiguous GPU 'A100': say 'A100 40GB' or 'A100 80GB'")
-    # NVML names carry form factors ("A100-SXM4-80GB", "H100 80GB HBM3"): accept a unique entry whose
-    # normalised name is a prefix followed only by such words, and whose memory size (if named) agrees.
-    size = re.search(r"(\d+)gb", key)
-    hits = {
-        spec
-        for k, spec in _INDEX.items()
-        if len(k) >= 2
-        and key.startswith(k)
-        and _FORM_FACTOR.fullmatch(key[len(k) :])
-        and (size is None or round(spec.memory_bytes / GiB) in (int(size.group(1)), int(size.group(1)) - 1))
-    }
-    if len(hits) == 1:
-        return hits.pop()
+    if key in _FAMILIES:
+        choices = [spec.name for spec in _FAMILIES[key]]
+        raise ValueError(f"ambiguous GPU {name.strip()!r}: say {' or '.join(repr(c) for c in choices)}")
+    spec = _nvml_match(key)
+    if spec is not None:
+        return spec
     close = difflib.get_close_matches(key, list(_INDEX), n=4, cutoff=0.5)
     names = sorted({_INDEX[k].name for k in close}) or [spec.name for spec in GPUS]
     raise ValueError(f"unknown GPU {name!r}; close names: {', '.join(names)}")

@@ -57,7 +57,8 @@ def _gpu_block(payload: Mapping[str, Any]) -> List[str]:
         if device["reclaimable_bytes"]:
             lines.append(_row("Reusable", f"{human(device['reclaimable_bytes'])} (this model's states, cache)"))
     else:
-        lines.append(_row("Source", f"{device['source']} (compute {device['compute_capability'] or '?'})"))
+        compute = device["compute_capability"] or "not given: generic context and workspaces"
+        lines.append(_row("Source", f"{device['source']} (compute {compute})"))
     usable = f"{human(device['limit_bytes'])} (after a {human(device['reserve_bytes'])} safety reserve)"
     lines.append(_row("Usable", usable))
     return lines

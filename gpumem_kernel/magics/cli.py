@@ -413,9 +413,12 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
         type=argcheck.device(CPU, CUDA, INDEX),
         help="cuda, cuda:N or N: measure on this GPU; cpu: traced (default: traced)",
     )
-    plan = parser.add_mutually_exclusive_group()
-    plan.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB')
-    plan.add_argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB")
+    parser.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, V100')
+    parser.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="plan for this much device memory, e.g. 16GiB; with --target, that GPU within this memory (MIG, a share)",
+    )
     parser.add_argument(
         "--round",
         type=argcheck.rounding,

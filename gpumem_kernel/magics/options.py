@@ -21,6 +21,7 @@ examples:
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
   %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
   %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8
+  %gpumem analyze model -b 32 --target "RTX 3090" --memory 20GiB
   %gpumem analyze model -b 32 --input 3x224x224 --timeline --save step.pickle"""
 
 _ANALYSIS_ARGUMENTS = [
@@ -65,7 +66,12 @@ _ANALYSIS_ARGUMENTS = [
     argument(
         "--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, H100 (traced engine)'
     ),
-    argument("--memory", metavar="SIZE", help="plan for this much device memory, e.g. 16GiB or 24GB"),
+    argument(
+        "--memory",
+        metavar="SIZE",
+        help="plan for this much device memory, e.g. 16GiB or 24GB; with --target, that GPU within this memory "
+        "(a MIG slice, a share)",
+    ),
     argument(
         "--round",
         type=argcheck.rounding,

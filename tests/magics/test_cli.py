@@ -364,6 +364,30 @@ def test_analyze_command(session, capsys):
     assert payload["settings"]["input"].startswith("(3, 16, 16)")
 
 
+def analyze_json(capsys, *options):
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--format", "json", *options)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_analyze_plans_for_a_target_within_the_memory_given(session, capsys):
+    """A MIG slice or a share of an H100: its compute capability (context, 32 MiB cuBLAS workspace) in 20 GiB."""
+    both = analyze_json(capsys, "--target", "H100", "--memory", "20GiB")
+    card = analyze_json(capsys, "--target", "H100")
+    alone = analyze_json(capsys, "--memory", "20GiB")
+    assert both["device"]["name"] == "H100 80GB with 20.0 GiB" and both["device"]["total_bytes"] == 20 << 30
+    assert both["device"]["compute_capability"] == card["device"]["compute_capability"] == "9.0"
+    assert both["context_bytes"] == card["context_bytes"] and both["workspace_bytes"] == card["workspace_bytes"]
+    assert both["device"]["limit_bytes"] < card["device"]["limit_bytes"]
+    assert any("planned with compute capability 9.0" in note for note in both["notes"])
+    # --memory alone: no generation assumed, and the report says so
+    assert alone["device"]["compute_capability"] is None and alone["workspace_bytes"] < both["workspace_bytes"]
+    assert any(note.startswith("--memory without --target: no GPU generation assumed") for note in alone["notes"])
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--target", "Tesla V100-SXM2-16GB")
+    assert code == 0, err
+    assert "planning for V100 16GB" in out and "Total:            16.00 GiB" in out
+
+
 def test_analyze_and_autobatch_round_as_asked(session, capsys):
     code, out, err = run(
         capsys, "analyze", "--model", "tiny_models:mlp", "--memory", "2GiB", "--round", "8", "--format", "json"
@@ -390,7 +414,7 @@ def test_analyze_and_autobatch_round_as_asked(session, capsys):
         (["analyze", "--model", "tiny_models:mlp", "--input", "3xq"], "bad input shape '3xq'"),
         (["analyze", "--model", "tiny_models:mlp", "--input", "3x3"], "training step failed while tracing"),
         (["analyze", "--model", "tiny_models:not_a_model"], "not a torch.nn.Module"),
-        (["analyze", "--model", "tiny_models:mlp", "--target", "T4", "--memory", "16GiB"], "not allowed with"),
+        (["analyze", "--model", "tiny_models:mlp", "--target", "V100"], "ambiguous GPU 'V100': say 'V100 16GB'"),
         (["info", "--format", "yaml"], "invalid choice: 'yaml'"),
     ],
 )

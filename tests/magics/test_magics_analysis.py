@@ -107,6 +107,20 @@ def test_would_it_fit_on_an_rtx_4080_super(ip):
     assert payload["error_bound"]["statement"]
 
 
+def test_target_and_memory_combine_and_memory_alone_says_what_it_assumed(ip):
+    both = run(ip, '%gpumem analyze model --target "RTX 3090" --memory 20GiB').outputs[0].data
+    payload = both[ANALYSIS_MIME]
+    assert payload["device"]["total_bytes"] == 20 << 30 and payload["device"]["compute_capability"] == "8.6"
+    card = run(ip, '%gpumem analyze model --target "RTX 3090"').outputs[0].data[ANALYSIS_MIME]
+    assert payload["device"]["bf16"] is True and payload["context_bytes"] == card["context_bytes"]
+    assert "planning for RTX 3090 with 20.0 GiB" in both["text/plain"]
+    assert "Source:           memory (compute 8.6)" in both["text/plain"]
+    alone = run(ip, "%gpumem analyze model --memory 20GiB").outputs[0].data["text/plain"]
+    assert "compute not given: generic context and workspaces" in alone and "--memory without --target" in alone
+    for line in ('%gpumem analyze model --target "GTX 1080 Ti"', "%gpumem analyze model --target 'rtx 3070'"):
+        assert run(ip, line).outputs[0].data[ANALYSIS_MIME]["device"]["source"] == "target"
+
+
 def test_analyze_reads_inputs_losses_and_optimizers_from_the_namespace(ip):
     by_function = (
         run(ip, "%gpumem analyze model -b 8 --input make_batch --loss mse_loss --optimizer momentum_sgd --memory 2GiB")
