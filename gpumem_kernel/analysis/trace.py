@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, List
 
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
+from gpumem_kernel.analysis.fast_paths import answer_fast_paths
 from gpumem_kernel.analysis.model_copy import (
     TensorCopier,
     copy_model,
@@ -114,7 +115,8 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
             mode = FakeTensorMode(allow_non_fake_inputs=True)
-        with mode, _quiet_fake_tensor_log():
+        # fast paths answered in the real trace too, so that it follows the fake trace's path it is compared with
+        with mode, _quiet_fake_tensor_log(), answer_fast_paths():
             copier = TensorCopier(fake=fake)
             model, mapping, dropped = copy_model(plan.model, copier)
             if plan.checkpointing and not plan.evaluation:

@@ -1,0 +1,54 @@
+"""Answering, for the duration of a trace, the value reads that libraries make only to choose a fast path.
+
+Hugging Face transformers (4.x) checks `pad_token_id in input_ids[:, [-1, 0]]` and `torch.all(mask == 1)` before a
+forward to drop a mask it can do without; a fake tensor has no values to answer that. Under torch.compile it asks
+`is_torchdynamo_compiling()` first and skips those checks (keeping the mask as given): the trace takes that path.
+The function is swapped in the globals of every loaded transformers module that imported it by name (its answer
+changes nothing else a trace measures: a warning, a cache's static address), never in torch itself, whose
+optimizers also ask whether they are compiling. Restored on exit, also when the trace fails.
+
+Nothing is imported here: a library the user has not loaded cannot be in their model."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator, List, Tuple
+
+# (the package whose modules hold the name, the module that defines it, the function's name)
+_COMPILE_CHECKS = (("transformers", "transformers.utils.import_utils", "is_torchdynamo_compiling"),)
+
+
+def _compiling() -> bool:
+    """The answer a library gets while the trace runs: take the path a compiled graph takes."""
+    return True
+
+
+def _holders(package: str, name: str, original: Any) -> List[Any]:
+    """The package's loaded modules whose globals hold `original` under `name`."""
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name != package and not module_name.startswith(package + "."):
+            continue
+        namespace = getattr(module, "__dict__", None)  # not getattr(module, name): lazy modules would import
+        if isinstance(namespace, dict) and namespace.get(name) is original:
+            found.append(module)
+    return found
+
+
+@contextlib.contextmanager
+def answer_fast_paths() -> Iterator[None]:
+    """Within this block, loaded libraries' compile checks answer True; every swapped name is restored after."""
+    swapped: List[Tuple[Any, str, Any]] = []
+    try:
+        for package, defining, name in _COMPILE_CHECKS:
+            original = getattr(sys.modules.get(defining), name, None)
+            if not callable(original):
+                continue
+            for module in _holders(package, name, original):
+                swapped.append((module, name, original))
+                setattr(module, name, _compiling)
+        yield
+    finally:
+        for module, name, original in reversed(swapped):
+            setattr(module, name, original)
