@@ -137,7 +137,7 @@ def _figures(
             info.context_bytes,
             "estimate" if info.context_source == "estimate" else "nvml",
             {
-                "estimate": "CUDA context + kernels, by GPU generation",
+                "estimate": info.context_basis or "CUDA context + kernels, by GPU generation",
                 "nvml": "this kernel's, already in use",
                 "in use": "already in use, size not visible to NVML",
                 "none": "no GPU",

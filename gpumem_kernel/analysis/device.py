@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 from typing import Any, List, Optional, Tuple, Union
 
+from gpumem_kernel.analysis import context as process_context
 from gpumem_kernel.analysis import gpus
 from gpumem_kernel.analysis.gpus import MiB
 from gpumem_kernel.analysis.model_states import unique_bytes
@@ -80,7 +81,7 @@ def device_limit(
         size = format_bytes(total, "GiB", 1)
         cc = spec.compute_capability if spec else None
         name = f"{spec.name} with {size}" if spec else f"{size} device"
-        return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None)
+        return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None, model)
     if spec is not None:
         return _limit_info(
             spec.name,
@@ -92,6 +93,7 @@ def device_limit(
             spec.compute_capability,
             spec.bf16,
             None,
+            model,
         )
     index = _device_index(device)
     if str(device or "").startswith("cpu"):
@@ -119,6 +121,7 @@ def device_limit(
         cc,
         bf16,
         _context_in_use(local, torch_reserved),
+        model,
     )
 
 
@@ -158,10 +161,18 @@ def _limit_info(
     cc: Optional[str],
     bf16: Optional[bool],
     context: Optional[Tuple[int, str]],
+    model: Any = None,
 ) -> DeviceInfo:
-    """`context`: None -> estimate by GPU generation; else (bytes, "nvml" | "in use")."""
+    """`context`: None -> estimated from this kernel's torch, the environment and the GPU (planned for that GPU
+    when it is not this machine's); else (bytes, "nvml" | "in use"), measured."""
     reserve_bytes = _reserve(total, reserve)
-    context_bytes, context_source = (gpus.context_estimate(cc), "estimate") if context is None else context
+    if context is None:
+        factors = process_context.read_factors(cc, planned=source != "nvml", model=model)
+        estimate = process_context.estimate(factors)
+        context_bytes, context_source, basis = estimate.bytes, "estimate", estimate.basis
+    else:
+        context_bytes, context_source = context
+        basis = "measured" if context_source == "nvml" else "measured: in use, size not visible to NVML"
     return DeviceInfo(
         name=name,
         source=source,
@@ -174,6 +185,7 @@ def _limit_info(
         bf16=bf16,
         context_bytes=context_bytes,
         context_source=context_source,
+        context_basis=basis,
     )
 
 

@@ -120,22 +120,10 @@ def parse_memory(value: Union[int, float, str]) -> int:
 
 
 def context_estimate(compute_capability: Optional[str]) -> int:
-    """Typical CUDA context + kernel images of a PyTorch process (lazy module loading), by GPU generation.
+    """The lazy-loading context by GPU generation alone; analysis/context.py models the whole stack."""
+    from gpumem_kernel.analysis.context import generation_estimate
 
-    Measured contexts of recent PyTorch/CUDA 12 builds are ~0.3–0.6 GiB; newer generations load larger
-    kernel images. An estimate, and labelled as one wherever it is shown.
-    """
-    try:
-        major = int(str(compute_capability).split(".")[0])
-    except ValueError:
-        return 512 * MiB
-    if major < 7:
-        return 320 * MiB
-    if major == 7:
-        return 384 * MiB
-    if major == 8:
-        return 448 * MiB
-    return 544 * MiB
+    return generation_estimate(compute_capability)
 
 
 @dataclass(frozen=True)

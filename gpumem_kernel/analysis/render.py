@@ -131,7 +131,8 @@ def _usage_block(payload: Mapping[str, Any]) -> List[str]:
     where = " on a CUDA GPU" if no_gpu else ""
     if device["context_source"] in _CONTEXT:
         text, added = _CONTEXT[device["context_source"]]
-        context = _row("CUDA Context", f"{human(device['context_bytes'])} ({text})")
+        basis = device.get("context_basis")
+        context = _row("CUDA Context", f"{human(device['context_bytes'])} ({text})" + (f"; {basis}" if basis else ""))
     else:
         added = False
         context = _row("CUDA Context", "not counted (no GPU: pass target= or memory= to add its estimate)")

@@ -49,6 +49,7 @@ class DeviceInfo:
     bf16: Optional[bool]
     context_bytes: int
     context_source: str  # estimate (added to the footprint) | nvml (measured, already in use) | in use | none
+    context_basis: str = ""  # what the context figure rests on: "estimate: CUDA 12.4, lazy loading, sm_90, …"
 
     @property
     def context_to_add(self) -> int:

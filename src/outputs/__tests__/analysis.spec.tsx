@@ -114,7 +114,7 @@ describe('analysis: planning for an RTX 4080 Super (traced, bf16, target effecti
     expect(cells('parameters').slice(0, 4)).toEqual(['Parameters', '135 KiB', '135 KiB', 'read']);
     expect(cells('activations').slice(0, 4)).toEqual(['Activations', '8.78 MiB', '8.75 MiB', 'traced']);
     expect(cells('context').slice(0, 4)).toEqual(['CUDA context', '448 MiB', '448 MiB', 'estimate']);
-    expect(cells('context')[4]).toBe('estimate by GPU generation');
+    expect(cells('context')[4]).toBe('estimate: CUDA 12.4, lazy loading, sm_89, cuBLAS + cuBLASLt');
     expect(cells('optimizer')[4]).toContain('AdamW');
     const foot = texts(node, '.jp-GpuMem-breakdown tfoot tr[data-row="peak"] td');
     expect(foot[0]).toBe('490 MiB');

@@ -120,7 +120,7 @@ export function breakdownRows(payload: IAnalysisPayload, trans: Trans): IBreakdo
       bytes: payload.context_bytes,
       atPeak: atPeak('context'),
       engine: context?.engine ?? 'estimate',
-      note: contextNote[payload.device.context_source]
+      note: payload.device.context_basis || contextNote[payload.device.context_source]
     }
   ];
 }

@@ -194,6 +194,10 @@ export interface IAnalysisDevice {
   bf16: boolean | null;
   context_bytes: number;
   context_source: 'estimate' | 'nvml' | 'in use' | 'none';
+  /**
+   * what the context figure rests on: 'estimate: CUDA 12.4, lazy loading, sm_90, cuBLAS + cuBLASLt' or 'measured'
+   */
+  context_basis: string;
 }
 export interface ICurvePoint {
   batch_size: number;

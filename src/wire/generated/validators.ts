@@ -586,7 +586,8 @@ export const analysisPayload: Check = object({
     compute_capability: c2,
     bf16: c10,
     context_bytes: integer(0),
-    context_source: enumOf('estimate', 'nvml', 'in use', 'none')
+    context_source: enumOf('estimate', 'nvml', 'in use', 'none'),
+    context_basis: string()
   }),
   curve: array(
     object({
