@@ -7,21 +7,41 @@ torch is imported inside functions only: the kernel shim must load without it.""
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.trace_plan import TraceError
 
 
+# torch's own registries: parameters and buffers are copied as such, submodules walked by model.modules()
+_MODULE_REGISTRIES = frozenset(("_parameters", "_buffers", "_modules"))
+_CONTAINER_DEPTH = 4  # YOLOv5's `Detect.grid` is a list; deeper nests of tensors are rare, cycles are not
+
+
 def tensor_attributes(model: Any) -> List[Tuple[Any, str, Any]]:
-    """Tensors kept as plain module attributes (not parameters or buffers), e.g. cached masks."""
+    """Tensors a module keeps outside its parameters and buffers, directly or inside lists, tuples and dicts (cached
+    masks, YOLO's per-level grids): (module, attribute, tensor), each tensor once."""
     import torch
 
+    states = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
     found = []
     for module in model.modules():
         for name, value in vars(module).items():
-            if isinstance(value, torch.Tensor):
-                found.append((module, name, value))
+            if name in _MODULE_REGISTRIES:
+                continue
+            for t in _reachable_tensors(value, torch.Tensor, _CONTAINER_DEPTH):
+                if id(t) not in states:
+                    states.add(id(t))
+                    found.append((module, name, t))
     return found
+
+
+def _reachable_tensors(value: Any, tensor_type: type, depth: int) -> Iterator[Any]:
+    """The tensors in `value` and in the lists, tuples and dicts (their values) it holds, `depth` levels down."""
+    if isinstance(value, tensor_type):
+        yield value
+    elif depth > 0 and isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _reachable_tensors(item, tensor_type, depth - 1)
 
 
 class TensorCopier:
