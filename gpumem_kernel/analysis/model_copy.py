@@ -74,6 +74,25 @@ class TensorCopier:
             out = torch.nn.Parameter(out, requires_grad=t.requires_grad)
         return out
 
+    def valued(self, t: Any) -> Any:
+        """A buffer or tensor attribute: under fake mode a small one keeps its values (see _SMALL_TENSOR), since
+        forwards read them (YOLOv8's make_anchors fills with each `Detect.stride`); others as copy()."""
+        import torch
+
+        small = t.untyped_storage().nbytes() <= _SMALL_TENSOR * t.element_size()
+        if not self.fake or not small or isinstance(t, torch.nn.Parameter) or t.device.type == "meta":
+            return self.copy(t)
+        from torch._guards import detect_fake_mode
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        mode = detect_fake_mode()
+        if mode is None:
+            return self.copy(t)
+        with unset_fake_temporarily():  # a CPU copy of the user's values: the constant must never alias theirs
+            real = t.detach().to("cpu", copy=True)
+        # a fake tensor that keeps its constant: ops on constants alone compute it, writes from others forget it
+        return mode.fake_tensor_converter.from_real_tensor(mode, real, make_constant=True)
+
     def scalar(self, t: Any) -> Any:
         """A one-element state tensor (an optimizer's `step`): under fake mode it must keep its value, since
         optimizers read it with .item()."""
@@ -89,6 +108,13 @@ class TensorCopier:
             number = t.item()
         value = torch.tensor(number, dtype=t.dtype)  # a fake tensor that remembers its constant
         return value if value.shape == t.shape else value.reshape(t.shape)
+
+
+# Buffers and attributes of at most this many elements keep their values in a fake copy. Those a forward reads to
+# pick shapes or fill values (per-level strides, YOLO's 3 x 3 x 2 anchors, a few class weights) are this small, and
+# keeping them costs at most 64 real elements each on the CPU; weights and activations are far larger and stay
+# values-free. A storage is judged whole, so a small view into a large tensor stays a view.
+_SMALL_TENSOR = 64
 
 
 def _extent(t: Any) -> int:
@@ -147,7 +173,7 @@ def copy_model(model: Any, copier: TensorCopier) -> Tuple[Any, Dict[int, Any], i
     tensors += [value for _, _, value in tensor_attributes(model)]
     for t in tensors:
         if id(t) not in memo:
-            stand_in = copier.copy(t)
+            stand_in = copier.copy(t) if isinstance(t, torch.nn.Parameter) else copier.valued(t)
             memo[id(t)] = stand_in
             mapping[id(t)] = stand_in
     try:

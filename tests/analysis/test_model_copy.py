@@ -95,3 +95,10 @@ def test_a_yolov5_head_with_list_grids_traces_a_training_step() -> None:
     model = Detector()
     assert _trace(model).peak_live > 0
     assert all(g.numel() == 0 for g in model.detect.grid)  # the user's grids untouched
+
+
+def test_small_tensor_attributes_keep_their_values_in_the_evaluation_step() -> None:
+    model = Detector()
+    assert _trace(model, evaluation=True).peak_live > 0
+    assert all(g.numel() == 0 for g in model.detect.grid)  # the copy's forward cached its grids, not the user's
+    assert model.training  # the copy went to eval(), the user's model did not
