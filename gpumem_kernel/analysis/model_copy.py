@@ -10,6 +10,7 @@ import copy
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.trace_plan import TraceError
+from gpumem_kernel.oom.classify import is_oom
 
 
 # torch's own registries: parameters and buffers are copied as such, submodules walked by model.modules()
@@ -205,24 +206,49 @@ def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier
         groups.append({"params": params, **settings})
     cls = type(optimizer)
     try:
-        new = cls(groups)
-    except TypeError:
-        try:
-            new = cls(groups, **{k: v for k, v in optimizer.defaults.items()})
-        except Exception as exc:
-            raise TraceError(f"cannot re-create optimizer {cls.__name__} ({exc})") from None
-    for p, state in optimizer.state.items():
-        if id(p) not in mapping:
-            continue
-        copied = {}
-        for key, value in state.items():
-            if is_tensor(value):
-                keep_value = value.numel() == 1 and (key == "step" or copier.fake)
-                copied[key] = copier.scalar(value) if keep_value else copier.copy(value)
-            else:
-                copied[key] = copy.deepcopy(value)
-        new.state[mapping[id(p)]] = copied
+        new = _recreate(cls, groups, optimizer.defaults)
+        for p, state in optimizer.state.items():
+            if id(p) in mapping:
+                new.state[mapping[id(p)]] = _copy_state(state, copier)
+    except Exception as exc:  # a constructor that reads tensor values (bitsandbytes' Adam8bit), or any other
+        if reported_as_is(exc):
+            raise
+        raise optimizer_error(cls, "re-create", exc) from None
     return new
+
+
+def _recreate(cls: type, groups: List[Dict[str, Any]], defaults: Dict[str, Any]) -> Any:
+    try:
+        return cls(groups)
+    except TypeError:  # a constructor that takes its hyper-parameters as arguments, not from the groups
+        return cls(groups, **dict(defaults))
+
+
+def _copy_state(state: Dict[str, Any], copier: TensorCopier) -> Dict[str, Any]:
+    copied = {}
+    for key, value in state.items():
+        if is_tensor(value):
+            keep_value = value.numel() == 1 and (key == "step" or copier.fake)
+            copied[key] = copier.scalar(value) if keep_value else copier.copy(value)
+        else:
+            copied[key] = copy.deepcopy(value)
+    return copied
+
+
+def reported_as_is(exc: BaseException) -> bool:
+    """A trace's own one-line error, or an out-of-memory (what a measured copy on a GPU reports)."""
+    return isinstance(exc, TraceError) or is_oom(exc)
+
+
+def optimizer_error(cls: type, action: str, exc: BaseException) -> TraceError:
+    """One line naming the optimizer's class, for any failure to re-create or step its copy."""
+    name = type(exc).__name__
+    if "DataDependent" in name or "data-dependent" in str(exc):
+        reason = "it reads tensor values (e.g. .item()), which the traced engine cannot follow"
+    else:
+        lines = str(exc).strip().splitlines()
+        reason = f"{name}: {lines[0][:200]}" if lines else name
+    return TraceError(f"cannot {action} optimizer {cls.__name__} on the traced copy: {reason}")
 
 
 def is_tensor(value: Any) -> bool:

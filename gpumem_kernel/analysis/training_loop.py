@@ -10,7 +10,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from gpumem_kernel.analysis.model_copy import is_tensor, optimizer_uses_device_step
+from gpumem_kernel.analysis.model_copy import (
+    is_tensor,
+    optimizer_error,
+    optimizer_uses_device_step,
+    reported_as_is,
+)
 from gpumem_kernel.analysis.trace_plan import TraceError
 
 
@@ -93,11 +98,16 @@ def train_steps(
                     if p.grad is not None:
                         tracker.register(p.grad, "gradient")
         with tracker.span("optimizer", step, 0):
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
+            try:  # inline, not a helper: the timeline's stacks are the frames below train_steps
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+            except Exception as exc:
+                if reported_as_is(exc):
+                    raise
+                raise optimizer_error(type(optimizer), "step", exc) from None
             device_step = optimizer_uses_device_step(optimizer)
             for state in optimizer.state.values():
                 for key, value in state.items():

@@ -11,7 +11,7 @@ nn = torch.nn
 
 from gpumem_kernel.analysis.model_copy import TensorCopier, copy_model, tensor_attributes  # noqa: E402
 from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult  # noqa: E402
 from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
 
 
@@ -102,3 +102,46 @@ def test_small_tensor_attributes_keep_their_values_in_the_evaluation_step() -> N
     assert _trace(model, evaluation=True).peak_live > 0
     assert all(g.numel() == 0 for g in model.detect.grid)  # the copy's forward cached its grids, not the user's
     assert model.training  # the copy went to eval(), the user's model did not
+
+
+class ReadsAtConstruction(torch.optim.Optimizer):
+    """bitsandbytes' Adam8bit pattern: the constructor reads a value from a tensor made from a parameter."""
+
+    def __init__(self, params: Any, lr: float = 1e-3) -> None:
+        super().__init__(params, {"lr": lr})
+        for group in self.param_groups:
+            for p in group["params"]:
+                if torch.zeros_like(p).abs().max().item() > 0:
+                    raise AssertionError("unreachable")
+
+    def step(self, closure: Any = None) -> None:
+        pass
+
+
+class ReadsInStep(torch.optim.SGD):
+    def step(self, closure: Any = None) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.grad.norm().item() > 1e9:
+                    return
+        super().step()
+
+
+class FailsInStep(torch.optim.SGD):
+    def step(self, closure: Any = None) -> None:
+        raise RuntimeError("unsupported device\nsecond line")
+
+
+@pytest.mark.parametrize(
+    ("cls", "phase"),
+    [(ReadsAtConstruction, "re-create"), (ReadsInStep, "step"), (FailsInStep, "step")],
+)
+def test_an_optimizer_that_cannot_be_copied_or_stepped_is_named_in_one_line(cls: type, phase: str) -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = cls(model.parameters(), lr=0.1)
+    plan = TracePlan(model=model, optimizer=optimizer, make_batch=lambda b, f: torch.randn(b, 8), loss_fn=default_loss)
+    with pytest.raises(TraceError) as error:
+        run_trace(plan, 2)
+    message = str(error.value)
+    assert cls.__name__ in message and phase in message and "\n" not in message
+    assert error.value.__cause__ is None and error.value.__suppress_context__
