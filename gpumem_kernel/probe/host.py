@@ -9,12 +9,14 @@ the copy-on-read growth of Python-object datasets (every object a worker touches
 copies the page).
 
 The host-memory guide's crashes were host-RAM kills (workers × dataset copies) inside a container limit, invisible in
-`free -h`; so the container's cgroup limit is read as well as the machine's total.
+`free -h`; so the container's cgroup limit is read as well as the machine's total (v2, v1 or hybrid). Likewise
+`usable_cpus` counts the CPUs the affinity mask and the cgroup's CPU quota leave, not os.cpu_count()'s host cores.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -51,6 +53,25 @@ def _ancestors(base: Path, path: str) -> List[Path]:
     return [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
 
 
+def _controller_dirs(root: Path, proc_cgroup: Path, controller: str) -> Tuple[int, List[Path]]:
+    """(cgroup version, the process's cgroup directory and its ancestors) for one controller; (0, []) when none.
+
+    v1 first: on a hybrid machine the controllers are on v1 and the unified tree beside them has none."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return 0, []
+    v1_base = root / controller
+    for line in lines:  # v1: "4:memory:/path", "3:cpu,cpuacct:/path"
+        fields = line.split(":", 2)
+        if len(fields) == 3 and controller in fields[1].split(",") and v1_base.is_dir():
+            return 1, _ancestors(v1_base, fields[2])
+    for line in lines:  # v2: "0::/path"
+        if line.startswith("0::"):
+            return 2, _ancestors(root, line[3:])
+    return 0, []
+
+
 class CgroupReader:
     """Reads the tightest memory limit over the kernel's cgroup and its ancestors (v2 or v1).
 
@@ -63,21 +84,10 @@ class CgroupReader:
         self._files: Optional[List[Tuple[Path, Path]]] = None  # (limit file, usage file), found once
 
     def _candidates(self) -> List[Tuple[Path, Path]]:
-        try:
-            lines = self._proc_cgroup.read_text().splitlines()
-        except OSError:
-            return []
-        v1_base = self._root / "memory"
-        for line in lines:  # v1 (or hybrid with memory on v1): "4:memory:/path"
-            fields = line.split(":", 2)
-            if len(fields) == 3 and "memory" in fields[1].split(",") and v1_base.is_dir():
-                return [
-                    (d / "memory.limit_in_bytes", d / "memory.usage_in_bytes") for d in _ancestors(v1_base, fields[2])
-                ]
-        for line in lines:  # v2: "0::/path"
-            if line.startswith("0::"):
-                return [(d / "memory.max", d / "memory.current") for d in _ancestors(self._root, line[3:])]
-        return []
+        version, dirs = _controller_dirs(self._root, self._proc_cgroup, "memory")
+        if version == 1:
+            return [(d / "memory.limit_in_bytes", d / "memory.usage_in_bytes") for d in dirs]
+        return [(d / "memory.max", d / "memory.current") for d in dirs]
 
     def read(self, host_total: int) -> CgroupMemory:
         """Limit and usage now; a limit at or above the machine's RAM counts as unlimited."""
@@ -94,6 +104,32 @@ class CgroupReader:
         if best is None:
             return CgroupMemory(limit=None, usage=None)
         return CgroupMemory(limit=best[0], usage=_read_int(best[1]))
+
+
+def _cpu_quota(directory: Path, version: int) -> Optional[float]:
+    """CPUs' worth of time one cgroup may use per period; None: unlimited or unreadable."""
+    if version == 1:
+        quota, period = _read_int(directory / "cpu.cfs_quota_us"), _read_int(directory / "cpu.cfs_period_us")
+    else:
+        try:
+            fields = (directory / "cpu.max").read_text().split()  # "max 100000" or "200000 100000"
+        except OSError:
+            return None
+        numbers = [int(f) if f.isdigit() else None for f in fields[:2]]
+        quota, period = numbers if len(numbers) == 2 else (None, None)
+    return quota / period if quota and period else None  # v1's unlimited is -1, which _read_int drops
+
+
+def usable_cpus(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> int:
+    """The CPUs this process can keep busy: its affinity mask, capped by the tightest CPU quota over its cgroup and
+    ancestors. os.cpu_count() is the host's count, 64 in a container given 2 CPUs of a 64-core host."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    version, dirs = _controller_dirs(Path(root), Path(proc_cgroup), "cpu")
+    quotas = [q for q in (_cpu_quota(d, version) for d in dirs if d.is_dir()) if q is not None]
+    return max(1, min([cpus, *(math.floor(q) for q in quotas)]))  # 2.5 CPUs keep two busy, not three
 
 
 # A worker's USS is read at most this often (smaps_rollup walks every mapping: up to ~9 ms per worker).

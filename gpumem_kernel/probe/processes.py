@@ -151,7 +151,8 @@ def states(refs: Sequence[ProcessRef], sample: Optional[Mapping[str, Any]] = Non
 
 def _protected() -> Dict[int, str]:
     """PIDs never to signal: this kernel and every ancestor (its launcher, the Jupyter server, init)."""
-    protected = {os.getpid(): "this kernel", 1: "init"}
+    # This kernel's own label wins: in a container the kernel itself may be PID 1.
+    protected = {1: "init", os.getpid(): "this kernel"}
     try:
         for parent in psutil.Process().parents():
             protected.setdefault(parent.pid, f"a parent of this kernel ({_name(parent) or 'unknown'})")

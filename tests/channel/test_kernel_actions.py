@@ -73,6 +73,14 @@ def ask(
     return data["result"]
 
 
+def gpus_seen(kernel: KernelHarness) -> bool:
+    """Whether the kernel's probe sees a GPU on this machine (its NVML lists one), as its process actions do."""
+    return kernel.evaluate(
+        "__import__('gpumem_kernel.probe.processes', fromlist=['_']).gpu_usage("
+        "__import__('gpumem_kernel.probe.prober', fromlist=['_']).probe().to_dict()) is not None"
+    )
+
+
 def pids(*items: Dict[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
     return {"pids": [{"pid": item["pid"], "create_time": item["create_time"]} for item in items]}
 
@@ -115,10 +123,11 @@ def test_clear_by_silent_execute_drops_the_traceback_and_keeps_variables(kernel)
 def test_children_processes_and_terminate(kernel, comm):
     kernel.execute("import subprocess\nsleeper = subprocess.Popen(['sleep', '30'])")
     pid = kernel.evaluate("sleeper.pid")
+    gpu_used = 0 if gpus_seen(kernel) else None  # a GPU that does not list the sleeper, or none to ask
     try:
         children = ask(kernel, comm, "children", {})["children"]
         sleeper = next(c for c in children if c["pid"] == pid)
-        assert sleeper["name"] == "sleep" and sleeper["gpu_used"] is None  # no GPU here
+        assert sleeper["name"] == "sleep" and sleeper["gpu_used"] == gpu_used
         assert abs(sleeper["create_time"] - psutil.Process(pid).create_time()) < 0.01
 
         state = ask(kernel, comm, "processes", pids(sleeper))["processes"]
@@ -129,7 +138,7 @@ def test_children_processes_and_terminate(kernel, comm):
                 "alive": True,
                 "same_process": True,
                 "name": "sleep",
-                "gpu_used": None,
+                "gpu_used": gpu_used,
             }
         ]
 

@@ -9,6 +9,7 @@ import sys
 from types import SimpleNamespace
 from typing import Dict, Iterator, List
 
+import psutil
 import pytest
 
 from gpumem_kernel.probe import descendants as module
@@ -55,9 +56,13 @@ def test_children_and_grandchildren_are_listed_and_nothing_else(spawned) -> None
 
 
 def test_the_walk_sees_every_process_with_its_parent() -> None:
+    before = set(psutil.pids())
     parents = parent_map()
+    after = set(psutil.pids())
     assert parents[os.getpid()] == os.getppid()
-    assert len(parents) >= 3
+    # As many processes as this machine shows (a container may hold only the test command and pytest),
+    # not a count assumed from a desktop's.
+    assert before & after <= set(parents)
 
 
 class Clock:

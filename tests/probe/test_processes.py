@@ -120,12 +120,21 @@ def test_terminate_kills_what_ignores_sigterm():
 
 def test_terminate_never_signals_this_process_or_its_parents():
     protected = processes._protected()
-    assert protected[os.getpid()] == "this kernel"
-    assert os.getppid() in protected and protected[os.getppid()].startswith("a parent of this kernel")
+    assert protected[os.getpid()] == "this kernel" and 1 in protected
+    parent = os.getppid()  # 1 where the test runs under a container's init (`docker run … bash scripts/test.sh`)
+    if parent == 1:
+        assert protected[1] == "init"
+    elif parent:  # 0: the parent lies outside this PID namespace
+        assert protected[parent].startswith("a parent of this kernel")
 
     result = processes.terminate([ref(os.getpid())])  # refused before any signal is sent
 
     assert result.terminated == [] and [(r.pid, r.reason) for r in result.refused] == [(os.getpid(), "this kernel")]
+
+
+def test_a_kernel_that_is_pid_1_is_this_kernel_not_init(monkeypatch):
+    monkeypatch.setattr(processes.os, "getpid", lambda: 1)  # a container whose entry point is the kernel
+    assert processes._protected()[1] == "this kernel"
 
 
 def test_terminate_reports_a_process_that_is_gone():

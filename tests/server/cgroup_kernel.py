@@ -13,11 +13,24 @@ from pathlib import Path
 from typing import Optional
 
 
-def make_memory_cgroup(limit: int, prefix: str) -> Optional[Path]:
+def _has_swap(meminfo: str) -> bool:
+    """Whether this machine has swap (/proc/meminfo's SwapTotal above 0)."""
+    try:
+        lines = Path(meminfo).read_text().splitlines()
+    except OSError:
+        return False
+    fields = next((line.split() for line in lines if line.startswith("SwapTotal:")), ["", "0"])
+    return fields[1] != "0"
+
+
+def make_memory_cgroup(
+    limit: int, prefix: str, root: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo"
+) -> Optional[Path]:
     """A new memory cgroup limited to `limit` bytes without swap (cgroup v2, else v1), or None where none can be
-    made (no permission, no memory controller)."""
+    made (no permission, no memory controller) or where its swap cannot be limited on a machine with swap (its
+    processes would page out instead of meeting the OOM killer)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    unified = Path("/sys/fs/cgroup")
+    unified = Path(root)
     candidates = []
     try:
         if "memory" in (unified / "cgroup.subtree_control").read_text().split():
@@ -37,8 +50,10 @@ def make_memory_cgroup(limit: int, prefix: str) -> Optional[Path]:
             continue
         try:  # no swap beyond the limit, where the machine accounts for it
             (directory / swap_file).write_text("0" if swap_file == "memory.swap.max" else str(limit))
-        except OSError:
-            pass
+        except OSError:  # no swap accounting (v1 without swapaccount=1, v2 without CONFIG_MEMCG_SWAP)
+            if _has_swap(meminfo):
+                directory.rmdir()
+                continue
         return directory
     return None
 

@@ -4,8 +4,9 @@
   /sys/fs/cgroup and /proc trees.
 - The watch, on real processes ended by real signals, with the recorded counters raised or not.
 - For real: a Jupyter server with the extension whose kernel runs in a memory cgroup limited to 256 MiB (the test
-  creates it; skipped where this machine lets no one create one), a cell that allocates more, the kernel's real
-  OOM kill, and the server's answer at POST /gpumem/kernels/<id>/exit with the host checklist.
+  creates it; skipped where this machine lets no one create one, or has swap it cannot limit), a cell that
+  allocates more, the kernel's real OOM kill, and the server's answer at POST /gpumem/kernels/<id>/exit with the
+  host checklist.
 """
 
 from __future__ import annotations
@@ -106,6 +107,39 @@ def test_without_a_limit_or_a_cgroup_the_counter_says_so(tmp_path: Path) -> None
     assert count_in(tmp_path / "missing") is None
 
 
+def test_the_hybrid_layout_counts_in_the_v1_memory_controller(tmp_path: Path) -> None:
+    # systemd's hybrid layout: memory on v1, an empty cgroup2 tree at unified/ (its "0::/" line leads nowhere)
+    (tmp_path / "proc" / "4242").mkdir(parents=True)
+    (tmp_path / "proc" / "4242" / "cgroup").write_text("9:name=systemd:/\n4:memory:/job\n0::/\n")
+    job = tmp_path / "cgroup" / "memory" / "job"
+    job.mkdir(parents=True)
+    (job / "memory.limit_in_bytes").write_text(f"{GiB}\n")
+    (job / "memory.oom_control").write_text(V1_OOM_CONTROL.format(n=2))
+    (tmp_path / "cgroup" / "unified").mkdir()
+    counter = counter_for(4242, 64 * GiB, str(tmp_path / "cgroup"), str(tmp_path / "proc"))
+    assert (counter.cgroup, counter.limit, count_in(counter.events)) == ("/job", GiB, 2)
+
+
+@pytest.mark.parametrize("layout", ["v2", "v1", "hybrid", "none"])
+def test_the_real_kernels_cgroup_is_made_where_the_memory_controller_is(tmp_path: Path, layout: str) -> None:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    if layout == "v2":
+        (root / "cgroup.subtree_control").write_text("cpu io memory pids\n")
+    if layout in ("v1", "hybrid"):
+        (root / "memory").mkdir()
+    if layout == "hybrid":
+        (root / "unified").mkdir()
+        (root / "unified" / "cgroup.subtree_control").write_text("\n")
+    made = make_memory_cgroup(LIMIT, "t", str(root), str(tmp_path / "no-meminfo"))
+    if layout == "none":
+        assert made is None
+        return
+    assert made is not None and made.parent == (root if layout == "v2" else root / "memory")
+    limit_file = "memory.max" if layout == "v2" else "memory.limit_in_bytes"
+    assert (made / limit_file).read_text() == str(LIMIT)
+
+
 # --- the watch, on real processes --------------------------------------------------------------------------
 
 
@@ -116,7 +150,10 @@ class FakeKernelManager:
         self.kernels: Dict[str, Any] = {}
 
     def start(self, kernel_id: str) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        code = "import time; print('ready', flush=True); time.sleep(60)"
+        process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        # Running Python before the first look: a loaded machine may still be exec'ing it (RSS in KiB, not MiB).
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
         self.kernels[kernel_id] = SimpleNamespace(provisioner=SimpleNamespace(process=process))
         return process
 
@@ -321,7 +358,10 @@ LIMIT = 256 * MiB
 def limited_server(tmp_path: Path) -> Iterator[Tuple[JupyterServer, Path]]:
     cgroup = make_memory_cgroup(LIMIT, "gpumem-test")
     if cgroup is None:
-        pytest.skip("this machine lets the test create no memory cgroup (the recorded-counter tests above run)")
+        pytest.skip(
+            "this machine lets the test create no memory cgroup, or none whose swap it can limit "
+            "(the recorded-counter tests above run)"
+        )
     spec = tmp_path / "data" / "kernels" / "limited"
     spec.mkdir(parents=True)
     argv = [sys.executable, str(HERE / "cgroup_kernel.py"), str(cgroup), "-f", "{connection_file}"]
