@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.zoo.runner import main
+
+sys.exit(main())
