@@ -84,6 +84,7 @@ def print_status() -> None:
 # The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
 _LAZY = {
     "analyze": "analysis.analyze",
+    "trace_step": "analysis.analyze",
     "get_gpu_info": "analysis.gpu_info",
     "print_gpu_info": "analysis.gpu_info",
     "print_memory_analysis": "analysis.analyze",

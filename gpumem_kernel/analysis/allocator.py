@@ -254,6 +254,10 @@ class CachingAllocatorModel:
         spare = end.size if end is not None and not end.allocated else 0
         return page * ((rounded - spare + page - 1) // page)
 
+    def empty_cache(self) -> None:
+        """torch.cuda.empty_cache(): emptyCache is release_cached_blocks, as in the last resort below."""
+        self._release_cached()
+
     # --- the last resort (a device limit) ---------------------------------------------------------
 
     def _make_room(self, nbytes: int, needed: Callable[[], int]) -> None:

@@ -75,6 +75,8 @@ def analyze(
     stack_hook: Optional[Callable[[], Any]] = None,
     on_trace: Optional[Callable[[TraceResult], None]] = None,
     eval_batch: Optional[int] = None,
+    step: Optional[Callable[[Any, Any, Any], Any]] = None,
+    keep_grads: bool = False,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -92,6 +94,9 @@ def analyze(
     birth of the trace of `batch_size` (and no other), and on_trace gets that trace, its events kept.
     eval_batch: also predict the evaluation step at that batch (model.eval(), torch.no_grad(), forward only)
     and the largest evaluation batch that fits (report.evaluation); always traced.
+    step: your own training step, step(model, optimizer, batch), traced on copies in place of the built-in one
+    (trace_step); `optimizer` may then be a tuple, list or dict of your optimizers, passed to it as given.
+    keep_grads: zero_grad(set_to_none=False), gradients kept allocated between steps (the built-in step).
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -108,11 +113,17 @@ def analyze(
         eval_batch = _positive_int(eval_batch, "eval_batch")
     strategy = _check_choice(strategy, STRATEGIES, "strategy")
     amp_mode = _amp_mode(amp)
-    kind = _optimizer_kind(optimizer)
+    kind = _step_optimizers(optimizer) if step is not None else _optimizer_kind(optimizer)
+    if step is not None and not callable(step):
+        raise ValueError("step must be a callable (model, optimizer, batch) that runs one training step")
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     make_batch, input_text = batch_maker(model, input, vocab_size)
-    info = device_limit(target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=kind)
+    # several optimizers (a step of the user's own): the state already on the device is each one's
+    resident_opt = None if isinstance(kind, (tuple, list, dict)) else kind
+    info = device_limit(
+        target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=resident_opt
+    )
     notes: List[str] = basis_notes(info, target, memory)
     settings = settings_from_env()
     plan = TracePlan(
@@ -125,7 +136,16 @@ def analyze(
         checkpointing=bool(checkpointing),
         **gpus.blas_workspaces(info.compute_capability, _torch_version()).plan_fields(),
         expandable_segments=settings.expandable_segments,
+        keep_grads=bool(keep_grads),
+        step_fn=step,
     )
+    if step is not None:
+        notes.append(
+            f"your step {getattr(step, '__name__', 'function')}(model, optimizer, batch) traced on copies; "
+            "loss, grad_accum and keep_grads are its own"
+        )
+    elif keep_grads:
+        notes.append("gradients kept between steps (zero_grad(set_to_none=False)): allocated through each forward")
     if settings.expandable_segments:
         notes.append("expandable segments (allocator configuration): traced reserved figures model its 2/20 MiB pages")
     if settings.note:
@@ -137,7 +157,7 @@ def analyze(
         sharding.strategy = "ddp"
         notes.append("world_size > 1 without a strategy: DDP assumed")
 
-    measured_on = _measured_device(device, target, memory)
+    measured_on = None if step is not None else _measured_device(device, target, memory)
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache (issue 24)
         traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
@@ -282,3 +302,35 @@ def recommend_batch_size(
         "current": recs.current.status,
         "engine": report.engine,
     }
+
+
+def _step_optimizers(optimizer: Any) -> Any:
+    """With the user's own step: a kind, one of their optimizers, or a tuple, list or dict of them."""
+    if isinstance(optimizer, (tuple, list, dict)):
+        values = list(optimizer.values()) if isinstance(optimizer, dict) else list(optimizer)
+        if not values or any(isinstance(v, str) for v in values):
+            raise ValueError("optimizer: with step=, a tuple, list or dict of your optimizer objects")
+        for value in values:
+            _optimizer_kind(value)
+        return optimizer
+    return _optimizer_kind(optimizer)
+
+
+def trace_step(
+    step: Callable[[Any, Any, Any], Any], model: Any, optimizer: Any = "adamw", **options: Any
+) -> AnalysisReport:
+    """The analysis of your own training step: `step(model, optimizer, batch)` runs on copies of `model` and
+    `optimizer` (FakeTensors: no memory, no GPU) as often as the batch search needs, with as many forward and
+    backward passes, optimizers and `torch.cuda.empty_cache()` calls as it makes. The step must use its arguments,
+    not your global model. Options as analyze(): batch_size, input, target, memory, amp ...
+
+        def step(model, opt, batch):
+            x, y = batch
+            loss = F.cross_entropy(model(x.to("cuda")), y.to("cuda"))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+
+        gpumem_kernel.trace_step(step, model, opt, batch_size=64, input=make_batch, target="RTX 3090")
+    """
+    return analyze(model, optimizer=optimizer, step=step, **options)

@@ -32,6 +32,7 @@ from gpumem_kernel.analysis.report import (
 from gpumem_kernel.analysis.search import _Search
 from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult
 from gpumem_kernel.analysis.training_loop import default_loss
+from gpumem_kernel.analysis.user_step import optimizers_of
 from gpumem_kernel.render.units import format_bytes
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD (momentum 0.9)"}
@@ -179,14 +180,21 @@ def _report(
 ) -> AnalysisReport:
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
-    user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
-    modelled = model_optimizer_state(trainable, kind)
-    opt_name, _ = _optimizer_settings(kind)
+    several = optimizers_of(kind) if isinstance(kind, (tuple, list, dict)) else None
+    if several:  # a step of the user's own with several optimizers: their state is the trace's
+        user_opt, modelled = None, OptimizerModel(0, 0, 0, known=False)
+        opt_name = " + ".join(type(opt).__name__ for opt in several)
+    else:
+        user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
+        modelled = model_optimizer_state(trainable, kind)
+        opt_name, _ = _optimizer_settings(kind)
     settings = {
         "batch_size": batch_size,
         "input": input_text,
         "loss": _loss_setting(plan, trace),
-        "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name) if isinstance(kind, str) else type(kind).__name__,
+        "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name)
+        if isinstance(kind, str) or several
+        else type(kind).__name__,
         "amp": plan.amp,
         "grad_accum": plan.grad_accum,
         "checkpointing": plan.checkpointing,

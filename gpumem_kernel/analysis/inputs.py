@@ -59,7 +59,8 @@ def _fake_cpu_leaves(batch: Any) -> Any:
 
     def convert(t: Any) -> Any:
         if isinstance(t, torch.Tensor) and not (isinstance(t, FakeTensor) and t.device.type == "cpu"):
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            fake = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            return fake.requires_grad_(t.requires_grad)  # an input that requires grad gets one in backward
         return t
 
     return tree_map(convert, batch)
@@ -90,9 +91,13 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tup
             if not isinstance(t, torch.Tensor):
                 return t
             if fake:
-                return torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
-            rows = torch.arange(b, device=t.device) % t.shape[0]  # real rows, cycled: valid token ids
-            return t.detach()[rows]
+                batch = torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
+            else:
+                rows = torch.arange(b, device=t.device) % t.shape[0]  # real rows, cycled: valid token ids
+                batch = t.detach()[rows]
+            # a sample that requires grad (adversarial training, input saliency) keeps it: backward then
+            # computes, and keeps until the step ends, a gradient of the input too
+            return batch.requires_grad_(t.requires_grad)
 
         described = ", ".join(f"{tuple(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in samples)
         return (lambda b, fake: tree_map(lambda t: resize(t, b, fake), input)), f"sample: {described}"

@@ -16,8 +16,9 @@ torch is imported inside functions only: the kernel shim must load without it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List
 
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
@@ -34,6 +35,7 @@ from gpumem_kernel.analysis.model_copy import (
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_summary import summarize
 from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
+from gpumem_kernel.analysis.user_step import optimizers_of, run_user_steps, same_shape
 from gpumem_kernel.analysis.training_loop import autocast_factory, default_loss, eval_steps, model_loss, train_steps
 
 
@@ -105,7 +107,8 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
     import torch
 
     rng = torch.get_rng_state()
-    tracker = trace_tracker_class()(cast_cache=plan.amp is not None, fake=fake)
+    # a step of the user's own may enter autocast itself
+    tracker = trace_tracker_class()(cast_cache=plan.amp is not None or plan.step_fn is not None, fake=fake)
     tracker.stack_hook = plan.stack_hook
     notes: List[str] = []
     loss_sources: List[str] = []
@@ -121,35 +124,37 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
             model, mapping, dropped = copy_model(plan.model, copier)
             if plan.checkpointing and not plan.evaluation:
                 notes += checkpoint_blocks(model)
-            if plan.evaluation:
-                optimizer = None
-            elif isinstance(plan.optimizer, str):
-                optimizer = make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
-            else:
-                optimizer = copy_optimizer(plan.optimizer, mapping, copier)
+            optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
             with cuda_kernels() as rerouted, tracker:
-                _register_model(tracker, model, optimizer)
+                _register_model(tracker, model, optimizers_of(optimizer))
+                make_batch = functools.partial(plan.make_batch, batch_size, fake)
+                autocast = autocast_factory(plan.amp, "cpu")
                 try:
                     if plan.evaluation:
-                        eval_steps(
+                        eval_steps(model, make_batch, steps=plan.steps, autocast=autocast, tracker=tracker)
+                    elif plan.step_fn is not None:
+                        run_user_steps(
+                            plan.step_fn,
                             model,
-                            lambda: plan.make_batch(batch_size, fake),
+                            optimizer,
+                            make_batch,
                             steps=plan.steps,
-                            autocast=autocast_factory(plan.amp, "cpu"),
+                            autocast=autocast,
                             tracker=tracker,
                         )
                     else:
                         train_steps(
                             model,
                             optimizer,
-                            lambda: plan.make_batch(batch_size, fake),
+                            make_batch,
                             loss_fn,
                             steps=plan.steps,
                             micro=min(plan.grad_accum, 2),
                             grad_accum=plan.grad_accum,
-                            autocast=autocast_factory(plan.amp, "cpu"),
+                            autocast=autocast,
                             tracker=tracker,
+                            keep_grads=plan.keep_grads,
                         )
                 except TraceError:
                     raise
@@ -176,20 +181,28 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
         torch.set_rng_state(rng)
 
 
-def _register_model(tracker: Any, model: Any, optimizer: Any) -> None:
+def _optimizer_copies(plan: TracePlan, model: Any, mapping: Dict[int, Any], copier: TensorCopier) -> Any:
+    """The optimizer the plan names, made over the copy's trainable parameters, or copies of the user's (one, or
+    the tuple, list or dict of them that their own step takes), in the same structure."""
+    if isinstance(plan.optimizer, str):
+        return make_optimizer(plan.optimizer, [p for p in model.parameters() if p.requires_grad])
+    copies = [copy_optimizer(opt, mapping, copier) for opt in optimizers_of(plan.optimizer)]
+    return same_shape(plan.optimizer, copies)
+
+
+def _register_model(tracker: Any, model: Any, optimizers: List[Any]) -> None:
     for p in model.parameters():
         tracker.register(p, "parameter")
     for b in model.buffers():
         tracker.register(b, "buffer")
     for _, _, value in tensor_attributes(model):
         tracker.register(value, "buffer")
-    if optimizer is None:  # the evaluation step
-        return
-    device_step = optimizer_uses_device_step(optimizer)
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if is_tensor(value):
-                tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+    for optimizer in optimizers:  # none in the evaluation step
+        device_step = optimizer_uses_device_step(optimizer)
+        for state in optimizer.state.values():
+            for key, value in state.items():
+                if is_tensor(value):
+                    tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
 
 
 def _explain(exc: BaseException) -> str:

@@ -52,6 +52,10 @@ class TracePlan:
     stack_hook: Optional[Callable[[], Any]] = None
     # the evaluation step instead (eval_steps): model.eval(), no_grad, forward only, no optimizer
     evaluation: bool = False
+    # zero_grad(set_to_none=False): gradients zeroed in place, alive through the next forward
+    keep_grads: bool = False
+    # the user's own step, step_fn(model, optimizer, batch), instead of the built-in loop (user_step)
+    step_fn: Optional[Callable[[Any, Any, Any], Any]] = None
 
 
 @dataclass

@@ -172,6 +172,8 @@ def replay_device(
                 synthetic += 1
                 malloc(("cudnn", synthetic), size)
                 free(("cudnn", synthetic))
+            elif marker.kind == "empty_cache":  # the user's step calls torch.cuda.empty_cache()
+                model.empty_cache()
 
     for index, (kind, sid) in enumerate(tracker.events):
         apply_markers(index)

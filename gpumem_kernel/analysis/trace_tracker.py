@@ -59,7 +59,7 @@ CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks 
 @dataclass
 class Marker:
     index: int  # events before it
-    kind: str  # "cublas" | "cublaslt" | "cudnn"
+    kind: str  # "cublas" | "cublaslt" | "cudnn" | "empty_cache" (the user's step frees the cache)
     phase: str
     nbytes: int = 0
 

@@ -72,9 +72,12 @@ def train_steps(
     tracker: Any,
     scaler: Any = None,
     on_step: Optional[Callable[[int], None]] = None,
+    keep_grads: bool = False,
 ) -> None:
-    """The loop users write: new batch, forward + loss under autocast, backward, step, zero_grad(None).
+    """The loop users write: new batch, forward + loss under autocast, backward, step, zero_grad.
 
+    zero_grad sets the gradients to None (torch >= 2.0's default) unless `keep_grads`: then they are zeroed in
+    place and stay allocated through the next forward (the default before torch 2.0, and still written).
     `out` and `loss` stay bound until the next forward replaces them, as in a user's loop.
     """
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -114,7 +117,7 @@ def train_steps(
                     if is_tensor(value):
                         tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
         with tracker.span("zero_grad", step, 0):
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=not keep_grads)
     del out, loss, batch
 
 

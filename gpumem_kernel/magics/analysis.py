@@ -13,7 +13,7 @@ from IPython.display import display
 
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
-from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer, _target
+from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer, _step, _target
 from gpumem_kernel.render.text import shown
 
 _LAST_RECOMMENDATION = "_gpumem_last_recommendation"
@@ -44,7 +44,9 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         batch_size=args.batch,
         input=_input(shell, args.input, command),
         loss=_loss(shell, args.loss, command),
-        optimizer=_optimizer(shell, args.optimizer, command),
+        optimizer=_optimizer(shell, args.optimizer, command, several=args.step is not None),
+        step=_step(shell, args.step, command),
+        keep_grads=args.keep_grads,
         amp=_amp(args.amp),
         grad_accum=args.accum,
         checkpointing=args.checkpointing,

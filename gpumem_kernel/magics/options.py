@@ -22,6 +22,7 @@ examples:
   %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
   %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8
   %gpumem analyze model -b 32 --target "RTX 3090" --memory 20GiB
+  %gpumem analyze model -b 64 --input make_batch --step train_step --optimizer opt --target "RTX 3090"
   %gpumem analyze model -b 32 --input 3x224x224 --timeline --save step.pickle"""
 
 _ANALYSIS_ARGUMENTS = [
@@ -53,6 +54,17 @@ _ANALYSIS_ARGUMENTS = [
         metavar="KIND|VAR",
         help="adamw (default), adam, sgd, sgd-momentum (these names first), or your optimizer variable "
         "(its class, settings and state are used)",
+    ),
+    argument(
+        "--step",
+        metavar="FUNC",
+        help="your own training step, a function (model, optimizer, batch) traced on copies instead of the built-in "
+        "one; --optimizer may then name a tuple, list or dict of your optimizers",
+    ),
+    argument(
+        "--keep-grads",
+        action="store_true",
+        help="zero_grad(set_to_none=False): gradients stay allocated between steps (the default before torch 2.0)",
     ),
     argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
     argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),

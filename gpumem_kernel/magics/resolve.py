@@ -75,8 +75,21 @@ def _loss(shell: Any, name: Optional[str], command: str) -> Any:
     return value
 
 
-def _optimizer(shell: Any, text: str, command: str) -> Any:
-    """adamw | adam | sgd | sgd-momentum, or the name of the user's torch.optim.Optimizer."""
+def _step(shell: Any, name: Optional[str], command: str) -> Any:
+    if name is None:
+        return None
+    value = lookup(shell, name, command, "--step")
+    if not callable(value):
+        raise _fail(
+            command,
+            f"--step {name}: a {type(value).__name__} is not callable; pass a function (model, optimizer, batch)",
+        )
+    return value
+
+
+def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> Any:
+    """adamw | adam | sgd | sgd-momentum, or the name of the user's torch.optim.Optimizer; with `several` (a
+    step of the user's own) also a tuple, list or dict of them."""
     key = text.lower().replace("_", "-")
     key = _OPTIMIZER_ALIASES.get(key, key)
     if key in OPTIMIZER_CHOICES:
@@ -84,8 +97,12 @@ def _optimizer(shell: Any, text: str, command: str) -> Any:
     if _NAME.match(text) and text.split(".")[0] in shell.user_ns:
         value = lookup(shell, text, command, "--optimizer")
         torch = loaded_torch()
-        if torch is None or not isinstance(value, torch.optim.Optimizer):
-            raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a torch.optim.Optimizer")
+        values = value if several and isinstance(value, (tuple, list)) else [value]
+        if several and isinstance(value, dict):
+            values = list(value.values())
+        if torch is None or not values or not all(isinstance(v, torch.optim.Optimizer) for v in values):
+            wanted = "torch.optim.Optimizer (or a tuple, list or dict of them)" if several else "torch.optim.Optimizer"
+            raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a {wanted}")
         return value
     raise _fail(
         command, f"--optimizer {text!r}: use adamw, adam, sgd, sgd-momentum or the name of your optimizer variable"
