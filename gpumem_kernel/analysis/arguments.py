@@ -5,7 +5,28 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Tuple, Union
 
-OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum")
+# the named kinds model_copy.make_optimizer builds (its OPTIMIZER_KINDS); bitsandbytes' are modelled without it
+OPTIMIZERS = (
+    "adamw",
+    "adam",
+    "sgd",
+    "sgd-momentum",
+    "adam8bit",
+    "adamw8bit",
+    "paged-adamw8bit",
+    "paged-adamw",
+    "adafactor",
+)
+# other spellings, Hugging Face TrainingArguments.optim's among them (underscores read as dashes)
+_OPTIMIZER_ALIASES = {
+    "sgdm": "sgd-momentum",
+    "momentum": "sgd-momentum",
+    "adam-8bit": "adam8bit",
+    "adamw-8bit": "adamw8bit",
+    "adamw-bnb-8bit": "adamw8bit",
+    "paged-adamw-8bit": "paged-adamw8bit",
+    "paged-adamw-32bit": "paged-adamw",
+}
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 AMP_MODES = ("fp16", "bf16")
 
@@ -72,7 +93,7 @@ def _optimizer_kind(optimizer: Any) -> Union[str, Any]:
         return optimizer
     if isinstance(optimizer, str):
         kind = optimizer.lower().replace("_", "-")
-        kind = {"sgdm": "sgd-momentum", "momentum": "sgd-momentum"}.get(kind, kind)
+        kind = _OPTIMIZER_ALIASES.get(kind, kind)
         if kind in OPTIMIZERS:
             return kind
-    raise ValueError(f"unknown optimizer {optimizer!r}; use adamw, adam, sgd, sgd-momentum or an optimizer object")
+    raise ValueError(f"unknown optimizer {optimizer!r}; use {', '.join(OPTIMIZERS)} or an optimizer object")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from gpumem_kernel.analysis import optimizers as modelled
 from gpumem_kernel.analysis.trace_plan import TraceError
 from gpumem_kernel.oom.classify import is_oom
 
@@ -206,14 +207,20 @@ def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier
         groups.append({"params": params, **settings})
     cls = type(optimizer)
     try:
-        new = _recreate(cls, groups, optimizer.defaults)
+        if copier.device is None and modelled.is_bitsandbytes(optimizer):  # CUDA kernels: modelled in a CPU trace
+            new = modelled.model_bitsandbytes(optimizer, groups)
+        else:
+            new = _recreate(cls, groups, optimizer.defaults)
         for p, state in optimizer.state.items():
             if id(p) in mapping:
-                new.state[mapping[id(p)]] = _copy_state(state, copier)
+                new.state[mapping[id(p)]] = copied = _copy_state(state, copier)
+                modelled.carry_paged_marks(state, copied)
     except Exception as exc:  # a constructor that reads tensor values (bitsandbytes' Adam8bit), or any other
         if reported_as_is(exc):
             raise
         raise optimizer_error(cls, "re-create", exc) from None
+    if copier.fake and modelled.reads_values_for_scale_only(new):
+        modelled.answer_value_reads(new)
     return new
 
 
@@ -269,7 +276,22 @@ def make_optimizer(kind: str, params: Sequence[Any], lr: float = 1e-3) -> Any:
         return torch.optim.SGD(params, lr=lr, foreach=True)
     if kind == "sgd-momentum":
         return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
-    raise ValueError(f"unknown optimizer {kind!r}; use adamw, adam, sgd, sgd-momentum or an optimizer object")
+    if kind in _BNB_KINDS:  # planned without bitsandbytes: its state, modelled (analysis/optimizers.py)
+        name, settings, weight_decay = _BNB_KINDS[kind]
+        return modelled.planned_bitsandbytes(params, settings, name, lr, weight_decay)
+    if kind == "adafactor":
+        return modelled.make_adafactor(params, lr)
+    raise ValueError(f"unknown optimizer {kind!r}; use {', '.join(OPTIMIZER_KINDS)} or an optimizer object")
+
+
+# named bitsandbytes kinds: (its class, the state it allocates, its default weight decay)
+_BNB_KINDS = {
+    "adam8bit": ("Adam8bit", modelled.BnbSettings(states=2), 0.0),
+    "adamw8bit": ("AdamW8bit", modelled.BnbSettings(states=2), 1e-2),
+    "paged-adamw8bit": ("PagedAdamW8bit", modelled.BnbSettings(states=2, is_paged=True), 1e-2),
+    "paged-adamw": ("PagedAdamW", modelled.BnbSettings(states=2, optim_bits=32, is_paged=True), 1e-2),
+}
+OPTIMIZER_KINDS = ("adamw", "adam", "sgd", "sgd-momentum", *_BNB_KINDS, "adafactor")
 
 
 def optimizer_uses_device_step(optimizer: Any) -> bool:

@@ -61,7 +61,7 @@ def _optimizer_settings(optimizer: Any) -> Tuple[str, List[Dict[str, Any]]]:
 
     if isinstance(optimizer, str):
         defaults = {"adamw": {"weight_decay": 0.01}, "adam": {}, "sgd": {}, "sgd-momentum": {"momentum": 0.9}}
-        return optimizer, [dict(defaults[optimizer], foreach=True)]
+        return optimizer, [dict(defaults.get(optimizer, {}), foreach=True)]  # other kinds: traced only
     if isinstance(optimizer, torch.optim.AdamW):
         kind = "adamw"
     elif isinstance(optimizer, torch.optim.Adam):

@@ -52,7 +52,8 @@ _ANALYSIS_ARGUMENTS = [
         "--optimizer",
         default="adamw",
         metavar="KIND|VAR",
-        help="adamw (default), adam, sgd, sgd-momentum (these names first), or your optimizer variable "
+        help="adamw (default), adam, sgd, sgd-momentum, adam8bit, adamw8bit, paged-adamw8bit, paged-adamw "
+        "(bitsandbytes' state, modelled without it), adafactor (these names first), or your optimizer variable "
         "(its class, settings and state are used)",
     ),
     argument(
