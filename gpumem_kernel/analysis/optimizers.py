@@ -131,6 +131,11 @@ def _overrides(optimizer: Any, gindex: int, pindex: int, p: Any) -> Dict[str, An
     for table, key in tables:
         if isinstance(table, dict) and isinstance(table.get(key), dict):
             found.update({k: v for k, v in table[key].items() if k in _OVERRIDABLE})
+    # register_module_override's triples, which check_overrides applies at the first step: Hugging Face's Trainer
+    # keeps every nn.Embedding weight in 32 bits this way with its bitsandbytes optimizers
+    for module, attr, config in getattr(manager, "module_weight_config_triple", None) or ():
+        if getattr(module, attr, None) is p and isinstance(config, dict):
+            found.update({k: v for k, v in config.items() if k in _OVERRIDABLE})
     return found
 
 

@@ -150,12 +150,15 @@ def test_a_bitsandbytes_optimizer_that_reads_values_in_its_constructor_is_modell
 def test_per_parameter_overrides_and_old_release_options_are_read() -> None:
     model = _model()
     optimizer = Adam8bit(model.parameters(), percentile_clipping=95, block_wise=False)
+    triples = [(model[2], "bias", {"optim_bits": 32})]  # what HF's Trainer registers for nn.Embedding weights
     optimizer.mng = _Args(index2config={}, pid2config={id(model[2].weight): {"optim_bits": 32}})
+    optimizer.mng.module_weight_config_triple = triples
     stand_in = _stepped(modelled.model_bitsandbytes(optimizer, optimizer.param_groups), model)
     big = stand_in.state[model[0].weight]
     assert {"max1", "new_max1", "max2", "new_max2", "gnorm_vec"} <= set(big) and "absmax1" not in big
     assert big["gnorm_vec"].shape == (100,)
     assert stand_in.state[model[2].weight]["state1"].dtype == torch.float32  # override_config(optim_bits=32)
+    assert modelled.per_parameter_settings(optimizer)[0][3].optim_bits == 32  # register_module_override
 
 
 def test_paged_state_is_marked_outside_the_caching_allocator() -> None:
