@@ -32,6 +32,7 @@ from gpumem_kernel.benchmark.diagnostics import diagnose
 from gpumem_kernel.benchmark.picks import pick_configurations
 from gpumem_kernel.benchmark.result import BenchmarkResult, BenchmarkRow
 from gpumem_kernel.benchmark.step import Context, run_config
+from gpumem_kernel.probe.host import usable_cpus
 from gpumem_kernel.probe.torchstats import cuda_initialised
 from gpumem_kernel.render.units import format_bytes
 
@@ -250,7 +251,7 @@ def _setup_notes(engine: str, cfg: BenchmarkConfig, cap: Optional[int], cuda: bo
         notes.append("AMP on the CPU is bfloat16 autocast")
     if cfg.test_pin_memory and not cuda:
         notes.append("pin_memory needs a GPU: tested off only")
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()  # the affinity mask and cgroup quota: a container's share, not the host's cores
     if max(cfg.num_workers_options) > cores:
-        notes.append(f"this machine has {cores} CPU cores: more workers than that compete for them")
+        notes.append(f"this kernel can use {cores} CPUs: more workers than that compete for them")
     return notes
