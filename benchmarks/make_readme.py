@@ -21,6 +21,7 @@ GPU_NOT_MEASURED = "not measured (no GPU run yet)"
 
 sys.path.insert(0, str(HERE.parent))  # the repository root: the GPU suite's summary renders its rows
 from benchmarks.gpu import summary as gpu_summary  # noqa: E402
+from benchmarks.zoo import readme as zoo_readme  # noqa: E402
 
 
 def load(name: str) -> Optional[Dict[str, Any]]:
@@ -687,6 +688,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 6 rehearsal of a GPU run on the CPU (Python 3.12, the GPU image's packages) | `bash scripts/rehearse_gpu_image.sh` | ~2 min (+ ~4 GB the first time) |
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
 | 8 listing workers on a busy machine | `{RUN} benchmarks/descendants_walk.py` | ~1.5 min |
+| 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -714,6 +716,7 @@ def main() -> None:
         row_gpu_suite(gpu_real("gpu_suite")),
         row_timeline(load("timeline_capture")),
         row_descendants(load("descendants_walk")),
+        zoo_readme.section(load("zoo"), provenance),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))

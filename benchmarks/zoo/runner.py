@@ -10,12 +10,13 @@ run keeps what it measured; a filtered run only prints its table.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from benchmarks._common import write_result
+from benchmarks._common import RESULTS, write_result
 from benchmarks.zoo.definition import zoo
 from benchmarks.zoo.entry import Entry
 from benchmarks.zoo.packages import INSTALL, missing
@@ -107,21 +108,36 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
         )
 
 
+def merge(names: List[str]) -> int:
+    """Join the rows of runs split by family (two processes on two cores) into zoo.json, in the zoo's order."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for name in names:
+        found.update({r["name"]: r for r in json.loads((RESULTS / f"{name}.json").read_text())["models"]})
+    rows = [found[e.name] for e in zoo() if e.name in found]
+    write_result("zoo", {"install": INSTALL, "merged_from": names, "summary": summary(rows), "models": rows})
+    print_table(rows)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="", help="comma-separated entry names")
     parser.add_argument("--family", default="", help="comma-separated families")
+    parser.add_argument("--out", default="", help="write results/<OUT>.json for a filtered run too")
+    parser.add_argument("--merge", default="", help="comma-separated result names: join their rows into zoo.json")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge.split(","))
     names, families = set(filter(None, args.only.split(","))), set(filter(None, args.family.split(",")))
     entries = [e for e in zoo() if (not names or e.name in names) and (not families or e.family in families)]
-    full = not names and not families
+    out = args.out or ("zoo" if not names and not families else "")
     rows: List[Dict[str, Any]] = []
     for entry in entries:
         rows.append(run_entry(entry))
         r = rows[-1]
         print(f"[{len(rows)}/{len(entries)}] {entry.name}: {'ok' if r['ok'] else r['reason']}", flush=True)
-        if full:
-            write_result("zoo", {"install": INSTALL, "summary": summary(rows), "models": rows})
+        if out:
+            write_result(out, {"install": INSTALL, "summary": summary(rows), "models": rows})
     print_table(rows)
     print(summary(rows))
     return 0

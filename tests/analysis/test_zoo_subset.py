@@ -1,0 +1,36 @@
+"""A subset of the model zoo (benchmarks/zoo, the same definition the benchmark runs), one or two entries per
+family: each runs the training-step analysis and the evaluation analysis. An entry whose package is not installed
+(the zoo's extra packages live in benchmarks/zoo/.packages, see its requirements.txt) is skipped with the reason."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: benchmarks.zoo
+
+from benchmarks.zoo.definition import by_name  # noqa: E402
+from benchmarks.zoo.packages import missing  # noqa: E402
+from benchmarks.zoo.runner import run_entry  # noqa: E402
+
+# small entries of different families (shrunk LLM configs, mobile CNNs, a tiny UNet): under a minute on 2 cores
+SUBSET = (
+    "Llama +mask",
+    "resnet18",
+    "mobilevit_xxs",
+    "tv_mobilenet_v3_small",
+    "tv_lraspp_mobilenet_v3_large",
+    "UNet2DModel",
+)
+
+
+@pytest.mark.parametrize("name", SUBSET)
+def test_zoo_entry_analyses_training_and_evaluation(name: str) -> None:
+    entry = by_name()[name]
+    absent = missing(entry.package)
+    if absent:
+        pytest.skip(absent)
+    row = run_entry(entry)
+    assert row["ok"], f"{row['stage']}: {row['reason']}"
+    assert row["peak_reserved_bytes"] > row["eval_peak_reserved_bytes"] > 0
