@@ -1,0 +1,38 @@
+"""value_reads.describe names the operator a fake trace cannot follow and the user's line that asked for it."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
+
+from gpumem_kernel.analysis.value_reads import describe  # noqa: E402
+
+
+def _count_per_image(batch_idx):  # a detector's loss counts its targets per image
+    return batch_idx.unique(return_counts=True)
+
+
+def _raised(fn, *args):
+    with FakeTensorMode():
+        x = torch.zeros(8)
+        try:
+            fn(x, *args)
+        except Exception as exc:
+            return exc
+    raise AssertionError("the fake trace followed it")
+
+
+def test_an_output_size_that_depends_on_values_names_the_operator_and_the_line() -> None:
+    line = describe(_raised(_count_per_image))
+    assert line.startswith("aten._unique2 (output size depends on tensor values) at ")
+    assert "test_value_reads.py:" in line and line.endswith("in _count_per_image")
+
+
+def test_a_python_value_read_names_item() -> None:
+    line = describe(_raised(lambda x: int(x.sum().item())))
+    assert line.startswith("aten._local_scalar_dense (a Python value read from a tensor) at ")
+
+
+def test_other_errors_are_not_described() -> None:
+    assert describe(ValueError("shapes do not match")) is None
