@@ -18,7 +18,7 @@ OPTIMIZERS = (
     "adafactor",
 )
 # other spellings, Hugging Face TrainingArguments.optim's among them (underscores read as dashes)
-_OPTIMIZER_ALIASES = {
+OPTIMIZER_ALIASES = {
     "sgdm": "sgd-momentum",
     "momentum": "sgd-momentum",
     "adam-8bit": "adam8bit",
@@ -93,7 +93,7 @@ def _optimizer_kind(optimizer: Any) -> Union[str, Any]:
         return optimizer
     if isinstance(optimizer, str):
         kind = optimizer.lower().replace("_", "-")
-        kind = _OPTIMIZER_ALIASES.get(kind, kind)
+        kind = OPTIMIZER_ALIASES.get(kind, kind)
         if kind in OPTIMIZERS:
             return kind
     raise ValueError(f"unknown optimizer {optimizer!r}; use {', '.join(OPTIMIZERS)} or an optimizer object")

@@ -297,3 +297,13 @@ OPTIMIZER_KINDS = ("adamw", "adam", "sgd", "sgd-momentum", *_BNB_KINDS, "adafact
 def optimizer_uses_device_step(optimizer: Any) -> bool:
     """Fused and capturable optimizers keep `step` on the device; the others keep a CPU scalar."""
     return any(group.get("fused") or group.get("capturable") for group in optimizer.param_groups)
+
+
+def register_optimizer_state(tracker: Any, optimizer: Any) -> None:
+    """Each state tensor of `optimizer` as optimizer state; outside the device replay where CUDA keeps it outside
+    the caching allocator (`step` scalars on the host, bitsandbytes' paged state in unified memory)."""
+    device_step = optimizer_uses_device_step(optimizer)
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if is_tensor(value):
+                tracker.register(value, "optimizer_state", host=modelled.outside_allocator(key, value, device_step))

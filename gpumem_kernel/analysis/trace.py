@@ -27,16 +27,17 @@ from gpumem_kernel.analysis.model_copy import (
     TensorCopier,
     copy_model,
     copy_optimizer,
-    is_tensor,
     make_optimizer,
-    optimizer_uses_device_step,
+    register_optimizer_state,
     tensor_attributes,
 )
+from gpumem_kernel.analysis.optimizers import paged_state_bytes
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_summary import summarize
 from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
-from gpumem_kernel.analysis.user_step import optimizers_of, run_user_steps, same_shape
 from gpumem_kernel.analysis.training_loop import autocast_factory, default_loss, eval_steps, model_loss, train_steps
+from gpumem_kernel.analysis.user_step import optimizers_of, run_user_steps, same_shape
+from gpumem_kernel.render.units import format_bytes
 
 
 def _recording_loss(loss_fn: Callable[[Any, Any], Any], sources: List[str]) -> Callable[[Any, Any], Any]:
@@ -160,6 +161,7 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
                     raise
                 except Exception as exc:
                     raise TraceError(_explain(exc)) from None
+                notes += _paged_notes(optimizers_of(optimizer))
                 del model, optimizer, mapping, copier
         if rerouted.attention:
             notes.append(
@@ -190,6 +192,18 @@ def _optimizer_copies(plan: TracePlan, model: Any, mapping: Dict[int, Any], copi
     return same_shape(plan.optimizer, copies)
 
 
+def _paged_notes(optimizers: List[Any]) -> List[str]:
+    """bitsandbytes' paged state is cudaMallocManaged memory: outside the caching allocator (and the figures
+    replayed through it), counted by nvidia-smi while resident, moved to the host when the GPU runs short."""
+    paged = sum(paged_state_bytes(opt) for opt in optimizers)
+    if not paged:
+        return []
+    return [
+        f"paged optimizer state: {format_bytes(paged, 'fit')} in unified memory, outside PyTorch's caching "
+        "allocator (not in reserved); nvidia-smi counts it while resident, and it pages out to the host under pressure"
+    ]
+
+
 def _register_model(tracker: Any, model: Any, optimizers: List[Any]) -> None:
     for p in model.parameters():
         tracker.register(p, "parameter")
@@ -198,11 +212,7 @@ def _register_model(tracker: Any, model: Any, optimizers: List[Any]) -> None:
     for _, _, value in tensor_attributes(model):
         tracker.register(value, "buffer")
     for optimizer in optimizers:  # none in the evaluation step
-        device_step = optimizer_uses_device_step(optimizer)
-        for state in optimizer.state.values():
-            for key, value in state.items():
-                if is_tensor(value):
-                    tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+        register_optimizer_state(tracker, optimizer)
 
 
 def _explain(exc: BaseException) -> str:

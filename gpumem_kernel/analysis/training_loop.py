@@ -10,12 +10,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
-from gpumem_kernel.analysis.model_copy import (
-    is_tensor,
-    optimizer_error,
-    optimizer_uses_device_step,
-    reported_as_is,
-)
+from gpumem_kernel.analysis.model_copy import optimizer_error, register_optimizer_state, reported_as_is
 from gpumem_kernel.analysis.trace_plan import TraceError
 
 
@@ -111,11 +106,7 @@ def train_steps(
                 if reported_as_is(exc):
                     raise
                 raise optimizer_error(type(optimizer), "step", exc) from None
-            device_step = optimizer_uses_device_step(optimizer)
-            for state in optimizer.state.values():
-                for key, value in state.items():
-                    if is_tensor(value):
-                        tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+            register_optimizer_state(tracker, optimizer)
         with tracker.span("zero_grad", step, 0):
             optimizer.zero_grad(set_to_none=not keep_grads)
     del out, loss, batch

@@ -15,7 +15,7 @@ import contextlib
 import functools
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from gpumem_kernel.analysis.model_copy import is_tensor, optimizer_error, optimizer_uses_device_step, reported_as_is
+from gpumem_kernel.analysis.model_copy import optimizer_error, register_optimizer_state, reported_as_is
 from gpumem_kernel.analysis.trace_tracker import Marker
 
 
@@ -126,11 +126,7 @@ def _step_hooks(phases: _Phases, optimizers: List[Any], params: List[Any], track
                 if reported_as_is(exc):
                     raise
                 raise optimizer_error(type(opt), "step", exc) from None
-            device_step = optimizer_uses_device_step(opt)
-            for state in opt.state.values():
-                for key, value in state.items():
-                    if is_tensor(value):
-                        tracker.register(value, "optimizer_state", host=key == "step" and not device_step)
+            register_optimizer_state(tracker, opt)
             return result
 
         return step

@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from gpumem_kernel.analysis.arguments import OPTIMIZERS
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
 from gpumem_kernel.render.text import one_line
@@ -138,7 +139,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--simulate", metavar="SIZE", help="no GPU: run on the CPU against this cap on tracked tensor bytes, e.g. 6GiB"
     )
-    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
+    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -404,7 +405,7 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
         type=argcheck.count,
         help="cross-entropy over this many classes (default: mean of squares of the output)",
     )
-    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "adam", "sgd", "sgd-momentum"))
+    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
     parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")

@@ -6,14 +6,13 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from gpumem_kernel.analysis.arguments import OPTIMIZER_ALIASES, OPTIMIZERS
 from gpumem_kernel.magics.parsing import _fail
 from gpumem_kernel.probe.torchstats import loaded_torch
 from gpumem_kernel.render.text import shown
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
-OPTIMIZER_CHOICES = ("adamw", "adam", "sgd", "sgd-momentum")
-_OPTIMIZER_ALIASES = {"sgdm": "sgd-momentum", "momentum": "sgd-momentum"}
 
 
 def lookup(shell: Any, name: str, command: str, what: str) -> Any:
@@ -91,8 +90,8 @@ def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> An
     """adamw | adam | sgd | sgd-momentum, or the name of the user's torch.optim.Optimizer; with `several` (a
     step of the user's own) also a tuple, list or dict of them."""
     key = text.lower().replace("_", "-")
-    key = _OPTIMIZER_ALIASES.get(key, key)
-    if key in OPTIMIZER_CHOICES:
+    key = OPTIMIZER_ALIASES.get(key, key)
+    if key in OPTIMIZERS:
         return key
     if _NAME.match(text) and text.split(".")[0] in shell.user_ns:
         value = lookup(shell, text, command, "--optimizer")
@@ -104,9 +103,7 @@ def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> An
             wanted = "torch.optim.Optimizer (or a tuple, list or dict of them)" if several else "torch.optim.Optimizer"
             raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a {wanted}")
         return value
-    raise _fail(
-        command, f"--optimizer {text!r}: use adamw, adam, sgd, sgd-momentum or the name of your optimizer variable"
-    )
+    raise _fail(command, f"--optimizer {text!r}: use {', '.join(OPTIMIZERS)} or the name of your optimizer variable")
 
 
 def _amp(value: Optional[str]) -> Optional[str]:

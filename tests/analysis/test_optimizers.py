@@ -233,3 +233,16 @@ def test_modelled_state_equals_the_real_optimizer_state(name: str) -> None:
         other = _model()
         real = _stepped(cls(other.parameters(), lr=1e-3, **kwargs), other)
     assert traced.optimizer_state + traced.optimizer_host == _state_bytes(real)
+
+
+def test_paged_state_stays_out_of_the_replay_and_the_report_says_where_it_is() -> None:
+    """A paged optimizer's large states live in unified memory: the allocator model never holds them, and the
+    report names their size and where they are."""
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512))
+    paged = analyze(model, batch_size=2, input=(512,), optimizer="paged-adamw8bit", memory="8GiB")
+    plain = analyze(model, batch_size=2, input=(512,), optimizer="adamw8bit", memory="8GiB")
+
+    state = 2 * 2 * 512 * 512  # two uint8 states of each 512x512 weight (>= 1e5 elements: paged)
+    assert plain.peak_allocated_bytes - paged.peak_allocated_bytes == state
+    assert any(n.startswith("paged optimizer state: 1.00 MiB in unified memory") for n in paged.notes), paged.notes
+    assert not any("paged optimizer state" in n for n in plain.notes)

@@ -157,7 +157,7 @@ def test_analyze_json_prints_the_payload(ip):
         ('%gpumem analyze model --target "RTX 9999"', "--target: unknown GPU 'RTX 9999'"),
         ("%gpumem analyze model --memory huge", "--memory: cannot read memory size 'huge'"),
         ("%gpumem analyze model --amp fp8", "argument --amp: invalid choice: 'fp8'"),
-        ("%gpumem analyze model --optimizer lion", "--optimizer 'lion': use adamw, adam, sgd, sgd-momentum"),
+        ("%gpumem analyze model --optimizer lion", "--optimizer 'lion': use adamw, adam, sgd, sgd-momentum, adam8bit"),
         ("%gpumem analyze model --optimizer not_a_model", "--optimizer not_a_model: a list, not a torch.optim"),
         ("%gpumem analyze model --loss not_a_model", "--loss not_a_model: a list is not callable"),
         (
