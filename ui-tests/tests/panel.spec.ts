@@ -47,10 +47,17 @@ test.describe('GPU Memory panel', () => {
     const panel = page.locator('#jp-GpuMem-panel');
     await expect(panel.locator('.jp-GpuMem-updated')).toHaveAttribute('data-seq', /\d+/);
 
-    // Start the cell and go on while it runs: the key press returns once delivered, so no promise of
-    // ours outlives the test (galata's runCell would wait for the cell and fail at teardown under load).
-    await page.notebook.selectCells(0);
-    await page.keyboard.press('Control+Enter');
+    // Start the cell and go on while it runs. The command is started in the page and not awaited there: it
+    // resolves when the cell ends, which this test brings about, so no promise of ours outlives the test
+    // (galata's runCell would wait for the cell and fail at teardown under load). No click either: with the
+    // panel open, the notebook toolbar can overlap the first cell and intercept a click on a loaded machine.
+    await page.evaluate(() => {
+      const current = window.jupyterapp.shell.currentWidget as unknown as {
+        content: { activeCellIndex: number };
+      };
+      current.content.activeCellIndex = 0;
+      void window.jupyterapp.commands.execute('notebook:run-cell');
+    });
     await expect(page.locator('.jp-Notebook .jp-InputPrompt').first()).toContainText('[*]', {
       timeout: 30000
     });
