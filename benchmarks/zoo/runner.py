@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 import traceback
 from typing import Any, Dict, List, Optional
@@ -114,7 +115,8 @@ def merge(names: List[str]) -> int:
     for name in names:
         found.update({r["name"]: r for r in json.loads((RESULTS / f"{name}.json").read_text())["models"]})
     rows = [found[e.name] for e in zoo() if e.name in found]
-    write_result("zoo", {"install": INSTALL, "merged_from": names, "summary": summary(rows), "models": rows})
+    data = {"command": "python -m benchmarks.zoo", "install": INSTALL, "merged_from": names}
+    write_result("zoo", {**data, "summary": summary(rows), "models": rows})
     print_table(rows)
     return 0
 
@@ -137,7 +139,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         r = rows[-1]
         print(f"[{len(rows)}/{len(entries)}] {entry.name}: {'ok' if r['ok'] else r['reason']}", flush=True)
         if out:
-            write_result(out, {"install": INSTALL, "summary": summary(rows), "models": rows})
+            command = " ".join(["python -m benchmarks.zoo", *(argv if argv is not None else sys.argv[1:])])
+            write_result(out, {"command": command, "install": INSTALL, "summary": summary(rows), "models": rows})
     print_table(rows)
     print(summary(rows))
     return 0
