@@ -32,10 +32,12 @@ from gpumem_kernel.analysis.model_copy import (
     tensor_attributes,
 )
 from gpumem_kernel.analysis.optimizers import paged_state_bytes
+from gpumem_kernel.analysis.torch_rules import applied as torch_rules_applied
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_summary import summarize
 from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
 from gpumem_kernel.analysis.training_loop import autocast_factory, default_loss, eval_steps, model_loss, train_steps
+from gpumem_kernel.analysis.value_reads import describe
 from gpumem_kernel.analysis.user_step import optimizers_of, run_user_steps, same_shape
 from gpumem_kernel.render.units import format_bytes
 
@@ -127,7 +129,9 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
                 notes += checkpoint_blocks(model)
             optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
-            with cuda_kernels() as rerouted, tracker:
+            planned = plan.torch_rules
+            # the planned torch's rules (analysis.torch_rules): swaps over the CUDA ones, a mode over the tracker
+            with cuda_kernels(planned.version if planned else None) as rerouted, tracker, torch_rules_applied(planned):
                 _register_model(tracker, model, optimizers_of(optimizer))
                 make_batch = functools.partial(plan.make_batch, batch_size, fake)
                 autocast = autocast_factory(plan.amp, "cpu")
@@ -219,8 +223,10 @@ def _explain(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     name = type(exc).__name__
     if "DataDependent" in name or "data-dependent" in text or "DynamicOutputShape" in name:
+        # which operator, and which line of the user's code asked for it (value_reads.describe)
+        what = describe(exc) or "e.g. .item(), masking, nonzero"
         return (
-            "the model's forward depends on tensor values (e.g. .item(), masking, nonzero), which the "
-            "traced engine cannot follow: run on a GPU for a measured analysis"
+            f"the model's forward depends on tensor values ({what}), which the traced engine cannot follow: "
+            "run on a GPU for a measured analysis"
         )
     return f"training step failed while tracing: {name}: {text[:200]}"

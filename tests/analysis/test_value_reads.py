@@ -36,3 +36,24 @@ def test_a_python_value_read_names_item() -> None:
 
 def test_other_errors_are_not_described() -> None:
     assert describe(ValueError("shapes do not match")) is None
+
+
+class _Gated(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        keep = x[x > 0]  # boolean indexing: the output's size depends on the values
+        return self.linear(x) + keep.sum()
+
+
+def test_the_analysis_error_names_the_operator_and_the_users_line() -> None:
+    from gpumem_kernel.analysis.analyze import analyze
+
+    with pytest.raises(ValueError) as caught:
+        analyze(_Gated(), batch_size=4, input=(8,), memory="8GiB")
+
+    message = str(caught.value)
+    assert message.startswith("the model's forward depends on tensor values (aten.")
+    assert "test_value_reads.py:" in message and "in forward)" in message and "\n" not in message
