@@ -48,6 +48,8 @@ from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
 from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
+from gpumem_kernel.analysis.torch_rules import parse as parse_torch
+from gpumem_kernel.analysis.torch_rules import resolve as resolve_torch
 from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.probe.torchstats import cuda_initialised
 
@@ -77,6 +79,8 @@ def analyze(
     eval_batch: Optional[int] = None,
     step: Optional[Callable[[Any, Any, Any], Any]] = None,
     keep_grads: bool = False,
+    torch_version: Optional[str] = None,
+    cuda_version: Optional[str] = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -97,6 +101,10 @@ def analyze(
     step: your own training step, step(model, optimizer, batch), traced on copies in place of the built-in one
     (trace_step); `optimizer` may then be a tuple, list or dict of your optimizers, passed to it as given.
     keep_grads: zero_grad(set_to_none=False), gradients kept allocated between steps (the built-in step).
+    torch_version: plan for that torch ('1.10'): its memory rules (analysis.torch_rules), workspaces and context;
+    default the running torch (an unreadable version falls back to it, with a note). cuda_version: the CUDA
+    runtime of that torch's build ('11.2'), for the context (lazy module loading); default the running torch's,
+    unknown when another torch is planned.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -119,12 +127,14 @@ def analyze(
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     make_batch, input_text = batch_maker(model, input, vocab_size)
+    planned_torch = resolve_torch(torch_version)
+    stack = _planned_stack(planned_torch, torch_version, cuda_version)
     # several optimizers (a step of the user's own): the state already on the device is each one's
     resident_opt = None if isinstance(kind, (tuple, list, dict)) else kind
     info = device_limit(
-        target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=resident_opt
+        target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=resident_opt, stack=stack
     )
-    notes: List[str] = basis_notes(info, target, memory)
+    notes: List[str] = basis_notes(info, target, memory) + list(planned_torch.notes)
     settings = settings_from_env()
     plan = TracePlan(
         model=model,
@@ -134,10 +144,11 @@ def analyze(
         amp=amp_mode,
         grad_accum=grad_accum,
         checkpointing=bool(checkpointing),
-        **gpus.blas_workspaces(info.compute_capability, _torch_version()).plan_fields(),
+        **gpus.blas_workspaces(info.compute_capability, stack[0] if stack else _torch_version()).plan_fields(),
         expandable_segments=settings.expandable_segments,
         keep_grads=bool(keep_grads),
         step_fn=step,
+        torch_rules=planned_torch if planned_torch.rules else None,
     )
     if step is not None:
         notes.append(
@@ -248,6 +259,20 @@ def asdict_shallow(plan: TracePlan) -> Dict[str, Any]:
 
 def _state_totals(trace: TraceResult) -> Tuple[int, int, int]:
     return trace.parameters, trace.gradients, trace.optimizer_state
+
+
+def _planned_stack(
+    planned: Any, torch_version: Optional[str], cuda_version: Optional[str]
+) -> Optional[Tuple[str, Optional[str]]]:
+    """(torch, CUDA runtime) the context and workspaces plan for; None: the running torch's build. Another torch
+    than the running one has an unknown CUDA unless given (the running build's CUDA is not that torch's)."""
+    if torch_version is None and cuda_version is None:
+        return None
+    if parse_torch(torch_version) is None:  # not given, or not understood: the running torch (noted)
+        import torch
+
+        return str(torch.__version__).split("+")[0], cuda_version or getattr(torch.version, "cuda", None)
+    return planned.text, cuda_version
 
 
 def _torch_version() -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.gpus import torch_minor
 
@@ -222,12 +222,13 @@ def _both(names: Tuple[str, ...], wrap: Callable[..., Any], seen: Counter) -> Li
     ]
 
 
-def swaps(seen: Counter) -> List[Tuple[Any, str, Any]]:
-    """(owner, attribute, replacement) for every function whose policy differs, for the running torch."""
+def swaps(seen: Counter, torch_version: Optional[Tuple[int, int]] = None) -> List[Tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) for every function whose policy differs, for the running torch or the
+    one planned for (analysis.torch_rules)."""
     import torch
     import torch.nn.functional as F
 
-    version = torch_minor(torch.__version__)
+    version = torch_version or torch_minor(torch.__version__)
     out = [(F, "cross_entropy", _cross_entropy(F.cross_entropy, seen))]
     out += [
         (F, name, _fp32(getattr(F, name), seen))

@@ -151,6 +151,7 @@ class ContextFactors:
     driver_version: Optional[str]  # NVML's; None: not readable (--target, no NVML)
     libraries: Tuple[str, ...] = ("cuBLAS", "cuBLASLt")
     planned: bool = False  # --target/--memory: planned for this kernel's torch on another GPU
+    other_torch: bool = False  # planned for another torch than this kernel's (analyze's torch_version)
 
 
 @dataclass(frozen=True)
@@ -289,7 +290,8 @@ def basis(f: ContextFactors, lazy: bool) -> str:
         items.append(" + ".join(f.libraries))
     text = "estimate: " + ", ".join(items)
     if f.planned:
-        text += f" (planned for this kernel's torch {f.torch_version or 'unknown'})"
+        whose = "torch" if f.other_torch else "this kernel's torch"
+        text += f" (planned for {whose} {f.torch_version or 'unknown'})"
     return text
 
 
@@ -300,19 +302,25 @@ def read_factors(
     model: Any = None,
     distributed: bool = False,
     environ: Optional[Mapping[str, str]] = None,
+    stack: Optional[Tuple[str, Optional[str]]] = None,
 ) -> ContextFactors:
-    """What the user's kernel can tell without a CUDA context: torch's build, the environment, NVML's driver."""
+    """What the user's kernel can tell without a CUDA context: torch's build, the environment, NVML's driver.
+    `stack`: (torch, CUDA runtime) planned for instead of this kernel's build (analyze's torch_version)."""
     import torch  # importing torch creates no context; torch.version.cuda is a build constant
 
     env = os.environ if environ is None else environ
+    runtime, version = getattr(torch.version, "cuda", None), str(torch.__version__).split("+")[0]
+    if stack is not None:
+        version, runtime = stack
     return ContextFactors(
-        cuda_runtime=getattr(torch.version, "cuda", None),
-        torch_version=str(torch.__version__).split("+")[0],
+        cuda_runtime=runtime,
+        torch_version=version,
         module_loading=env.get("CUDA_MODULE_LOADING"),
         compute_capability=compute_capability,
         driver_version=None if planned else nvml_driver_version(),
         libraries=libraries_for(model, distributed),
         planned=planned,
+        other_torch=stack is not None,
     )
 
 

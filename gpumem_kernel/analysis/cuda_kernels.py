@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional, Tuple
 
 from gpumem_kernel.analysis import autocast_policy
 
@@ -18,7 +18,7 @@ class _Rerouted(autocast_policy.Counter):
 
 
 @contextlib.contextmanager
-def cuda_kernels() -> Iterator[_Rerouted]:
+def cuda_kernels(torch_version: Optional[Tuple[int, int]] = None) -> Iterator[_Rerouted]:
     """For the length of a trace, the CPU runs functions as CUDA does, where the two keep different tensors for
     backward.
 
@@ -38,7 +38,7 @@ def cuda_kernels() -> Iterator[_Rerouted]:
 
     The functions are swapped on their Python owners (torch.nn.functional, torch, torch.Tensor), not intercepted by
     a TorchFunctionMode: activation checkpointing recomputes the forward inside backward, where function modes are
-    not active."""
+    not active. `torch_version`: the torch planned for (autocast's op lists by version), default the running one."""
     import torch
     import torch.nn.functional as F
 
@@ -65,5 +65,5 @@ def cuda_kernels() -> Iterator[_Rerouted]:
         return dropout(input, p, training, inplace)
 
     swaps = [(F, "scaled_dot_product_attention", fused_attention), (F, "dropout", fused_dropout)]
-    with autocast_policy.swapped(swaps + autocast_policy.swaps(seen)):
+    with autocast_policy.swapped(swaps + autocast_policy.swaps(seen, torch_version)):
         yield seen

@@ -71,8 +71,10 @@ def device_limit(
     reserve: Union[None, int, float],
     model: Any = None,
     optimizer: Any = None,
+    stack: Optional[Tuple[str, Optional[str]]] = None,
 ) -> DeviceInfo:
-    """Where the limit comes from: --memory, --target, this machine's GPU (NVML), or nowhere."""
+    """Where the limit comes from: --memory, --target, this machine's GPU (NVML), or nowhere. `stack`: the
+    (torch, CUDA runtime) a plan is for (analyze's torch_version / cuda_version), for the context estimate."""
     spec = gpus.lookup(target) if target else None
     if memory is not None:
         # --target with --memory: that GPU's generation (context, workspaces, bf16) within this much memory
@@ -81,7 +83,8 @@ def device_limit(
         size = format_bytes(total, "GiB", 1)
         cc = spec.compute_capability if spec else None
         name = f"{spec.name} with {size}" if spec else f"{size} device"
-        return _limit_info(name, "memory", total, total, 0, reserve, cc, spec.bf16 if spec else None, None, model)
+        bf16 = spec.bf16 if spec else None
+        return _limit_info(name, "memory", total, total, 0, reserve, cc, bf16, None, model, stack)
     if spec is not None:
         return _limit_info(
             spec.name,
@@ -94,6 +97,7 @@ def device_limit(
             spec.bf16,
             None,
             model,
+            stack,
         )
     index = _device_index(device)
     if str(device or "").startswith("cpu"):
@@ -122,6 +126,7 @@ def device_limit(
         bf16,
         _context_in_use(local, torch_reserved),
         model,
+        stack,
     )
 
 
@@ -162,12 +167,13 @@ def _limit_info(
     bf16: Optional[bool],
     context: Optional[Tuple[int, str]],
     model: Any = None,
+    stack: Optional[Tuple[str, Optional[str]]] = None,
 ) -> DeviceInfo:
     """`context`: None -> estimated from this kernel's torch, the environment and the GPU (planned for that GPU
     when it is not this machine's); else (bytes, "nvml" | "in use"), measured."""
     reserve_bytes = _reserve(total, reserve)
     if context is None:
-        factors = process_context.read_factors(cc, planned=source != "nvml", model=model)
+        factors = process_context.read_factors(cc, planned=source != "nvml", model=model, stack=stack)
         estimate = process_context.estimate(factors)
         context_bytes, context_source, basis = estimate.bytes, "estimate", estimate.basis
     else:

@@ -209,6 +209,8 @@ def copy_optimizer(optimizer: Any, mapping: Dict[int, Any], copier: TensorCopier
     try:
         if copier.device is None and modelled.is_bitsandbytes(optimizer):  # CUDA kernels: modelled in a CPU trace
             new = modelled.model_bitsandbytes(optimizer, groups)
+        elif isinstance(optimizer, modelled.stand_in_class()):  # a planned stand-in (a release's settings, given)
+            new = cls(groups, optimizer.settings, optimizer.modelled, optimizer.defaults)
         else:
             new = _recreate(cls, groups, optimizer.defaults)
         for p, state in optimizer.state.items():

@@ -129,9 +129,9 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
                 notes += checkpoint_blocks(model)
             optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
-            planned = plan.torch_rules
+            planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
             # the planned torch's rules (analysis.torch_rules): swaps over the CUDA ones, a mode over the tracker
-            with cuda_kernels(planned.version if planned else None) as rerouted, tracker, torch_rules_applied(planned):
+            with cuda_kernels(planned.version if planned else None) as rerouted, tracker, rules:
                 _register_model(tracker, model, optimizers_of(optimizer))
                 make_batch = functools.partial(plan.make_batch, batch_size, fake)
                 autocast = autocast_factory(plan.amp, "cpu")

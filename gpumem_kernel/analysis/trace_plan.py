@@ -56,6 +56,8 @@ class TracePlan:
     keep_grads: bool = False
     # the user's own step, step_fn(model, optimizer, batch), instead of the built-in loop (user_step)
     step_fn: Optional[Callable[[Any, Any, Any], Any]] = None
+    # the torch planned for (`--torch 1.10`) and its rules (analysis.torch_rules.Planned); None: the running torch
+    torch_rules: Any = None
 
 
 @dataclass

@@ -409,6 +409,8 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
     parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
+    parser.add_argument("--torch", metavar="VERSION", help="plan for this torch, e.g. 1.10 (its memory rules)")
+    parser.add_argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2")
     parser.add_argument(
         "--device",
         type=argcheck.device(CPU, CUDA, INDEX),
@@ -487,6 +489,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
         eval_batch=args.eval_batch,
+        torch_version=args.torch,
+        cuda_version=args.cuda,
     )
     if args.timeline:
         report, history = predict(model, **options)

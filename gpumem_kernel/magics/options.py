@@ -67,6 +67,13 @@ _ANALYSIS_ARGUMENTS = [
         action="store_true",
         help="zero_grad(set_to_none=False): gradients stay allocated between steps (the default before torch 2.0)",
     ),
+    argument(
+        "--torch",
+        metavar="VERSION",
+        help="plan for this torch, e.g. 1.10: its memory rules (softmax's saved input before 1.11, ...), "
+        "workspaces and context (default: this kernel's torch)",
+    ),
+    argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2 (context)"),
     argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
     argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),
     argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks"),
