@@ -129,6 +129,12 @@ class JupyterServer:
         request = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
         asyncio.run(self._talk(kernel_id, [("execute_request", request, "execute_reply")], timeout))
 
+    def start_execute(self, kernel_id: str, code: str, timeout: float = 60) -> None:
+        """Send a cell and return once the kernel is busy with it: for a cell that never replies (it ends the
+        kernel), where waiting for execute_reply would only wait out the timeout."""
+        request = {"code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False}
+        asyncio.run(self._talk(kernel_id, [("execute_request", request, "status")], timeout))
+
     def open_gpumem_comm(self, kernel_id: str, interval: float, timeout: float = 60) -> None:
         """What the GPU panel does: load the kernel side, open a `gpumem` comm; returns at its first sample
         (the kernel then sends one every `interval` seconds over IOPub)."""
