@@ -61,7 +61,9 @@ def synthetic(n: int, seed: int = 0, stacks: int = 50_000) -> History:
             reserved_now += size
             reserved.append((at, reserved_now))
         else:
-            victim = live.pop(rng.randrange(len(live)))
+            last = rng.randrange(len(live))  # swap-remove: popping from the middle made 10^6 events take 13 s
+            live[last], live[-1] = live[-1], live[last]
+            victim = live.pop()
             if rng.random() < 0.999 or len(allocs) < n:
                 victim.end = at
             else:
