@@ -7,7 +7,7 @@ The function is swapped in the globals of every loaded transformers module that 
 changes nothing else a trace measures: a warning, a cache's static address), never in torch itself, whose
 optimizers also ask whether they are compiling. Restored on exit, also when the trace fails.
 
-Nothing is imported here: a library the user has not loaded cannot be in their model."""
+No library is imported here: one the user has not loaded cannot be in their model."""
 
 from __future__ import annotations
 
@@ -36,11 +36,33 @@ def _holders(package: str, name: str, original: Any) -> List[Any]:
     return found
 
 
+# LayerDrop (wav2vec2, Whisper, ...) draws `torch.rand([])` per layer and skips the layer when it falls below the
+# drop rate. A draw of a scalar is answered with a constant just below 1: no layer is skipped, the step's largest
+# memory (a planner's answer), and a fake tensor that holds a constant can be compared and read.
+_NO_DROP = 1.0 - 2.0**-24
+
+
+def _scalar_draws(rand: Any) -> Any:
+    import torch
+
+    def draw(*size: Any, **kwargs: Any) -> Any:
+        shape = size[0] if len(size) == 1 and isinstance(size[0], (list, tuple)) else size
+        if tuple(shape) == () and set(kwargs) <= {"dtype", "device"}:
+            return torch.tensor(_NO_DROP, dtype=kwargs.get("dtype") or torch.get_default_dtype())
+        return rand(*size, **kwargs)
+
+    return draw
+
+
 @contextlib.contextmanager
 def answer_fast_paths() -> Iterator[None]:
-    """Within this block, loaded libraries' compile checks answer True; every swapped name is restored after."""
-    swapped: List[Tuple[Any, str, Any]] = []
+    """Within this block, loaded libraries' compile checks answer True and a scalar random draw keeps every layer;
+    every swapped name is restored after."""
+    import torch
+
+    swapped: List[Tuple[Any, str, Any]] = [(torch, "rand", torch.rand)]
     try:
+        torch.rand = _scalar_draws(torch.rand)
         for package, defining, name in _COMPILE_CHECKS:
             original = getattr(sys.modules.get(defining), name, None)
             if not callable(original):

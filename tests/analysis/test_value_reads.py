@@ -57,3 +57,31 @@ def test_the_analysis_error_names_the_operator_and_the_users_line() -> None:
     message = str(caught.value)
     assert message.startswith("the model's forward depends on tensor values (aten.")
     assert "test_value_reads.py:" in message and "in forward)" in message and "\n" not in message
+
+
+class _LayerDrop(torch.nn.Module):
+    """wav2vec2's and Whisper's LayerDrop: a scalar draw per layer skips the layer below the drop rate."""
+
+    def __init__(self, layerdrop: float) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(4))
+        self.layerdrop = layerdrop
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training and torch.rand([]) < self.layerdrop:
+                continue
+            x = torch.relu(layer(x))
+        return x
+
+
+def test_layerdrop_is_traced_with_every_layer_kept() -> None:
+    from gpumem_kernel.analysis.analyze import analyze
+
+    rand = torch.rand
+    dropping = analyze(_LayerDrop(0.5), batch_size=16, input=(64,), memory="8GiB")
+    keeping = analyze(_LayerDrop(0.0), batch_size=16, input=(64,), memory="8GiB")
+
+    assert dropping.peak_live_bytes == keeping.peak_live_bytes  # no layer skipped: the step's largest memory
+    assert dropping.activations_bytes == keeping.activations_bytes
+    assert torch.rand is rand and torch.rand(3).shape == (3,)  # put back after the trace
