@@ -21,6 +21,7 @@ GPU_NOT_MEASURED = "not measured (no GPU run yet)"
 
 sys.path.insert(0, str(HERE.parent))  # the repository root: the GPU suite's summary renders its rows
 from benchmarks.gpu import summary as gpu_summary  # noqa: E402
+from benchmarks.published import readme as published_readme  # noqa: E402
 from benchmarks.zoo import readme as zoo_readme  # noqa: E402
 
 
@@ -689,6 +690,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
 | 8 listing workers on a busy machine | `{RUN} benchmarks/descendants_walk.py` | ~1.5 min |
 | 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
+| 10 published figures (issue 24) | `{published_readme.RUN}` | ~4 min on 2 cores |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -717,6 +719,7 @@ def main() -> None:
         row_timeline(load("timeline_capture")),
         row_descendants(load("descendants_walk")),
         zoo_readme.section(load("zoo"), provenance),
+        published_readme.section(load("published"), provenance),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))

@@ -1,0 +1,69 @@
+"""The README section of the published comparison (benchmarks/make_readme.py calls `section`)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+RUN = "PYTHONPATH=. .venv/bin/python -m benchmarks.published"
+HEAD = "## 10. Published figures: predicted vs measured by others (issue 24)\n\n"
+# one line per row outside its target, said as far as it is known (the figures are the run's, not tuned)
+MISSES = {
+    "fp16": "reserved 446 MiB under the measured figure, not located: torch 1.10's CUDA autocast kept more in "
+    "the batch-4 fp16 step than the trace of today's op lists with the named rules does",
+}
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1%}"
+
+
+def _row(r: Dict[str, Any], targets: Dict[str, float]) -> str:
+    ok = abs(r["reserved_error"]) <= targets["reserved"] and abs(r["total_error"]) <= targets["total"]
+    s = r["settings"]
+    setting = f"batch {s['batch']} x {s['grad_accum']}, {s['optimizer']}, {s['amp'] or 'fp32'}"
+    setting += ", checkpointing" if s["checkpointing"] else ""
+    cells = [
+        r["row"],
+        setting,
+        f"{r['published_mib']:,}",
+        f"{r['published_reserved_mib']:,}",
+        f"{r['predicted_reserved_mib']:,.0f}",
+        _pct(r["reserved_error"]),
+        f"{r['predicted_total_mib']:,.0f}",
+        _pct(r["total_error"]),
+        "yes" if ok else "no: " + MISSES.get(r["row"], "unexplained"),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def section(result: Optional[Dict[str, Any]], provenance: Any = None) -> str:
+    if result is None:
+        return HEAD + f"**Figure:** not measured: run `{RUN}`.\n"
+    targets = result["targets"]
+    parts = [HEAD]
+    for source in result["sources"]:
+        rows = source["rows"]
+        met = sum(
+            abs(r["reserved_error"]) <= targets["reserved"] and abs(r["total_error"]) <= targets["total"] for r in rows
+        )
+        parts.append(
+            f"**{source['name']}** ({source['url']}; text: {source['text']}). {source['gpu']}; planned for "
+            f"{source['stack']}, target V100 16GB, keep_grads (the Trainer's in-place zero_grad), eager attention, "
+            f"the torch rules of that torch. Published reserved = NVML used after training less the measured "
+            f"context ({source['context_mib']} MiB). **Figure:** {met}/{len(rows)} rows within both targets "
+            f"(reserved {targets['reserved']:.0%}, process total {targets['total']:.0%}).\n\n"
+        )
+        parts.append(
+            "| row | settings | published MiB | published reserved | predicted reserved | error | predicted total "
+            "| error | within targets |\n|---|---|---|---|---|---|---|---|---|\n"
+        )
+        parts.append("\n".join(_row(r, targets) for r in rows) + "\n")
+        rules = sorted({rule for r in rows for rule in r["torch_rules"]})
+        parts.append("\nRules applied: " + "; ".join(rules) + f". Context basis: {rows[0]['context_basis']}.\n")
+    parts.append(
+        "\nA second independent published source with a training run's settings and its memory was not added "
+        "in this round (see issue 24).\n"
+    )
+    if provenance:
+        parts.append("\n" + provenance(result) + "\n")
+    return "".join(parts)

@@ -1,0 +1,41 @@
+"""The published comparison's runner (benchmarks/published) applies each row's settings: a 2-layer BERT, not
+the published figures."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from benchmarks.published import runner  # noqa: E402
+from benchmarks.published import source_hf as hf  # noqa: E402
+
+SMALL = {**hf.BERT_LARGE, "vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+SMALL["intermediate_size"] = 128
+
+
+def test_rows_carry_the_page_settings() -> None:
+    assert [r.published_mib for r in hf.ROWS] == [14949, 8681, 6775, 13939, 7275, 12295, 4847, 13085, 5363]
+    combined = {r.name: r for r in hf.ROWS}["Adam8bit combined"]
+    assert (combined.batch, combined.accum, combined.checkpointing, combined.fp16) == (1, 4, True, True)
+
+
+def test_a_row_is_analysed_with_its_settings() -> None:
+    model = runner.bert(SMALL)
+    assert model.config._attn_implementation == "eager"
+    row = {r.name: r for r in hf.ROWS}["Adam8bit combined"]
+    report = runner.analyse(model, row, vocab=1000, sequence=32)
+    result = runner.compare(row, report, 0.0)
+    assert result["settings"]["keep_grads"] is True
+    assert any("gradients kept between steps" in n for n in report.notes)
+    assert any("softmax-saves-input" in n for n in result["torch_rules"])
+    assert "eager loading" in result["context_basis"] and "CUDA 11.2" in result["context_basis"]
+    assert report.settings["amp"] == "fp16" and report.settings["grad_accum"] == 4
+
+
+def test_the_optimizers_of_that_time() -> None:
+    model = runner.bert(SMALL)
+    assert runner.optimizer("adamw_hf", model).defaults["foreach"] is False
+    bnb = runner.optimizer("Adam8bit", model)
+    assert bnb.settings[0][0].blocksize == 2048 and bnb.settings[0][0].fp32_below == 4096
