@@ -46,6 +46,7 @@ from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
+from gpumem_kernel.analysis.size_hints import check as check_size_hints
 from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.torch_rules import parse as parse_torch
@@ -81,6 +82,7 @@ def analyze(
     keep_grads: bool = False,
     torch_version: Optional[str] = None,
     cuda_version: Optional[str] = None,
+    size_hints: Any = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -105,6 +107,9 @@ def analyze(
     default the running torch (an unreadable version falls back to it, with a note). cuda_version: the CUDA
     runtime of that torch's build ('11.2'), for the context (lazy module loading); default the running torch's,
     unknown when another torch is planned.
+    size_hints: sizes that depend on tensor values (nonzero, boolean masks, unique): a fraction selected or
+    distinct (0.1), or {'select': 0.1, 'unique': 0.25, 'repeat': 4, 'loss.py:400': 0.5}; default every element
+    (an upper bound), each rule noted in the report (analysis.size_hints).
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -127,6 +132,7 @@ def analyze(
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     make_batch, input_text = batch_maker(model, input, vocab_size)
+    hints = check_size_hints(size_hints)
     planned_torch = resolve_torch(torch_version)
     stack = _planned_stack(planned_torch, torch_version, cuda_version)
     # several optimizers (a step of the user's own): the state already on the device is each one's
@@ -149,6 +155,7 @@ def analyze(
         keep_grads=bool(keep_grads),
         step_fn=step,
         torch_rules=planned_torch if planned_torch.rules else None,
+        size_hints=hints,
     )
     if step is not None:
         notes.append(

@@ -111,7 +111,9 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
 
     rng = torch.get_rng_state()
     # a step of the user's own may enter autocast itself
-    tracker = trace_tracker_class()(cast_cache=plan.amp is not None or plan.step_fn is not None, fake=fake)
+    tracker = trace_tracker_class()(
+        cast_cache=plan.amp is not None or plan.step_fn is not None, fake=fake, size_hints=plan.size_hints
+    )
     tracker.stack_hook = plan.stack_hook
     notes: List[str] = []
     loss_sources: List[str] = []
@@ -166,6 +168,7 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
                 except Exception as exc:
                     raise TraceError(_explain(exc)) from None
                 notes += _paged_notes(optimizers_of(optimizer))
+                notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
                 del model, optimizer, mapping, copier
         if rerouted.attention:
             notes.append(

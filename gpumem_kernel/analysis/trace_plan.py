@@ -58,6 +58,8 @@ class TracePlan:
     step_fn: Optional[Callable[[Any, Any, Any], Any]] = None
     # the torch planned for (`--torch 1.10`) and its rules (analysis.torch_rules.Planned); None: the running torch
     torch_rules: Any = None
+    # sizes that depend on tensor values (nonzero, unique, boolean masks): analysis.size_hints.check's, None: defaults
+    size_hints: Any = None
 
 
 @dataclass

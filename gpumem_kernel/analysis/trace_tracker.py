@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Sequence
 
 from gpumem_kernel.analysis.rnn_workspace import with_rnn_workspace
+from gpumem_kernel.analysis.size_hints import SizeHints
 from gpumem_kernel.analysis.storage import tracker_class
 
 
@@ -72,14 +73,19 @@ def trace_tracker_class() -> type:
     from torch.utils._pytree import tree_leaves
 
     class TraceTracker(tracker_class()):
-        def __init__(self, cast_cache: bool = False, fake: bool = False) -> None:
+        def __init__(self, cast_cache: bool = False, fake: bool = False, size_hints: Any = None) -> None:
             super().__init__()
             self._fake = fake
             self._cast_cache = cast_cache
             self.markers: List[Marker] = []
+            # a fake trace answers value-dependent sizes by rule or the user's hint (analysis.size_hints)
+            self.size_hints = SizeHints(size_hints) if fake else None
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
+            if self.size_hints is None:
+                out = func(*args, **(kwargs or {}))
+            else:  # nonzero, unique, boolean masks...: a hinted size instead of FakeTensorMode's refusal
+                out = self.size_hints.dispatch(func, args, kwargs or {})
             name = func.overloadpacket.__name__
             if self._fake and name == "mkldnn_rnn_layer":
                 out = with_rnn_workspace(args, out)

@@ -49,6 +49,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         keep_grads=args.keep_grads,
         torch_version=args.torch,
         cuda_version=args.cuda,
+        size_hints=args.size_hint,
         amp=_amp(args.amp),
         grad_accum=args.accum,
         checkpointing=args.checkpointing,

@@ -74,6 +74,13 @@ _ANALYSIS_ARGUMENTS = [
         "workspaces and context (default: this kernel's torch)",
     ),
     argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2 (context)"),
+    argument(
+        "--size-hint",
+        type=float,
+        metavar="F",
+        help="sizes that depend on tensor values (nonzero, boolean masks, unique): the fraction selected or distinct, "
+        "e.g. 0.1 (default 1: every element, an upper bound)",
+    ),
     argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
     argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),
     argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks"),
