@@ -85,6 +85,7 @@ def print_status() -> None:
 _LAZY = {
     "analyze": "analysis.analyze",
     "trace_step": "analysis.analyze",
+    "analyze_named": "analysis.model_source",
     "get_gpu_info": "analysis.gpu_info",
     "print_gpu_info": "analysis.gpu_info",
     "print_memory_analysis": "analysis.analyze",

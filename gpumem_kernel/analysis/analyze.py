@@ -41,7 +41,7 @@ from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngin
 from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.gpus import GiB
 from gpumem_kernel.analysis.inputs import batch_maker
-from gpumem_kernel.analysis.model_states import _largest_layer, _Sharding, unique_bytes
+from gpumem_kernel.analysis.model_states import _largest_layer, _Sharding, on_meta, unique_bytes
 from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.recommendations import recommend
@@ -175,7 +175,8 @@ def analyze(
         sharding.strategy = "ddp"
         notes.append("world_size > 1 without a strategy: DDP assumed")
 
-    measured_on = None if step is not None else _measured_device(device, target, memory)
+    # a model on the meta device (built by name) has no weights to run on a GPU: traced against it instead
+    measured_on = None if step is not None or on_meta(model) else _measured_device(device, target, memory)
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache (issue 24)
         traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)

@@ -35,6 +35,12 @@ def unique_bytes(tensors: Sequence[Any]) -> int:
     return sum(bytes_by_dtype(tensors).values())
 
 
+def on_meta(model: Any) -> bool:
+    """Parameters without data (a model built on the meta device from its config): traced, never measured."""
+    first = next(iter(model.parameters()), None)
+    return first is not None and first.device.type == "meta"
+
+
 def _largest_layer(model: Any) -> Dict[str, Any]:
     """The module with the most parameter bytes of its own (what ZeRO-3/FSDP gathers at once, roughly)."""
     best_name, best = "", 0

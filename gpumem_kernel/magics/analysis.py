@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 from IPython.display import display
 
+from gpumem_kernel.analysis.model_source import is_model_source
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
 from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer, _step, _target
@@ -39,7 +40,8 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
     (report, the History of its traced step)."""
     from gpumem_kernel.analysis.analyze import analyze
 
-    model = _module(shell, args.model, command)
+    by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
+    model = None if by_name else _module(shell, args.model, command)
     options = dict(
         batch_size=args.batch,
         input=_input(shell, args.input, command),
@@ -65,7 +67,9 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         eval_batch=args.eval_batch,
     )
     try:
-        if timeline:
+        if by_name:
+            report, history = _by_name(args, options, timeline)
+        elif timeline:
             from gpumem_kernel.timeline.predicted import predict
 
             report, history = predict(model, **options)
@@ -77,6 +81,17 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         raise _fail(command, _one_line(exc)) from None
     remember(shell, report)
     return (report, history) if timeline else report
+
+
+def _by_name(args: Any, options: Dict[str, Any], timeline: bool) -> Any:
+    """(report, history or None) of a model built on the meta device from its config (analysis.model_source)."""
+    from gpumem_kernel.analysis.model_source import analyze_named
+
+    run = None
+    if timeline:
+        from gpumem_kernel.timeline.predicted import predict as run
+    result = analyze_named(args.model, task=args.task, trust_remote_code=args.trust_remote_code, run=run, **options)
+    return result if timeline else (result, None)
 
 
 def analyze(shell: Any, rest: str) -> None:

@@ -9,6 +9,7 @@ its exit status. Every error is one line on stderr and exit status 2 (`GPUMEM_DE
     python -m gpumem_kernel info
     python -m gpumem_kernel analyze --model mypkg.models:build --batch 32 --input 3x224x224 \\
         --target "RTX 4080 Super" --amp bf16 --optimizer adamw
+    python -m gpumem_kernel analyze --model hf:Qwen/Qwen2.5-7B --batch 1 --input 2048 --amp bf16 --target H100
 """
 
 from __future__ import annotations
@@ -389,8 +390,17 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         required=True,
-        metavar="MODULE:FACTORY",
-        help="importable factory (or class, or module instance) of the model",
+        metavar="MODULE:FACTORY|hf:ORG/NAME",
+        help="importable factory (or class, or module instance) of the model, or a model by name built on the meta "
+        "device from its config: hf:ORG/NAME[@REVISION], a config.json or a model directory (needs transformers)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=("causal-lm", "seq-cls", "token-cls", "masked-lm", "seq2seq-lm", "image-cls", "base"),
+        help="with a model by name: its head (default causal-lm)",
+    )
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="with a model by name: run its repository's model code"
     )
     parser.add_argument("-b", "--batch", type=argcheck.count, default=32, help="the batch size to analyse (default 32)")
     parser.add_argument(
@@ -470,7 +480,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
     )
     if problem is not None:
         raise CliError(problem)
-    model = load_model(args.model)
+    from gpumem_kernel.analysis.model_source import analyze_named, is_model_source
+
+    by_name = is_model_source(args.model)
+    model = None if by_name else load_model(args.model)
     options: Dict[str, Any] = dict(
         batch_size=args.batch,
         input=args.input,
@@ -492,7 +505,11 @@ def _run_analyze(args: argparse.Namespace) -> int:
         torch_version=args.torch,
         cuda_version=args.cuda,
     )
-    if args.timeline:
+    if by_name:  # built on the meta device from its config (analysis.model_source)
+        named = dict(task=args.task, trust_remote_code=args.trust_remote_code, run=predict if args.timeline else None)
+        result = analyze_named(args.model, **named, **options)
+        report, history = result if args.timeline else (result, None)
+    elif args.timeline:
         report, history = predict(model, **options)
     else:
         report, history = analyze(model, **options), None

@@ -16,6 +16,7 @@ from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 _EXAMPLES = """
 examples:
   %gpumem analyze model --batch 32 --input 3x224x224
+  %gpumem analyze hf:Qwen/Qwen2.5-7B -b 1 --input 2048 --amp bf16 --checkpointing --target H100
   %gpumem analyze model -b 32 --target "RTX 4080 Super" --amp bf16 --optimizer adamw
   %gpumem analyze lm -b 8 --input 512 --vocab 32000 --memory 24GiB --checkpointing
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
@@ -26,7 +27,22 @@ examples:
   %gpumem analyze model -b 32 --input 3x224x224 --timeline --save step.pickle"""
 
 _ANALYSIS_ARGUMENTS = [
-    argument("model", metavar="MODEL", help="name of a torch.nn.Module in this kernel (model, trainer.model)"),
+    argument(
+        "model",
+        metavar="MODEL",
+        help="name of a torch.nn.Module in this kernel (model, trainer.model), or a model by name built on the meta "
+        "device from its config: hf:ORG/NAME[@REVISION], a config.json or a model directory (needs transformers)",
+    ),
+    argument(
+        "--task",
+        choices=("causal-lm", "seq-cls", "token-cls", "masked-lm", "seq2seq-lm", "image-cls", "base"),
+        help="with a model by name: its head (default causal-lm); the batch carries labels for it",
+    ),
+    argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="with a model by name: run the model code its repository ships (auto_map); off by default",
+    ),
     argument(
         "-b", "--batch", type=argcheck.count, default=32, metavar="N", help="the batch size to analyse (default 32)"
     ),
