@@ -15,6 +15,7 @@ import contextlib
 import functools
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from gpumem_kernel.analysis.autocast_policy import swapped
 from gpumem_kernel.analysis.model_copy import optimizer_error, register_optimizer_state, reported_as_is
 from gpumem_kernel.analysis.trace_tracker import Marker
 
@@ -146,28 +147,8 @@ def _step_hooks(phases: _Phases, optimizers: List[Any], params: List[Any], track
     ]
     for opt in optimizers:
         swaps += [(opt, "step", optimizer_step(opt)), (opt, "zero_grad", zero_grad(opt))]
-    with _swapped(swaps):
+    with swapped(swaps):
         yield
-
-
-@contextlib.contextmanager
-def _swapped(swaps: List[Tuple[Any, str, Any]]) -> Iterator[None]:
-    """Attributes replaced for the block and put back after it, also on error; an instance attribute that was
-    not there before is removed again (the class's method shows through)."""
-    saved = [(owner, name, vars(owner).get(name, _MISSING)) for owner, name, _ in swaps]
-    try:
-        for owner, name, value in swaps:
-            setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, before in reversed(saved):
-            if before is _MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, before)
-
-
-_MISSING = object()
 
 
 @contextlib.contextmanager
@@ -189,7 +170,7 @@ def _cuda_on_the_cpu(tracker: Any) -> Iterator[None]:
         (torch.amp, "autocast", cpu_autocast),
         (torch.cuda.amp, "autocast", functools.partial(cpu_autocast, "cuda")),
     ]
-    with _swapped(swaps), _DevicesOnTheCpu():
+    with swapped(swaps), _DevicesOnTheCpu():
         yield
 
 

@@ -62,28 +62,22 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
     return text
 
 
-def _loss(shell: Any, name: Optional[str], command: str) -> Any:
+def _function(shell: Any, name: Optional[str], command: str, option: str, wanted: str) -> Any:
+    """The user's function a name holds, or one line saying what it holds instead."""
     if name is None:
         return None
-    value = lookup(shell, name, command, "--loss")
+    value = lookup(shell, name, command, option)
     if not callable(value):
-        raise _fail(
-            command,
-            f"--loss {name}: a {type(value).__name__} is not callable; pass a function (output, batch) -> scalar loss",
-        )
+        raise _fail(command, f"{option} {name}: a {type(value).__name__} is not callable; pass a function {wanted}")
     return value
+
+
+def _loss(shell: Any, name: Optional[str], command: str) -> Any:
+    return _function(shell, name, command, "--loss", "(output, batch) -> scalar loss")
 
 
 def _step(shell: Any, name: Optional[str], command: str) -> Any:
-    if name is None:
-        return None
-    value = lookup(shell, name, command, "--step")
-    if not callable(value):
-        raise _fail(
-            command,
-            f"--step {name}: a {type(value).__name__} is not callable; pass a function (model, optimizer, batch)",
-        )
-    return value
+    return _function(shell, name, command, "--step", "(model, optimizer, batch)")
 
 
 def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> Any:
