@@ -57,6 +57,13 @@ if [ "$WITH_TESTS" = 1 ]; then
   step "Galata (ui-tests) dependencies"
   (cd ui-tests && jlpm install)
 
+  step "the model zoo's packages (timm, torchvision, Ultralytics, diffusers), apart from .venv: tests/analysis/test_zoo_subset.py"
+  # --no-deps and a folder of their own: torch is never replaced, and this CPU-torch torchvision stays out of .venv
+  # (see benchmarks/zoo/requirements.txt)
+  if [ ! -d benchmarks/zoo/.packages/timm ]; then
+    pip install -q --no-deps --target benchmarks/zoo/.packages -r benchmarks/zoo/requirements.txt
+  fi
+
   if [ ! -x .venv-ipykernel6/bin/python ]; then
     step "a second kernel environment with ipykernel 6 (the kernel tests run on 6 and 7)"
     "$PY" -m venv .venv-ipykernel6
