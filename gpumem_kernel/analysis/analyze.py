@@ -52,6 +52,7 @@ from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.torch_rules import parse as parse_torch
 from gpumem_kernel.analysis.torch_rules import resolve as resolve_torch
 from gpumem_kernel.analysis.training_loop import default_loss
+from gpumem_kernel.analysis.user_step import optimizers_of
 from gpumem_kernel.probe.torchstats import cuda_initialised
 
 
@@ -340,7 +341,7 @@ def recommend_batch_size(
 def _step_optimizers(optimizer: Any) -> Any:
     """With the user's own step: a kind, one of their optimizers, or a tuple, list or dict of them."""
     if isinstance(optimizer, (tuple, list, dict)):
-        values = list(optimizer.values()) if isinstance(optimizer, dict) else list(optimizer)
+        values = optimizers_of(optimizer)
         if not values or any(isinstance(v, str) for v in values):
             raise ValueError("optimizer: with step=, a tuple, list or dict of your optimizer objects")
         for value in values:

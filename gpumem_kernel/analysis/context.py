@@ -325,11 +325,12 @@ def read_factors(
 
 
 def nvml_driver_version() -> Optional[str]:
-    """NVML's driver version (nvmlSystemGetDriverVersion needs no CUDA context), or None."""
+    """NVML's driver version (nvmlSystemGetDriverVersion needs no CUDA context), or None. From the shared
+    Prober's cache: a whole sample (processes, host, workers) would be taken only to read it."""
     try:
-        from gpumem_kernel.probe.prober import probe
+        from gpumem_kernel.probe.prober import default_prober
 
-        return probe().gpu.driver_version
+        return default_prober().driver_version()
     except Exception:  # no NVML, no GPU: the driver factor stays unknown
         return None
 

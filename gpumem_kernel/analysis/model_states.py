@@ -130,8 +130,10 @@ def model_optimizer_state(params: Sequence[Any], optimizer: Any) -> OptimizerMod
 
 
 def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
-    """(device bytes, host `step` bytes) of a stepped optimizer's state; None if it has not stepped."""
+    """(device bytes, bytes outside the caching allocator) of a stepped optimizer's state; None if it has not
+    stepped. Outside: `step` scalars on the host, bitsandbytes' paged state (optimizers.outside_allocator)."""
     from gpumem_kernel.analysis.model_copy import optimizer_uses_device_step
+    from gpumem_kernel.analysis.optimizers import outside_allocator
 
     if not optimizer.state:
         return None
@@ -140,7 +142,7 @@ def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
     for state in optimizer.state.values():
         for key, value in state.items():
             if hasattr(value, "untyped_storage"):
-                (on_host if key == "step" and not device_step else on_device).append(value)
+                (on_host if outside_allocator(key, value, device_step) else on_device).append(value)
     return unique_bytes(on_device), unique_bytes(on_host)
 
 

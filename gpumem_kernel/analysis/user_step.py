@@ -170,7 +170,7 @@ def _cuda_on_the_cpu(tracker: Any) -> Iterator[None]:
         (torch.amp, "autocast", cpu_autocast),
         (torch.cuda.amp, "autocast", functools.partial(cpu_autocast, "cuda")),
     ]
-    with swapped(swaps), _DevicesOnTheCpu():
+    with swapped(swaps), _devices_on_the_cpu_mode()():
         yield
 
 
@@ -216,12 +216,3 @@ def _devices_on_the_cpu_mode() -> type:
             return func(*args, **kwargs)
 
     return DevicesOnTheCpu
-
-
-class _DevicesOnTheCpu:
-    def __enter__(self) -> None:
-        self._mode = _devices_on_the_cpu_mode()()
-        self._mode.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._mode.__exit__(*exc)

@@ -135,6 +135,10 @@ class Prober:
             self._versions = (driver, cuda)
         return self._versions
 
+    def driver_version(self) -> Optional[str]:
+        """NVML's driver version, read once and kept: no sample is taken for it."""
+        return self._versions_once([])[0]
+
     def _device_handles(self) -> List[Any]:
         # GPUs do not appear or disappear under a running driver: count and handles are fetched once.
         if self._handles is None:
