@@ -78,7 +78,10 @@ export class FakeKernel {
   }
 
   status: Kernel.Status = 'idle';
+  connectionStatus: Kernel.ConnectionStatus = 'connected';
   isDisposed = false;
+  /** Kernel info requests sent after the first (JupyterLab's own, at connect, is not counted). */
+  kernelInfoRequests = 0;
   readonly info: Promise<{ language_info: { name: string } }>;
   answer: Answer;
   executed: Array<Record<string, unknown>> = [];
@@ -89,6 +92,11 @@ export class FakeKernel {
     const expressions = content.user_expressions as Record<string, string>;
     const reply = this.answer(expressions.gpumem);
     return { done: Promise.resolve(reply).then(c => ({ content: c })) };
+  }
+
+  requestKernelInfo(): Promise<undefined> {
+    this.kernelInfoRequests++;
+    return Promise.resolve(undefined);
   }
 
   createComm(targetName: string): FakeComm {

@@ -54,6 +54,17 @@ export namespace KernelBridge {
   }
 }
 
+/** How long a restarted kernel may stay silent before the bridge asks it for kernel info (and how often). */
+const RESTART_POKE_MS = 5000;
+
+/** Statuses a restarted kernel's connection is left in when the status messages after the reconnect were lost. */
+const QUIET_AFTER_RESTART: ReadonlySet<Kernel.Status> = new Set<Kernel.Status>([
+  'unknown',
+  'starting',
+  'restarting',
+  'autorestarting'
+]);
+
 /** The `reason` of a kernel's comm_close (`{"reason": "quiet"}`), or null. */
 function closeReason(data: unknown): string | null {
   return isRecord(data) && typeof data.reason === 'string' ? data.reason : null;
@@ -301,6 +312,7 @@ export class KernelBridge implements IDisposable {
   private _onTick(): void {
     this._apply({ type: 'tick', now: Date.now() });
     this._ping();
+    this._pokeRestartedKernel();
     // No samples although the kernel is idle: the sampler is gone (say, the kernel was restarted in a way
     // JupyterLab did not report). Reconnect once per episode; a busy kernel may just be holding the GIL.
     if (this._state.name === 'stale' && this._kernelStatus === 'idle' && !this._autoRetried) {
@@ -331,6 +343,30 @@ export class KernelBridge implements IDisposable {
     } catch {
       // The kernel connection is gone: the state machine reports that.
     }
+  }
+
+  /**
+   * After the server restarts a dead kernel, JupyterLab reconnects and asks for kernel info once; sent before
+   * the server's ZMQ subscriptions are up, that request and its status messages can be lost (JupyterLab's own
+   * FIXME in KernelConnection), and the status then stays 'unknown' until the user runs a cell. We start on the
+   * new process's first idle or busy: ask again, every few seconds, so it comes without the user.
+   */
+  private _pokeRestartedKernel(): void {
+    const kernel = this.sessionContext.session?.kernel ?? null;
+    const now = Date.now();
+    if (
+      !this._needsStart ||
+      kernel === null ||
+      kernel.isDisposed ||
+      kernel.connectionStatus !== 'connected' ||
+      !QUIET_AFTER_RESTART.has(kernel.status) ||
+      now - this._needsStartAt < RESTART_POKE_MS ||
+      now - this._lastPoke < RESTART_POKE_MS
+    ) {
+      return;
+    }
+    this._lastPoke = now;
+    kernel.requestKernelInfo().catch(() => undefined);
   }
 
   private _onKernelChanged(_: ISessionContext, change: { oldValue: unknown; newValue: unknown }): void {
@@ -368,6 +404,7 @@ export class KernelBridge implements IDisposable {
       this._cancel(status === 'dead' ? 'the kernel died' : 'the kernel restarted', false);
       comm?.dispose();
       this._needsStart = true;
+      this._needsStartAt = Date.now();
     }
     switch (status) {
       case 'idle':
@@ -437,6 +474,7 @@ export class KernelBridge implements IDisposable {
     if (kernel.status === 'dead') {
       this._apply({ type: 'kernel-status', status: 'dead', now: Date.now() });
       this._needsStart = true;
+      this._needsStartAt = Date.now();
       return;
     }
     let language: string;
@@ -530,6 +568,8 @@ export class KernelBridge implements IDisposable {
   private _kernelStatus: Kernel.Status = 'unknown';
   private _generation = 0;
   private _needsStart = false;
+  private _needsStartAt = 0;
+  private _lastPoke = 0;
   private _userRanCode = false;
   private _autoRetried = false;
   private _isDisposed = false;

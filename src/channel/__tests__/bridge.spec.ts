@@ -304,6 +304,39 @@ describe('KernelBridge: following the kernel', () => {
     expect(bridge.state.lastEnd?.cause).toBe('died');
   });
 
+  it('asks a restarted kernel for its status when the statuses after the reconnect were lost', async () => {
+    const { ctx, bridge } = await liveBridge();
+    ctx.setStatus('restarting');
+    ctx.setStatus('autorestarting');
+    ctx.kernel.connectionStatus = 'connecting';
+    ctx.setStatus('unknown');
+    jest.advanceTimersByTime(10000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(0); // not while the websocket is down
+    ctx.kernel.connectionStatus = 'connected';
+    jest.advanceTimersByTime(1000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(1);
+    jest.advanceTimersByTime(4000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(1); // every 5 s, not every tick
+    jest.advanceTimersByTime(1000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(2);
+    expect(bridge.state).toMatchObject({ name: 'waiting', phase: 'restarting' });
+    // The kernel's answer comes with its statuses: the bridge starts on the new process.
+    ctx.setStatus('busy');
+    ctx.setStatus('idle');
+    await flush();
+    ctx.kernel.comm.receive(fx.hello);
+    expect(bridge.state.name).toBe('live');
+    jest.advanceTimersByTime(10000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(2); // nothing pending: no more requests
+  });
+
+  it('does not ask a kernel for info while nothing is pending', async () => {
+    const { ctx } = await liveBridge();
+    ctx.kernel.status = 'unknown';
+    jest.advanceTimersByTime(20000);
+    expect(ctx.kernel.kernelInfoRequests).toBe(0);
+  });
+
   it('notices a restart by another client (only a "starting" status)', async () => {
     const { ctx, bridge } = await liveBridge();
     const oldComm = ctx.kernel.comm;
