@@ -4,7 +4,8 @@ PyPI has no CPU torchvision: the wheel matching torch's release links libtorch_c
 `torchvision/_C.so` does not load, and `import torchvision` then fails in its own `_meta_registrations`
 (`register_fake("torchvision::nms")` needs the operator to exist). Declaring the two operators' schemas
 first lets torchvision import; nms and qnms then have torchvision's own fake kernels (enough for FakeTensors)
-and no real kernel; roi_align falls back to its Python implementation as torchvision does without _C.
+and no real kernel (ops.nms's check for _C is passed); roi_align falls back to its Python implementation as
+torchvision does without _C.
 """
 
 from __future__ import annotations
@@ -47,3 +48,7 @@ def ensure_importable() -> None:
     _LIBRARY = torch.library.Library("torchvision", "DEF")
     for schema in _SCHEMAS:
         _LIBRARY.define(schema)
+    import torchvision.ops.boxes as boxes
+
+    # ops.nms asserts that _C loaded; declared, nms has torchvision's fake kernel: all a fake trace calls
+    boxes._assert_has_ops = lambda: None

@@ -15,6 +15,8 @@ import contextlib
 import sys
 from typing import Any, Iterator, List, Tuple
 
+from gpumem_kernel.analysis.library_reads import swap_worst_cases
+
 # (the package whose modules hold the name, the module that defines it, the function's name)
 _COMPILE_CHECKS = (("transformers", "transformers.utils.import_utils", "is_torchdynamo_compiling"),)
 
@@ -63,6 +65,7 @@ def answer_fast_paths() -> Iterator[None]:
     swapped: List[Tuple[Any, str, Any]] = [(torch, "rand", torch.rand)]
     try:
         torch.rand = _scalar_draws(torch.rand)
+        swapped += swap_worst_cases()  # value reads in libraries answered as the worst case (analysis.library_reads)
         for package, defining, name in _COMPILE_CHECKS:
             original = getattr(sys.modules.get(defining), name, None)
             if not callable(original):

@@ -18,7 +18,11 @@ The rules (`size_hints=` lowers the defaults, which are upper bounds on memory):
   spread evenly over them; default: every element distinct (the sizes' bound) and each count as large as all
   elements (a count read as a size, e.g. a detector's most targets per image: that read's bound).
 - repeat (repeat_interleave with a tensor of repeats): the mean repeat; default 1 (not a bound: none exists).
-Other ops whose size depends on values (bincount, ...) keep the trace's one-line refusal.
+- nms (torchvision's): the boxes kept are a selection; default every box (the model keeps its own top n after).
+- a boolean mask's count of True (mask.sum(), count_nonzero(), per row with a dim) is a value, not a size: it is
+  the select rule's count, so a read of it (a loss's `num_pos.item()`, lengths from a padding mask) is answered.
+Other ops whose size depends on values (bincount, ...) keep the trace's one-line refusal, except a library's
+input check that only raises, answered as a valid batch does (analysis.library_reads).
 
 Values: the outputs a rule fixes (counts, inverse indices, nonzero's coordinates) keep real values, and an op
 whose tensor inputs all have values runs on them too, so a Python read derived only from hinted outputs
@@ -32,6 +36,7 @@ import math
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from gpumem_kernel.analysis.library_reads import valid_batch_answer
 from gpumem_kernel.analysis.value_reads import _OUTSIDE, _short
 
 SizeHintsArg = Union[None, float, int, Mapping[str, float]]
@@ -43,6 +48,7 @@ _ALIASES = {
     "masked_select": "select",
     "index": "select",
     "mask": "select",
+    "nms": "select",
     "unique": "unique",
     "repeat": "repeat",
     "repeat_interleave": "repeat",
@@ -82,11 +88,17 @@ def _fraction(value: Any, label: str) -> float:
     return number
 
 
-def _user_location() -> str:
-    """'file.py:NN' of the innermost frame outside torch and this package (the line that asked)."""
+def _user_frame() -> Any:
+    """The innermost frame outside torch and this package (the line that asked), or None."""
     frame: Any = sys._getframe(1)
     while frame is not None and any(p in frame.f_code.co_filename for p in _OUTSIDE):
         frame = frame.f_back
+    return frame
+
+
+def _user_location() -> str:
+    """'file.py:NN' of the line that asked."""
+    frame = _user_frame()
     return f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
 
 
@@ -110,7 +122,7 @@ class SizeHints:
     # --- dispatch (the tracker's __torch_dispatch__ calls this instead of func) ----------------------------
 
     def dispatch(self, func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
-        from torch._subclasses.fake_tensor import DynamicOutputShapeException
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
         if len(self.values) and self._all_known(args, kwargs):
             return self._on_values(func, args, kwargs)
@@ -121,8 +133,16 @@ class SizeHints:
             if rule is None:
                 raise
             return rule(self, func, list(args), kwargs)
+        except DataDependentOutputException:
+            frame = _user_frame()
+            answer = None if frame is None else valid_batch_answer(frame, _short)
+            if answer is None:
+                raise
+            return answer
         if len(self.values):
             self._forget_written(func, args, kwargs)
+        if func.overloadpacket.__name__ in _COUNTS:
+            self._count(func, args[0], out)
         return out
 
     def _known(self, value: Any) -> bool:
@@ -182,6 +202,17 @@ class SizeHints:
             value = args[i] if i < len(args) else kwargs.get(argument.name)
             if isinstance(value, torch.Tensor) and value in self.values:
                 del self.values[value]
+
+    def _count(self, func: Any, x: Any, out: Any) -> None:
+        """A boolean mask's counts of True (mask.sum(), count_nonzero(), per row with a dim) have the select rule's
+        values, so that a read of them (a loss normalised by its positives, `mask.sum().item()`; lengths from a
+        padding mask, `mask.sum(-1).tolist()`) gets what the selections of that mask take."""
+        import torch
+
+        if x.dtype != torch.bool or not 0 < out.numel() <= VALUES_LIMIT or x.numel() % out.numel():
+            return
+        k = self.selected(f"aten.{func.overloadpacket.__name__} (count of a boolean mask)", x.numel() // out.numel())
+        self.values[out] = _real_values(lambda: torch.full(tuple(out.shape), k, dtype=out.dtype))
 
     # --- the rules ------------------------------------------------------------------------------------------
 
@@ -339,6 +370,19 @@ def _unique(hints: SizeHints, func: Any, args: List[Any], kwargs: Dict[str, Any]
     return values, inverse, count
 
 
+def _nms(hints: SizeHints, func: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
+    """torchvision's nms: the boxes kept, best first, as the select rule counts them (by default every box: the
+    model then keeps its own top n, e.g. post_nms_top_n, detections_per_img); their indices as its values."""
+    import torch
+
+    boxes = args[0]
+    k = hints.selected(f"{func.namespace}.nms (boxes kept)", boxes.shape[0])
+    out = torch.empty((k,), dtype=torch.long, device=boxes.device)
+    if k <= VALUES_LIMIT:
+        hints.values[out] = _real_values(lambda: torch.arange(k))
+    return out
+
+
 def _repeat_interleave(hints: SizeHints, func: Any, args: List[Any], kwargs: Dict[str, Any]) -> Any:
     repeats = args[0]
     return repeats.new_empty((hints.repeated("aten.repeat_interleave", repeats.numel()),))
@@ -359,4 +403,6 @@ _RULES: Dict[str, _Rule] = {
     "unique_consecutive": _unique,
     "unique_dim_consecutive": _unique,
     "repeat_interleave": _repeat_interleave,
+    "nms": _nms,
 }
+_COUNTS = frozenset({"sum", "count_nonzero"})

@@ -147,3 +147,31 @@ def test_fast_path_answers_last_only_for_the_trace_even_one_that_fails() -> None
     assert not import_utils.is_torchdynamo_compiling()
     _trace(_bert(), _tokens(True))
     assert _holders() == before
+
+
+def test_wav2vec2_with_a_padding_mask_traces_spec_augment() -> None:
+    """SpecAugment reads each input's length from the padding mask (`mask.sum(-1).tolist()`): the count of a
+    boolean mask follows the select rule (every frame unpadded by default: the most masked spans)."""
+    config = transformers.Wav2Vec2Config(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        mask_time_prob=0.5,
+        mask_time_length=2,
+    )
+    model = transformers.Wav2Vec2ForCTC(config)
+
+    def audio(b: int, fake: bool) -> Dict[str, Any]:
+        return {"input_values": torch.randn(b, 400), "attention_mask": torch.ones(b, 400, dtype=torch.long)}
+
+    result = _trace(model, audio)
+    assert result.peak_live > 0
+    assert any("count of a boolean mask" in n and "every element selected" in n for n in result.notes)
+    assert _trace(model, audio, evaluation=True).peak_live > 0
