@@ -45,6 +45,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
 
 
 @pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread while a test traces (the machines running the tests share their cores)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def no_cgroup(tmp_path) -> CgroupReader:
     """A cgroup reader that finds no limit, so host numbers do not depend on the test machine."""
     return CgroupReader(root=str(tmp_path / "nocgroup"), proc_cgroup=str(tmp_path / "nocgroup-proc"))

@@ -41,6 +41,7 @@ from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngin
 from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.gpus import GiB
 from gpumem_kernel.analysis.inputs import batch_maker
+from gpumem_kernel.analysis.llm_facts import llm_facts, output_vocabulary
 from gpumem_kernel.analysis.model_states import _largest_layer, _Sharding, on_meta, unique_bytes
 from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
@@ -48,12 +49,16 @@ from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
 from gpumem_kernel.analysis.size_hints import check as check_size_hints
 from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
+from gpumem_kernel.analysis.seq_search import check_batches, model_context, resolve_multiple, search_sequences
+from gpumem_kernel.analysis.sequence import at_sequence, sequence_of
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.torch_rules import parse as parse_torch
 from gpumem_kernel.analysis.torch_rules import resolve as resolve_torch
 from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.analysis.user_step import optimizers_of
 from gpumem_kernel.probe.torchstats import cuda_initialised
+
+SEARCHES = ("batch", "seq")  # what analyze searches besides the analysed step: the batch picks, or also the sequence
 
 
 def analyze(
@@ -84,6 +89,10 @@ def analyze(
     torch_version: Optional[str] = None,
     cuda_version: Optional[str] = None,
     size_hints: Any = None,
+    seq: Optional[int] = None,
+    search: str = "batch",
+    seq_batches: Any = None,
+    seq_multiple: Optional[int] = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -111,6 +120,11 @@ def analyze(
     size_hints: sizes that depend on tensor values (nonzero, boolean masks, unique): a fraction selected or
     distinct (0.1), or {'select': 0.1, 'unique': 0.25, 'repeat': 4, 'loss.py:400': 0.5}; default every element
     (an upper bound), each rule noted in the report (analysis.size_hints).
+    seq: tokens per sample of a token input (a token count, a sample batch of token ids, or a model by name's batch);
+    one-line ValueError for an input that is not token ids.
+    search: "batch" (the batch picks, always made), or "seq": also the longest sequence that fits at each batch of
+    seq_batches (default 1, 4, 8), with its recommended and safe lengths, in multiples of seq_multiple tokens
+    (default: the JupyterLab setting "Sequence-length multiple", else 64): report.sequence_search (seq_search.py).
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -132,6 +146,8 @@ def analyze(
         raise ValueError("step must be a callable (model, optimizer, batch) that runs one training step")
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
+    input = at_sequence(model, input, None if seq is None else _positive_int(seq, "seq"), vocab_size)
+    sequences = _sequence_maker(model, input, vocab_size, search, seq_multiple)
     make_batch, input_text = batch_maker(model, input, vocab_size)
     hints = check_size_hints(size_hints)
     planned_torch = resolve_torch(torch_version)
@@ -157,6 +173,7 @@ def analyze(
         step_fn=step,
         torch_rules=planned_torch if planned_torch.rules else None,
         size_hints=hints,
+        logits_vocab=output_vocabulary(model),
     )
     if step is not None:
         notes.append(
@@ -232,7 +249,7 @@ def analyze(
         extrapolated=found.extrapolated,
         note=found.note,
     )
-    return _report(
+    report = _report(
         model,
         kind,
         plan,
@@ -254,6 +271,36 @@ def analyze(
         time.perf_counter() - started,
         evaluation,
     )
+    report.settings.update(seq=sequence_of(model, input, vocab_size), search=search)
+    report.llm = llm_facts(model, trace, batch_size, plan.checkpointing)
+    if sequences is not None:
+        report.sequence_search = search_sequences(
+            plan,
+            sequences,
+            check_batches(seq_batches),
+            resolve_multiple(seq_multiple),
+            context_bytes=info.context_to_add,
+            sharding=sharding,
+            limit=info.limit_bytes,
+            model_context=model_context(model),
+        )
+        report.elapsed_seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _sequence_maker(
+    model: Any, input: Any, vocab_size: Optional[int], search: str, seq_multiple: Optional[int]
+) -> Optional[Callable[[int], Callable[[int, bool], Any]]]:
+    """With search="seq": seq -> the batch maker at that length, checked once now, so that an input that is not
+    token ids fails in one line before any trace; None for the batch search alone."""
+    if _check_choice(search, SEARCHES, "search") != "seq":
+        return None
+
+    def maker(length: int) -> Callable[[int, bool], Any]:
+        return batch_maker(model, at_sequence(model, input, length, vocab_size, override=True), vocab_size)[0]
+
+    maker(resolve_multiple(seq_multiple)[0])
+    return maker
 
 
 def _retry_notes(current: _Point, found: Any) -> List[str]:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from gpumem_kernel.analysis.sequence import TokenBatches, at_sequence
+
 HF_PREFIX = "hf:"
 # --task -> transformers' Auto class; causal-lm is what fine-tuning notebooks train
 TASKS: Dict[str, str] = {
@@ -292,23 +294,23 @@ def _context(config: Any) -> Tuple[int, str]:
     return context, "the config's max_position_embeddings"
 
 
-def _token_batch(built: BuiltModel, tokens: int, vocab: int) -> Callable[[int], Dict[str, Any]]:
+def _token_batch(built: BuiltModel, tokens: int, vocab: int) -> TokenBatches:
     task, classes = built.task, int(getattr(built.config, "num_labels", 2) or 2)
 
-    def batch(batch_size: int) -> Dict[str, Any]:
+    def batch(batch_size: int, seq: int) -> Dict[str, Any]:
         import torch
 
-        ids = torch.randint(0, vocab, (batch_size, tokens), device="cpu")
+        ids = torch.randint(0, vocab, (batch_size, seq), device="cpu")
         if task == "base":
             return {"input_ids": ids}
         if task == "seq-cls":
             return {"input_ids": ids, "labels": torch.randint(0, classes, (batch_size,), device="cpu")}
         if task == "token-cls":
-            return {"input_ids": ids, "labels": torch.randint(0, classes, (batch_size, tokens), device="cpu")}
+            return {"input_ids": ids, "labels": torch.randint(0, classes, (batch_size, seq), device="cpu")}
         return {"input_ids": ids, "labels": ids.clone()}  # causal, masked and seq2seq LMs: the model's own loss
 
-    batch.__name__ = f"{task}_batch"
-    return batch
+    # the sequence search asks for the same batch at other lengths (analysis.sequence)
+    return TokenBatches(batch, tokens, f"{task}_batch")
 
 
 def _images(built: BuiltModel, shape: Optional[Tuple[int, ...]]) -> Tuple[Any, str, List[str]]:
@@ -355,6 +357,7 @@ def analyze_named(
     if device is not None and str(device).startswith("cuda"):
         raise ValueError(f"{name}: a model built by name has no weights to measure on a GPU; drop --device (traced)")
     built = build(name, task, trust_remote_code)
+    input = at_sequence(built.model, input, options.get("seq"), vocab_size)  # --seq N: N tokens, or one line why not
     batch, described, notes = default_input(built, input, vocab_size)
     if not described:  # the user's own input: their --vocab applies as for any model
         options["vocab_size"] = vocab_size

@@ -17,7 +17,9 @@ import math
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Generic, Optional, Tuple, TypeVar
+
+T = TypeVar("T")
 
 POW2, NONE = "pow2", "none"
 SOURCES = ("option", "setting", "default")  # the command's --round | the JupyterLab setting | neither
@@ -75,6 +77,19 @@ class Rounding:
 DEFAULT = Rounding()
 
 
+def picks_below(maximum: Optional[int], rounding: Rounding) -> Tuple[Optional[int], Optional[int]]:
+    """(recommended, safe) below `maximum`: RECOMMENDED_SHARE and SAFE_SHARE of it, rounded down, at least 1, and
+    kept apart where rounding merged them; (None, None) without a maximum. The batch picks and the sequence-length
+    picks (analysis.seq_search) alike."""
+    if maximum is None or maximum < 1:
+        return None, None
+    recommended = max(1, rounding.apply(RECOMMENDED_SHARE * maximum))
+    safe = max(1, rounding.apply(SAFE_SHARE * maximum))
+    if safe == recommended and recommended > 1:
+        safe = rounding.step_below(recommended)
+    return recommended, safe
+
+
 def parse_rounding(value: Any) -> Rounding:
     """pow2 | none | N (a multiple of N; 1 is the same as none), as a string or an int; ValueError otherwise."""
     if isinstance(value, Rounding):
@@ -110,26 +125,43 @@ def from_options(rounding: Any, multiple: Optional[int]) -> Optional[Rounding]:
 
 # --- the JupyterLab setting -----------------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_setting: Optional[Rounding] = None
+
+class BrowserSetting(Generic[T]):
+    """A JupyterLab setting the browser sends with `configure`, parsed: one per kernel (the last browser to send it
+    wins), read by the commands that default to it. The batch rounding here, the sequence multiple (seq_search)."""
+
+    def __init__(self, parse: Callable[[Any], T]) -> None:
+        self._parse = parse
+        self._lock = threading.Lock()
+        self._value: Optional[T] = None
+
+    def set(self, value: Any) -> Optional[T]:
+        """The value as the browser sent it (None forgets it); ValueError for a value it cannot be."""
+        parsed = None if value is None else self._parse(value)
+        with self._lock:
+            self._value = parsed
+        return parsed
+
+    def resolve(self, asked: Optional[T], default: T) -> Tuple[T, str]:
+        """(the value to use, where it came from: option | setting | default)."""
+        if asked is not None:
+            return asked, "option"
+        with self._lock:
+            value = self._value
+        return (value, "setting") if value is not None else (default, "default")
+
+
+_SETTING: BrowserSetting[Rounding] = BrowserSetting(parse_rounding)
 
 
 def set_setting(value: Optional[str]) -> Optional[Rounding]:
-    """The JupyterLab setting as the browser sent it (None forgets it); ValueError for a value it cannot be."""
-    global _setting
-    parsed = None if value is None else parse_rounding(value)
-    with _lock:
-        _setting = parsed
-    return parsed
+    """The JupyterLab setting "Batch-size rounding" as the browser sent it (None forgets it)."""
+    return _SETTING.set(value)
 
 
 def resolve(asked: Optional[Rounding]) -> Tuple[Rounding, str]:
     """(the rounding to use, where it came from: option | setting | default)."""
-    if asked is not None:
-        return asked, "option"
-    with _lock:
-        setting = _setting
-    return (setting, "setting") if setting is not None else (DEFAULT, "default")
+    return _SETTING.resolve(asked, DEFAULT)
 
 
 # --- captions ---------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import math
 from typing import Dict, Optional
 
 from gpumem_kernel.analysis.engines import _Point
-from gpumem_kernel.analysis.picks import RECOMMENDED_SHARE, SAFE_SHARE, Rounding
+from gpumem_kernel.analysis.picks import Rounding, picks_below
 from gpumem_kernel.analysis.report import Accumulation, Current, LrScaling, Recommendations
 
 TIGHT_SHARE = 0.9  # a current batch above 90% of the usable memory is "tight"
@@ -26,12 +26,8 @@ def recommend(
     extrapolated: bool,
     note: str,
 ) -> Recommendations:
-    picks: Dict[str, Optional[int]] = {"maximum": maximum, "recommended": None, "safe": None}
-    if maximum is not None and maximum >= 1:
-        picks["recommended"] = max(1, rounding.apply(RECOMMENDED_SHARE * maximum))
-        picks["safe"] = max(1, rounding.apply(SAFE_SHARE * maximum))
-        if picks["safe"] == picks["recommended"] and picks["recommended"] > 1:  # rounding merged them
-            picks["safe"] = rounding.step_below(picks["recommended"])
+    recommended, safe = picks_below(maximum, rounding)
+    picks: Dict[str, Optional[int]] = {"maximum": maximum, "recommended": recommended, "safe": safe}
     status, fraction = "unknown", None
     if limit:
         fraction = current.footprint / limit

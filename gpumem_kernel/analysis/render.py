@@ -10,6 +10,7 @@ import html
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from gpumem_kernel.analysis.llm_render import llm_block, llm_tables, sequence_block
 from gpumem_kernel.analysis.picks import RECOMMENDED_SHARE, SAFE_SHARE, rule, share_caption
 from gpumem_kernel.analysis.picks import rounding_text as _rounding_text
 from gpumem_kernel.render.snippets import AMP_DTYPES, LoopNames, accumulation_loop, config_yaml
@@ -297,7 +298,9 @@ def render_text(payload: Mapping[str, Any]) -> str:
         _usage_block(payload),
         _distributed_block(payload),
         _recommendation_block(payload),
+        sequence_block(payload),
         _evaluation_block(payload),
+        llm_block(payload),
         _settings_block(payload),
     ]
     lines = [BANNER, _title(payload), BANNER, ""]
@@ -466,6 +469,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
         _table("Memory of one training step", ("figure", "size", "engine", "note"), figures),
         _table("Batch sizes", ("pick", "batch", "note"), picks),
         _table("Predicted peak against batch size", ("batch", "peak", "allocated", "reserved", "engine"), curve),
+        *(_table(*table) for table in llm_tables(payload)),
         f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(payload['error_bound']['statement'])}</i></p>",
     ]
     if payload["notes"]:

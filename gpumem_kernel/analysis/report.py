@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+from gpumem_kernel.analysis.llm_facts import LlmFacts
 from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
+from gpumem_kernel.analysis.sequence import SequenceSearch
 
 
 @dataclass
@@ -184,6 +186,8 @@ class AnalysisReport:
     config_yaml: str = ""
     accumulation_code: Optional[str] = None
     evaluation: Optional[Evaluation] = None  # only with eval_batch=
+    llm: Optional[LlmFacts] = None  # logits and loss, attention, checkpointed blocks (analysis.llm_facts)
+    sequence_search: Optional[SequenceSearch] = None  # only with search="seq" (analysis.seq_search)
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json)."""

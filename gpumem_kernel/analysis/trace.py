@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 from gpumem_kernel.analysis.fast_paths import answer_fast_paths
+from gpumem_kernel.analysis.llm_facts import LogitsWatch
 from gpumem_kernel.analysis.model_copy import (
     TensorCopier,
     copy_model,
@@ -115,6 +116,7 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
         cast_cache=plan.amp is not None or plan.step_fn is not None, fake=fake, size_hints=plan.size_hints
     )
     tracker.stack_hook = plan.stack_hook
+    tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
     try:

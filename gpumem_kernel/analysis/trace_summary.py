@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.allocator import AllocatorResult, CachingAllocatorModel, Event
+from gpumem_kernel.analysis.llm_facts import logits_trace
 from gpumem_kernel.analysis.storage import Record
 from gpumem_kernel.analysis.trace_plan import CATEGORIES, DeviceEvent, TraceEvents, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_tracker import CUDNN_WORKSPACE_CAP
@@ -104,6 +105,7 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
         cublas_bytes=cublas,
         cudnn_peak_bytes=cudnn,
         timeline=timeline,
+        logits=logits_trace(tracker, last, micro_last, peak_index),
     )
 
 

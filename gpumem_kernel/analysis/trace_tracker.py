@@ -80,6 +80,7 @@ def trace_tracker_class() -> type:
             self.markers: List[Marker] = []
             # a fake trace answers value-dependent sizes by rule or the user's hint (analysis.size_hints)
             self.size_hints = SizeHints(size_hints) if fake else None
+            self.logits: Any = None  # a LogitsWatch (analysis.llm_facts) for a model with an output vocabulary
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if self.size_hints is None:
@@ -94,6 +95,8 @@ def trace_tracker_class() -> type:
                 if self.role_of(args[0]) == "parameter":
                     role = "autocast_cache"  # autocast's cached low-precision copy of a weight
             self.track_outputs(out, role)
+            if self.logits is not None:
+                self.logits.see(name, args, out, self)
             if name in _MATMUL_OPS:
                 kind = "cublaslt" if name in _BIAS_OPS and _runs_on_cublaslt(args, kwargs or {}, out) else "cublas"
                 self.markers.append(Marker(len(self.events), kind, self.phase))

@@ -65,6 +65,10 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         effective_batch=args.effective_batch,
         vocab_size=args.vocab,
         eval_batch=args.eval_batch,
+        seq=args.seq,
+        search=args.search,
+        seq_batches=args.seq_batches,
+        seq_multiple=args.seq_multiple,
     )
     try:
         if by_name:

@@ -19,6 +19,7 @@ examples:
   %gpumem analyze hf:Qwen/Qwen2.5-7B -b 1 --input 2048 --amp bf16 --checkpointing --target H100
   %gpumem analyze model -b 32 --target "RTX 4080 Super" --amp bf16 --optimizer adamw
   %gpumem analyze lm -b 8 --input 512 --vocab 32000 --memory 24GiB --checkpointing
+  %gpumem analyze hf:meta-llama/Llama-3.2-1B -b 1 --seq 4096 --amp bf16 --checkpointing --target "RTX 4090" --search seq
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
   %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
   %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8
@@ -123,6 +124,31 @@ _ANALYSIS_ARGUMENTS = [
         'only to a whole batch (none); default: the JupyterLab setting "Batch-size rounding", else pow2',
     ),
     argument("--multiple", type=argcheck.count, metavar="N", help="same as --round N"),
+    argument(
+        "--seq",
+        type=argcheck.count,
+        metavar="N",
+        help="tokens per sample of a token input (a model by name, a token --input, a sample batch of token ids)",
+    ),
+    argument(
+        "--search",
+        choices=("batch", "seq"),
+        default="batch",
+        help="batch (default): the batch picks; seq: also the longest sequence that fits at each of --seq-batches, "
+        "with recommended and safe lengths",
+    ),
+    argument(
+        "--seq-batches",
+        metavar="N,N",
+        help="with --search seq: the batches to search the sequence length at (default 1,4,8)",
+    ),
+    argument(
+        "--seq-multiple",
+        type=argcheck.count,
+        metavar="N",
+        help='with --search seq: lengths in multiples of N tokens; default: the JupyterLab setting "Sequence-length '
+        'multiple", else 64',
+    ),
     argument(
         "--effective-batch",
         type=argcheck.count,

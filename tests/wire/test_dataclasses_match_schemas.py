@@ -95,7 +95,7 @@ MIRRORS = [
             "buffers_by_dtype": "model.buffers_by_dtype",
             "largest_layer": "model.largest_layer",
         },
-        added_later=frozenset({"config_yaml", "accumulation_code", "evaluation"}),
+        added_later=frozenset({"config_yaml", "accumulation_code", "evaluation", "llm", "sequence_search"}),
     ),
     Mirror(
         search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml", "round", "round_source"})

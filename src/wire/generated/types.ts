@@ -108,6 +108,8 @@ export interface IAnalysisPayload {
    */
   accumulation_code?: string | null;
   evaluation?: null | IAnalysisEvaluation;
+  llm?: null | IAnalysisLlm;
+  sequence_search?: null | IAnalysisSequenceSearch;
 }
 export interface IAnalysisModel {
   name: string;
@@ -149,6 +151,14 @@ export interface IAnalysisSettings {
    */
   round_source?: 'option' | 'setting' | 'default';
   pick_shares?: IAnalysisSettingsPickShares;
+  /**
+   * tokens per sample of a token input (--seq, or the input's own length); null when the input is not token ids or says no length. Absent from outputs saved before it existed.
+   */
+  seq?: number | null;
+  /**
+   * batch: the batch picks alone; seq: also the longest sequence at fixed batches (sequence_search). Absent from outputs saved before it existed.
+   */
+  search?: 'batch' | 'seq';
 }
 /**
  * the shares of the maximum the recommended and safe picks aim at, before rounding
@@ -285,6 +295,111 @@ export interface IAnalysisEvaluation {
   rule_of_thumb_batch: number;
   engine: 'traced';
   note: string;
+}
+/**
+ * What a language model's step spends on its logits and loss, its attention implementation and what gradient checkpointing wrapped; null for a model with none of these. Absent from outputs saved before it existed.
+ */
+export interface IAnalysisLlm {
+  /**
+   * config._attn_implementation: eager, sdpa, flash_attention_2, ...; null without a config
+   */
+  attention: string | null;
+  checkpointing: null | IAnalysisLlmCheckpointing;
+  logits: null | IAnalysisLlmLogits;
+  notes: string[];
+}
+/**
+ * The blocks gradient checkpointing wrapped (the repeated blocks of the model); null without checkpointing or when none were found.
+ */
+export interface IAnalysisLlmCheckpointing {
+  blocks: number;
+  /**
+   * the blocks' class, e.g. LlamaDecoderLayer
+   */
+  kind: string;
+  /**
+   * their module names, runs joined: model.layers.0-15
+   */
+  names: string;
+}
+/**
+ * The logits and loss of one micro-batch, measured from the trace: the lm_head's output, the float32 copy the loss makes of lower-precision logits, the cross-entropy's log-softmax, other vocabulary-wide forward copies, and their gradients in backward. null when the trace saw no lm_head output.
+ */
+export interface IAnalysisLlmLogits {
+  vocab: number;
+  /**
+   * tokens per sample, from the lm_head output's size
+   */
+  seq: number;
+  batch: number;
+  /**
+   * the logits' dtype, e.g. bfloat16
+   */
+  dtype: string;
+  /**
+   * the lm_head's output
+   */
+  logits_bytes: number;
+  /**
+   * the float32 copy the loss makes (logits.float()); 0 when the logits are float32 already
+   */
+  upcast_bytes: number;
+  /**
+   * the cross-entropy's log-softmax, kept for backward
+   */
+  log_softmax_bytes: number;
+  /**
+   * other vocabulary-wide forward copies (shifted logits, soft-capping)
+   */
+  other_bytes: number;
+  /**
+   * the vocabulary-wide gradients made in backward (transient)
+   */
+  backward_bytes: number;
+  /**
+   * the most of these alive at once during the step
+   */
+  held_bytes: number;
+  /**
+   * alive at the step's peak
+   */
+  at_peak_bytes: number;
+  /**
+   * vocab x seq x batch x bytes of the logits' dtype, beside the measured logits_bytes
+   */
+  formula_bytes: number;
+}
+/**
+ * The longest sequence that fits at fixed batches (--search seq): the batch search run over the sequence length in multiples of `multiple` tokens, with the batch picks' recommended and safe shares. null without it. Absent from outputs saved before it existed.
+ */
+export interface IAnalysisSequenceSearch {
+  multiple: number;
+  /**
+   * where the multiple came from: option (--seq-multiple), setting (the JupyterLab setting "Sequence-length multiple"), default (64)
+   */
+  multiple_source: 'option' | 'setting' | 'default';
+  /**
+   * the model's max_position_embeddings, when its config says
+   */
+  context: number | null;
+  engine: 'traced';
+  results: IAnalysisSequenceSearchResults[];
+}
+export interface IAnalysisSequenceSearchResults {
+  batch: number;
+  /**
+   * the longest sequence that fits, a multiple of `multiple`; null without a device limit; 0: not even one multiple fits
+   */
+  maximum: number | null;
+  recommended: number | null;
+  safe: number | null;
+  extrapolated: boolean;
+  note: string;
+  curve: IAnalysisSequenceSearchResultsCurve[];
+}
+export interface IAnalysisSequenceSearchResultsCurve {
+  seq: number;
+  peak_bytes: number;
 }
 /**
  * The largest batch that ran full training steps (forward, loss, backward, optimizer step) and a recommended batch below it. Sizes are integer bytes. engine 'simulated': a cap on tracked tensor bytes on the CPU, not a GPU.

@@ -491,6 +491,8 @@ const c16: Check = enumOf('option', 'setting', 'default');
 
 const c17: Check = number(0, 1, 'min');
 
+const c18: Check = enumOf('traced');
+
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
   version: constant(1),
@@ -520,7 +522,9 @@ export const analysisPayload: Check = object({
     effective_batch: integer(1),
     round: optional(c15),
     round_source: optional(c16),
-    pick_shares: optional(object({ recommended: c17, safe: c17 }))
+    pick_shares: optional(object({ recommended: c17, safe: c17 })),
+    seq: optional(c11),
+    search: optional(enumOf('batch', 'seq'))
   }),
   parameters_bytes: integer(0),
   buffers_bytes: integer(0),
@@ -666,8 +670,54 @@ export const analysisPayload: Check = object({
         input_bytes: integer(0),
         max_batch: c5,
         rule_of_thumb_batch: integer(1),
-        engine: enumOf('traced'),
+        engine: c18,
         note: string()
+      })
+    )
+  ),
+  llm: optional(
+    nullable(
+      object({
+        attention: c2,
+        checkpointing: nullable(object({ blocks: integer(1), kind: string(), names: string() })),
+        logits: nullable(
+          object({
+            vocab: integer(1),
+            seq: integer(0),
+            batch: integer(1),
+            dtype: string(),
+            logits_bytes: integer(0),
+            upcast_bytes: integer(0),
+            log_softmax_bytes: integer(0),
+            other_bytes: integer(0),
+            backward_bytes: integer(0),
+            held_bytes: integer(0),
+            at_peak_bytes: integer(0),
+            formula_bytes: integer(0)
+          })
+        ),
+        notes: array(string())
+      })
+    )
+  ),
+  sequence_search: optional(
+    nullable(
+      object({
+        multiple: integer(1),
+        multiple_source: c16,
+        context: c11,
+        engine: c18,
+        results: array(
+          object({
+            batch: integer(1),
+            maximum: c5,
+            recommended: c11,
+            safe: c11,
+            extrapolated: type('boolean'),
+            note: string(),
+            curve: array(object({ seq: integer(1), peak_bytes: integer() }))
+          })
+        )
       })
     )
   )
@@ -711,7 +761,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c18: Check = nullable(number(0));
+const c19: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -723,14 +773,14 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c18,
-  gpu_util: c18,
+  efficiency: c19,
+  gpu_util: c19,
   note: string()
 });
 
-const c19: Check = nullable(benchmarkPick);
+const c20: Check = nullable(benchmarkPick);
 
-const c20: Check = array(integer());
+const c21: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -760,30 +810,30 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c18,
-      h2d_ms: c18,
-      forward_ms: c18,
-      backward_ms: c18,
-      optimizer_ms: c18,
-      total_ms: c18,
-      samples_per_s: c18,
-      gpu_util: c18,
+      io_ms: c19,
+      h2d_ms: c19,
+      forward_ms: c19,
+      backward_ms: c19,
+      optimizer_ms: c19,
+      total_ms: c19,
+      samples_per_s: c19,
+      gpu_util: c19,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c18,
+      efficiency: c19,
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
-  picks: object({ highest_throughput: c19, best_efficiency: c19, recommended: c19 }),
+  picks: object({ highest_throughput: c20, best_efficiency: c20, recommended: c20 }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c20, terminated: c20 }),
+  workers: object({ leftover: c21, terminated: c21 }),
   config_yaml: optional(c2)
 });
 
