@@ -103,12 +103,18 @@ _LAZY = {
 }
 
 
+# Subpackages that are also the API (callable: `gpumem_kernel.holders()`); importing one binds its name here.
+_CALLABLE_PACKAGES = ("holders",)
+
+
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _CALLABLE_PACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'gpumem_kernel' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
@@ -122,4 +128,5 @@ __all__ = [
     "load_ipython_extension",
     "unload_ipython_extension",
     *_LAZY,
+    *_CALLABLE_PACKAGES,
 ]

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from gpumem_kernel.holders import hook as holders_hook
 from gpumem_kernel.oom import handler as oom
 from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.probe.lineage import Lineage
@@ -57,6 +58,8 @@ def load(ip: Any, version: str) -> Loaded:
         # The OOM capture (setting "oomTimeline", off by default): a bounded allocator history while cells run.
         ip.events.register("pre_run_cell", capture.pre_run_cell)
         ip.events.register("post_run_cell", capture.post_run_cell)
+        # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: holders.hook).
+        holders_hook.install(ip)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
         # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
@@ -99,6 +102,7 @@ def unload(ip: Any) -> None:
             loaded.ip.events.unregister(event, callback)
         except ValueError:
             pass  # never registered (a shell without events)
+    holders_hook.uninstall(loaded.ip)
     capture.STATE.depth = 1
     capture.post_run_cell()  # a recording the capture started ends with it
     loaded.sampler.stop()

@@ -123,7 +123,7 @@ def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
             yield from _tensors(item, kinds, depth - 1)
 
 
-def _storage(tensor: Any) -> Tuple[Any, int, str]:
+def storage_identity(tensor: Any) -> Tuple[Any, int, str]:
     """(identity of the memory, its size in bytes, device) — views of one storage count once."""
     device = str(tensor.device)
     try:
@@ -153,7 +153,7 @@ class Holder:
         return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
 
 
-def _kind(obj: Any, kinds: TorchKinds) -> str:
+def kind_of(obj: Any, kinds: TorchKinds) -> str:
     if isinstance(obj, kinds.tensor):
         return "tensor"
     if kinds.module is not None and isinstance(obj, kinds.module):
@@ -180,7 +180,7 @@ def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: 
     count = 0
     for tensor in _tensors(obj, kinds):
         try:
-            key, size, device = _storage(tensor)
+            key, size, device = storage_identity(tensor)
         except Exception:
             continue
         if device == "meta" or key in seen:
@@ -190,7 +190,7 @@ def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: 
         by_device[device] = by_device.get(device, 0) + size
     if count == 0 and not keep_empty:
         return None
-    kind = _kind(obj, kinds)
+    kind = kind_of(obj, kinds)
     shape = dtype = None
     if kind == "tensor":
         try:
@@ -246,9 +246,9 @@ def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
     ]
 
 
-def _walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
+def walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
     # Modules claim their parameters first, so an optimizer is charged only for its own state.
-    return {"module": 0, "tensor": 1, "optimizer": 3}.get(_kind(item[1], kinds), 2)
+    return {"module": 0, "tensor": 1, "optimizer": 3}.get(kind_of(item[1], kinds), 2)
 
 
 def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[Any]] = None) -> List[Holder]:
@@ -261,7 +261,7 @@ def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[A
         h
         for h in (
             measure(name, value, kinds, seen)
-            for name, value in sorted(user_variables(shell), key=lambda item: _walk_order(item, kinds))
+            for name, value in sorted(user_variables(shell), key=lambda item: walk_order(item, kinds))
             if name not in exclude
         )
         if h is not None

@@ -167,7 +167,8 @@ def test_magic_in_the_kernel_shows_a_table(kernel):
     status = kernel.execute("%gpumem nonsense")
     assert status["status"] == "error" and status["ename"] == "UsageError"
     assert status["evalue"] == (
-        "gpumem: unknown command 'nonsense'; try: status, clear, oom, analyze, recommend, autobatch, benchmark, log"
+        "gpumem: unknown command 'nonsense'; try: status, clear, oom, analyze, recommend, autobatch, benchmark, log, "
+        "holders"
     )
 
 

@@ -1,0 +1,204 @@
+"""Which of the user's variables hold device memory: one entry per variable (and per thing IPython holds),
+each storage charged once, and the remainder no variable reaches.
+
+Order of charging: Modules first (they own their parameters), then tensors, then other values, then
+optimizers (charged for their state only, their parameters being the model's), then IPython's output cache
+and the last error's traceback (what `del x` would not free). A storage two entries reach is charged to the
+first and named on both ("shared with `opt`").
+
+A report holds names, sizes and descriptions only: no user object outlives `collect`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from gpumem_kernel.holders import describe
+from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
+from gpumem_kernel.holders.walk import Limits, OnDevice, OutOfTime, Reach, Walker
+from gpumem_kernel.probe.holders import (
+    exception_tracebacks,
+    namespace_of,
+    resolve_shell,
+    torch_kinds,
+    traceback_frames,
+    user_variables,
+    walk_order,
+)
+
+DEFAULT_BUDGET_MS = 50.0  # after every cell: a cell's end must not feel slower
+_OUT_NAME = re.compile(r"^(_\d+|_{1,3})$")
+
+
+@dataclass
+class _Root:
+    """A thing to charge: its name, where it comes from, and how to describe it (no object kept)."""
+
+    name: str
+    source: str
+    description: str
+    reach: Reach
+
+
+def _variable_roots(shell: Any, walker: Walker) -> List[_Root]:
+    kinds = walker.kinds
+    variables = sorted(user_variables(shell), key=lambda item: walk_order(item, kinds))
+    roots = []
+    for name, value in variables:
+        reach = walker.reach(value)
+        if reach.storages:
+            roots.append(_Root(name, "variable", describe.value(value, reach, kinds), reach))
+    return roots
+
+
+def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
+    """IPython's output cache: `Out[N]`, and `_N`, `_`, `__`, `___` (the same objects, usually)."""
+    namespace, _ = namespace_of(shell)
+    out = namespace.get("Out")
+    held = list(out.items()) if isinstance(out, dict) else []
+    held += [
+        (name, value) for name, value in list(namespace.items()) if isinstance(name, str) and _OUT_NAME.match(name)
+    ]
+    total, labels = Reach(), []
+    for key, value in held:
+        reach = walker.reach(value)
+        if reach.storages:
+            labels.append(f"Out[{key}]" if isinstance(key, int) else key)
+            _merge(total, reach)
+    if not total.storages:
+        return None
+    return _Root(OUT_ENTRY, "ipython", describe.output_cache(labels, total), total)
+
+
+def _traceback_root(walker: Walker) -> Optional[_Root]:
+    """Locals of the last error's frames (module-level frames are the namespace itself)."""
+    tracebacks = [sys.last_traceback] if getattr(sys, "last_traceback", None) is not None else []
+    for attr in ("last_value", "last_exc"):
+        tracebacks.extend(exception_tracebacks(getattr(sys, attr, None)))
+    total, functions = Reach(), []
+    for frame in traceback_frames(tracebacks):
+        if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
+            continue
+        # Two levels: a local and the containers in it. Deeper, IPython's own frames reach the shell and
+        # through it the whole namespace, which is the variables' memory, not the traceback's.
+        reach = walker.reach(list(frame.f_locals.values()), depth=2)
+        if reach.storages:
+            functions.append(frame.f_code.co_name)
+            _merge(total, reach)
+    if not total.storages:
+        return None
+    return _Root(TRACEBACK_ENTRY, "traceback", describe.traceback(functions, total), total)
+
+
+def _merge(total: Reach, part: Reach) -> None:
+    total.storages.update(part.storages)
+    total.tensors += part.tensors
+    total.with_history += part.with_history
+    total.gradients += part.gradients
+
+
+def _entries(roots: List[_Root]) -> List[HolderEntry]:
+    """Charge each storage to the first root reaching it; name the others sharing it on both sides."""
+    reachers: Dict[Any, List[str]] = {}
+    for root in roots:
+        for key in root.reach.storages:
+            reachers.setdefault(key, []).append(root.name)
+    entries = []
+    for root in roots:
+        charged = sum(size for key, size in root.reach.storages.items() if reachers[key][0] == root.name)
+        shared: Dict[str, None] = {}
+        for key in root.reach.storages:
+            shared.update((name, None) for name in reachers[key] if name != root.name)
+        entries.append(
+            HolderEntry(
+                root.name,
+                root.source,
+                root.description,
+                charged,
+                root.reach.bytes,
+                root.reach.tensors,
+                list(shared),
+            )
+        )
+    return sorted(entries, key=lambda e: (-e.bytes, -e.reached_bytes, e.name))
+
+
+def collect(
+    shell: Any = None,
+    on_device: Optional[OnDevice] = None,
+    device: str = "cuda",
+    allocated: Optional[int] = None,
+    budget_ms: Optional[float] = DEFAULT_BUDGET_MS,
+    limits: Optional[Limits] = None,
+) -> HoldersReport:
+    """Walk the user's variables, IPython's output cache and the last traceback to the storages `on_device`
+    accepts (default: tensors whose device type is `device`), within `limits` (default: Limits()). Past
+    `budget_ms` (None: no limit) the report is a skip with a note, never a partial list."""
+    started = time.perf_counter()
+    accept = on_device or (lambda tensor: tensor.device.type == device)
+    kinds = torch_kinds()
+    if kinds is None:
+        return _report(device, [], allocated, started, budget_ms, note="torch is not imported in this kernel")
+    shell = resolve_shell(shell)
+    deadline = None if budget_ms is None else started + budget_ms / 1000.0
+    limits = limits or Limits()
+    walker = Walker(kinds, accept, limits, deadline)
+    try:
+        roots = _variable_roots(shell, walker)
+        roots += [r for r in (_out_root(shell, walker), _traceback_root(walker)) if r is not None]
+    except OutOfTime:
+        note = (
+            f"skipped: looking through your variables took over {budget_ms:g} ms "
+            f"({walker.visited:,} objects looked at); `%gpumem holders` looks without the per-cell limit"
+        )
+        return _report(device, [], allocated, started, budget_ms, note=note, skipped=True)
+    note = None
+    if walker.truncated:
+        note = f"stopped after {limits.objects:,} objects: variables reached only through more may be missing"
+    report = _report(device, _entries(roots), allocated, started, budget_ms, note=note)
+    report.history_hint = describe.history_hint([(r.name, r.reach) for r in roots])
+    return report
+
+
+def _report(
+    device: str,
+    entries: List[HolderEntry],
+    allocated: Optional[int],
+    started: float,
+    budget_ms: Optional[float],
+    note: Optional[str] = None,
+    skipped: bool = False,
+) -> HoldersReport:
+    reachable = sum(e.bytes for e in entries)
+    unreachable = None if allocated is None or skipped else max(0, allocated - reachable)
+    elapsed = (time.perf_counter() - started) * 1000.0
+    return HoldersReport(device, entries, allocated, reachable, unreachable, skipped, note, elapsed, budget_ms)
+
+
+def cuda_in_use() -> Optional[Tuple[OnDevice, int]]:
+    """(is-a-CUDA-tensor, bytes allocated on every device) when the user's code initialised CUDA, else None.
+    Never initialises CUDA."""
+    from gpumem_kernel.probe.torchstats import initialised_cuda
+
+    cuda = initialised_cuda()
+    if cuda is None:
+        return None
+    allocated = sum(int(cuda.memory_allocated(i)) for i in range(cuda.device_count()))
+    return (lambda tensor: tensor.is_cuda), allocated
+
+
+NO_CUDA = "CUDA is not initialised in this kernel: no variable holds GPU memory"
+
+
+def holders(shell: Any = None, budget_ms: Optional[float] = 1000.0) -> HoldersReport:
+    """Which of your variables hold GPU memory, largest first; the remainder no variable reaches. Never
+    initialises CUDA: without it in use, an empty report saying so."""
+    in_use = cuda_in_use()
+    if in_use is None:
+        return _report("cuda", [], None, time.perf_counter(), budget_ms, note=NO_CUDA)
+    on_device, allocated = in_use
+    return collect(shell, on_device, "cuda", allocated, budget_ms)
