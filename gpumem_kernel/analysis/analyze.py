@@ -39,6 +39,8 @@ from gpumem_kernel.analysis.assemble import _plan_notes, _report
 from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, device_limit
 from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
 from gpumem_kernel.analysis.evaluation import _evaluation
+from gpumem_kernel.analysis.fine_tune import FineTunePlan, add_to_report, planned_model
+from gpumem_kernel.analysis.fine_tune import check as check_fine_tune
 from gpumem_kernel.analysis.gpus import GiB
 from gpumem_kernel.analysis.inputs import batch_maker
 from gpumem_kernel.analysis.llm_facts import llm_facts, output_vocabulary
@@ -93,6 +95,8 @@ def analyze(
     search: str = "batch",
     seq_batches: Any = None,
     seq_multiple: Optional[int] = None,
+    lora: Any = None,
+    quantize: Any = None,
 ) -> AnalysisReport:
     """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
 
@@ -125,6 +129,10 @@ def analyze(
     search: "batch" (the batch picks, always made), or "seq": also the longest sequence that fits at each batch of
     seq_batches (default 1, 4, 8), with its recommended and safe lengths, in multiples of seq_multiple tokens
     (default: the JupyterLab setting "Sequence-length multiple", else 64): report.sequence_search (seq_search.py).
+    lora: LoRA adapters added to a copy of the model for the plan, 'r=16,targets=q_proj,v_proj,alpha=32,dropout=0.05',
+    a rank, or a dict of those keys (analysis.lora; targets default to the attention projections found by name).
+    quantize: 'nf4' | 'fp4' | 'int8' (with ',double=off', ',compute=fp16', ',threshold=6'): the copy's Linear layers
+    traced as bitsandbytes runs them (analysis.quantize). Either plans on a copy: traced, never measured.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -148,6 +156,8 @@ def analyze(
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     input = at_sequence(model, input, None if seq is None else _positive_int(seq, "seq"), vocab_size)
     sequences = _sequence_maker(model, input, vocab_size, search, seq_multiple)
+    fine = _fine_tune_plan(model, lora, quantize, kind)
+    user_model, model = model, fine.model if fine else model
     make_batch, input_text = batch_maker(model, input, vocab_size)
     hints = check_size_hints(size_hints)
     planned_torch = resolve_torch(torch_version)
@@ -155,7 +165,13 @@ def analyze(
     # several optimizers (a step of the user's own): the state already on the device is each one's
     resident_opt = None if isinstance(kind, (tuple, list, dict)) else kind
     info = device_limit(
-        target=target, memory=memory, device=device, reserve=reserve, model=model, optimizer=resident_opt, stack=stack
+        target=target,
+        memory=memory,
+        device=device,
+        reserve=reserve,
+        model=user_model,
+        optimizer=resident_opt,
+        stack=stack,
     )
     notes: List[str] = basis_notes(info, target, memory) + list(planned_torch.notes)
     settings = settings_from_env()
@@ -271,6 +287,7 @@ def analyze(
         time.perf_counter() - started,
         evaluation,
     )
+    add_to_report(report, model, fine)
     report.settings.update(seq=sequence_of(model, input, vocab_size), search=search)
     report.llm = llm_facts(model, trace, batch_size, plan.checkpointing)
     if sequences is not None:
@@ -286,6 +303,12 @@ def analyze(
         )
         report.elapsed_seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any) -> Optional[FineTunePlan]:
+    """The planning copy with LoRA adapters and quantised layers, when asked for (analysis.fine_tune)."""
+    lora_spec, quant_spec = check_fine_tune(lora, quantize, kind)
+    return planned_model(model, lora_spec, quant_spec) if lora_spec or quant_spec else None
 
 
 def _sequence_maker(

@@ -94,8 +94,26 @@ def _model_block(payload: Mapping[str, Any]) -> List[str]:
             "Optimizer State",
             f"{human(payload['optimizer_bytes'])} ({payload['settings']['optimizer']}, {optimizer['engine']})",
         ),
+        *_fine_tune_rows(payload),
         _row("Total Model", human(total)),
     ]
+
+
+# a LoRA / QLoRA plan's figures (analysis.fine_tune), each inside the lines above or the step's temporaries
+_FINE_TUNE = (
+    ("quantised_weights", "Quantised"),
+    ("adapters", "LoRA Adapters"),
+    ("dequant_transient", "Dequantisation"),
+)
+
+
+def _fine_tune_rows(payload: Mapping[str, Any]) -> List[str]:
+    rows = []
+    for name, label in _FINE_TUNE:
+        figure = _figure(payload, name)
+        if figure["bytes"] is not None:
+            rows.append(_row(label, f"{human(figure['bytes'])} ({figure['note']})"))
+    return rows
 
 
 def _batch_block(payload: Mapping[str, Any]) -> List[str]:

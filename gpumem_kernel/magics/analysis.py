@@ -49,6 +49,8 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         optimizer=_optimizer(shell, args.optimizer, command, several=args.step is not None),
         step=_step(shell, args.step, command),
         keep_grads=args.keep_grads,
+        lora=args.lora,
+        quantize=args.quantize,
         torch_version=args.torch,
         cuda_version=args.cuda,
         size_hints=args.size_hint,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gpumem_kernel.analysis.arguments import OPTIMIZERS
+from gpumem_kernel.analysis.lora import LORA_HELP
+from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
 from gpumem_kernel.render.text import one_line
@@ -419,6 +421,8 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
     parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
     parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
+    parser.add_argument("--lora", metavar="r=N[,targets=..]", help=LORA_HELP)
+    parser.add_argument("--quantize", metavar="nf4|fp4|int8", help=QUANTIZE_HELP)
     parser.add_argument("--torch", metavar="VERSION", help="plan for this torch, e.g. 1.10 (its memory rules)")
     parser.add_argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2")
     parser.add_argument(
@@ -504,6 +508,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         eval_batch=args.eval_batch,
         torch_version=args.torch,
         cuda_version=args.cuda,
+        lora=args.lora,
+        quantize=args.quantize,
     )
     if by_name:  # built on the meta device from its config (analysis.model_source)
         named = dict(task=args.task, trust_remote_code=args.trust_remote_code, run=predict if args.timeline else None)

@@ -7,6 +7,8 @@ from typing import Any, Callable, List
 
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
+from gpumem_kernel.analysis.lora import LORA_HELP
+from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 
@@ -22,6 +24,7 @@ examples:
   %gpumem analyze hf:meta-llama/Llama-3.2-1B -b 1 --seq 4096 --amp bf16 --checkpointing --target "RTX 4090" --search seq
   %gpumem analyze model -b 16 --input make_batch --loss my_loss --optimizer opt --device cuda:0
   %gpumem analyze model -b 8 --world-size 4 --strategy zero2 --target H100
+  %gpumem analyze hf:meta-llama/Meta-Llama-3-8B -b 1 --input 2048 --quantize nf4 --lora r=16 --memory 24GiB
   %gpumem analyze model -b 32 --input 3x224x224 --memory 16GiB --round 8
   %gpumem analyze model -b 32 --target "RTX 3090" --memory 20GiB
   %gpumem analyze model -b 64 --input make_batch --step train_step --optimizer opt --target "RTX 3090"
@@ -84,6 +87,8 @@ _ANALYSIS_ARGUMENTS = [
         action="store_true",
         help="zero_grad(set_to_none=False): gradients stay allocated between steps (the default before torch 2.0)",
     ),
+    argument("--lora", metavar="r=N[,targets=..]", help=LORA_HELP),
+    argument("--quantize", metavar="nf4|fp4|int8", help=QUANTIZE_HELP),
     argument(
         "--torch",
         metavar="VERSION",

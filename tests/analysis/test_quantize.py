@@ -1,0 +1,135 @@
+"""bitsandbytes' quantised layers as a plan traces them (analysis/quantize.py): the resident layouts against
+bitsandbytes 0.50.2's own Linear4bit and Linear8bitLt quantised on the CPU, the dequantisation transients in the
+trace, fake trace against a real CPU one, and one-line errors for bad values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
+from gpumem_kernel.analysis.lora import parse_lora  # noqa: E402
+from gpumem_kernel.analysis.quantize import (  # noqa: E402
+    QuantSpec,
+    dequant_bytes,
+    layout,
+    parse_quantize,
+    resident_bytes,
+)
+from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+
+SHAPES = [(512, 256), (300, 130)]  # (out, in); the second's blocks and nested blocks end part-full
+
+
+def _bnb() -> Any:
+    bnb = pytest.importorskip("bitsandbytes")
+    assert bnb.__version__ == "0.50.2"  # the release the layouts were read from (quantize.py's docstring)
+    return bnb
+
+
+def _pieces(tensors: Any) -> list:
+    return sorted((tuple(t.shape), str(t.dtype).replace("torch.", "")) for t in tensors)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["nf4", "fp4"])
+@pytest.mark.parametrize("double", [True, False])
+def test_4bit_layout_is_bitsandbytes_own(kind: str, double: bool, shape: Any) -> None:
+    bnb = _bnb()
+    out_f, in_f = shape
+    layer = bnb.nn.Linear4bit(
+        in_f, out_f, bias=False, compute_dtype=torch.bfloat16, compress_statistics=double, quant_type=kind
+    ).to("cpu")  # quantises on bitsandbytes' CPU backend
+    state = layer.weight.quant_state
+    tensors = [layer.weight.data, state.absmax, state.code]
+    if double:
+        tensors += [state.state2.absmax, state.state2.code, state.offset]
+    spec = QuantSpec(kind, double_quant=double)
+    assert _pieces(tensors) == _pieces(_as_tensors(spec, out_f, in_f))
+    assert resident_bytes(spec, out_f, in_f) == sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_int8_layout_is_bitsandbytes_own(shape: Any) -> None:
+    bnb = _bnb()
+    out_f, in_f = shape
+    layer = bnb.nn.Linear8bitLt(in_f, out_f, bias=False, has_fp16_weights=False, threshold=6.0).to("cpu")
+    tensors = [layer.weight.data, layer.weight.SCB]
+    spec = QuantSpec("int8")
+    assert _pieces(tensors) == _pieces(_as_tensors(spec, out_f, in_f))
+    assert resident_bytes(spec, out_f, in_f) == sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _as_tensors(spec: QuantSpec, out_f: int, in_f: int) -> list:
+    return [torch.empty(p.shape, dtype=getattr(torch, p.dtype), device="meta") for p in layout(spec, out_f, in_f)]
+
+
+def test_documented_sizes_of_a_llama_projection() -> None:
+    # 4096 x 4096 in nf4 with double quantisation: 8 MiB packed, 256 Ki absmax bytes, 1 Ki nested fp32 + code
+    spec = QuantSpec("nf4")
+    assert resident_bytes(spec, 4096, 4096) == 8 * 2**20 + 2**18 + 1024 * 4 + 256 * 4 + 4 + 16 * 4
+    # forward: bf16 dequantised weight + the fp32 absmax; backward from a bf16 weight: the same
+    assert dequant_bytes(spec, 4096, 4096, "bfloat16") == (32 * 2**20 + 2**20, 32 * 2**20 + 2**20)
+    # from an fp32 weight, backward dequantises into fp32 and casts to bf16
+    assert dequant_bytes(spec, 4096, 4096, "float32")[1] == 64 * 2**20 + 32 * 2**20 + 2**20
+
+
+class Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(64, 1024)
+        self.down = nn.Linear(1024, 64)
+
+    def forward(self, x: Any) -> Any:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _traces(kind: str) -> Any:
+    torch.manual_seed(0)
+    model = Wide()
+    results = []
+    for fake in (True, False):
+        planned = planned_model(model, parse_lora("r=4,targets=up,down"), parse_quantize(kind), on_meta=fake)
+        plan = TracePlan(planned.model, "adamw", lambda b, fake: torch.randn(b, 64), default_loss)
+        results.append(run_trace(plan, 4, fake=fake))
+    return planned, results
+
+
+@pytest.mark.parametrize("kind", ["nf4", "int8"])
+def test_traced_quantised_step_agrees_with_a_real_cpu_step(kind: str) -> None:
+    planned, (fake, real) = _traces(kind)
+    for name in ("peak_live", "parameters", "buffers", "gradients", "optimizer_state", "activations"):
+        assert getattr(fake, name) == getattr(real, name), name
+    done = planned.quantised
+    assert done.layers == 2 and fake.parameters + fake.buffers >= done.resident
+    # a batch of 4 is tiny next to the 64 x 1024 weights: the peak over model states is the dequantised weight
+    states = fake.parameters + fake.buffers + fake.gradients + fake.optimizer_state
+    assert fake.peak_live - states >= max(done.forward_transient, done.backward_transient)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("nf5", "unknown quantize 'nf5'; use one of nf4, fp4, int8"),
+        ("nf4,compute=fp8", "compute must be one of bf16, fp16, fp32"),
+        ("nf4,double=maybe", "double must be on or off"),
+        ("int8,threshold=-1", "threshold must be a number >= 0"),
+        ("nf4,blocks=32", "unknown setting 'blocks=32'"),
+    ],
+)
+def test_bad_values_are_one_line(value: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_quantize(value)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_settings_are_read() -> None:
+    assert parse_quantize("NF4,double=off,compute=fp16") == QuantSpec("nf4", double_quant=False, compute="fp16")
+    assert parse_quantize("int8,threshold=4") == QuantSpec("int8", threshold=4.0)
+    assert parse_quantize(None) is None
