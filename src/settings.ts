@@ -34,6 +34,8 @@ export interface IGpuMemSettings {
    * with `configure` as `oom_timeline` to kernels whose hello lists "oom_timeline").
    */
   readonly oomTimeline: boolean;
+  /** Tokens the kernel's sequence search steps in without `--seq-multiple` (sent with `configure`, 1–65536). */
+  readonly seqMultiple: number;
 }
 
 /** The values of the "Batch-size rounding" setting, as `--round` takes them. */
@@ -57,7 +59,8 @@ export const DEFAULT_SETTINGS: IGpuMemSettings = {
   restartTimeoutSeconds: 30,
   batchRounding: 'pow2',
   idleMinutes: 30,
-  oomTimeline: false
+  oomTimeline: false,
+  seqMultiple: 64
 };
 
 function boolOr(value: unknown, fallback: boolean): boolean {
@@ -99,7 +102,9 @@ export function readSettings(composite: Readonly<Record<string, unknown>>): IGpu
       ? composite.batchRounding
       : DEFAULT_SETTINGS.batchRounding,
     idleMinutes: numberIn(composite.idleMinutes, 1, 10080, DEFAULT_SETTINGS.idleMinutes),
-    oomTimeline: boolOr(composite.oomTimeline, DEFAULT_SETTINGS.oomTimeline)
+    oomTimeline: boolOr(composite.oomTimeline, DEFAULT_SETTINGS.oomTimeline),
+    // a whole number of tokens: the kernel refuses a fraction
+    seqMultiple: Math.round(numberIn(composite.seqMultiple, 1, 65536, DEFAULT_SETTINGS.seqMultiple))
   };
 }
 

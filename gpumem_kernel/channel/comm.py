@@ -367,7 +367,7 @@ class Channel:
         if request.action == "history":
             return {"samples": self._sampler.history()}
         if request.action == "configure":
-            taken = {"interval", "history_seconds", "rounding", "oom_timeline"}
+            taken = {"interval", "history_seconds", "rounding", "oom_timeline", "seq_multiple"}
             unknown: List[str] = sorted(set(request.args) - taken)
             if unknown:
                 raise ProtocolError("bad-request", f"configure does not take {', '.join(unknown)}", request.id)
@@ -375,6 +375,8 @@ class Channel:
                 _set_rounding(request.args["rounding"], request.id)
             if "oom_timeline" in request.args:
                 _set_oom_timeline(request.args["oom_timeline"], request.id)
+            if "seq_multiple" in request.args:
+                _set_seq_multiple(request.args["seq_multiple"], request.id)
             try:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
@@ -425,6 +427,19 @@ def _set_rounding(value: Any, request_id: str) -> None:
 
     if not isinstance(value, str):
         raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
+    try:
+        set_setting(value)
+    except ValueError as error:
+        raise ProtocolError("bad-request", f"configure: {error}", request_id) from None
+
+
+def _set_seq_multiple(value: Any, request_id: str) -> None:
+    """The JupyterLab setting "Sequence-length multiple": the default step of this kernel's sequence search
+    (one per kernel: the last browser to send it wins)."""
+    from gpumem_kernel.analysis.seq_search import set_setting
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError("bad-request", "configure: seq_multiple must be a whole number of tokens", request_id)
     try:
         set_setting(value)
     except ValueError as error:

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional
 PROTOCOL_VERSION = 1
 # "rounding": `configure` takes `rounding` (the JupyterLab setting "Batch-size rounding" for analyze/autobatch picks)
 # "oom_timeline": `configure` takes `oom_timeline` (the JupyterLab setting "oomTimeline": the OOM capture)
+# "seq_multiple": `configure` takes `seq_multiple` (the JupyterLab setting "Sequence-length multiple" for --search seq)
 # "timeline": the `timeline_export` action (a timeline payload's history as a PyTorch snapshot pickle or a CSV)
 CAPABILITIES = (
     "sample",
@@ -31,6 +32,7 @@ CAPABILITIES = (
     "rounding",
     "timeline",
     "oom_timeline",
+    "seq_multiple",
 )
 ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping", "timeline_export")
 TIMELINE_FORMATS = ("snapshot", "csv")

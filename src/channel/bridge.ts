@@ -24,6 +24,7 @@ import { messageOf, PendingRequests, RequestError } from './requests';
 import { MessageRouter } from './routing';
 import {
   COMM_TARGET,
+  type IConfigureArgs,
   type IHello,
   type IRequestArgs,
   type IRequestResults,
@@ -90,6 +91,7 @@ export class KernelBridge implements IDisposable {
       greeted: () => {
         this._sendRounding(); // a new kernel (or a restarted one) starts from pow2
         this._sendOomTimeline(); // and with the OOM capture off
+        this._sendSeqMultiple(); // and from sequences in multiples of 64
       },
       sampled: () => {
         this._autoRetried = false;
@@ -180,6 +182,9 @@ export class KernelBridge implements IDisposable {
     if (old.oomTimeline !== settings.oomTimeline) {
       this._sendOomTimeline();
     }
+    if (old.seqMultiple !== settings.seqMultiple) {
+      this._sendSeqMultiple();
+    }
     if (!old.autoLoad && settings.autoLoad && this._state.name === 'autoload-off') {
       void this._start({ restart: true, force: false });
     }
@@ -190,18 +195,7 @@ export class KernelBridge implements IDisposable {
    * its `%gpumem analyze`/`autobatch` picks when a command gives no `--round` (older kernels are not asked).
    */
   private _sendRounding(): void {
-    if (
-      this._comm === null ||
-      !this._isConnectedState() ||
-      !this._router.hello?.capabilities.includes('rounding')
-    ) {
-      return;
-    }
-    this.request('configure', { rounding: this._settings.batchRounding }).catch((error: unknown) => {
-      if (!this._isDisposed) {
-        console.warn(`jupyterlab-gpumem: could not send the batch-size rounding: ${messageOf(error)}`);
-      }
-    });
+    this._sendSetting('rounding', { rounding: this._settings.batchRounding }, 'the batch-size rounding');
   }
 
   /**
@@ -210,16 +204,37 @@ export class KernelBridge implements IDisposable {
    * not asked). Sent after every hello, so a restarted kernel (off by default) gets it again.
    */
   private _sendOomTimeline(): void {
+    this._sendSetting(
+      'oom_timeline',
+      { oom_timeline: this._settings.oomTimeline },
+      'the OOM timeline setting'
+    );
+  }
+
+  /**
+   * The "Sequence-length multiple" setting, to a kernel whose hello lists the capability "seq_multiple": the
+   * multiple of tokens `%gpumem analyze --search seq` searches in when a command gives no `--seq-multiple`.
+   */
+  private _sendSeqMultiple(): void {
+    this._sendSetting(
+      'seq_multiple',
+      { seq_multiple: this._settings.seqMultiple },
+      'the sequence-length multiple'
+    );
+  }
+
+  /** One setting in a `configure` request, to a connected kernel whose hello lists `capability` (older are not asked). */
+  private _sendSetting(capability: string, args: IConfigureArgs, what: string): void {
     if (
       this._comm === null ||
       !this._isConnectedState() ||
-      !this._router.hello?.capabilities.includes('oom_timeline')
+      !this._router.hello?.capabilities.includes(capability)
     ) {
       return;
     }
-    this.request('configure', { oom_timeline: this._settings.oomTimeline }).catch((error: unknown) => {
+    this.request('configure', args).catch((error: unknown) => {
       if (!this._isDisposed) {
-        console.warn(`jupyterlab-gpumem: could not send the OOM timeline setting: ${messageOf(error)}`);
+        console.warn(`jupyterlab-gpumem: could not send ${what}: ${messageOf(error)}`);
       }
     });
   }

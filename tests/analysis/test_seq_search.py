@@ -113,3 +113,24 @@ def test_the_magic_takes_the_sequence_options():
     args = parse(analyze_arguments, "analyze", "hf:x/y --seq 4096 --search seq --seq-batches 1,4,8 --seq-multiple 128")
     assert (args.seq, args.search, args.seq_batches, args.seq_multiple) == (4096, "seq", "1,4,8", 128)
     assert parse(analyze_arguments, "analyze", "model").search == "batch"
+
+
+def test_the_browser_sends_the_multiple_with_configure(make_prober):
+    """`configure` with `seq_multiple` (src/channel/bridge.ts sends it after a hello listing "seq_multiple")."""
+    from fake_comm import FakeComm, open_msg
+
+    from gpumem_kernel.channel.comm import Channel
+    from gpumem_kernel.probe.sampler import Sampler
+
+    channel = Channel(Sampler(make_prober([])), "0.1.0")
+    comm = FakeComm("c1")
+    channel._on_open(comm, open_msg({"type": "open", "protocol": 1}))
+    assert "seq_multiple" in comm.sent[0]["capabilities"]
+    try:
+        for request, value in ((128, 128), (0, 128), ("64", 128)):  # a bad value is refused and changes nothing
+            comm.browser_sends({"type": "request", "id": "r", "action": "configure", "args": {"seq_multiple": request}})
+            assert comm.sent[-1]["type"] == ("reply" if request == 128 else "error")
+            assert seq_search.resolve_multiple(None) == (value, "setting")
+    finally:
+        seq_search.set_setting(None)
+        channel.unregister()

@@ -502,6 +502,18 @@ describe('KernelBridge: requests', () => {
     });
   });
 
+  it('sends the sequence-length multiple to kernels that take it, on hello and on change', async () => {
+    const ctx = new FakeSessionContext(new FakeKernel('k1'));
+    const bridge = makeBridge(ctx, { ...DEFAULT_SETTINGS, seqMultiple: 128 });
+    await flush();
+    ctx.kernel.comm.receive({ ...fx.hello, capabilities: [...fx.hello.capabilities, 'seq_multiple'] });
+    bridge.updateSettings({ ...DEFAULT_SETTINGS, seqMultiple: 32 });
+    expect(ctx.kernel.comm.sent.map(message => (message as { args: unknown }).args)).toEqual([
+      { seq_multiple: 128 },
+      { seq_multiple: 32 }
+    ]);
+  });
+
   it('sends the OOM timeline setting to kernels that take it, on hello and on change', async () => {
     const ctx = new FakeSessionContext(new FakeKernel('k1'));
     const bridge = makeBridge(ctx, { ...DEFAULT_SETTINGS, oomTimeline: true });

@@ -205,7 +205,8 @@ describe('settings', () => {
       restartTimeoutSeconds: 30,
       batchRounding: 'pow2',
       idleMinutes: 30,
-      oomTimeline: false
+      oomTimeline: false,
+      seqMultiple: 64
     });
   });
 
@@ -233,6 +234,9 @@ describe('settings', () => {
     });
     expect(s.batchRounding).toBe('pow2');
     expect(readSettings({ batchRounding: '8' }).batchRounding).toBe('8');
+    expect([0, 100.4, 1e6, 'x'].map(seqMultiple => readSettings({ seqMultiple }).seqMultiple)).toEqual([
+      1, 100, 65536, 64
+    ]);
     expect(s.confirmRestart).toBe(true);
     expect(s.restartTimeoutSeconds).toBe(5);
     expect(s.interval).toBe(0.1);

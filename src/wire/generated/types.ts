@@ -1203,6 +1203,10 @@ export interface IConfigureArgs {
    */
   rounding?: string;
   /**
+   * the JupyterLab setting "Sequence-length multiple": the tokens this kernel's `%gpumem analyze --search seq` steps in when the command gives no --seq-multiple; sent only to kernels whose hello lists the capability "seq_multiple"
+   */
+  seq_multiple?: number;
+  /**
    * the JupyterLab setting "oomTimeline" (Capture the timeline at an out-of-memory error): while cells run, record a bounded CUDA allocator history (Python stacks, about 2 µs per allocation event) and attach what was alive to the OOM checklist; sent only to kernels whose hello lists the capability "oom_timeline"
    */
   oom_timeline?: boolean;
