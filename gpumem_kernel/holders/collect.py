@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.holders import describe
 from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
-from gpumem_kernel.holders.walk import Limits, OnDevice, OutOfTime, Reach, Walker
+from gpumem_kernel.holders.walk import ATOMS, Limits, OnDevice, OutOfTime, Reach, Walker
 from gpumem_kernel.probe.holders import (
     exception_tracebacks,
     namespace_of,
@@ -45,14 +45,19 @@ class _Root:
 
 
 def _variable_roots(shell: Any, walker: Walker) -> List[_Root]:
+    """The variables reaching a storage, in charging order (walked in namespace order: sorting 10,000 names by
+    kind would cost more than skipping the numbers and strings among them)."""
     kinds = walker.kinds
-    variables = sorted(user_variables(shell), key=lambda item: walk_order(item, kinds))
-    roots = []
-    for name, value in variables:
+    found = []
+    for name, value in user_variables(shell):
+        if isinstance(value, ATOMS):
+            continue
         reach = walker.reach(value)
         if reach.storages:
-            roots.append(_Root(name, "variable", describe.value(value, reach, kinds), reach))
-    return roots
+            found.append(
+                (walk_order((name, value), kinds), _Root(name, "variable", describe.value(value, reach, kinds), reach))
+            )
+    return [root for _, root in sorted(found, key=lambda pair: pair[0])]
 
 
 def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
@@ -61,7 +66,9 @@ def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
     out = namespace.get("Out")
     held = list(out.items()) if isinstance(out, dict) else []
     held += [
-        (name, value) for name, value in list(namespace.items()) if isinstance(name, str) and _OUT_NAME.match(name)
+        (name, value)
+        for name, value in list(namespace.items())
+        if isinstance(name, str) and name[:1] == "_" and _OUT_NAME.match(name)
     ]
     total, labels = Reach(), []
     for key, value in held:

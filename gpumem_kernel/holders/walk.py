@@ -25,7 +25,7 @@ from gpumem_kernel.probe.holders import TorchKinds, storage_identity
 OnDevice = Callable[[Any], bool]  # a tensor -> whether its memory is the memory being accounted
 
 # Values that can hold nothing: looked at first, so a namespace of numbers and strings costs a type check each.
-_ATOMS = (int, float, complex, bool, str, bytes, bytearray, type(None), range, slice)
+ATOMS = (int, float, complex, bool, str, bytes, bytearray, type(None), range, slice)
 # Objects whose attributes are not the user's data (walking a module's __dict__ would walk a whole library).
 _OPAQUE = (
     type,
@@ -78,6 +78,8 @@ class Walker:
         self.visited = 0
         self.truncated = False  # the object budget ran out: some objects were not looked at
         self._depth = limits.depth
+        # one isinstance for the common case, a value that is none of them
+        self._torch = tuple(c for c in (kinds.tensor, kinds.module, kinds.optimizer) if c is not None)
 
     def reach(self, obj: Any, depth: Optional[int] = None) -> Reach:
         """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down."""
@@ -97,27 +99,32 @@ class Walker:
         return True
 
     def _visit(self, obj: Any, found: Reach, depth: int, path: Set[int]) -> None:
-        if isinstance(obj, _ATOMS) or not self._tick():
+        if isinstance(obj, ATOMS) or not self._tick():
             return
-        kinds = self.kinds
         try:
-            if isinstance(obj, kinds.tensor):
-                self._tensor(obj, found)
-            elif kinds.module is not None and isinstance(obj, kinds.module):
-                self._module(obj, found)
-            elif kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
-                self._optimizer(obj, found, depth, path)
+            if isinstance(obj, self._torch):
+                self._torch_value(obj, found, depth, path)
             elif depth < self._depth and id(obj) not in path:
                 children = self._children(obj)
                 if children is not None:
                     path.add(id(obj))  # a container that contains itself (x.append(x)) is walked once
                     for child in children:
-                        self._visit(child, found, depth + 1, path)
+                        if not isinstance(child, ATOMS):  # most elements: spare them a call
+                            self._visit(child, found, depth + 1, path)
                     path.discard(id(obj))
         except OutOfTime:
             raise
         except Exception:  # a half-built Module, a proxy whose isinstance or __dict__ raises: not ours to fix
             return
+
+    def _torch_value(self, obj: Any, found: Reach, depth: int, path: Set[int]) -> None:
+        kinds = self.kinds
+        if isinstance(obj, kinds.tensor):
+            self._tensor(obj, found)
+        elif kinds.module is not None and isinstance(obj, kinds.module):
+            self._module(obj, found)
+        else:
+            self._optimizer(obj, found, depth, path)
 
     def _tensor(self, tensor: Any, found: Reach, gradient: bool = False) -> None:
         if not self.on_device(tensor):
@@ -159,9 +166,9 @@ class Walker:
             return list(itertools.islice(obj, items))
         if isinstance(obj, _OPAQUE):
             return None
-        if dataclasses.is_dataclass(obj) and not hasattr(obj, "__dict__"):  # slots=True: no __dict__
-            return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
         attributes = getattr(obj, "__dict__", None)
         if isinstance(attributes, dict):  # vars(obj): never calls properties or __getattr__
             return list(itertools.islice(attributes.values(), items))
+        if dataclasses.is_dataclass(obj):  # slots=True: no __dict__
+            return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
         return None
