@@ -118,3 +118,44 @@ def _line(r: Dict[str, Any]) -> str:
         f"predicted reserved {r['predicted_reserved_mib']:>8.1f} ({r['reserved_error']:+.1%}), "
         f"total {r['predicted_total_mib']:>8.1f} ({r['total_error']:+.1%}) | {r['seconds']} s"
     )
+
+
+def run_seminar(rows: List[Any]) -> List[Dict[str, Any]]:
+    """The course notebook's runs (source_seminar): each row's own step traced on each GPU it may have run on;
+    predicted = the trace's peak allocated + the resident batches, vs max_memory_allocated()."""
+    import torch
+
+    from benchmarks.published import source_seminar as sem
+    from gpumem_kernel.analysis.analyze import trace_step
+
+    out = []
+    for row in rows:
+        started = time.perf_counter()
+        predicted: Dict[str, float] = {}
+        for gpu in sem.GPUS:
+            net = sem.model(row.precision)
+            report = trace_step(
+                sem.step(row),
+                net,
+                torch.optim.SGD(net.parameters(), lr=0.001),
+                batch_size=sem.BATCH,
+                input=sem.make_batch,
+                target=gpu,
+                torch_version=sem.TORCH,
+                cuda_version=sem.CUDA,
+            )
+            predicted[gpu] = (int(report.peak_allocated_bytes) + sem.resident_bytes()) / 1e6
+        out.append(
+            {
+                "row": row.name,
+                "published_mb": row.published_mb,
+                "predicted_allocated_mb": {gpu: round(mb, 1) for gpu, mb in predicted.items()},
+                "allocated_error": {gpu: _error(mb, row.published_mb) for gpu, mb in predicted.items()},
+                "settings": row.settings(),
+                "seconds": round(time.perf_counter() - started, 1),
+                "source": sem.URL,
+            }
+        )
+        errors = ", ".join(f"{gpu} {e:+.1%}" for gpu, e in out[-1]["allocated_error"].items())
+        print(f"{row.name:<32} published {row.published_mb:>5} MB | predicted allocated: {errors}", flush=True)
+    return out

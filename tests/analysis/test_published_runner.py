@@ -39,3 +39,27 @@ def test_the_optimizers_of_that_time() -> None:
     assert runner.optimizer("adamw_hf", model).defaults["foreach"] is False
     bnb = runner.optimizer("Adam8bit", model)
     assert bnb.settings[0][0].blocksize == 2048 and bnb.settings[0][0].fp32_below == 4096
+
+
+def test_the_seminar_rows_keep_the_previous_run_alive_through_the_forward() -> None:
+    """The course notebook's half-precision run starts while the full-precision run's `loss` still holds its fp32
+    parameters: the traced peak counts them, and the run without that state does not."""
+    import dataclasses
+
+    import torch
+
+    from benchmarks.published import source_seminar as sem
+    from gpumem_kernel.analysis.analyze import trace_step
+
+    half = {r.name: r for r in sem.ROWS}["Half precision"]
+    fresh = dataclasses.replace(half, previous=None, previous_output=None)
+
+    def peak(row: sem.Row) -> int:
+        net = sem.model(row.precision)
+        opt = torch.optim.SGD(net.parameters(), lr=0.001)
+        report = trace_step(sem.step(row), net, opt, batch_size=sem.BATCH, input=sem.make_batch, target="H100 80GB")
+        return int(report.peak_allocated_bytes)
+
+    fp32_parameters = sem.LAYERS * (sem.WIDTH * sem.WIDTH + sem.WIDTH) * 4
+    assert peak(half) - peak(fresh) >= fp32_parameters // 2  # at least the old weights outlast the new peak
+    assert sem.resident_bytes() == 49 * 2 * 512 * 6144 * 4
