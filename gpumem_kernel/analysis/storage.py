@@ -127,6 +127,18 @@ def tracker_class() -> type:
             self.live += record.nbytes
             return record
 
+        def synthetic(self, nbytes: int, role: Optional[str], host: bool, stack: Any) -> Record:
+            """A storage's birth without a storage: a replicated block's event (analysis.replicate), freed by
+            `_on_free(sid)` where the block it copies freed its own."""
+            with self._lock:
+                sid, at = len(self.records), len(self.events)
+                record = Record(sid, nbytes, self.phase, self.step, self.micro, at, role=role, host=host, stack=stack)
+                self.records.append(record)
+                self.events.append(("alloc", record.sid))
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                return record
+
         def _on_free(self, sid: int) -> None:
             with self._lock:
                 record = self.records[sid]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
@@ -33,6 +33,7 @@ from gpumem_kernel.analysis.model_copy import (
     tensor_attributes,
 )
 from gpumem_kernel.analysis.optimizers import paged_state_bytes
+from gpumem_kernel.analysis.replicate import Replication, ReplicationMismatch, install
 from gpumem_kernel.analysis.torch_rules import applied as torch_rules_applied
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_summary import summarize
@@ -108,6 +109,20 @@ def _without_onednn() -> Iterator[None]:
 
 
 def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
+    """Repeated blocks replayed where the plan allows (fake traces only: a real one computes values); a replay
+    that turns out not to match its blocks reruns the trace in full."""
+    replicate = plan.replicate if fake else False
+    try:
+        return _trace_once(plan, batch_size, fake, replicate)
+    except ReplicationMismatch as exc:
+        why = str(exc)
+    result = _trace_once(plan, batch_size, fake, False)
+    result.replication = Replication(False, reason=f"a replayed block did not match ({why})")
+    result.notes.append(result.replication.note())
+    return result
+
+
+def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optional[bool]) -> TraceResult:
     import torch
 
     rng = torch.get_rng_state()
@@ -132,6 +147,7 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
             if plan.checkpointing and not plan.evaluation:
                 notes += checkpoint_blocks(model)
             optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
+            replicator = install(model, tracker, replicate)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
             planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
             # the planned torch's rules (analysis.torch_rules): swaps over the CUDA ones, a mode over the tracker
@@ -165,10 +181,11 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
                             tracker=tracker,
                             keep_grads=plan.keep_grads,
                         )
-                except TraceError:
+                except (TraceError, ReplicationMismatch):
                     raise
                 except Exception as exc:
                     raise TraceError(_explain(exc)) from None
+                replication = replicator.finish() if replicator is not None else Replication(False)
                 notes += _paged_notes(optimizers_of(optimizer))
                 notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
                 del model, optimizer, mapping, copier
@@ -179,6 +196,8 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
             )
         result = summarize(tracker, batch_size, fake, plan)
         result.dropped_hooks = dropped
+        result.replication = replication
+        notes += [note for note in [result.replication.note()] if note]
         result.loss_source = loss_sources[0] if loss_sources else "custom"
         if result.loss_source == "model" and not plan.evaluation:
             notes.append(

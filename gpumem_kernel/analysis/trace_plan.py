@@ -60,6 +60,8 @@ class TracePlan:
     torch_rules: Any = None
     # sizes that depend on tensor values (nonzero, unique, boolean masks): analysis.size_hints.check's, None: defaults
     size_hints: Any = None
+    # repeated blocks traced once and replayed (analysis.replicate): None when worth it, False never, True always
+    replicate: Optional[bool] = None
     # the output head's vocabulary: the trace watches the logits and the loss's copies of them (analysis.llm_facts)
     logits_vocab: Optional[int] = None
 
@@ -89,6 +91,7 @@ class TraceResult:
     loss_source: str = "custom"  # model (output.loss) | default (mean of squares) | custom (the caller's)
     notes: List[str] = field(default_factory=list)
     timeline: Optional["TraceEvents"] = None  # only when the plan has a stack_hook
+    replication: Any = None  # analysis.replicate.Replication: blocks replayed, or the full trace and why
     logits: Any = None  # analysis.llm_facts.LogitsTrace, when the plan names a logits_vocab and the trace saw them
 
 
