@@ -4,8 +4,12 @@ PyPI has no CPU torchvision: the wheel matching torch's release links libtorch_c
 `torchvision/_C.so` does not load, and `import torchvision` then fails in its own `_meta_registrations`
 (`register_fake("torchvision::nms")` needs the operator to exist). Declaring the two operators' schemas
 first lets torchvision import; nms and qnms then have torchvision's own fake kernels (enough for FakeTensors)
-and no real kernel (ops.nms's check for _C is passed); roi_align falls back to its Python implementation as
-torchvision does without _C.
+and no real kernel (ops.nms's check for _C is passed).
+
+roi_align is declared too, with torchvision's meta kernels and the compiled op's autograd (it saves the rois and
+the input's shape, as roi_align_kernel.cpp's autograd does): without _C torchvision falls back to a Python
+roi_align whose intermediates grow with the whole feature map per box, which a GPU never allocates (a Mask R-CNN
+traced that way peaked at tens of TiB).
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ _LIBRARY: Optional[Any] = None  # kept alive: dropping a torch.library.Library r
 _SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+    "int sampling_ratio, bool aligned) -> Tensor",
+    "_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+    "SymInt batch_size, SymInt channels, SymInt height, SymInt width, int sampling_ratio, bool aligned) -> Tensor",
 )
 
 
@@ -52,3 +60,31 @@ def ensure_importable() -> None:
 
     # ops.nms asserts that _C loaded; declared, nms has torchvision's fake kernel: all a fake trace calls
     boxes._assert_has_ops = lambda: None
+    _declare_roi_align(_LIBRARY)
+
+
+def _declare_roi_align(library: Any) -> None:
+    """roi_align as the compiled op: torchvision's meta kernels, and its autograd calling _roi_align_backward."""
+    import torch
+    import torchvision._meta_registrations as metas
+    import torchvision.ops.roi_align as module
+
+    library.impl("roi_align", metas.meta_roi_align, "Meta")
+    library.impl("_roi_align_backward", metas.meta_roi_align_backward, "Meta")
+
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        ctx.rois = inputs[1]
+        ctx.args = inputs[2:]
+        ctx.shape = tuple(inputs[0].shape)
+
+    def backward(ctx: Any, grad: Any) -> Any:
+        scale, height, width, ratio, aligned = ctx.args
+        batch, channels, rows, cols = ctx.shape
+        grad_input = torch.ops.torchvision._roi_align_backward(
+            grad, ctx.rois, scale, height, width, batch, channels, rows, cols, ratio, aligned
+        )
+        return grad_input, None, None, None, None, None, None
+
+    torch.library.register_autograd("torchvision::roi_align", backward, setup_context=setup_context)
+    module._has_ops = lambda: True  # MultiScaleRoIAlign then calls the declared op, not the Python fallback
+    module._assert_has_ops = lambda: None
