@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from gpumem_kernel.analysis.checkpointing import _name_span, repeated_blocks
 from gpumem_kernel.analysis.trace_tracker import Marker
@@ -218,6 +218,7 @@ class Replicator:
         self.runs = runs
         self.position: Dict[int, Tuple[int, int]] = {}  # id(block) -> (run, index in run)
         self.passes: Dict[Tuple[Any, ...], Pass] = {}
+        self.skipped: Set[str] = set()  # why block calls ran for real without a pass to replay (for the report)
         self.originals: List[Tuple[Any, Any]] = []  # (block, its own forward attribute or None)
         for r, run in enumerate(runs):
             for i, (_, block) in enumerate(run):
@@ -243,7 +244,7 @@ class Replicator:
         blocks = sum(len(run) for run in self.runs)
         names = ", ".join(_name_span([n for n, _ in run]) for run in self.runs)
         kind = type(self.runs[0][0][1]).__name__ if self.runs else ""
-        unsupported = sorted({p.unsupported for p in self.passes.values() if p.unsupported})
+        unsupported = sorted({p.unsupported for p in self.passes.values() if p.unsupported} | self.skipped)
         reason = "; ".join(unsupported) if not replayed else ""
         return Replication(bool(replayed), kind, blocks, replayed, names, reason)
 
@@ -256,10 +257,14 @@ class Replicator:
         plain: List[Any] = []
         tracker = self.tracker
         real = functools.partial(self._real, real)
-        if tracker.phase != "forward" or not torch.is_grad_enabled() or not _flatten((args, kwargs), tensors, plain):
+        if tracker.phase != "forward" or not torch.is_grad_enabled():
+            self.skipped.add("blocks run without gradients (an evaluation step) are not replayed")
             return real(*args, **kwargs)
-        wanting = [t for t in tensors if t.requires_grad]
-        if len(wanting) != 1:  # the backward window ends at the one input's gradient
+        if not _flatten((args, kwargs), tensors, plain):
+            self.skipped.add("the blocks are handed an object that may differ per layer (a KV cache)")
+            return real(*args, **kwargs)
+        if sum(t.requires_grad for t in tensors) != 1:  # the backward window ends at the one input's gradient
+            self.skipped.add("the blocks take no input, or several, that needs a gradient")
             return real(*args, **kwargs)
         run, index = self.position[id(block)]
         members = self.runs[run]

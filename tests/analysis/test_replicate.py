@@ -82,7 +82,8 @@ def test_gradient_accumulation_and_kept_gradients() -> None:
 def test_kv_cache_runs_every_block() -> None:
     """Without checkpointing a causal LM keeps a KV cache per layer: not replayable, so every block runs."""
     replicated, full = _traces(_hf(LLMS["llama"]()), _tokens, amp="bf16")
-    assert not replicated.replication.used
+    assert not replicated.replication.used and "KV cache" in replicated.replication.reason
+    assert any("full trace of every block" in note for note in replicated.notes)
     _same(replicated, full)
 
 
