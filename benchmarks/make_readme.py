@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parent))  # the repository root: the GPU suite's sum
 from benchmarks.gpu import summary as gpu_summary  # noqa: E402
 from benchmarks.published import readme as published_readme  # noqa: E402
 from benchmarks.zoo import readme as zoo_readme  # noqa: E402
+from replicate_speed import section as replicate_section  # noqa: E402
 
 
 def load(name: str) -> Optional[Dict[str, Any]]:
@@ -691,6 +692,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 8 listing workers on a busy machine | `{RUN} benchmarks/descendants_walk.py` | ~1.5 min |
 | 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
 | 10 published figures (issue 24) | `{published_readme.RUN}` | ~4 min on 2 cores |
+| 11 repeated blocks traced once (issue 25) | `{RUN} benchmarks/replicate_speed.py` | ~6 min on 2 cores |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -720,6 +722,7 @@ def main() -> None:
         row_descendants(load("descendants_walk")),
         zoo_readme.section(load("zoo"), provenance),
         published_readme.section(load("published"), provenance),
+        replicate_section(load("replicate_speed"), provenance),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))

@@ -151,3 +151,26 @@ def test_small_models_trace_in_full_by_default() -> None:
     model = _hf(LLMS["llama"]())
     plan = TracePlan(model, "adamw", _tokens, default_loss, amp="bf16", checkpointing=True)
     assert not run_trace(plan, 1).replication.used  # four layers: under MIN_AUTO_RUN
+
+
+class Odd(nn.Module):
+    """A block whose last instance makes one more temporary: a place-dependent path the signature cannot see."""
+
+    def __init__(self, layer_idx: int, last: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(32, 32)
+        self.layer_idx, self.last = layer_idx, last
+
+    def forward(self, x: Any) -> Any:
+        out = self.linear(x).relu()
+        if self.layer_idx == self.last:
+            out = out * 2
+        return out + x
+
+
+def test_a_last_block_that_differs_reruns_in_full() -> None:
+    model = nn.Sequential(*[Odd(i, 3) for i in range(4)], nn.Linear(32, 4))
+    model[0].last = model[1].last = model[2].last = model[3].last = 3  # one plain value for all: one signature
+    replicated, full = _traces(model, lambda b, fake: torch.randn(b, 32))
+    assert not replicated.replication.used and "did not match" in replicated.replication.reason
+    _same(replicated, full)
