@@ -3,11 +3,12 @@ transformer's decoder layers, a ResNet stage's bottlenecks) and replays the othe
 dispatching their ops, so that an 80-layer model traces in the time of a few layers.
 
 A run is consecutive blocks of checkpointing.repeated_blocks with the same class, parameter and buffer shapes,
-dtypes and requires_grad, and the same plain attributes (a per-layer index aside). Per forward pass, the first
-call of a run records its forward window (every alloc and free, and the cuBLAS/cuDNN markers between them) and the
-last block records its backward window (from its output's gradient to its input's). A block in between whose call
-matches the first's (inputs' shapes, dtypes and strides, the plain arguments, grad mode, autocast, which gradients
-exist) becomes one autograd node: its forward emits the forward window with fresh storage ids and returns real
+dtypes and requires_grad, and the same plain attributes (a per-layer index aside). In the first forward pass at a
+call signature, the first call of a run records its forward window (every alloc and free, and the cuBLAS/cuDNN
+markers between them) and the last block records its backward window (from its output's gradient to its input's);
+the next step's passes replay every block of the run. A block in between whose call matches the first's (inputs'
+shapes, dtypes and strides, the plain arguments, grad mode, autocast, which gradients exist) becomes one autograd
+node: its forward emits the forward window with fresh storage ids and returns real
 outputs of the recorded metadata; its backward emits the backward window and hands back the input's gradient and
 the parameters' `.grad`. Storages that leave a window (outputs, gradients) are real tensors made at the position
 the block made them; the others are records without a storage. Everything outside the blocks (embedding, head,
@@ -56,8 +57,8 @@ class Replication:
     def note(self) -> Optional[str]:
         if self.used and self.replayed:
             return (
-                f"{self.blocks} {self.kind} blocks ({self.names}) traced once per pass and replicated: "
-                f"{self.replayed} block calls replayed from the first and last block's events"
+                f"{self.blocks} {self.kind} blocks ({self.names}) traced once and replicated: {self.replayed} "
+                "block calls replayed from the events of the first step's first and last block (analysis.replicate)"
             )
         if self.reason:
             return f"full trace of every block: {self.reason}"
@@ -101,6 +102,16 @@ class Meta:
 
 
 @dataclass
+class Backward:
+    """A block's recorded backward window and where its gradients go."""
+
+    window: Window
+    gin: Optional[Ref] = None  # where the input's gradient comes from when not made in the window
+    gin_meta: Optional[Meta] = None
+    grads: Dict[int, Meta] = field(default_factory=dict)  # parameter index -> its new .grad's metadata
+
+
+@dataclass
 class Pass:
     """One forward pass of one run at one call signature: the windows its real blocks recorded."""
 
@@ -111,10 +122,10 @@ class Pass:
     out_leaves: List[Any] = field(default_factory=list)  # the output's leaves, tensors as _TENSOR
     out_spec: Any = None
     hold: Optional[List[bool]] = None  # inputs a replayed block keeps until its backward window frees them
-    backward: Optional[Window] = None
-    gin: Optional[Ref] = None  # where the input's gradient comes from when not made in the window
-    gin_meta: Optional[Meta] = None
-    grads: Dict[int, Meta] = field(default_factory=dict)  # parameter index -> its new .grad's metadata
+    backward: Optional[Backward] = None  # the last block's: every replayed block's but the first's
+    # the first block's, which frees what all blocks are handed (rotary tables, masks): the first's, when replayed
+    backward_first: Optional[Backward] = None
+    first_index: int = 0  # the first block's place in the run
     unsupported: str = ""
     replayed: int = 0
 
@@ -269,9 +280,8 @@ class Replicator:
         run, index = self.position[id(block)]
         members = self.runs[run]
         params = [p for p in block.parameters() if p.requires_grad]
-        key = (
+        key = (  # no step: the first step's windows serve the next, whose blocks are then all replayed
             run,
-            tracker.step,
             tracker.micro,
             tuple(plain),
             tuple((tuple(t.shape), t.stride(), t.dtype, t.requires_grad, t.storage_offset()) for t in tensors),
@@ -285,12 +295,14 @@ class Replicator:
         if state.unsupported:
             return real(*args, **kwargs)
         if state.forward is None:
-            return self._first(state, real, args, kwargs, tensors)
-        if index == len(members) - 1:
+            state.first_index = index
+            return self._first(state, block, real, args, kwargs, tensors)
+        complete = state.backward is not None and state.backward_first is not None
+        if not complete and index == len(members) - 1:
             return self._last(state, block, real, args, kwargs, tensors)
         if state.hold is None:
             state.hold = self._holds(state, tensors)
-        return self._replay(state, block, tensors)
+        return self._replay(state, block, tensors, complete and index == state.first_index)
 
     def _real(self, real: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The block's own forward; the frames of this module leave its storages' stacks (the timeline's), which
@@ -322,11 +334,15 @@ class Replicator:
         window, local = _window(tracker, start, marks, slots)
         return out, window, local, outputs, slots
 
-    def _first(self, state: Pass, real: Callable[..., Any], args: Any, kwargs: Any, tensors: List[Any]) -> Any:
+    def _first(
+        self, state: Pass, block: Any, real: Callable[..., Any], args: Any, kwargs: Any, tensors: List[Any]
+    ) -> Any:
+        """The run's first block runs for real and records its forward window, and its backward window for the
+        next step, whose first block is replayed too."""
         from torch.utils._pytree import tree_flatten
 
         tracker = self.tracker
-        out, window, local, outputs, _ = self._record(real, args, kwargs, tensors)
+        out, window, local, outputs, slots = self._record(real, args, kwargs, tensors)
         state.first_inputs = [_sid(tracker, t) or -1 for t in tensors]
         leaves, state.out_spec = tree_flatten(out)
         state.out_leaves = [_TENSOR if _is_tensor(leaf) else leaf for leaf in leaves]
@@ -334,6 +350,8 @@ class Replicator:
         state.outputs = [_meta(t, tracker) for t in outputs]
         state.out_counts = [_use_count(t) for t in outputs]
         state.forward = window
+        if not state.unsupported:
+            self._watch_backward(state, block, tensors, outputs, local, slots, first=True)
         return out
 
     def _holds(self, state: Pass, tensors: List[Any]) -> List[bool]:
@@ -361,27 +379,28 @@ class Replicator:
                 raise ReplicationMismatch(problem or "the run's last block's forward differs from its first's")
             state.unsupported = problem or "blocks of one signature traced differently"
             return out
+        self._watch_backward(state, block, tensors, outputs, local, slots, first=False)
+        return out
+
+    def _watch_backward(
+        self,
+        state: Pass,
+        block: Any,
+        tensors: List[Any],
+        outputs: List[Any],
+        local: List[int],
+        slots: Dict[int, Ref],
+        first: bool,
+    ) -> None:
+        """Hooks on a real block's outputs (its backward starts when their gradient is whole) and on its input
+        (it ends when the input's is): they keep storage ids only, never a tensor."""
+        tracker = self.tracker
         for k, t in enumerate(outputs):
             slots.setdefault(_sid(tracker, t), ("out", k))  # type: ignore[arg-type]
         params = [p for p in block.parameters() if p.requires_grad]
         for m, p in enumerate(params):
             if p.grad is not None:
                 slots.setdefault(_sid(tracker, p.grad), ("pgrad", m))  # type: ignore[arg-type]
-        self._watch_backward(state, tensors, outputs, params, local, slots)
-        return out
-
-    def _watch_backward(
-        self,
-        state: Pass,
-        tensors: List[Any],
-        outputs: List[Any],
-        params: List[Any],
-        local: List[int],
-        slots: Dict[int, Ref],
-    ) -> None:
-        """Hooks on the last block's outputs (its backward starts when their gradient is whole) and on its input
-        (it ends when the input's is): they keep storage ids only, never a tensor."""
-        tracker = self.tracker
         begun: List[Tuple[int, int]] = []
         handles: List[Any] = []
         forward_local = {sid: k for k, sid in enumerate(local)}
@@ -405,10 +424,13 @@ class Replicator:
                 return
             start, marks = begun[0]
             window, own = _window(tracker, start, marks, slots, forward_local)
-            state.unsupported = self._tag_gradients(state, window, own, grad, params, slots) or _outlives(
-                tracker, forward_local, kept
-            )
-            state.backward = window
+            backward = Backward(window)
+            problem = self._tag_gradients(backward, own, grad, params, slots) or _outlives(tracker, forward_local, kept)
+            state.unsupported = state.unsupported or problem
+            if first:
+                state.backward_first = backward
+            else:
+                state.backward = backward
 
         for k, t in enumerate(outputs):
             if t.requires_grad:
@@ -416,11 +438,12 @@ class Replicator:
         handles.append(next(t for t in tensors if t.requires_grad).register_hook(ended))
 
     def _tag_gradients(
-        self, state: Pass, window: Window, own: List[int], grad: Any, params: List[Any], slots: Dict[int, Ref]
+        self, backward: Backward, own: List[int], grad: Any, params: List[Any], slots: Dict[int, Ref]
     ) -> str:
         """Mark the backward window's allocs that leave it (the input's gradient, the parameters' new .grad) as
         real tensors; anything else that outlives the window cannot be replayed."""
         tracker = self.tracker
+        window = backward.window
         if any(isinstance(e, Free) and e.ref[0] == "?" for e in window.entries):
             return "a block's backward frees a storage it was not given"
         position = {sid: k for k, sid in enumerate(own)}
@@ -429,17 +452,17 @@ class Replicator:
         if sid in position:
             allocs[position[sid]].tag = ("gin", 0)
         elif sid in slots:
-            state.gin = slots[sid]
+            backward.gin = slots[sid]
         else:
             return "the input's gradient comes from outside the block"
-        state.gin_meta = _meta(grad, tracker)
+        backward.gin_meta = _meta(grad, tracker)
         for m, p in enumerate(params):
             if p.grad is None:
                 return "a parameter had no gradient when its block's backward ended"
             sid = _sid(tracker, p.grad)
             if sid in position:
                 allocs[position[sid]].tag = ("grad", m)
-                state.grads[m] = _meta(p.grad, tracker)
+                backward.grads[m] = _meta(p.grad, tracker)
             elif slots.get(sid) != ("pgrad", m):  # type: ignore[arg-type]
                 return "a parameter's gradient comes from outside the block"
         for k, sid in enumerate(own):
@@ -449,12 +472,12 @@ class Replicator:
 
     # the replay ----------------------------------------------------------------------------------------
 
-    def _replay(self, state: Pass, block: Any, tensors: List[Any]) -> Any:
+    def _replay(self, state: Pass, block: Any, tensors: List[Any], first: bool) -> Any:
         from torch.utils._pytree import tree_unflatten
 
         state.replayed += 1
         params = [p for p in block.parameters() if p.requires_grad]
-        node = _Replayed(self.tracker, state, tensors, params)
+        node = _Replayed(self.tracker, state, tensors, params, first)
         outputs = iter(_replay_function().apply(node, *tensors))
         leaves = [next(outputs) if leaf is _TENSOR else leaf for leaf in state.out_leaves]
         return tree_unflatten(leaves, state.out_spec)
@@ -528,13 +551,18 @@ def _autocast_caches(block: Any) -> bool:
 class _Replayed:
     """One replayed block call: its bindings from window slots to storage ids, and what it must hand back."""
 
-    def __init__(self, tracker: Any, state: Pass, tensors: List[Any], params: List[Any]) -> None:
+    def __init__(self, tracker: Any, state: Pass, tensors: List[Any], params: List[Any], first: bool) -> None:
         self.tracker = tracker
         self.state = state
         self.params = params
+        self.first = first  # the run's first block, in a step after the first: its own backward window
         self.bound: Dict[Ref, int] = {("in", k): _sid(tracker, t) for k, t in enumerate(tensors)}  # type: ignore
         assert state.hold is not None
-        self.held = [t for t, hold in zip(tensors, state.hold) if hold]  # freed by the backward window
+        holds = state.hold
+        if first:  # it holds what its backward window frees, the inputs all blocks share included
+            freed = {e.ref for e in state.backward_first.window.entries if isinstance(e, Free)}  # type: ignore
+            holds = [("in", k) in freed for k in range(len(tensors))]
+        self.held = [t for t, hold in zip(tensors, holds) if hold]  # freed by the backward window
         self.wanting = [t.requires_grad for t in tensors]
         self.forward_local: List[int] = []
 
@@ -556,7 +584,8 @@ class _Replayed:
 
     def backward(self, grads: Sequence[Any]) -> List[Any]:
         state = self.state
-        if state.backward is None:
+        backward = state.backward_first if self.first else state.backward
+        if backward is None or state.unsupported:
             raise ReplicationMismatch(state.unsupported or "a replayed block's backward ran before its run's last")
         for k, g in enumerate(grads):
             if g is not None:
@@ -567,18 +596,18 @@ class _Replayed:
         made: Dict[Ref, Any] = {}
 
         def make(tag: Ref) -> Any:
-            meta = state.gin_meta if tag[0] == "gin" else state.grads[tag[1]]
+            meta = backward.gin_meta if tag[0] == "gin" else backward.grads[tag[1]]  # type: ignore[union-attr]
             made[tag] = _materialize(meta)  # type: ignore[arg-type]
             return made[tag]
 
         forward = {("f", k): sid for k, sid in enumerate(self.forward_local)}
-        _emit(self.tracker, state.backward, self.bound, forward, make)
+        _emit(self.tracker, backward.window, self.bound, forward, make)
         for (kind, m), t in made.items():
             if kind == "grad":
                 self.params[m].grad = t
         gin = made.get(("gin", 0))
-        if gin is None and state.gin is not None and state.gin[0] == "gout":
-            gin = grads[state.gin[1]]
+        if gin is None and backward.gin is not None and backward.gin[0] == "gout":
+            gin = grads[backward.gin[1]]
         self.held.clear()
         return [gin if wants else None for wants in self.wanting]
 

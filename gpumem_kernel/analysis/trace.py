@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -134,6 +135,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
+    gc.freeze()  # what exists before the trace is no garbage of it: the collection below walks the trace's only
     try:
         mode: Any = contextlib.nullcontext()
         if fake:
@@ -189,6 +191,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
                 notes += _paged_notes(optimizers_of(optimizer))
                 notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
                 del model, optimizer, mapping, copier
+                gc.collect()  # the copy's teardown recorded whether or not the collector ran (a cycle may hold it)
         if rerouted.attention:
             notes.append(
                 "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the CPU's "
@@ -207,6 +210,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         result.notes += notes
         return result
     finally:
+        gc.unfreeze()
         tracker.close()
         torch.set_rng_state(rng)
 
