@@ -27,6 +27,7 @@ def test_there_is_a_notebook_per_capability_and_their_outputs_are_stripped():
         "04-benchmark",
         "05-oom-and-recover",
         "06-timeline",
+        "07-will-my-fine-tune-fit",
     ]
     for path in EXAMPLES:
         for cell in nbformat.read(path, as_version=4).cells:
