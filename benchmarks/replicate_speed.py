@@ -180,11 +180,11 @@ def section(r: Optional[Dict[str, Any]], provenance: Callable[[Dict[str, Any]], 
     same = all(row["trace"].get("same_event_stream") and row["trace"].get("same_peaks") for row in rows)
     figure += f"; replicated and full traces give the same event stream and peaks: {same}."
     text = (
-        f"\n\n{r['setup']}. A run of identical decoder layers runs its first and last layer for real in each pass "
-        "and replays the others' recorded allocations and frees (analysis.replicate); the full trace runs every "
-        "layer. *trace*: one `run_trace` at batch 1 after building the model; *analyze*: the whole call in a "
-        "fresh process, whose batch search traces more than one batch. Seconds on a shared machine: ratios hold "
-        "better than absolute times.\n\n"
+        f"\n\n{r['setup']}. A run of identical decoder layers runs its first and last layer for real in the first "
+        "step and replays the others' recorded allocations and frees, and every layer in the second "
+        "(analysis.replicate); the full trace runs every layer. *trace*: one `run_trace` at batch 1 after building "
+        "the model; *analyze*: the whole call in a fresh process, whose batch search traces more than one batch. "
+        "Seconds on a shared machine: ratios hold better than absolute times.\n\n"
     )
     body = table_rows(rows)
     return head + figure + text + body + f"\n\n{provenance(r)}\n"
