@@ -291,7 +291,7 @@ class Replicator:
         )
         state = self.passes.setdefault(key, Pass())
         if not state.unsupported and _autocast_caches(block):
-            state.unsupported = "autocast's cast weights outlive each block (an fp32 model under AMP)"
+            state.unsupported = "autocast's casts of fp32 weights (the model's, or LoRA adapters') outlive each block"
         if state.unsupported:
             return real(*args, **kwargs)
         if state.forward is None:
