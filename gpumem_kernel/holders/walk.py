@@ -12,7 +12,6 @@ Never imports torch: its classes come from probe.holders.torch_kinds (looked up 
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import itertools
 import time
@@ -20,7 +19,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Optional, Set
 
-from gpumem_kernel.probe.holders import TorchKinds, storage_identity
+from gpumem_kernel.probe.holders import TorchKinds, container_items, kept_grad, storage_identity
 
 OnDevice = Callable[[Any], bool]  # a tensor -> whether its memory is the memory being accounted
 
@@ -38,7 +37,6 @@ _OPAQUE = (
     types.TracebackType,
     types.GeneratorType,
 )
-_SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 _CHECK_EVERY = 256  # objects between two looks at the clock (perf_counter costs ~60 ns; an object ~1 µs)
 
 
@@ -135,11 +133,9 @@ class Walker:
         found.gradients += gradient
         if tensor.grad_fn is not None:
             found.with_history += 1
-        # reading .grad of a non-leaf tensor makes torch warn in the user's cell
-        if tensor.is_leaf or tensor.retains_grad:
-            grad = tensor.grad
-            if grad is not None:
-                self._tensor(grad, found, gradient=True)
+        grad = kept_grad(tensor)
+        if grad is not None:
+            self._tensor(grad, found, gradient=True)
 
     def _module(self, module: Any, found: Reach) -> None:
         for parameter in module.parameters():
@@ -160,10 +156,9 @@ class Walker:
     def _children(self, obj: Any) -> Optional[Iterable[Any]]:
         """The values inside a container, dataclass or plain object (bounded), or None for a leaf."""
         items = self.limits.items
-        if isinstance(obj, (dict, collections.UserDict)):
-            return list(itertools.islice(obj.values(), items))
-        if isinstance(obj, _SEQUENCES):
-            return list(itertools.islice(obj, items))
+        elements = container_items(obj, items)
+        if elements is not None:
+            return elements
         if isinstance(obj, _OPAQUE):
             return None
         attributes = getattr(obj, "__dict__", None)

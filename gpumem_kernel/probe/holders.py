@@ -50,7 +50,7 @@ class TorchKinds:
         """A tensor, Module or Optimizer, itself or one level deep in a list/tuple/set/dict."""
         if self._is_torch(obj):
             return True
-        return any(self._is_torch(item) for item in _container_items(obj))
+        return any(self._is_torch(item) for item in container_items(obj) or ())
 
     def _is_torch(self, obj: Any) -> bool:
         classes = tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None)
@@ -76,18 +76,27 @@ def torch_kinds() -> Optional[TorchKinds]:
 # --- walking objects to their tensors ----------------------------------------------------------------
 
 
-def _container_items(obj: Any) -> List[Any]:
-    """Elements of a plain container (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O)."""
+def container_items(obj: Any, limit: int = _CONTAINER_LIMIT) -> Optional[List[Any]]:
+    """Elements of a plain container, at most `limit`; None when `obj` is not one (not arbitrary Mappings: walking
+    h5py/zarr/shelve objects does I/O). Read by this walk and by holders.walk's deeper one."""
     try:
         if isinstance(obj, (dict, collections.UserDict)):
             values: Iterable[Any] = obj.values()
         elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
             values = obj
         else:
-            return []
-        return list(itertools.islice(values, _CONTAINER_LIMIT))
+            return None
+        return list(itertools.islice(values, limit))
     except Exception:  # a container mutated by another thread, or a broken subclass
         return []
+
+
+def kept_grad(tensor: Any) -> Any:
+    """The `.grad` a tensor keeps alive, or None. Read only where torch keeps one (a leaf, or retains_grad):
+    reading .grad of a non-leaf tensor makes torch print a UserWarning in the user's cell."""
+    if getattr(tensor, "is_leaf", True) or getattr(tensor, "retains_grad", False):
+        return getattr(tensor, "grad", None)
+    return None
 
 
 def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
@@ -96,11 +105,9 @@ def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
     try:
         if isinstance(obj, kinds.tensor):
             yield obj
-            # reading .grad of a non-leaf tensor makes torch print a UserWarning in the user's cell
-            if getattr(obj, "is_leaf", True) or getattr(obj, "retains_grad", False):
-                grad = getattr(obj, "grad", None)
-                if grad is not None:
-                    yield grad
+            grad = kept_grad(obj)
+            if grad is not None:
+                yield grad
             return
         if kinds.module is not None and isinstance(obj, kinds.module):
             for parameter in obj.parameters():
@@ -119,7 +126,7 @@ def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
     except Exception:  # a half-built Module, a user subclass with odd attributes
         return
     if depth > 0:
-        for item in _container_items(obj):
+        for item in container_items(obj) or ():
             yield from _tensors(item, kinds, depth - 1)
 
 
