@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Tuple
 from gpumem_kernel.analysis.arguments import _positive_int, parse_shape
 
 
-def _first_leaf(model: Any) -> Any:
+def first_leaf(model: Any) -> Any:
     for module in model.modules():
         if not list(module.children()) and any(True for _ in module.parameters(recurse=False)):
             return module
@@ -29,7 +29,7 @@ def infer_input(model: Any) -> Tuple[int, ...]:
     """A shape for models whose first layer says it (Linear); others must pass input=."""
     import torch
 
-    leaf = _first_leaf(model)
+    leaf = first_leaf(model)
     if isinstance(leaf, torch.nn.Linear):
         return (leaf.in_features,)
     what, example = _input_hint(leaf)
@@ -102,7 +102,7 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tup
         described = ", ".join(f"{tuple(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in samples)
         return (lambda b, fake: tree_map(lambda t: resize(t, b, fake), input)), f"sample: {described}"
     shape = parse_shape(input)
-    leaf = _first_leaf(model)
+    leaf = first_leaf(model)
     if vocab_size is None and len(shape) == 1 and isinstance(leaf, torch.nn.Embedding):
         vocab_size = leaf.num_embeddings
     if vocab_size is not None:

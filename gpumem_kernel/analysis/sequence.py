@@ -31,9 +31,9 @@ def _first_leaf_kind(model: Any) -> Tuple[bool, str]:
     """(whether the model starts with an Embedding, the first parameterised layer's class for the message)."""
     import torch
 
-    from gpumem_kernel.analysis.inputs import _first_leaf
+    from gpumem_kernel.analysis.inputs import first_leaf
 
-    leaf = _first_leaf(model)
+    leaf = first_leaf(model)
     return isinstance(leaf, torch.nn.Embedding), type(leaf).__name__ if leaf is not None else "no layer"
 
 
