@@ -1,11 +1,13 @@
 """A test double for the NVIDIA driver: a module-like object with pynvml's function names.
 
 Handles are the FakeGpu / FakeMig objects themselves. Any function can be made to fail on a given
-device by putting its name in `fail` with an NVML error code.
+device by putting its name in `fail` with an NVML error code. A GPU draws `power_mw` and its energy counter
+(mJ since the driver loaded) grows with time at that draw; `pre_volta()` makes one without the counter.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
@@ -67,6 +69,17 @@ class FakeGpu:
     graphics: List[Tuple[int, Optional[int]]] = field(default_factory=list)
     migs: List[Optional[FakeMig]] = field(default_factory=list)  # MIG slots; None = empty slot
     fail: Dict[str, int] = field(default_factory=dict)  # function name → NVML error code
+    power_mw: int = 250_000  # the draw now; the energy counter grows at this rate
+    power_limit_mw: int = 320_000
+    energy_base_mj: int = 7_200_000  # the counter when the fake was made (2 Wh since the "driver load")
+    born: float = field(default_factory=time.monotonic)
+
+
+def pre_volta(name: str, uuid: str, **extra: object) -> FakeGpu:
+    """A GPU older than Volta: power and its limit, but no energy counter (NVML: Not Supported)."""
+    gpu = FakeGpu(name, uuid, cc=(6, 1), **extra)  # type: ignore[arg-type]
+    gpu.fail.setdefault("nvmlDeviceGetTotalEnergyConsumption", NVML_ERROR_NOT_SUPPORTED)
+    return gpu
 
 
 class FakeNvml:
@@ -88,6 +101,12 @@ class FakeNvml:
         code = getattr(handle, "fail", {}).get(name)
         if code is not None:
             raise NVMLError(code)
+
+    def _whole_gpu(self, handle: object, name: str) -> None:
+        """Power and energy are a whole GPU's: NVML says Not Supported on a MIG slice's handle."""
+        self._check(handle, name)
+        if isinstance(handle, FakeMig):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
     # --- system ---
     def nvmlInit(self) -> None:
@@ -139,6 +158,19 @@ class FakeNvml:
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: FakeGpu) -> List[SimpleNamespace]:
         self._check(handle, "nvmlDeviceGetGraphicsRunningProcesses")
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in getattr(handle, "graphics", [])]
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
+        self._whole_gpu(handle, "nvmlDeviceGetPowerUsage")
+        return handle.power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: FakeGpu) -> int:
+        self._whole_gpu(handle, "nvmlDeviceGetEnforcedPowerLimit")
+        return handle.power_limit_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
+        """mJ since the driver loaded: the base plus the draw over the fake's lifetime (a constant draw)."""
+        self._whole_gpu(handle, "nvmlDeviceGetTotalEnergyConsumption")
+        return handle.energy_base_mj + round(handle.power_mw * (time.monotonic() - handle.born))
 
     # --- MIG ---
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:

@@ -5,11 +5,12 @@ magics.benchmark, their options in magics.options."""
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import shlex
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
@@ -27,6 +28,8 @@ from gpumem_kernel.oom import handler as oom_handler
 from gpumem_kernel.magics import options as magics_options
 from gpumem_kernel.magics.parsing import _fail
 from gpumem_kernel.magics.parsing import parse as _parse
+from gpumem_kernel.probe import snapshot
+from gpumem_kernel.probe.power import DeviceEnergy, span_energy
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.status import status_bundle
 from gpumem_kernel.render.text import one_line, shown
@@ -131,7 +134,7 @@ def overview() -> str:
     lines = ["GPU memory of this kernel. Commands:"]
     lines += [f"  {_summary(command)}" for command in COMMANDS.values()]
     usage = " ".join(cell_help().split("\n\n")[0][len("usage: ") :].split())
-    lines.append(f"  {usage}   (cell magic: the cell's peak and delta, or its memory timeline)")
+    lines.append(f"  {usage}   (cell magic: the cell's peak, delta and energy, or its memory timeline)")
     lines.append("%gpumem COMMAND --help shows a command's options.")
     return "\n".join(lines)
 
@@ -164,6 +167,8 @@ def _cell_arguments(line: str) -> None:
     """Run the cell and report its peak and delta of GPU memory (allocated and reserved, per device) when
     CUDA is initialised in this kernel (before or by the cell); otherwise the host RSS delta, and says so.
     Never initialises CUDA itself. The peak is since the cell started (the device's peak counter is reset).
+    Each GPU CUDA sees also gets the cell's energy (Wh) and mean power, from NVML (the whole GPU, every process
+    on it): its energy counter, or power readings × time where the GPU has none (before Volta), and says so.
     With --timeline, records the cell's allocations instead and shows its memory timeline (the cell's own
     error still fails the cell, and the timeline of what ran is shown after its traceback)."""
 
@@ -184,6 +189,18 @@ class CellReport:
     rss_delta: int
     seconds: float
     error: bool  # the cell raised
+    energy: List[DeviceEnergy] = field(default_factory=list)  # per GPU CUDA sees (NVML, whole device)
+
+
+def _cell_energy(start: Optional[Dict[str, Any]], device: Optional[int]) -> List[DeviceEnergy]:
+    """Energy of each GPU since `start` (a sample), with the sampler's samples between for power × time."""
+    end = snapshot.take_sample()
+    if start is None or end is None:
+        return []
+    sampler = snapshot.running_sampler()
+    history = sampler.history() if sampler is not None else []
+    between = [s for s in history if start["time"] < s["time"] < end["time"]]
+    return span_energy(start, between, end, device)
 
 
 def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellReport:
@@ -202,12 +219,14 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
         indices = [0]
     monitors = [MemoryMonitor(i, reset=True, printer=None) for i in indices]
     process = psutil.Process()
+    power_start = snapshot.take_sample()  # NVML only: energy and power never need a CUDA context
     rss_before, started = process.memory_info().rss, time.perf_counter()
     with contextlib.ExitStack() as stack:
         for monitor in monitors:
             stack.enter_context(monitor)
         outcome = run_nested_cell(shell, cell)
     seconds, rss_delta = time.perf_counter() - started, process.memory_info().rss - rss_before
+    energy = _cell_energy(power_start, device)
     results = [m.result for m in monitors if m.result is not None]
     after = _cuda_torch()
     if after is not None and torch is None and device is None:  # the cell initialised CUDA: every device it used
@@ -226,7 +245,7 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
         results = used or results[:1]
     if any(r.device == "host" for r in results):
         results = [r for r in results if r.device == "host"][:1]
-    return CellReport(results, rss_delta, seconds, not getattr(outcome, "success", True))
+    return CellReport(results, rss_delta, seconds, not getattr(outcome, "success", True), energy)
 
 
 def run_nested_cell(shell: Any, cell: str) -> Any:
@@ -253,8 +272,6 @@ def _signed(n: Optional[int]) -> str:
 
 def cell_bundle(report: CellReport) -> Dict[str, str]:
     """text/plain and text/html of a %%gpumem report."""
-    import html
-
     from gpumem_kernel.render.units import format_bytes
 
     head = f"%%gpumem: the cell ran in {report.seconds:.2f} s" + (" (it raised an error)" if report.error else "")
@@ -278,13 +295,36 @@ def cell_bundle(report: CellReport) -> Dict[str, str]:
             text.append(f"  {device:<8} delta {delta} ({note})")
         else:
             text.append(f"  {device:<8} peak {peak}, delta {delta}, reserved {reserved} ({note})")
-    cells = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-    heads = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("device", "peak", "delta", "reserved", "note"))
+    energy = energy_rows(report.energy)
+    text += [f"  {device:<8} energy {wh}, mean power {watts} ({note})" for device, wh, watts, note in energy]
     return {
         "text/plain": "\n".join(text),
-        "text/html": f"<div class='gpumem-cell'><p>{html.escape(head)}</p><table><thead><tr>{heads}</tr>"
-        f"</thead><tbody>{cells}</tbody></table></div>",
+        "text/html": f"<div class='gpumem-cell'><p>{html.escape(head)}</p>"
+        + _html_table(("device", "peak", "delta", "reserved", "note"), rows)
+        + (_html_table(("device", "energy", "mean power", "note"), energy) if energy else "")
+        + "</div>",
     }
+
+
+def _html_table(heads: Sequence[str], rows: List[List[str]]) -> str:
+    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def energy_rows(energies: Sequence[DeviceEnergy]) -> List[List[str]]:
+    """device, energy (Wh), mean power, note: one row per GPU CUDA sees (NVML: the whole GPU, every process)."""
+    from gpumem_kernel.render.units import format_watt_hours, format_watts
+
+    rows = []
+    for item in energies:
+        energy = item.energy
+        if energy.joules is None:
+            rows.append([item.device, "n/a", "n/a", f"not measured: {item.reason or 'unknown'}"])
+            continue
+        note = "NVML, the whole GPU: every process on it" + (f"; {energy.note}" if energy.note else "")
+        rows.append([item.device, format_watt_hours(energy.joules), format_watts(energy.mean_watts), note])
+    return rows
 
 
 def run_cell_magic(shell: Any, line: str, cell: str) -> None:
@@ -326,7 +366,7 @@ class GpumemMagics(Magics):
     def gpumem(self, line: str, cell: Optional[str] = None) -> None:
         """GPU memory of this kernel. Commands: status; clear; oom; analyze MODEL; recommend MODEL; autobatch
         MODEL; benchmark MODEL; log; holders. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
-        `%%gpumem [--device N]` runs the cell and reports its peak and delta."""
+        `%%gpumem [--device N]` runs the cell and reports its peak, delta and energy."""
         if cell is not None:
             run_cell_magic(self.shell, line, cell)
             return

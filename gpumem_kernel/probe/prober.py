@@ -18,6 +18,7 @@ import psutil
 from gpumem_kernel.probe.devices import MigInstance, Visible, device_order, visible_devices
 from gpumem_kernel.probe.host import HostReader
 from gpumem_kernel.probe.nvml import Nvml, describe_error
+from gpumem_kernel.probe.power import PowerReader
 from gpumem_kernel.wire.protocol import Device, Gpu, GpuProcess, KernelInfo, Sample
 from gpumem_kernel.probe.torchstats import allocator_stats, sm_counts, torch_info
 
@@ -110,6 +111,7 @@ class Prober:
         self._static: Dict[str, _StaticFacts] = {}
         self._migs: Optional[List[Tuple[MigInstance, Any]]] = None
         self._versions: Optional[Tuple[Optional[str], Optional[str]]] = None
+        self._power = PowerReader(self.nvml)
 
     # --- NVML calls that turn failures into error strings ---------------------------------------
 
@@ -228,6 +230,7 @@ class Prober:
         facts = self._facts(label, handle, label, errors, mig=mig)
         memory = self._query("nvmlDeviceGetMemoryInfo", handle, label, errors)
         util = None if mig else self._query("nvmlDeviceGetUtilizationRates", handle, label, errors)
+        power = self._power.read(label, handle, mig=mig)
         processes = self._processes(handle, label, errors)
         mine = [p for p in processes if p.this_kernel]
         this_kernel = sum(p.used or 0 for p in mine) if mine and all(p.used is not None for p in mine) else None
@@ -247,6 +250,10 @@ class Prober:
             this_kernel=this_kernel,
             allocator=None,
             processes=processes,
+            power_mw=power.power_mw,
+            power_limit_mw=power.limit_mw,
+            energy_mj=power.energy_mj,
+            power_note=power.note,
         )
 
     def _devices(self, visible_value: Optional[str], errors: List[str]) -> List[Device]:

@@ -48,3 +48,22 @@ def format_percent(part: Optional[int], whole: Optional[int]) -> str:
     if part is None or not whole:
         return "n/a"
     return f"{100.0 * part / whole:.1f}%"
+
+
+def format_watts(watts: Optional[float]) -> str:
+    """Power: "250 W" from 100 W, "8.5 W" below; None (not measured) → "n/a". NVML's milliwatts / 1000."""
+    if watts is None:
+        return "n/a"
+    return f"{watts:.0f} W" if watts >= 100 else f"{watts:.1f} W"
+
+
+def format_watt_hours(joules: Optional[float]) -> str:
+    """Energy in watt-hours from joules: "1.25 kWh", "12.3 Wh", "2.50 Wh", "0.0139 Wh"; None → "n/a"."""
+    if joules is None:
+        return "n/a"
+    wh = joules / 3600
+    if wh >= 1000:
+        return f"{wh / 1000:.2f} kWh"
+    if wh >= 10:
+        return f"{wh:.1f} Wh"
+    return f"{wh:.2f} Wh" if wh >= 1 else f"{wh:.4f} Wh"

@@ -84,6 +84,11 @@ class Device:
     this_kernel: Optional[int]
     allocator: Optional[Allocator]
     processes: List[GpuProcess]
+    # NVML's power figures (added later: older kernels omit them); power_note says why one is missing
+    power_mw: Optional[int] = None
+    power_limit_mw: Optional[int] = None
+    energy_mj: Optional[int] = None
+    power_note: Optional[str] = None
 
 
 @dataclass

@@ -56,6 +56,7 @@ class Mirror:
 NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
     oom_diagnosis.HostMemory: frozenset({"workers_uss"}),
+    protocol.Device: frozenset({"power_mw", "power_limit_mw", "energy_mj", "power_note"}),
 }
 
 MIRRORS = [

@@ -687,6 +687,22 @@ export interface IDevice {
   this_kernel: number | null;
   allocator: null | IAllocator;
   processes: IGpuProcess[];
+  /**
+   * power draw now, milliwatts (NVML); null when not measured (power_note says why)
+   */
+  power_mw?: number | null;
+  /**
+   * the enforced power limit, milliwatts (NVML); null when not measured
+   */
+  power_limit_mw?: number | null;
+  /**
+   * NVML's energy counter, millijoules since the driver loaded (Volta and newer); null without it
+   */
+  energy_mj?: number | null;
+  /**
+   * why a power figure is missing, or that energy is power × time; null when all are measured
+   */
+  power_note?: string | null;
 }
 /**
  * PyTorch caching-allocator statistics; present only when torch is imported and CUDA already initialised

@@ -93,7 +93,11 @@ const device: Check = object({
   sm_count: c5,
   this_kernel: c5,
   allocator: nullable(allocator),
-  processes: array(gpuProcess)
+  processes: array(gpuProcess),
+  power_mw: optional(c5),
+  power_limit_mw: optional(c5),
+  energy_mj: optional(c5),
+  power_note: optional(c2)
 });
 
 const c7: Check = nullable(integer());
