@@ -12,11 +12,13 @@ numbers read back from the fixtures themselves.
 import json
 import os
 import sys
+import tempfile
 
 import torch
 import torch.nn as nn
 
 from gpumem_kernel.analysis.analyze import analyze
+from gpumem_kernel.analysis.model_source import analyze_named
 from gpumem_kernel.autobatch.search import auto_select_batch_size
 from gpumem_kernel.benchmark.sweep import run_benchmark
 
@@ -24,6 +26,7 @@ OUT = (
     sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "src", "__tests__", "fixtures")
 )
 HOSTILE = "<img src=x onerror=alert(1)>"
+HF_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "hf_configs")
 
 
 def save(name, payload):
@@ -106,6 +109,35 @@ h = Hostile()
 h.add_module(HOSTILE, nn.Linear(16, 512))
 h.add_module("out", nn.Linear(512, 2))
 save("analysis_hostile.json", analyze(h, batch_size=8, input="16", target="RTX 3060").to_payload())
+
+
+def large_vocabulary_llama() -> str:
+    """The shipped 2-layer Llama config with a 32,000-token vocabulary: the logits dominate its step."""
+    with open(os.path.join(HF_CONFIGS, "llama", "config.json")) as f:
+        config = json.load(f)
+    config["vocab_size"] = 32_000
+    path = os.path.join(tempfile.mkdtemp(), "config.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+# a QLoRA plan (nf4, LoRA r=8, checkpointing, bf16) with the longest sequence at batches 1 and 4 (~15 s)
+save(
+    "analysis_llm.json",
+    analyze_named(
+        large_vocabulary_llama(),
+        batch_size=2,
+        seq=128,
+        memory="2GiB",
+        amp="bf16",
+        checkpointing=True,
+        quantize="nf4",
+        lora="r=8",
+        search="seq",
+        seq_batches="1,4",
+    ).to_payload(),
+)
 
 mlp = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 256), nn.ReLU(), nn.Linear(256, 10))
 save("autobatch_simulated.json", auto_select_batch_size(mlp, input="3x32x32", simulate="64MiB").to_payload())

@@ -26,7 +26,13 @@ export function fixture(name: string): Json {
   return JSON.parse(fs.readFileSync(path.join(FIXTURE_DIR, `${name}.json`), 'utf8')) as Json;
 }
 
-export const ANALYSIS_FIXTURES = ['analysis_target', 'analysis_accum', 'analysis_nogpu', 'analysis_hostile'];
+export const ANALYSIS_FIXTURES = [
+  'analysis_target',
+  'analysis_accum',
+  'analysis_nogpu',
+  'analysis_hostile',
+  'analysis_llm'
+];
 export const AUTOBATCH_FIXTURES = ['autobatch_simulated', 'autobatch_scan'];
 export const BENCHMARK_FIXTURES = ['benchmark_simulated', 'benchmark_interrupted'];
 

@@ -1,10 +1,11 @@
 /**
- * The captions of batch-size picks (the analysis' recommended and safe batches, autobatch's recommended batch):
+ * The captions of batch-size picks (the analysis' recommended and safe batches, autobatch's recommended batch)
+ * and of the sequence-length picks (`--search seq`'s recommended and safe lengths at each batch):
  * what share of the maximum a pick really is, computed here from the two numbers shown, and the rule that made
  * it (the aim, the rounding). The kernel words its text and HTML the same way (gpumem_kernel/analysis/picks.py),
  * with the same half-up rounding of the percentage.
  */
-import type { IAnalysisPayload } from '../wire/analysispayload';
+import type { IAnalysisPayload, IAnalysisSequenceSearchResults } from '../wire/analysispayload';
 import type { Trans } from '../ui/i18n';
 
 /**
@@ -105,10 +106,36 @@ export function analysisPickCaption(
   trans: Trans
 ): string | null {
   const recs = payload.recommendations;
-  const value = recs[pick];
-  if (!recs.maximum || value === null) {
+  return pickCaption(payload, pick, recs[pick], recs.maximum, recs.rounding, trans);
+}
+
+/**
+ * The caption of a sequence-length pick (`--search seq`): the same shares as the batch picks, rounded down to a
+ * multiple of the search's `multiple` tokens ("58% of the maximum 1984; aim 60%, rounded down to a multiple of
+ * 64"); null when there is no maximum.
+ */
+export function sequencePickCaption(
+  payload: IAnalysisPayload,
+  result: IAnalysisSequenceSearchResults,
+  multiple: number,
+  pick: 'recommended' | 'safe',
+  trans: Trans
+): string | null {
+  const rounding = multiple > 1 ? `multiple of ${multiple}` : 'none';
+  return pickCaption(payload, pick, result[pick], result.maximum, rounding, trans);
+}
+
+function pickCaption(
+  payload: IAnalysisPayload,
+  pick: 'recommended' | 'safe',
+  value: number | null,
+  maximum: number | null,
+  rounding: string,
+  trans: Trans
+): string | null {
+  if (!maximum || value === null) {
     return null;
   }
   const aim = payload.settings.pick_shares?.[pick] ?? SHARES_BEFORE_PAYLOADS_SAID[pick];
-  return shareCaption(value, recs.maximum, aim, recs.rounding, trans);
+  return shareCaption(value, maximum, aim, rounding, trans);
 }

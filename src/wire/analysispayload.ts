@@ -29,8 +29,12 @@ import * as checks from './generated/validators';
 export type {
   IAllocatorSummary,
   IAnalysisDevice,
+  IAnalysisLlm,
+  IAnalysisLlmLogits,
   IAnalysisModel,
   IAnalysisPayload,
+  IAnalysisSequenceSearch,
+  IAnalysisSequenceSearchResults,
   IAnalysisSettings,
   IAutobatchPayload,
   IBenchmarkConfig,

@@ -19,7 +19,9 @@ def fixture(name: str) -> Dict[str, Any]:
     return json.loads((FIXTURES / f"{name}.json").read_text("utf-8"))
 
 
-@pytest.mark.parametrize("name", ["analysis_target", "analysis_accum", "analysis_nogpu", "analysis_hostile"])
+@pytest.mark.parametrize(
+    "name", ["analysis_target", "analysis_accum", "analysis_nogpu", "analysis_hostile", "analysis_llm"]
+)
 def test_the_fixtures_carry_what_the_kernel_writes_now(name):
     payload = fixture(name)
     assert payload["config_yaml"] == analysis_yaml(payload)

@@ -6,7 +6,8 @@
  * The meaning of every figure follows gpumem_kernel/analysis/render.py (the text/plain and text/html fallbacks).
  *
  * This file holds the top-level component (header, facts, error bound, notes and actions); its sections live
- * beside it: cards.tsx, stack.tsx, curve.tsx, breakdown.tsx and evaluation.tsx.
+ * beside it: cards.tsx, stack.tsx, curve.tsx, breakdown.tsx, evaluation.tsx and llm.tsx (the language-model facts and
+ * the longest sequence).
  */
 import * as React from 'react';
 
@@ -15,6 +16,7 @@ import { Cards } from './cards';
 import { CurveChart } from './curve';
 import { EvaluationLine } from './evaluation';
 import { engineLabel, size } from './figures';
+import { LanguageModelTable, SequenceTable } from './llm';
 import { StackedBar } from './stack';
 import { configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
 import { roundingText } from '../picks';
@@ -114,7 +116,9 @@ export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
       <Cards payload={payload} trans={trans} />
       <StackedBar payload={payload} trans={trans} />
       <CurveChart payload={payload} trans={trans} />
+      <SequenceTable payload={payload} trans={trans} />
       <BreakdownTable payload={payload} trans={trans} />
+      <LanguageModelTable payload={payload} trans={trans} />
       <DistributedTable payload={payload} trans={trans} />
       <EvaluationLine payload={payload} trans={trans} />
       <p className="jp-GpuMem-errorBound">

@@ -1,0 +1,135 @@
+/**
+ * @jest-environment jsdom
+ * @jest-environment-options {"customExportConditions": ["node", "node-addons"]}
+ *
+ * `%gpumem analyze hf:… --seq 128 --checkpointing --quantize nf4 --lora r=8 --search seq` (issue 25, deliverables 4
+ * and 5) in the browser: the logits and loss line with its size, the attention implementation, what checkpointing
+ * wrapped, the QLoRA lines, and the longest sequence at batches 1 and 4 with its picks, on the payload the kernel
+ * wrote for a 2-layer Llama config with a 32,000-token vocabulary (scripts/make_renderer_fixtures.py).
+ */
+import '../../__tests__/domshim';
+
+import { ANALYSIS_MIME } from '../renderers';
+import { size } from '../analysis/figures';
+import { fixture, harness, HOSTILE, type IHarness, mutate, texts } from '../../__tests__/analysisfixtures';
+
+let h: IHarness;
+
+afterEach(() => {
+  h?.dispose();
+});
+
+async function show(data: unknown): Promise<HTMLElement> {
+  h = harness(ANALYSIS_MIME);
+  await h.render(data);
+  return h.node;
+}
+
+function row(node: HTMLElement, key: string): string {
+  return node.querySelector(`.jp-GpuMem-llm tr[data-row="${key}"] td`)?.textContent ?? '';
+}
+
+describe('analysis: the language model', () => {
+  it('shows the logits and loss line with vocabulary × sequence × batch and the float32 copy', async () => {
+    const node = await show(fixture('analysis_llm'));
+    expect(node.querySelector('.jp-GpuMem-invalid')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-llm caption')?.textContent).toBe('Language model');
+    expect(row(node, 'logits')).toBe(
+      'vocab 32,000 × seq 128 × batch 2 (8.2M values): ' +
+        `logits ${size(16384000)} bfloat16 (lm_head output) + ${size(32768000)} float32 copy (the loss's upcast) + ` +
+        `${size(32768000)} log-softmax (cross-entropy); ${size(114688000)} alive at once, ` +
+        `${size(114688000)} at the step's peak; backward ${size(81920000)} more, transient`
+    );
+    expect(size(16384000)).toBe('15.6 MiB');
+  });
+
+  it('names the attention implementation and the blocks checkpointing wrapped', async () => {
+    const node = await show(fixture('analysis_llm'));
+    expect(row(node, 'attention')).toBe('sdpa (config._attn_implementation)');
+    expect(row(node, 'checkpointing')).toBe('2 LlamaDecoderLayer (base_model.model.model.layers.0-1)');
+  });
+
+  it("lists a QLoRA plan's quantised weights, adapters and dequantisation transients as separate lines", async () => {
+    const node = await show(fixture('analysis_llm'));
+    expect(texts(node, '.jp-GpuMem-llm th')).toEqual([
+      'Attention',
+      'Checkpointing',
+      'Logits & loss',
+      'Quantised',
+      'LoRA adapters',
+      'Dequantisation'
+    ]);
+    expect(row(node, 'quantised_weights')).toBe(
+      `${size(53360)} (14 layers, nf4: packed weights and quant state (in parameters and buffers))`
+    );
+    expect(row(node, 'adapters')).toContain(`${size(114688)} (LoRA: `);
+    expect(row(node, 'dequant_transient')).toContain('one layer at a time (model.layers.0.mlp.gate_proj)');
+  });
+
+  it('says when checkpointing was asked for but found no blocks, and shows nothing for a model without facts', async () => {
+    const none = await show(mutate(fixture('analysis_llm'), 'llm.checkpointing', null));
+    expect(row(none, 'checkpointing')).toBe('asked, but no repeated blocks found: traced without it');
+    h.dispose();
+    const plain = await show(fixture('analysis_target'));
+    expect(plain.querySelector('.jp-GpuMem-llm')).toBeNull();
+    expect(plain.querySelector('.jp-GpuMem-sequence')).toBeNull();
+    h.dispose();
+    // saved before the kernel wrote these sections
+    let old = mutate(fixture('analysis_llm'), 'llm', undefined);
+    old = mutate(old, 'sequence_search', undefined);
+    old = mutate(old, 'figures', []);
+    const older = await show(old);
+    expect(older.querySelector('.jp-GpuMem-invalid')).toBeNull();
+    expect(older.querySelector('.jp-GpuMem-llm')).toBeNull();
+    expect(older.querySelector('.jp-GpuMem-sequence')).toBeNull();
+  });
+
+  it('renders kernel strings as text', async () => {
+    const node = await show(mutate(fixture('analysis_llm'), 'llm.attention', HOSTILE));
+    expect(row(node, 'attention')).toBe(`${HOSTILE} (config._attn_implementation)`);
+    expect(node.querySelector('.jp-GpuMem-llm img')).toBeNull();
+  });
+});
+
+describe('analysis: the longest sequence (--search seq)', () => {
+  it('shows the longest, recommended and safe sequence at each batch, captioned as the batch picks are', async () => {
+    const node = await show(fixture('analysis_llm'));
+    const table = node.querySelector('.jp-GpuMem-sequence');
+    expect(table?.querySelector('caption')?.textContent).toBe(
+      "Longest sequence, in multiples of 64 tokens (default) · the model's context: 256 positions"
+    );
+    const cell = (batch: number, column: string): string =>
+      table?.querySelector(`tr[data-batch="${batch}"] td[data-column="${column}"]`)?.textContent ?? '';
+    const caption = (batch: number, column: string): string =>
+      table?.querySelector(`tr[data-batch="${batch}"] td[data-column="${column}"] .jp-GpuMem-richNote`)
+        ?.textContent ?? '';
+    expect(cell(1, 'maximum')).toBe('1,984');
+    expect(cell(1, 'recommended')).toBe('1,152' + caption(1, 'recommended'));
+    expect(caption(1, 'recommended')).toBe(
+      '58% of the maximum 1984; aim 60%, rounded down to a multiple of 64'
+    );
+    expect(caption(1, 'safe')).toBe('39% of the maximum 1984; aim 40%, rounded down to a multiple of 64');
+    expect(cell(1, 'safe')).toMatch(/^768/);
+    expect(cell(1, 'note')).toBe("over the model's context of 256 positions");
+    expect([cell(4, 'maximum'), cell(4, 'recommended'), cell(4, 'safe')]).toEqual([
+      '512',
+      '256' + caption(4, 'recommended'),
+      '192' + caption(4, 'safe')
+    ]);
+    expect(caption(4, 'safe')).toBe('38% of the maximum 512; aim 40%, rounded down to a multiple of 64');
+  });
+
+  it('words the multiple by where it came from, and a search without a device limit', async () => {
+    let data = mutate(fixture('analysis_llm'), 'sequence_search.multiple_source', 'setting');
+    data = mutate(data, 'sequence_search.multiple', 128);
+    data = mutate(data, 'sequence_search.results.0.maximum', null);
+    data = mutate(data, 'sequence_search.results.0.recommended', null);
+    data = mutate(data, 'sequence_search.results.0.safe', null);
+    const node = await show(data);
+    expect(node.querySelector('.jp-GpuMem-sequence caption')?.textContent).toContain(
+      'in multiples of 128 tokens (JupyterLab setting)'
+    );
+    const row1 = '.jp-GpuMem-sequence tr[data-batch="1"]';
+    expect(texts(node, `${row1} td[data-column]`).slice(0, 3)).toEqual(['n/a', 'n/a', 'n/a']);
+  });
+});
