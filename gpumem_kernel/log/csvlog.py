@@ -36,6 +36,9 @@ COLUMNS = (
     "util_gpu_percent",
     "util_mem_percent",
     "host_rss_bytes",
+    "power_watts",
+    "power_limit_watts",
+    "energy_joules",
 )
 HEADER = ",".join(COLUMNS)
 MIN_INTERVAL = 0.05
@@ -49,6 +52,11 @@ class LogError(ValueError):
 
 def _cell(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _milli(value: Any) -> str:
+    """NVML's milliwatts / millijoules as watts / joules with three decimals, exactly (no float rounding)."""
+    return "" if value is None else f"{int(value) // 1000}.{int(value) % 1000:03d}"
 
 
 def device_label(device: Dict[str, Any]) -> str:
@@ -69,7 +77,7 @@ def rows(sample: SampleDict) -> List[List[str]]:
     head = [iso_time(epoch), f"{epoch:.3f}"]
     devices = (sample.get("gpu") or {}).get("devices") or []
     if not devices:
-        return [head + [""] * 8 + [_cell(host)]]
+        return [head + [""] * 8 + [_cell(host), "", "", ""]]
     out = []
     for device in devices:
         allocator = device.get("allocator") or {}
@@ -85,6 +93,9 @@ def rows(sample: SampleDict) -> List[List[str]]:
                 _cell(device.get("util_gpu")),
                 _cell(device.get("util_mem")),
                 _cell(host),
+                _milli(device.get("power_mw")),
+                _milli(device.get("power_limit_mw")),
+                _milli(device.get("energy_mj")),
             ]
         )
     return out

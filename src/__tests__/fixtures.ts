@@ -71,7 +71,11 @@ export function device0(): IDevice {
       { pid: 3456, name: 'train.py', used: 1 * GIB + 512 * MIB, kernel_id: null, this_kernel: false },
       // A host PID seen from a container: NVML lists it, the kernel cannot see its name or size.
       { pid: 4567, name: null, used: null, kernel_id: null, this_kernel: false }
-    ]
+    ],
+    power_mw: 285125,
+    power_limit_mw: 320000,
+    energy_mj: 123456789,
+    power_note: null
   };
 }
 

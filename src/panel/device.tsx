@@ -1,6 +1,6 @@
 /**
- * One GPU: who holds its memory (a stacked bar with a legend), how full it is, its utilisation, this kernel's
- * PyTorch allocator, and the processes on it.
+ * One GPU: who holds its memory (a stacked bar with a legend), how full it is, its utilisation and power draw,
+ * this kernel's PyTorch allocator, and the processes on it.
  *
  * The bar answers "how much am I using and who holds the rest" at a glance; the numbers under it are there
  * to be quoted (allocated vs reserved is the distinction every OOM guide asks about).
@@ -12,31 +12,14 @@ import {
   formatBytesPair,
   formatPercent,
   formatPercentValue,
+  formatWatts,
   percentOf,
   type SizeUnit
 } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { barTotal, deviceSegments, type ISegment, type SegmentKey } from '../channel/sample';
+import { barTotal, deviceSegments, type ISegment, type SegmentKey, segmentLabel } from '../channel/sample';
 import type { IDevice, IGpuProcess } from '../wire/protocol';
 import { type IGpuMemSettings, usageLevel } from '../settings';
-
-/** The legend's words for each bar segment. */
-export function segmentLabel(key: SegmentKey, trans: Trans): string {
-  switch (key) {
-    case 'allocated':
-      return trans.__('allocated (tensors)');
-    case 'cached':
-      return trans.__('cached by PyTorch');
-    case 'context':
-      return trans.__('CUDA context & libraries');
-    case 'kernel':
-      return trans.__('this kernel');
-    case 'others':
-      return trans.__('other processes');
-    case 'free':
-      return trans.__('free');
-  }
-}
 
 /** "cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB"; a hidden device says so instead of cuda:N. */
 export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): string {
@@ -52,6 +35,24 @@ export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): stri
     parts.push('MIG');
   }
   return parts.join(' · ');
+}
+
+/**
+ * "285 W of 320 W (89%)": the draw against the enforced limit; "n/a" with NVML's reason in the tooltip; null
+ * (no line) for a kernel too old to send power.
+ */
+export function powerText(device: IDevice, trans: Trans): string | null {
+  const { power_mw: power, power_limit_mw: limit } = device;
+  if (power === undefined && device.power_note === undefined) {
+    return null;
+  }
+  if (power === null || power === undefined) {
+    return formatWatts(null);
+  }
+  if (limit === null || limit === undefined) {
+    return formatWatts(power);
+  }
+  return trans.__('%1 of %2 (%3)', formatWatts(power), formatWatts(limit), formatPercent(power, limit, 0));
 }
 
 interface IBarProps {
@@ -225,6 +226,7 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
   const percent = percentOf(device.used, device.total);
   const level = usageLevel(percent, settings);
   const allocator = device.allocator;
+  const power = powerText(device, trans);
   return (
     <section
       className={`jp-GpuMem-device jp-GpuMem-level-${level}`}
@@ -255,6 +257,15 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
       <dl className="jp-GpuMem-facts">
         <Fact label={trans.__('GPU utilisation')}>{formatPercentValue(device.util_gpu)}</Fact>
         <Fact label={trans.__('Memory utilisation')}>{formatPercentValue(device.util_mem)}</Fact>
+        {power !== null && (
+          <Fact
+            label={trans.__('Power')}
+            labelTitle={trans.__('Power draw of the whole GPU and its enforced limit (NVML)')}
+            title={device.power_note ?? undefined}
+          >
+            {power}
+          </Fact>
+        )}
         <Fact label={trans.__('Compute capability')}>
           {device.compute_capability ?? trans.__('n/a')}
           {device.sm_count !== null ? ` · ${trans.__('%1 SMs', device.sm_count)}` : ''}

@@ -1,7 +1,8 @@
 /**
  * The panel timeline's "Download CSV": the samples the panel holds, one row per sample and device, in the
  * columns of the kernel's memory log (`%gpumem log`, gpumem_kernel/log/csvlog.py; tests/log checks that both
- * name the same columns). A figure that was not measured is an empty cell.
+ * name the same columns). A figure that was not measured is an empty cell; power and energy are NVML's
+ * milliwatts and millijoules written as watts and joules with three decimals.
  */
 import type { IDevice, ISample } from '../wire/protocol';
 
@@ -16,11 +17,23 @@ export const CSV_COLUMNS: ReadonlyArray<string> = [
   'peak_allocated_bytes',
   'util_gpu_percent',
   'util_mem_percent',
-  'host_rss_bytes'
+  'host_rss_bytes',
+  'power_watts',
+  'power_limit_watts',
+  'energy_joules'
 ];
 
 function cell(value: number | null | undefined): string {
   return value === null || value === undefined ? '' : String(value);
+}
+
+/** Milli-units as units with three decimals, exactly: 250125 → "250.125" (the kernel log's `_milli`). */
+function milli(value: number | null | undefined): string {
+  if (value === null || value === undefined) {
+    return '';
+  }
+  const whole = Math.round(value);
+  return `${Math.floor(whole / 1000)}.${String(whole % 1000).padStart(3, '0')}`;
 }
 
 /** `cuda:N` as the kernel's torch numbers it, else `nvml:N`. */
@@ -34,7 +47,7 @@ export function sampleRows(sample: ISample): string[][] {
   const head = [new Date(ms).toISOString(), (ms / 1000).toFixed(3)];
   const rss = cell(sample.host.rss);
   if (sample.gpu.devices.length === 0) {
-    return [[...head, '', '', '', '', '', '', '', '', rss]];
+    return [[...head, '', '', '', '', '', '', '', '', rss, '', '', '']];
   }
   return sample.gpu.devices.map(device => [
     ...head,
@@ -46,7 +59,10 @@ export function sampleRows(sample: ISample): string[][] {
     cell(device.allocator?.peak_allocated),
     cell(device.util_gpu),
     cell(device.util_mem),
-    rss
+    rss,
+    milli(device.power_mw),
+    milli(device.power_limit_mw),
+    milli(device.energy_mj)
   ]);
 }
 

@@ -1,5 +1,6 @@
 /**
- * Every number the extension shows goes through here: sizes, percentages, times, counts, durations.
+ * Every number the extension shows goes through here: sizes, percentages, times, counts, durations, power
+ * and energy.
  *
  * The kernel sends exact integer bytes; people compare GPU memory in GiB (what `torch.cuda` and most guides
  * print), in GB (what vendors print on the box) or in MiB (what `nvidia-smi` prints). The user picks one in
@@ -230,4 +231,28 @@ export function formatDuration(seconds: number): string {
     return `${Math.round(s / 60)} min`;
   }
   return `${Math.round(s / 3600)} h`;
+}
+
+/** Power from NVML's milliwatts: "250 W" from 100 W, "8.5 W" below, "n/a" for null (the kernel's format_watts). */
+export function formatWatts(milliwatts: number | null | undefined): string {
+  if (milliwatts === null || milliwatts === undefined) {
+    return NOT_MEASURED;
+  }
+  const watts = milliwatts / 1000;
+  return watts >= 100 ? `${watts.toFixed(0)} W` : `${watts.toFixed(1)} W`;
+}
+
+/** Energy from joules in watt-hours: "1.25 kWh", "12.3 Wh", "2.50 Wh", "0.0139 Wh" (the kernel's format_watt_hours). */
+export function formatWattHours(joules: number | null | undefined): string {
+  if (joules === null || joules === undefined) {
+    return NOT_MEASURED;
+  }
+  const wh = joules / 3600;
+  if (wh >= 1000) {
+    return `${(wh / 1000).toFixed(2)} kWh`;
+  }
+  if (wh >= 10) {
+    return `${wh.toFixed(1)} Wh`;
+  }
+  return wh >= 1 ? `${wh.toFixed(2)} Wh` : `${wh.toFixed(4)} Wh`;
 }

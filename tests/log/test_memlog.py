@@ -10,7 +10,7 @@ import time
 import pytest
 
 import gpumem_kernel
-from fake_nvml import FakeGpu, GiB
+from fake_nvml import FakeGpu, GiB, pre_volta
 from gpumem_kernel.log import csvlog
 from gpumem_kernel.probe.sampler import Sampler
 
@@ -28,7 +28,7 @@ def wait_rows(log, n, timeout=10.0):
 
 
 def test_a_row_per_device_with_the_samples_figures(tmp_path, make_prober):
-    prober = make_prober([FakeGpu("A100", "GPU-a", used=3 * GiB), FakeGpu("T4", "GPU-b", total=15 * GiB)])
+    prober = make_prober([FakeGpu("A100", "GPU-a", used=3 * GiB), pre_volta("P100", "GPU-b", total=15 * GiB)])
     sampler = Sampler(prober, interval=0.05)
     sampler.start()
     try:
@@ -48,11 +48,14 @@ def test_a_row_per_device_with_the_samples_figures(tmp_path, make_prober):
     assert first[3:5] == [str(3 * GiB), str(16 * GiB)] and second[4] == str(15 * GiB)
     assert first[5:8] == ["", "", ""]  # CUDA not initialised in this process: no allocator figures, empty cells
     assert first[8:10] == ["37", "12"] and int(first[10]) > 0
+    assert first[11:13] == ["250.000", "320.000"] and float(first[13]) >= 7200  # watts, joules since driver load
+    assert second[11:] == ["250.000", "320.000", ""]  # before Volta: power, no energy counter
 
 
 def test_rows_look_like_the_iso_time_and_epoch_of_the_same_millisecond():
     sample = {"time": 1700000000.1234, "gpu": {"devices": []}, "host": {"rss": 5}}
-    assert csvlog.rows(sample) == [["2023-11-14T22:13:20.123Z", "1700000000.123", "", "", "", "", "", "", "", "", "5"]]
+    head = ["2023-11-14T22:13:20.123Z", "1700000000.123"]
+    assert csvlog.rows(sample) == [head + [""] * 8 + ["5", "", "", ""]]
 
 
 def test_a_faster_sampler_is_thinned_and_a_slower_one_sped_up_then_restored(tmp_path, make_prober):

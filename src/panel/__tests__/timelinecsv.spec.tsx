@@ -37,7 +37,9 @@ describe('the timeline CSV', () => {
         d0.util_gpu,
         d0.util_mem,
         3 * fx.GIB
-      ].map(v => (v === null || v === undefined ? '' : String(v)))
+      ]
+        .map(v => (v === null || v === undefined ? '' : String(v)))
+        .concat(['285.125', '320.000', '123456.789']) // NVML's mW and mJ as watts and joules
     );
   });
 
@@ -49,7 +51,8 @@ describe('the timeline CSV', () => {
       nvml_index: 3,
       allocator: null,
       util_gpu: null,
-      used: null
+      used: null,
+      energy_mj: null
     };
     expect(sampleRows({ ...s, gpu: { ...s.gpu, devices: [d] } })[0].slice(2, 10)).toEqual([
       'nvml:3',
@@ -61,8 +64,28 @@ describe('the timeline CSV', () => {
       '',
       String(d.util_mem)
     ]);
+    expect(sampleRows({ ...s, gpu: { ...s.gpu, devices: [d] } })[0].slice(11)).toEqual([
+      '285.125',
+      '320.000',
+      ''
+    ]);
     expect(sampleRows(noGpu(1700000000))).toEqual([
-      ['2023-11-14T22:13:20.000Z', '1700000000.000', '', '', '', '', '', '', '', '', String(3 * fx.GIB)]
+      [
+        '2023-11-14T22:13:20.000Z',
+        '1700000000.000',
+        '',
+        '',
+        '',
+        '',
+        '',
+        '',
+        '',
+        '',
+        String(3 * fx.GIB),
+        '',
+        '',
+        ''
+      ]
     ]);
   });
 

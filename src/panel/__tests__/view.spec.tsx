@@ -265,6 +265,31 @@ describe('GpuMemView', () => {
     expect(unreadable.querySelectorAll('.jp-GpuMem-bar .jp-GpuMem-seg')).toHaveLength(0);
   });
 
+  it('shows the power draw against its limit beside utilisation, or why it is not measured', () => {
+    const s = fx.sample();
+    const pascal = { ...fx.device0(), nvml_index: 1, power_limit_mw: null, energy_mj: null };
+    const mig = { ...fx.migSlice(), power_mw: null, power_limit_mw: null, energy_mj: null };
+    mig.power_note = 'power and energy are the whole GPU’s: NVML does not report them per MIG slice';
+    const old = fx.device1(); // a kernel from before power: no line at all
+    s.gpu.devices = [fx.device0(), pascal, mig, old];
+    const node = render(stubModel({ latest: s, history: [s] }));
+    const facts = [...node.querySelectorAll('.jp-GpuMem-device .jp-GpuMem-facts')].map(list =>
+      [...list.querySelectorAll('.jp-GpuMem-fact')].map(f => [
+        f.querySelector('dt')?.textContent,
+        f.querySelector('dd')?.textContent,
+        f.querySelector('dd')?.getAttribute('title') ?? null
+      ])
+    );
+    expect(facts[0].slice(0, 3)).toEqual([
+      ['GPU utilisation', '37%', null],
+      ['Memory utilisation', '12%', null],
+      ['Power', '285 W of 320 W (89%)', null]
+    ]);
+    expect(facts[1][2]).toEqual(['Power', '285 W', null]);
+    expect(facts[2].find(f => f[0] === 'Power')).toEqual(['Power', 'n/a', mig.power_note]);
+    expect(facts[3].map(f => f[0])).not.toContain('Power');
+  });
+
   it('renders kernel data as text, never as HTML', () => {
     const s = fx.sample();
     s.gpu.devices[0].processes[2].name = '<img src=x onerror="alert(1)">';

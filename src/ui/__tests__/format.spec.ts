@@ -8,6 +8,8 @@ import {
   formatPercentValue,
   formatSeconds,
   formatTimeOfDay,
+  formatWattHours,
+  formatWatts,
   isSizeUnit,
   percentOf,
   scaleFor,
@@ -191,5 +193,18 @@ describe('units', () => {
     expect(isSizeUnit('KB')).toBe(false);
     expect(isSizeUnit(3)).toBe(false);
     expect(scaleFor(5, 'GB').factor).toBe(1e9);
+  });
+});
+
+describe('power and energy', () => {
+  it('are watts from milliwatts and watt-hours from joules, as the kernel writes them', () => {
+    expect([null, 8460, 99440, 250400].map(formatWatts)).toEqual(['n/a', '8.5 W', '99.4 W', '250 W']);
+    expect([null, 50, 3600 * 2.5, 3600 * 12.34, 3600 * 1250].map(formatWattHours)).toEqual([
+      'n/a',
+      '0.0139 Wh',
+      '2.50 Wh',
+      '12.3 Wh',
+      '1.25 kWh'
+    ]);
   });
 });
