@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from gpumem_kernel.growth import hook as growth_hook
 from gpumem_kernel.holders import hook as holders_hook
 from gpumem_kernel.oom import handler as oom
 from gpumem_kernel.channel.comm import Channel
@@ -60,6 +61,9 @@ def load(ip: Any, version: str) -> Loaded:
         ip.events.register("post_run_cell", capture.post_run_cell)
         # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: holders.hook).
         holders_hook.install(ip)
+        # Which cell keeps growing memory run after run, and the running cell's trend (after the holders' hook:
+        # the growth notice names the holders that grew).
+        sampler.add_listener(growth_hook.install(ip, channel.broadcast).trend)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
         # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
@@ -103,6 +107,9 @@ def unload(ip: Any) -> None:
         except ValueError:
             pass  # never registered (a shell without events)
     holders_hook.uninstall(loaded.ip)
+    growth = growth_hook.uninstall(loaded.ip)
+    if growth is not None:
+        loaded.sampler.remove_listener(growth.trend)
     capture.STATE.depth = 1
     capture.post_run_cell()  # a recording the capture started ends with it
     loaded.sampler.stop()

@@ -209,6 +209,13 @@ class Channel:
                 pass
             self._manager = None
 
+    def broadcast(self, message: Mapping[str, Any]) -> None:
+        """Send a message on every open comm, from any thread (growth: the cell hooks and the sampler's)."""
+        with self._config_lock:
+            live = list(self._connections.values())
+        for connection in live:
+            connection.send(message)
+
     @property
     def open_comms(self) -> int:
         with self._config_lock:

@@ -1,0 +1,123 @@
+"""The cell hooks of growth: before and after each cell (IPython's pre_run_cell / post_run_cell), read this kernel's
+memory where it is in use, record the run's change under its cell, and when re-running the cell keeps leaving a
+consistent step, show the notice in the cell's output and send it to the browser; meanwhile the running cell's
+trend follows the sampler. Registered after the holders' hook, so the holders walked after this cell are known.
+
+Nothing is read in a kernel where device memory is not in use (one sys.modules look per cell), and nothing that
+goes wrong here reaches the user's cell output: a post_run_cell error would print after every cell.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from gpumem_kernel.growth import memory, reruns, rules
+from gpumem_kernel.growth.report import Growth, RerunGrowth, rerun_bundle
+from gpumem_kernel.growth.trend import RunningTrend
+from gpumem_kernel.holders import hook as holders_hook
+from gpumem_kernel.holders.report import HoldersReport
+
+log = logging.getLogger("gpumem_kernel")
+Send = Callable[[Dict[str, Any]], None]
+
+
+class CellGrowth:
+    """One shell's hooks: the readings before the running cell, the ledger of re-runs, the running trend."""
+
+    def __init__(self, shell: Any, send: Send) -> None:
+        self.shell = shell
+        self._send = send
+        self.ledger = reruns.Ledger()
+        self.trend = RunningTrend(lambda message: send(message.to_dict()))
+        self._depth = 0  # %%gpumem runs its body as a nested cell: only the outermost run counts
+        self._before: Optional[memory.Readings] = None
+        self._holders_before: Optional[HoldersReport] = None
+
+    def pre_run_cell(self, *_: Any) -> None:
+        self._depth += 1
+        if self._depth > 1:
+            return
+        try:
+            self._before = memory.read()
+            self._holders_before = holders_hook.last()
+            self.trend.start(getattr(self.shell, "execution_count", None))
+        except Exception:
+            log.debug("gpumem: growth skipped a cell's start", exc_info=True)
+            self._before = None
+
+    def post_run_cell(self, result: Any = None) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth > 0:
+            return
+        try:
+            ended = self.trend.stop()
+            notice = self.after(result)
+            if notice is not None:
+                from IPython.display import display
+
+                display(rerun_bundle(notice), raw=True)
+            if notice is not None or ended:
+                self._send(Growth(time=time.time(), running=None, rerun=notice).to_dict())
+        except Exception:
+            log.debug("gpumem: growth skipped a cell's end", exc_info=True)
+
+    def after(self, result: Any) -> Optional[RerunGrowth]:
+        """Record the run that just ended; the notice when the cell's re-runs keep growing memory."""
+        after = memory.read()
+        if after is None:
+            return None
+        info = getattr(result, "info", None)
+        source = str(getattr(info, "raw_cell", "") or "")
+        cell_id = getattr(info, "cell_id", None)
+        holders = holders_hook.last()
+        fresh = holders if holders is not None and holders is not self._holders_before else None
+        cell, previous = self.ledger.add(reruns.cell_key(cell_id, source), reruns.change(self._before, after), fresh)
+        step = reruns.growing(list(cell.runs))
+        if step is None:
+            return None
+        grown = reruns.grown_holders(previous, fresh)
+        finding = rules.classify(rules.Evidence(grown, step.allocated, source, fresh))
+        left = memory.headroom(step.device, after[step.device])
+        return RerunGrowth(
+            cell=getattr(result, "execution_count", None),
+            cell_id=cell_id if isinstance(cell_id, str) else None,
+            device=step.device,
+            step=step.allocated,
+            reserved_step=step.reserved,
+            runs=step.runs,
+            runs_left=None if left is None else left // step.allocated,
+            holders=grown,
+            pattern=None if finding is None else finding.pattern,
+            fix=None if finding is None else finding.fix,
+        )
+
+
+_installed: Dict[int, CellGrowth] = {}
+
+
+def install(shell: Any, send: Send) -> CellGrowth:
+    """Register the cell hooks (once per shell); the caller adds `.trend` to the sampler's listeners."""
+    if id(shell) in _installed:
+        return _installed[id(shell)]
+    hooks = CellGrowth(shell, send)
+    _installed[id(shell)] = hooks
+    shell.events.register("pre_run_cell", hooks.pre_run_cell)
+    shell.events.register("post_run_cell", hooks.post_run_cell)
+    return hooks
+
+
+def uninstall(shell: Any) -> Optional[CellGrowth]:
+    hooks = _installed.pop(id(shell), None)
+    if hooks is not None:
+        for event, callback in (("pre_run_cell", hooks.pre_run_cell), ("post_run_cell", hooks.post_run_cell)):
+            try:
+                shell.events.unregister(event, callback)
+            except ValueError:
+                pass  # already gone
+    return hooks
+
+
+def installed() -> List[CellGrowth]:
+    return list(_installed.values())

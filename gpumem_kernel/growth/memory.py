@@ -1,0 +1,69 @@
+"""This kernel's allocated and reserved bytes per device, read only where device memory is in use.
+
+"In use" is the holders' switch (holders.collect.cuda_in_use: the user's code initialised CUDA), so the tests'
+switch that lets the holders walk CPU tensors lets this run on CPU too. CUDA devices are read from torch's
+allocator counters (probe.torchstats, never creating a context); under the tests' switch, with no CUDA
+initialised, the C allocator's bytes in use (glibc's mallinfo2) stand in for one "cpu" device: what the
+process's tensors and their autograd graphs hold, to within a few KiB.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from gpumem_kernel.holders import collect
+from gpumem_kernel.probe.torchstats import allocator_stats, initialised_cuda
+
+
+@dataclass(frozen=True)
+class Reading:
+    allocated: int  # bytes in live tensors
+    reserved: int  # bytes the caching allocator holds
+
+
+Readings = Dict[str, Reading]  # "cuda:0" (or "cpu" under the tests' switch) -> its reading
+
+
+def read() -> Optional[Readings]:
+    """Every device's reading now; None when device memory is not in use in this kernel (nothing is read)."""
+    if collect.cuda_in_use() is None:
+        return None
+    stats = allocator_stats()
+    if stats:
+        return {f"cuda:{index}": Reading(a.allocated, a.reserved) for index, a in stats.items()}
+    host = _host_in_use()
+    return None if host is None else {"cpu": host}
+
+
+def headroom(device: str, reading: Reading) -> Optional[int]:
+    """Bytes `device` can still give this kernel: CUDA's free bytes plus what the allocator caches unused.
+    Asked only of a device this kernel already reserves memory on (a context exists: none is created); None
+    for the CPU stand-in or when CUDA cannot say."""
+    cuda = initialised_cuda()
+    if cuda is None or not device.startswith("cuda:") or reading.reserved <= 0:
+        return None
+    try:
+        free, _ = cuda.mem_get_info(int(device[len("cuda:") :]))
+    except Exception:
+        return None
+    return int(free) + max(0, reading.reserved - reading.allocated)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def _host_in_use() -> Optional[Reading]:
+    """glibc's bytes in use (allocated) and obtained from the system (reserved); None elsewhere."""
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+        return None
+    function.restype = _MallInfo2
+    info = function()
+    return Reading(int(info.uordblks + info.hblkhd), int(info.arena + info.hblkhd))
