@@ -1,5 +1,5 @@
 """The selection rule: the benchmark guide's three picks (highest throughput, best efficiency, recommended
-within the memory target) over the rows that ran."""
+within the memory target) over the rows that ran, and the most energy-efficient one where energy was measured."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from gpumem_kernel.render.units import format_bytes
 
 
 def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], target: float) -> Dict[str, Optional[Pick]]:
-    """The benchmark guide's three picks over the rows that ran (status ok); ties go to the earlier row."""
+    """The benchmark guide's three picks over the rows that ran (status ok), and the most energy-efficient
+    (None where no row has energy: a CPU run, a GPU without power readings); ties go to the earlier row."""
     ok = [(i, r) for i, r in enumerate(rows) if r.status == "ok" and r.samples_per_s]
 
     def best(
@@ -31,6 +32,7 @@ def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], targ
             r.efficiency,
             r.gpu_util,
             note,
+            r.energy_per_sample_j,
         )
 
     budget = None if limit is None else target * limit
@@ -49,4 +51,10 @@ def pick_configurations(rows: Sequence[BenchmarkRow], limit: Optional[int], targ
             "samples/s per GiB of peak memory",
         ),
         "recommended": best(within, lambda r: r.samples_per_s, "recommended", note),
+        "most_energy_efficient": best(
+            [(i, r) for i, r in ok if r.energy_per_sample_j],
+            lambda r: -(r.energy_per_sample_j or 0.0),
+            "most_energy_efficient",
+            "lowest energy per sample (NVML: the whole GPU over the measured steps)",
+        ),
     }

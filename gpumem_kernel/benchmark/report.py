@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from gpumem_kernel.render.snippets import config_yaml
-from gpumem_kernel.render.units import format_bytes, unit_for
+from gpumem_kernel.render.units import format_bytes, format_joules, format_watts, unit_for
 
 MIME = "application/vnd.gpumem.benchmark.v1+json"
 BANNER = "=" * 80
@@ -22,13 +22,25 @@ def _mem_unit(payload: Mapping[str, Any]) -> str:
     return unit_for(max((r["peak_bytes"] for r in payload["rows"] if r["peak_bytes"]), default=0), "auto")
 
 
+def _measured_energy(payload: Mapping[str, Any]) -> bool:
+    """Whether some row has energy per sample (a GPU run with NVML power); payloads from before lack it."""
+    return any(r.get("energy_per_sample_j") is not None for r in payload["rows"])
+
+
+def _energy(row: Mapping[str, Any]) -> str:
+    value = row.get("energy_per_sample_j")
+    return "" if value is None else format_joules(value)
+
+
 def _table(payload: Mapping[str, Any]) -> List[str]:
     unit = _mem_unit(payload)
     sim = payload["engine"] == "simulated"
+    energy = _measured_energy(payload)  # the J/sample column only where a GPU's energy was measured
+    joules = f" {'J/sample':>10}" if energy else ""
     head = (
         f"{'Batch':>6} {'Workers':>7} {'AMP':>5} {'Pin':>5} {'I/O(ms)':>9} {'H2D(ms)':>9} {'Fwd(ms)':>9} "
         f"{'Bwd(ms)':>9} {'Opt(ms)':>9} {'Total(ms)':>10} {'Samples/s':>10} {'GPU%':>6} "
-        f"{f'Mem({unit})':>9} {'Status':>10}"
+        f"{f'Mem({unit})':>9}{joules} {'Status':>10}"
     )
     lines = [head, "-" * len(head)]
     for r in payload["rows"]:
@@ -36,11 +48,12 @@ def _table(payload: Mapping[str, Any]) -> List[str]:
         gpu = "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}"
         mem = "" if r["peak_bytes"] is None else format_bytes(r["peak_bytes"], unit, label=False)
         sps = "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}"
+        joules = f" {_energy(r):>10}" if energy else ""
         lines.append(
             f"{r['batch_size']:>6} {r['num_workers']:>7} {'Yes' if r['amp'] else 'No':>5} "
             f"{'Yes' if r['pin_memory'] else 'No':>5} {_ms(r['io_ms']):>9} {_ms(r['h2d_ms']):>9} "
             f"{_ms(r['forward_ms']):>9} {_ms(r['backward_ms']):>9} {_ms(r['optimizer_ms']):>9} "
-            f"{_ms(r['total_ms']):>10} {sps:>10} {gpu:>6} {mem:>9} {status:>10}"
+            f"{_ms(r['total_ms']):>10} {sps:>10} {gpu:>6} {mem:>9}{joules} {status:>10}"
         )
     return lines
 
@@ -91,6 +104,18 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
         rec,
         [_kv("Throughput", f"{rec['samples_per_s']:.1f} samples/sec"), memory(rec, True), util] if rec else [],
     )
+    green = picks.get("most_energy_efficient")  # absent from payloads written before energy was measured
+    if green is not None:
+        row = payload["rows"][green["row"]]
+        power = f" (mean {format_watts(row.get('mean_power_w'))})" if row.get("mean_power_w") is not None else ""
+        lines += block(
+            "🔋 Most Energy-Efficient:",
+            green,
+            [
+                _kv("Energy", f"{format_joules(green['energy_per_sample_j'])} per sample{power}"),
+                _kv("Throughput", f"{green['samples_per_s']:.1f} samples/sec"),
+            ],
+        )
     return lines
 
 
@@ -132,6 +157,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
         return html.escape(str(value), quote=True)
 
     unit = _mem_unit(payload)
+    energy = _measured_energy(payload)
     head = [
         "batch",
         "workers",
@@ -146,6 +172,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
         "samples/s",
         "GPU %",
         f"mem {unit}",
+        *(["J/sample"] if energy else []),
         "status",
     ]
     body = []
@@ -164,6 +191,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
             "" if r["samples_per_s"] is None else f"{r['samples_per_s']:.1f}",
             "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}",
             "" if r["peak_bytes"] is None else format_bytes(r["peak_bytes"], unit, label=False),
+            *([_energy(r)] if energy else []),
             r["status"],
         ]
         body.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
@@ -172,8 +200,11 @@ def render_html(payload: Mapping[str, Any]) -> str:
         ("highest_throughput", "highest throughput"),
         ("best_efficiency", "best efficiency"),
         ("recommended", "recommended"),
+        ("most_energy_efficient", "most energy-efficient"),
     ):
-        p = payload["picks"][kind]
+        p = payload["picks"].get(kind)
+        if p is None and kind == "most_energy_efficient":
+            continue  # energy not measured: the notes say why
         picks.append(
             f"<li>{e(label)}: "
             + (
@@ -183,6 +214,11 @@ def render_html(payload: Mapping[str, Any]) -> str:
                     f"batch {p['batch_size']}, {p['num_workers']} workers, "
                     f"AMP {'on' if p['amp'] else 'off'}, pin_memory "
                     f"{'on' if p['pin_memory'] else 'off'}: {p['samples_per_s']:.1f} samples/s"
+                    + (
+                        f", {format_joules(p['energy_per_sample_j'])} per sample"
+                        if p.get("energy_per_sample_j") is not None
+                        else ""
+                    )
                 )
             )
             + "</li>"

@@ -28,6 +28,8 @@ class BenchmarkRow:
     peak_reserved_bytes: Optional[int] = None
     device_used_bytes: Optional[int] = None  # NVML, whole device, max during the steps
     efficiency: Optional[float] = None  # samples/s per GiB of peak_bytes
+    energy_per_sample_j: Optional[float] = None  # NVML, the whole GPU over the measured steps; None without one
+    mean_power_w: Optional[float] = None
     loader_restarts: int = 0
     seconds: float = 0.0
     error: Optional[str] = None
@@ -35,7 +37,7 @@ class BenchmarkRow:
 
 @dataclass
 class Pick:
-    kind: str  # highest_throughput | best_efficiency | recommended
+    kind: str  # highest_throughput | best_efficiency | recommended | most_energy_efficient
     row: int  # index into rows
     batch_size: int
     num_workers: int
@@ -46,6 +48,7 @@ class Pick:
     efficiency: Optional[float]
     gpu_util: Optional[float]
     note: str = ""
+    energy_per_sample_j: Optional[float] = None
 
 
 @dataclass

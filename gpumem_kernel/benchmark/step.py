@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
@@ -41,6 +41,7 @@ class Context:
     dataset: Any
     loader_factory: Optional[Callable[..., Any]]
     cuda_index: Optional[int]
+    energy_notes: List[str] = field(default_factory=list)  # how energy was measured, or why not (once each)
 
 
 def _average(records: List[List[float]]) -> List[float]:
@@ -83,6 +84,19 @@ def measure(
         if step >= cfg.warmup_steps:
             records.append([io] + phases + [1000 * (time.perf_counter() - started)])
     return _average(records)
+
+
+def _energy(ctx: Context, row: BenchmarkRow, util: UtilSampler, samples: int) -> None:
+    """Energy per sample and mean power of the measured steps (NVML); the method or the reason, once, in ctx."""
+    energy = util.energy()
+    if energy is None:
+        return
+    note = energy.note if energy.joules is not None else (util.power_note or energy.note)
+    if note and note not in ctx.energy_notes:
+        ctx.energy_notes.append(note)
+    if energy.joules is not None and samples > 0:
+        row.energy_per_sample_j = round(energy.joules / samples, 4)
+        row.mean_power_w = round(energy.mean_watts, 1) if energy.mean_watts is not None else None
 
 
 def run_config(
@@ -133,6 +147,7 @@ def run_config(
         row.io_ms, row.h2d_ms, row.forward_ms, row.backward_ms, row.optimizer_ms, row.total_ms = means
         row.samples_per_s = round(1000 * batch / row.total_ms, 2) if row.total_ms else None
         row.gpu_util, row.device_used_bytes = gpu_util, used
+        _energy(ctx, row, util, batch * cfg.steps_per_test)
         if row.peak_bytes and row.samples_per_s:
             row.efficiency = round(row.samples_per_s / (row.peak_bytes / GiB), 2)
     row.seconds = round(time.perf_counter() - started, 3)

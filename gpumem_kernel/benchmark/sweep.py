@@ -192,6 +192,7 @@ def run_benchmark(
             f"{len(left)} DataLoader worker process(es) outlived their configuration and were ended: "
             f"PIDs {', '.join(map(str, left))}"
         )
+    notes.append(_energy_note(engine, rows, ctx.energy_notes))
     picks = pick_configurations(rows, limit, cfg.memory_target)
     return BenchmarkResult(
         engine=engine,
@@ -236,6 +237,16 @@ def _sweep(
             if row.status != "ok":
                 break  # OOM or swapping: larger batches of this combination only get worse
             previous = row
+
+
+def _energy_note(engine: str, rows: List[BenchmarkRow], found: List[str]) -> str:
+    """One line: how energy per sample was measured, or why it was not."""
+    if engine != "cuda":
+        return "energy is not measured: NVML reads GPUs, and this run was on the CPU"
+    if any(r.energy_per_sample_j is not None for r in rows):
+        how = "; ".join(found) or "NVML's energy counter"
+        return f"energy per sample: the whole GPU over the measured steps (every process on it), {how}"
+    return "energy is not measured: " + ("; ".join(found) or "NVML could not read this GPU")
 
 
 def _setup_notes(engine: str, cfg: BenchmarkConfig, cap: Optional[int], cuda: bool) -> List[str]:

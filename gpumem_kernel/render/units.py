@@ -67,3 +67,16 @@ def format_watt_hours(joules: Optional[float]) -> str:
     if wh >= 10:
         return f"{wh:.1f} Wh"
     return f"{wh:.2f} Wh" if wh >= 1 else f"{wh:.4f} Wh"
+
+
+def _three_figures(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
+
+
+def format_joules(joules: Optional[float]) -> str:
+    """Energy in joules: "1.25 kJ", "250 J", "2.50 J", "12.5 mJ" (energy per sample); None → "n/a"."""
+    if joules is None:
+        return "n/a"
+    if joules >= 1000:
+        return f"{joules / 1000:.2f} kJ"
+    return f"{_three_figures(joules)} J" if joules >= 1 else f"{_three_figures(joules * 1000)} mJ"

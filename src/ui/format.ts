@@ -256,3 +256,18 @@ export function formatWattHours(joules: number | null | undefined): string {
   }
   return wh >= 1 ? `${wh.toFixed(2)} Wh` : `${wh.toFixed(4)} Wh`;
 }
+
+function threeFigures(x: number): string {
+  return x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2);
+}
+
+/** Energy in joules: "1.25 kJ", "250 J", "2.50 J", "12.5 mJ" (energy per sample; the kernel's format_joules). */
+export function formatJoules(joules: number | null | undefined): string {
+  if (joules === null || joules === undefined) {
+    return NOT_MEASURED;
+  }
+  if (joules >= 1000) {
+    return `${(joules / 1000).toFixed(2)} kJ`;
+  }
+  return joules >= 1 ? `${threeFigures(joules)} J` : `${threeFigures(joules * 1000)} mJ`;
+}

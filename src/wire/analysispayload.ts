@@ -91,8 +91,11 @@ export function isAutobatchPayload(value: unknown): value is IAutobatchPayload {
 export type RowStatus = IBenchmarkRow['status'];
 export type PickKind = IBenchmarkPick['kind'];
 
-/** The three picks, in the order they are shown. */
+/** The benchmark guide's three picks, in the order they are shown. */
 export const PICK_KINDS: ReadonlyArray<PickKind> = ['highest_throughput', 'best_efficiency', 'recommended'];
+
+/** Every pick shown: the three, then the most energy-efficient (absent or null where energy was not measured). */
+export const SHOWN_PICK_KINDS: ReadonlyArray<PickKind> = [...PICK_KINDS, 'most_energy_efficient'];
 
 /** Null when `value` is a benchmark payload, else the first problem. */
 export function benchmarkPayloadProblem(value: unknown): string | null {

@@ -58,6 +58,8 @@ NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
     oom_diagnosis.HostMemory: frozenset({"workers_uss"}),
     protocol.Device: frozenset({"power_mw", "power_limit_mw", "energy_mj", "power_note"}),
+    benchmark_result.BenchmarkRow: frozenset({"energy_per_sample_j", "mean_power_w"}),
+    benchmark_result.Pick: frozenset({"energy_per_sample_j"}),
 }
 
 MIRRORS = [

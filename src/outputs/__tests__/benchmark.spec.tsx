@@ -154,6 +154,76 @@ describe('benchmark: a full simulated sweep', () => {
   });
 });
 
+describe('benchmark: energy per sample on a GPU', () => {
+  /** The simulated sweep as a GPU run measured it: energy per sample on every row that ran, and its pick. */
+  function withEnergy(): Json {
+    const p = payload('benchmark_simulated');
+    const rows = p.rows.map((r, i) =>
+      r.status === 'ok'
+        ? { ...r, energy_per_sample_j: 0.05 + 0.01 * ((i * 7) % 5), mean_power_w: 250.5 }
+        : { ...r, energy_per_sample_j: null, mean_power_w: null }
+    );
+    const best = rows.reduce(
+      (b, r, i) =>
+        r.energy_per_sample_j !== null && r.energy_per_sample_j < (rows[b].energy_per_sample_j ?? Infinity)
+          ? i
+          : b,
+      0
+    );
+    const r = rows[best];
+    const pick = {
+      kind: 'most_energy_efficient',
+      row: best,
+      batch_size: r.batch_size,
+      num_workers: r.num_workers,
+      amp: r.amp,
+      pin_memory: r.pin_memory,
+      samples_per_s: r.samples_per_s,
+      peak_bytes: r.peak_bytes,
+      efficiency: r.efficiency,
+      gpu_util: r.gpu_util,
+      note: 'lowest energy per sample (NVML: the whole GPU over the measured steps)',
+      energy_per_sample_j: r.energy_per_sample_j
+    };
+    return { ...(p as unknown as Json), rows, picks: { ...p.picks, most_energy_efficient: pick } } as Json;
+  }
+
+  it('adds an energy column to every row and the most energy-efficient pick beside the three', async () => {
+    const data = withEnergy() as unknown as IBenchmarkPayload;
+    const node = await show(data);
+    const heads = texts(node, '.jp-GpuMem-benchmarkTable thead th');
+    const column = heads.indexOf('Energy/sample');
+    expect(column).toBe(heads.indexOf('Peak memory') + 1);
+    const rows = node.querySelectorAll('.jp-GpuMem-benchmarkTable tbody tr');
+    const oom = data.rows.findIndex(r => r.status === 'oom');
+    expect(texts(rows[0], 'td')[column]).toBe(
+      `${((data.rows[0].energy_per_sample_j as number) * 1000).toFixed(1)} mJ`
+    );
+    expect(rows[0].querySelectorAll('td')[column].getAttribute('title')).toBe('mean power 251 W');
+    expect(texts(rows[oom], 'td')[column]).toBe('n/a');
+    const pick = data.picks.most_energy_efficient as NonNullable<
+      IBenchmarkPayload['picks']['most_energy_efficient']
+    >;
+    expect(rows[pick.row].getAttribute('data-picks')?.split(' ')).toContain('most_energy_efficient');
+    const card = node.querySelector('.jp-GpuMem-card[data-card="most_energy_efficient"]');
+    expect(card?.querySelector('.jp-GpuMem-cardValue')?.textContent).toBe(`batch ${pick.batch_size}`);
+    expect(card?.textContent).toContain('Most energy-efficient');
+    expect(card?.textContent).toContain(
+      `${((pick.energy_per_sample_j as number) * 1000).toFixed(1)} mJ per sample`
+    );
+    expect(benchmarkChartData(data, untranslated).markers.map(m => m.kind)).toContain(
+      'most_energy_efficient'
+    );
+  });
+
+  it('a CPU run, or an output from before energy, has neither the column nor the card', async () => {
+    const node = await show(mutate(payload('benchmark_simulated'), 'picks.most_energy_efficient', null));
+    expect(texts(node, '.jp-GpuMem-benchmarkTable thead th')).not.toContain('Energy/sample');
+    expect(node.querySelector('.jp-GpuMem-card[data-card="most_energy_efficient"]')).toBeNull();
+    expect(node.querySelectorAll('.jp-GpuMem-pickCard')).toHaveLength(3);
+  });
+});
+
 describe('benchmark: rows arriving and an interrupted sweep', () => {
   it('re-renders cleanly as the same output is updated with more rows', async () => {
     const full = payload('benchmark_simulated');

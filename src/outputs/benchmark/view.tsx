@@ -1,6 +1,7 @@
 /**
  * The `%gpumem benchmark` output (`application/vnd.gpumem.benchmark.v1+json`): the summary table (one row per
- * batch size, workers, AMP and pin_memory, with the step's times per phase) with its three picks highlighted,
+ * batch size, workers, AMP and pin_memory, with the step's times per phase and, on a GPU, the energy per sample)
+ * with its three picks and the most energy-efficient one highlighted,
  * throughput and peak memory against batch size (one line per workers / AMP / pin_memory combination), the
  * diagnostics in plain words, and "Copy as YAML" of the recommended configuration. The kernel may update the same output as rows finish: the view is a pure function of the
  * payload, so each update re-renders cleanly.
@@ -12,9 +13,9 @@ import {
   type IBenchmarkPayload,
   type IBenchmarkPick,
   type IBenchmarkRow,
-  PICK_KINDS,
   type PickKind,
-  type RowStatus
+  type RowStatus,
+  SHOWN_PICK_KINDS
 } from '../../wire/analysispayload';
 import { Chart } from '../../ui/chart';
 import { byteAxis } from '../../ui/chartscales';
@@ -22,9 +23,11 @@ import type { IChartMarker, IChartRule, IChartSeries, MarkerShape } from '../../
 import {
   formatBytes,
   formatCount,
+  formatJoules,
   formatMs,
   formatPercentValue,
   formatSeconds,
+  formatWatts,
   NOT_MEASURED
 } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
@@ -32,7 +35,8 @@ import type { Trans } from '../../ui/i18n';
 const PICK_SHAPES: Readonly<Record<PickKind, MarkerShape>> = {
   highest_throughput: 'circle',
   best_efficiency: 'diamond',
-  recommended: 'square'
+  recommended: 'square',
+  most_energy_efficient: 'diamond'
 };
 
 /** How many colours style/analysis.css defines for chart series. */
@@ -46,7 +50,14 @@ export function pickTitle(kind: PickKind, trans: Trans): string {
       return trans.__('Best efficiency');
     case 'recommended':
       return trans.__('Recommended');
+    case 'most_energy_efficient':
+      return trans.__('Most energy-efficient');
   }
+}
+
+/** Whether some row has energy per sample (a GPU run with NVML power; payloads from before lack it). */
+function measuredEnergy(payload: IBenchmarkPayload): boolean {
+  return payload.rows.some(r => r.energy_per_sample_j !== null && r.energy_per_sample_j !== undefined);
 }
 
 function statusText(status: RowStatus, trans: Trans): string {
@@ -71,9 +82,14 @@ function sameConfig(row: IBenchmarkRow, pick: IBenchmarkPick): boolean {
 
 /** The row index of each pick (its `row`, checked against the configuration; -1 when the row is not there). */
 export function pickRows(payload: IBenchmarkPayload): Readonly<Record<PickKind, number>> {
-  const out: Record<PickKind, number> = { highest_throughput: -1, best_efficiency: -1, recommended: -1 };
-  for (const kind of PICK_KINDS) {
-    const pick = payload.picks[kind];
+  const out: Record<PickKind, number> = {
+    highest_throughput: -1,
+    best_efficiency: -1,
+    recommended: -1,
+    most_energy_efficient: -1
+  };
+  for (const kind of SHOWN_PICK_KINDS) {
+    const pick = payload.picks[kind] ?? null;
     if (pick === null) {
       continue;
     }
@@ -160,8 +176,8 @@ export function benchmarkChartData(payload: IBenchmarkPayload, trans: Trans): IB
     }
   });
   const rowsOfPicks = pickRows(payload);
-  for (const kind of PICK_KINDS) {
-    const pick = payload.picks[kind];
+  for (const kind of SHOWN_PICK_KINDS) {
+    const pick = payload.picks[kind] ?? null;
     if (pick === null || rowsOfPicks[kind] < 0) {
       continue;
     }
@@ -224,7 +240,7 @@ function BenchmarkChart(props: { payload: IBenchmarkPayload; trans: Trans }): JS
       markers={markers}
       rules={rules}
       markerLegend={[
-        ...PICK_KINDS.filter(kind => markers.some(m => m.kind === kind)).map(kind => ({
+        ...SHOWN_PICK_KINDS.filter(kind => markers.some(m => m.kind === kind)).map(kind => ({
           shape: PICK_SHAPES[kind],
           className: `jp-GpuMem-pick-${kind}`,
           label: pickTitle(kind, trans)
@@ -247,8 +263,11 @@ function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Ele
   const { payload, trans } = props;
   return (
     <div className="jp-GpuMem-cards">
-      {PICK_KINDS.map(kind => {
-        const pick = payload.picks[kind];
+      {SHOWN_PICK_KINDS.map(kind => {
+        const pick = payload.picks[kind] ?? null;
+        if (pick === null && kind === 'most_energy_efficient') {
+          return null; // energy not measured: the notes say why
+        }
         if (pick === null) {
           return (
             <Card
@@ -267,6 +286,9 @@ function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Ele
         ];
         if (kind === 'best_efficiency' && pick.efficiency !== null) {
           facts.push(trans.__('%1 samples/s per GiB', pick.efficiency.toFixed(0)));
+        }
+        if (kind === 'most_energy_efficient') {
+          facts.push(trans.__('%1 per sample', formatJoules(pick.energy_per_sample_j)));
         }
         if (pick.gpu_util !== null) {
           facts.push(trans.__('GPU %1', formatPercentValue(pick.gpu_util)));
@@ -290,7 +312,8 @@ function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Ele
 function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element {
   const { payload, trans } = props;
   const rowsOfPicks = pickRows(payload);
-  const picksOf = (i: number): PickKind[] => PICK_KINDS.filter(kind => rowsOfPicks[kind] === i);
+  const picksOf = (i: number): PickKind[] => SHOWN_PICK_KINDS.filter(kind => rowsOfPicks[kind] === i);
+  const energy = measuredEnergy(payload);
   const yes = trans.__('yes');
   const no = trans.__('no');
   const head = [
@@ -307,6 +330,7 @@ function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.
     [trans.__('Samples/s'), true],
     [trans.__('GPU util'), true],
     [trans.__('Peak memory'), true],
+    ...(energy ? ([[trans.__('Energy/sample'), true]] as const) : []),
     [trans.__('Status'), false],
     [trans.__('Pick'), false]
   ] as const;
@@ -352,6 +376,18 @@ function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.
               </td>
               <td className="jp-GpuMem-num">{formatPercentValue(row.gpu_util)}</td>
               <td className="jp-GpuMem-num">{formatBytes(row.peak_bytes, 'auto')}</td>
+              {energy && (
+                <td
+                  className="jp-GpuMem-num"
+                  title={
+                    row.mean_power_w !== null && row.mean_power_w !== undefined
+                      ? trans.__('mean power %1', formatWatts(row.mean_power_w * 1000))
+                      : undefined
+                  }
+                >
+                  {formatJoules(row.energy_per_sample_j)}
+                </td>
+              )}
               <td title={row.error ?? undefined}>
                 <span className={`jp-GpuMem-statusWord jp-GpuMem-bench-${row.status}`}>
                   {statusText(row.status, trans)}

@@ -3,6 +3,7 @@ import {
   formatBytesPair,
   formatCount,
   formatDuration,
+  formatJoules,
   formatMs,
   formatPercent,
   formatPercentValue,
@@ -205,6 +206,13 @@ describe('power and energy', () => {
       '2.50 Wh',
       '12.3 Wh',
       '1.25 kWh'
+    ]);
+    expect([null, 0.0125, 2.5, 250.4, 1250].map(formatJoules)).toEqual([
+      'n/a',
+      '12.5 mJ',
+      '2.50 J',
+      '250 J',
+      '1.25 kJ'
     ]);
   });
 });

@@ -525,6 +525,14 @@ export interface IBenchmarkRow {
   peak_reserved_bytes: number | null;
   device_used_bytes: number | null;
   efficiency: number | null;
+  /**
+   * joules per sample: NVML, the whole GPU over the measured steps (the energy counter, or power × time where the GPU has none); null on the CPU or without power readings
+   */
+  energy_per_sample_j?: number | null;
+  /**
+   * mean power of the whole GPU over the measured steps, watts; null when not measured
+   */
+  mean_power_w?: number | null;
   loader_restarts: number;
   seconds: number;
   error: string | null;
@@ -533,9 +541,13 @@ export interface IBenchmarkPicks {
   highest_throughput: null | IBenchmarkPick;
   best_efficiency: null | IBenchmarkPick;
   recommended: null | IBenchmarkPick;
+  /**
+   * lowest energy per sample among the rows that ran; null where energy was not measured (added later: older payloads lack it)
+   */
+  most_energy_efficient?: null | IBenchmarkPick;
 }
 export interface IBenchmarkPick {
-  kind: 'highest_throughput' | 'best_efficiency' | 'recommended';
+  kind: 'highest_throughput' | 'best_efficiency' | 'recommended' | 'most_energy_efficient';
   /**
    * index into rows
    */
@@ -549,6 +561,7 @@ export interface IBenchmarkPick {
   efficiency: number | null;
   gpu_util: number | null;
   note: string;
+  energy_per_sample_j?: number | null;
 }
 export interface IBenchmarkWorkers {
   leftover: number[];
@@ -614,6 +627,112 @@ export interface IErrorMessage {
   id: string | null;
   code: 'bad-request' | 'unknown-action' | 'internal';
   message: string;
+}
+/**
+ * Memory that keeps growing (gpumem_kernel/growth): the running cell's trend, sent with every sample while one is claimed and once with null when the claim or the cell ends; and, after a cell's run, its re-run notice.
+ */
+export interface IGrowth {
+  type: 'growth';
+  /**
+   * seconds since the epoch
+   */
+  time: number;
+  /**
+   * Allocated grows steadily inside the cell running now; null: no trend claimed, or no cell running.
+   */
+  running: IGrowthRunning | null;
+  /**
+   * Re-running the cell that just ended leaves allocated higher by a consistent step; null: none.
+   */
+  rerun: IGrowthRerun | null;
+}
+export interface IGrowthRunning {
+  /**
+   * "cuda:0"
+   */
+  device: string;
+  /**
+   * the running cell's execution count
+   */
+  cell: number | null;
+  /**
+   * bytes per minute
+   */
+  rate: number;
+  /**
+   * at the newest sample
+   */
+  allocated: number;
+  /**
+   * when the cell started, seconds since the epoch
+   */
+  since: number;
+  /**
+   * the span the trend was fitted over
+   */
+  seconds: number;
+  samples: number;
+  /**
+   * seconds until the device is full at this rate; null: not known
+   */
+  full_in: number | null;
+}
+export interface IGrowthRerun {
+  /**
+   * this run's execution count: Cell [12]
+   */
+  cell: number | null;
+  /**
+   * the notebook's cell id, when the front end sent it
+   */
+  cell_id: string | null;
+  device: string;
+  /**
+   * bytes allocated each run leaves (median)
+   */
+  step: number;
+  /**
+   * the same runs' median change of reserved bytes
+   */
+  reserved_step: number;
+  /**
+   * consecutive runs with that step
+   */
+  runs: number;
+  /**
+   * runs until the device is full at this rate; null: not known
+   */
+  runs_left: number | null;
+  /**
+   * the holders that grew since the cell's previous run, largest growth first
+   *
+   * @maxItems 5
+   */
+  holders: IGrowthHolder[];
+  /**
+   * the leak pattern found (gpumem_kernel/growth/rules.py); null: none
+   */
+  pattern:
+    'loss_with_graph' | 'eval_with_graph' | 'outputs_with_graph' | 'output_cache' | 'kept_old_object' | null;
+  /**
+   * what to change, for that pattern
+   */
+  fix: string | null;
+}
+export interface IGrowthHolder {
+  name: string;
+  /**
+   * how much more it reaches than after the previous run
+   */
+  bytes: number;
+  /**
+   * how many more tensors it reaches
+   */
+  tensors: number;
+  /**
+   * what it is now: list of 4 tensors with grad history
+   */
+  description: string;
 }
 export interface IHello {
   type: 'hello';

@@ -769,7 +769,7 @@ const c19: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
-  kind: enumOf('highest_throughput', 'best_efficiency', 'recommended'),
+  kind: enumOf('highest_throughput', 'best_efficiency', 'recommended', 'most_energy_efficient'),
   row: integer(0),
   batch_size: integer(1),
   num_workers: integer(0),
@@ -779,7 +779,8 @@ const benchmarkPick: Check = object({
   peak_bytes: c5,
   efficiency: c19,
   gpu_util: c19,
-  note: string()
+  note: string(),
+  energy_per_sample_j: optional(c19)
 });
 
 const c20: Check = nullable(benchmarkPick);
@@ -827,12 +828,19 @@ export const benchmarkPayload: Check = object({
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
       efficiency: c19,
+      energy_per_sample_j: optional(c19),
+      mean_power_w: optional(c19),
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
-  picks: object({ highest_throughput: c20, best_efficiency: c20, recommended: c20 }),
+  picks: object({
+    highest_throughput: c20,
+    best_efficiency: c20,
+    recommended: c20,
+    most_energy_efficient: optional(c20)
+  }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
