@@ -65,9 +65,13 @@ def ensure_importable() -> None:
 
 def _declare_roi_align(library: Any) -> None:
     """roi_align as the compiled op: torchvision's meta kernels, and its autograd calling _roi_align_backward."""
+    import importlib
+
     import torch
     import torchvision._meta_registrations as metas
-    import torchvision.ops.roi_align as module
+
+    # the module, not `import torchvision.ops.roi_align as module`: torchvision.ops binds that name to the function
+    module = importlib.import_module("torchvision.ops.roi_align")
 
     library.impl("roi_align", metas.meta_roi_align, "Meta")
     library.impl("_roi_align_backward", metas.meta_roi_align_backward, "Meta")
