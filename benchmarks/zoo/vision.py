@@ -71,6 +71,7 @@ TV_CLASSIFICATION = (
 TV_SEGMENTATION = ("fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large")
 TV_DETECTION = (
     "fasterrcnn_mobilenet_v3_large_320_fpn",
+    "fasterrcnn_resnet50_fpn",
     "retinanet_resnet50_fpn",
     "fcos_resnet50_fpn",
     "ssdlite320_mobilenet_v3_large",

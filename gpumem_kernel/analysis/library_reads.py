@@ -13,6 +13,13 @@ torchvision's detectors read values where no size rule (analysis.size_hints) app
 The first three are swapped on their loaded class or module (restored on exit, also when the trace fails); the
 check is answered by the line that asks it, so no other read of the same forward is answered.
 
+A select (analysis.size_hints) whose count the model itself caps, where no rule on the tensors shows it, takes the
+cap read from the model's own settings on the line that selects (`select_cap`):
+- Mask R-CNN's mask head trains on the sampled positives (`torch.where(labels[img_id] > 0)`), at most
+  `fg_bg_sampler.batch_size_per_image × positive_fraction` per image (BalancedPositiveNegativeSampler's num_pos;
+  the sampled labels are gathered, so the sampler's masks, analysis.mask_counts, do not reach them).
+The caps torchvision slices to (post_nms_top_n, detections_per_img) need no entry: a slice's size is its own.
+
 No library is imported here: one the user has not loaded cannot be in their model."""
 
 from __future__ import annotations
@@ -69,6 +76,36 @@ def swap_worst_cases() -> List[Swap]:
             swapped.append((owner, name, original))
             setattr(owner, name, worst)
     return swapped
+
+
+def _sampled_positives(heads: Any) -> int:
+    """RoIHeads: the sampler's positives per image, int(batch_size_per_image * positive_fraction)."""
+    sampler = heads.fg_bg_sampler
+    return int(sampler.batch_size_per_image * sampler.positive_fraction)
+
+
+# selects the model caps: (the file from its package, the code read, the cap from the frame's `self`, its name)
+_SELECT_CAPS: Tuple[Tuple[str, str, Callable[[Any], int], str], ...] = (
+    (
+        "torchvision/models/detection/roi_heads.py",
+        "pos = torch.where(labels[img_id] > 0)[0]",
+        _sampled_positives,
+        "roi_heads.fg_bg_sampler.batch_size_per_image × positive_fraction (the model's sampled positives per image)",
+    ),
+)
+
+
+def select_cap(frame: Any, short: Callable[[str], str]) -> Optional[Tuple[int, str]]:
+    """(the cap, what it is) where `frame` (the innermost outside torch) selects on a line whose count the model
+    caps by its own settings, read from the frame's `self`; None for any other line or a model without them."""
+    path = short(frame.f_code.co_filename)
+    for prefix, selects, cap, name in _SELECT_CAPS:
+        if path.startswith(prefix) and linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip() == selects:
+            try:
+                return cap(frame.f_locals["self"]), name
+            except (KeyError, AttributeError, TypeError, ValueError):
+                return None  # a changed library: no cap, the select's own bound stands
+    return None
 
 
 def valid_batch_answer(frame: Any, short: Callable[[str], str]) -> Optional[bool]:

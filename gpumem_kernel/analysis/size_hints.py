@@ -14,6 +14,11 @@ op is answered here at once with a plain size from its rule, and everything down
 The rules (`size_hints=` lowers the defaults, which are upper bounds on memory):
 - select (nonzero, masked_select, indexing or assigning with a boolean mask): a fraction of the elements is
   selected; default 1.0, every element. An assignment `x[mask] = values` takes as many as the values given.
+  Neither default nor hint exceeds a bound the step itself shows, the smaller one taken and named in the note:
+  the elements set in the mask where the trace saw it made (a sampler's k indices written into zeros, `pos | neg`;
+  analysis.mask_counts), or a cap the model declares on that line, read from its settings (Mask R-CNN's sampled
+  positives per image; analysis.library_reads.select_cap). A later slice or topk keeps its own k (a detector's
+  post_nms_top_n, detections_per_img): its size is exact whatever the select took.
 - unique (_unique2, _unique, unique_dim, unique_consecutive): a fraction of the elements is distinct, the counts
   spread evenly over them; default: every element distinct (the sizes' bound) and each count as large as all
   elements (a count read as a size, e.g. a detector's most targets per image: that read's bound).
@@ -36,7 +41,8 @@ import math
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from gpumem_kernel.analysis.library_reads import valid_batch_answer
+from gpumem_kernel.analysis.library_reads import select_cap, valid_batch_answer
+from gpumem_kernel.analysis.mask_counts import MaskCounts
 from gpumem_kernel.analysis.value_reads import _OUTSIDE, _short
 
 SizeHintsArg = Union[None, float, int, Mapping[str, float]]
@@ -96,10 +102,13 @@ def _user_frame() -> Any:
     return frame
 
 
-def _user_location() -> str:
-    """'file.py:NN' of the line that asked."""
-    frame = _user_frame()
+def _location(frame: Any) -> str:
+    """'file.py:NN' of a frame (the line that asked), '?' for None."""
     return f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+
+
+def _user_location() -> str:
+    return _location(_user_frame())
 
 
 def _percent(fraction: float) -> str:
@@ -114,6 +123,7 @@ class SizeHints:
 
         self.hints = hints or {}
         self.values: Any = WeakTensorKeyDictionary()  # fake tensor -> its real values
+        self.masks = MaskCounts()  # at most how many elements of a mask are set, where the trace saw it made
         self._notes: Dict[Tuple[str, str], str] = {}
 
     def notes(self) -> List[str]:
@@ -125,14 +135,18 @@ class SizeHints:
         from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
         if len(self.values) and self._all_known(args, kwargs):
-            return self._on_values(func, args, kwargs)
+            out = self._on_values(func, args, kwargs)
+            self.masks.see(func, args, kwargs, out)
+            return out
         try:
             out = func(*args, **kwargs)
         except DynamicOutputShapeException:
             rule = _RULES.get(func.overloadpacket.__name__)
             if rule is None:
                 raise
-            return rule(self, func, list(args), kwargs)
+            out = rule(self, func, list(args), kwargs)
+            self.masks.see(func, args, kwargs, out)
+            return out
         except DataDependentOutputException:
             frame = _user_frame()
             answer = None if frame is None else valid_batch_answer(frame, _short)
@@ -141,6 +155,7 @@ class SizeHints:
             return answer
         if len(self.values):
             self._forget_written(func, args, kwargs)
+        self.masks.see(func, args, kwargs, out)
         if func.overloadpacket.__name__ in _COUNTS:
             self._count(func, args[0], out)
         return out
@@ -211,7 +226,8 @@ class SizeHints:
 
         if x.dtype != torch.bool or not 0 < out.numel() <= VALUES_LIMIT or x.numel() % out.numel():
             return
-        k = self.selected(f"aten.{func.overloadpacket.__name__} (count of a boolean mask)", x.numel() // out.numel())
+        op = f"aten.{func.overloadpacket.__name__} (count of a boolean mask)"
+        k = self.selected(op, x.numel() // out.numel(), bound=self.masks.bound(x))
         self.values[out] = _real_values(lambda: torch.full(tuple(out.shape), k, dtype=out.dtype))
 
     # --- the rules ------------------------------------------------------------------------------------------
@@ -225,18 +241,30 @@ class SizeHints:
     def _note(self, op: str, where: str, text: str) -> None:
         self._notes.setdefault((op, where), f"{op} at {where}: {text}")
 
-    def selected(self, op: str, n: int, given: Optional[int] = None) -> int:
-        """How many of n elements a selection keeps: `given` (the values assigned), the hint, or all."""
-        where = _user_location()
+    def selected(self, op: str, n: int, given: Optional[int] = None, bound: Optional[int] = None) -> int:
+        """How many of n elements a selection keeps: `given` (the values assigned), else the hint or all, at most
+        `bound` (the elements written into the mask, analysis.mask_counts) and the model's own cap on this line
+        (analysis.library_reads.select_cap), the bound used named in the note."""
+        frame = _user_frame()
+        where = _location(frame)
         if given is not None:
             self._note(op, where, "as many as the values assigned")
             return given
         fraction = self._hint("select", where)
-        if fraction is None:
-            self._note(op, where, "every element selected (default, an upper bound; size_hints=0.1 for 10 %)")
-            return n
-        self._note(op, where, f"{_percent(fraction)} of the elements selected (size_hints)")
-        return min(n, math.ceil(fraction * n - 1e-9))
+        k = n if fraction is None else min(n, math.ceil(fraction * n - 1e-9))
+        chosen = "every element selected (default, an upper bound; size_hints=0.1 for 10 %)"
+        if fraction is not None:
+            chosen = f"{_percent(fraction)} of the elements selected (size_hints)"
+        caps = [] if bound is None else [(bound, "the elements set in the mask it selects from (as the trace made it)")]
+        library = select_cap(frame, _short) if frame is not None else None
+        caps += [] if library is None else [library]
+        cap, text = min(caps, default=(k, ""))
+        if cap < k:
+            below = "" if fraction is None else f", below size_hints' {k}"
+            self._note(op, where, f"{cap} of {n} elements selected: at most {text} (an upper bound{below})")
+            return cap
+        self._note(op, where, chosen)
+        return k
 
     def distinct(self, op: str, n: int) -> Tuple[int, List[int]]:
         """(distinct values, their counts) of n elements: the hint's fraction, counts spread evenly; default every
@@ -283,7 +311,7 @@ def _nonzero_of(hints: SizeHints, x: Any, op: str) -> Any:
     """nonzero(x) with the hinted count: coordinates of the first k elements (valid indices) as its values."""
     import torch
 
-    k = hints.selected(op, x.numel())
+    k = hints.selected(op, x.numel(), bound=hints.masks.bound(x))
     out = torch.empty_strided((k, x.dim()), (1, max(k, 1)), dtype=torch.long, device=x.device)
     if k * x.dim() <= VALUES_LIMIT:
         shape = tuple(x.shape)
@@ -304,7 +332,7 @@ def _masked_select(hints: SizeHints, func: Any, args: List[Any], kwargs: Dict[st
 
     x, mask = args[0], args[1] if len(args) > 1 else kwargs["mask"]
     n = math.prod(torch.broadcast_shapes(x.shape, mask.shape))
-    return x.new_empty((hints.selected("aten.masked_select", n),))
+    return x.new_empty((hints.selected("aten.masked_select", n, bound=hints.masks.bound(mask)),))
 
 
 def _masks_as_indices(hints: SizeHints, indices: Sequence[Any], op: str, given: Optional[int]) -> List[Any]:
@@ -314,7 +342,7 @@ def _masks_as_indices(hints: SizeHints, indices: Sequence[Any], op: str, given: 
     out: List[Any] = []
     for index in indices:
         if index is not None and index.dtype in (torch.bool, torch.uint8):
-            k = hints.selected(op, index.numel(), given)
+            k = hints.selected(op, index.numel(), given, bound=hints.masks.bound(index))
             out += list(torch.empty((index.dim(), k), dtype=torch.long, device=index.device).unbind(0))
         else:
             out.append(index)

@@ -97,6 +97,52 @@ def test_a_location_key_hints_only_that_line() -> None:
     assert any(n.startswith("aten.index.Tensor") and "default" in n for n in notes)
 
 
+PICKED = 6  # candidates a sampler keeps, of the batch's rows
+
+
+class _SamplerLike(nn.Module):
+    """A detector's sampler (torchvision's BalancedPositiveNegativeSampler, then roi_heads' `where(pos | neg)`): the
+    indices of a few candidates written into zero masks, and the rows those masks select; then a mask written in a
+    way no rule follows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Linear(16, 64)
+
+    def forward(self, x):
+        f = self.features(x)
+        candidates = torch.nonzero(x[:, 0] > 0).squeeze(1)
+        picked = candidates[torch.randperm(candidates.numel())[:PICKED]]
+        positive = torch.zeros(x.shape[0], dtype=torch.uint8)
+        positive[picked] = 1
+        negative = torch.zeros_like(positive)
+        negative[picked[:2]] = 1
+        sampled = torch.where(positive | negative)[0]
+        touched = positive.clone()
+        touched.masked_fill_(x[:, 1] > 0, 1)
+        return f[sampled].pow(2).sum() + f[torch.where(touched)[0]].sum()
+
+
+def test_a_select_from_a_mask_the_step_wrote_takes_at_most_what_was_written() -> None:
+    """A sampler's masks hold the k indices written into zeros: the select over them takes at most those (below the
+    user's hint too), and a mask written in a way no rule follows falls back to every element."""
+    for hint in (None, 0.5):
+        plan = TracePlan(_SamplerLike(), "sgd", _detector_batch, lambda out, batch: out, size_hints=check(hint))
+        notes = run_trace(plan, 64, fake=True).notes
+        (sampled,) = [n for n in notes if f"test_size_hints.py:{_line('sampled = ')}:" in n]
+        (touched,) = [n for n in notes if f"test_size_hints.py:{_line('f[torch.where(touched)')}:" in n]
+        assert f"{PICKED + 2} of 64 elements selected: at most the elements set in the mask" in sampled
+        assert ("below size_hints' 32" in sampled) == (hint is not None)
+        assert "of 64 elements selected: at most" not in touched  # masked_fill_ forgot the bound
+
+
+def _line(code: str) -> int:
+    """The line of this file that holds `code` (once)."""
+    lines = [i for i, text in enumerate(open(__file__).read().splitlines(), 1) if code in text and "_line(" not in text]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 class _ReadsData(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -60,3 +60,54 @@ def test_a_torchvision_detector_traces_training_and_evaluation() -> None:
     assert any(n.startswith("torchvision.nms (boxes kept) at ") and "default" in n for n in train.notes)
     assert trace(evaluation=True).peak_live > 0
     assert GeneralizedRCNNTransform.torch_choice is choice
+
+
+def test_a_mask_rcnn_trains_within_the_caps_it_declares() -> None:
+    """The selects inside a detector stay within the model's own settings: the roi sampler keeps
+    box_batch_size_per_image proposals (the masks it writes), the mask head trains on at most its positive fraction
+    of them (read from roi_heads.fg_bg_sampler). Before, each select took every proposal and the mask head ran on
+    all rpn_post_nms_top_n_train of them (peak 1.9 GiB here, 116 MiB now)."""
+    absent = missing("torchvision")
+    if absent:
+        pytest.skip(absent)
+    from benchmarks.zoo.vision import _detection_loss
+    from gpumem_kernel.analysis.trace import run_trace
+    from gpumem_kernel.analysis.trace_plan import TracePlan
+    from torch import nn
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+    from torchvision.ops import MultiScaleRoIAlign
+
+    size, images, sampled = 256, 2, 64
+    backbone = nn.Sequential(nn.Conv2d(3, 8, 3, stride=8, padding=1), nn.ReLU())
+    backbone.out_channels = 8
+    model = MaskRCNN(
+        backbone,
+        num_classes=5,
+        min_size=size,
+        max_size=size,
+        rpn_anchor_generator=AnchorGenerator(((32,),), ((0.5, 1.0, 2.0),)),
+        box_roi_pool=MultiScaleRoIAlign(["0"], 7, 2),
+        mask_roi_pool=MultiScaleRoIAlign(["0"], 14, 2),
+        rpn_post_nms_top_n_train=300,
+        box_batch_size_per_image=sampled,
+        box_positive_fraction=0.25,
+    )
+
+    def batch(b: int, fake: bool) -> Any:
+        import torch
+
+        corner = torch.rand(b, 4, 2) * size / 2
+        boxes = torch.cat([corner, corner + size / 4], dim=2)
+        masks = torch.zeros(4, size, size, dtype=torch.uint8)
+        return [torch.rand(3, size, size) for _ in range(b)], [
+            {"boxes": boxes[i], "labels": torch.randint(1, 5, (4,)), "masks": masks} for i in range(b)
+        ]
+
+    train = run_trace(TracePlan(model, "sgd", batch, _detection_loss), images)
+
+    # the mask head's fp32 activations per ROI: four 256-channel convs at 14x14, the 28x28 deconv and its logits
+    per_roi = 4 * (4 * 256 * 14 * 14 + (256 + 5) * 28 * 28)
+    assert train.peak_live < per_roi * sampled * images  # below the mask head on every sampled ROI
+    assert any("roi_heads.fg_bg_sampler.batch_size_per_image × positive_fraction" in n for n in train.notes)
+    assert any(f"{sampled} of 304 elements selected: at most the elements set in the mask" in n for n in train.notes)
