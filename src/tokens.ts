@@ -27,6 +27,8 @@ import type {
   IOomStep,
   IRequestArgs,
   IRequestResults,
+  IRerunGrowth,
+  IRunningGrowth,
   ISample,
   RequestAction
 } from './wire/protocol';
@@ -36,6 +38,16 @@ export interface IKernelProblem {
   /** Seconds since the epoch (the sample's time, or when it arrived). */
   readonly time: number;
   readonly text: string;
+}
+
+/** Memory that keeps growing in the current kernel (its `growth` messages). */
+export interface IGrowthState {
+  /** The running cell's trend while the kernel claims one ("allocated grows 30 MiB/min in this cell"). */
+  readonly running: IRunningGrowth | null;
+  /** The newest re-run notice of this kernel process ("Cell [12] leaves +512 MiB after each run"). */
+  readonly rerun: IRerunGrowth | null;
+  /** When the kernel sent `rerun` (seconds since the epoch): tells one notice from the next. */
+  readonly rerunTime: number | null;
 }
 
 /** The part of a session's kernel bridge that the actions use (the bridge itself fits). */
@@ -62,6 +74,8 @@ export interface IGpuMemModel {
   readonly history: ReadonlyArray<ISample>;
   /** Problems the kernel side reported recently (NVML calls that failed, …). */
   readonly problems: ReadonlyArray<IKernelProblem>;
+  /** Memory that keeps growing (absent from models that predate it). */
+  readonly growth?: IGrowthState;
   readonly settings: IGpuMemSettings;
   /** The current notebook's or console's session, or null when none is open. */
   readonly sessionContext: ISessionContext | null;

@@ -4,3 +4,4 @@ import './actions.css';
 import './analysis.css';
 import './lifecycle.css';
 import './timeline.css';
+import './growth.css';

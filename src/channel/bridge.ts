@@ -35,7 +35,7 @@ import {
 import { type IGpuMemSettings, historySeconds } from '../settings';
 import { type BridgeEvent, type IBridgeState, INITIAL_STATE, isPythonLanguage, next } from './state';
 import { isRecord } from '../wire/keywords';
-import type { IKernelProblem } from '../tokens';
+import type { IGrowthState, IKernelProblem } from '../tokens';
 
 export namespace KernelBridge {
   export interface IOptions {
@@ -145,6 +145,11 @@ export class KernelBridge implements IDisposable {
   /** Recent problems the kernel side reported, oldest first. */
   get problems(): ReadonlyArray<IKernelProblem> {
     return this._router.problems;
+  }
+
+  /** Memory that keeps growing in this kernel (its `growth` messages). */
+  get growth(): IGrowthState {
+    return this._router.growth;
   }
 
   /** The kernel's execution status as last reported. */

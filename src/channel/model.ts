@@ -25,7 +25,8 @@ import type {
 } from '../wire/protocol';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../settings';
 import { type IBridgeState, INITIAL_STATE } from './state';
-import type { IGpuMemModel, IKernelProblem } from '../tokens';
+import { NO_GROWTH } from './routing';
+import type { IGpuMemModel, IGrowthState, IKernelProblem } from '../tokens';
 
 export namespace GpuMemModel {
   export interface IOptions {
@@ -83,6 +84,10 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
 
   get problems(): ReadonlyArray<IKernelProblem> {
     return this._bridge?.problems ?? [];
+  }
+
+  get growth(): IGrowthState {
+    return this._bridge?.growth ?? NO_GROWTH;
   }
 
   get kernelStatus(): Kernel.Status | null {

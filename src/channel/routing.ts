@@ -9,10 +9,13 @@ import { type PendingRequests, RequestError } from './requests';
 import type { BridgeEvent } from './state';
 import { isRecord } from '../wire/keywords';
 import { type IHello, type ISample, parseKernelMessage, ProtocolProblem } from '../wire/protocol';
-import type { IKernelProblem } from '../tokens';
+import type { IGrowthState, IKernelProblem } from '../tokens';
 
 /** How many kernel problems are kept for the panel. */
 export const MAX_PROBLEMS = 20;
+
+/** No growth known: no trend claimed, no re-run notice. */
+export const NO_GROWTH: IGrowthState = { running: null, rerun: null, rerunTime: null };
 
 export namespace MessageRouter {
   export interface IOptions {
@@ -59,12 +62,18 @@ export class MessageRouter {
     return this._problems;
   }
 
+  /** Memory that keeps growing: the running cell's trend and the newest re-run notice. */
+  get growth(): IGrowthState {
+    return this._growth;
+  }
+
   /** Forget everything the kernel said (another kernel process: the old samples describe something else). */
   forget(): void {
     this.history.clear();
     this._latest = null;
     this._hello = null;
     this._problems = [];
+    this._growth = NO_GROWTH;
   }
 
   /** Validate one message of the comm and route it. */
@@ -101,6 +110,13 @@ export class MessageRouter {
         }
         options.apply({ type: 'sample', now: Date.now() });
         options.sampled();
+        break;
+      case 'growth':
+        // `running` is the trend now (null ends one); a notice stays until the next one.
+        this._growth =
+          message.rerun === null
+            ? { ...this._growth, running: message.running }
+            : { running: message.running, rerun: message.rerun, rerunTime: message.time };
         break;
       case 'reply':
         // A reply to a request that timed out or was cancelled is ignored.
@@ -153,4 +169,5 @@ export class MessageRouter {
   private _hello: IHello | null = null;
   private _latest: ISample | null = null;
   private _problems: ReadonlyArray<IKernelProblem> = [];
+  private _growth: IGrowthState = NO_GROWTH;
 }

@@ -3,8 +3,8 @@
  * on every model change, i.e. once per sample).
  *
  * Top to bottom: header (kernel, state, time of the sample), the blank-state message when not live, the
- * devices, the timeline, host memory, then versions and the kernel side's recent problems. Everything from
- * the kernel is rendered as React text (escaped), never as HTML.
+ * devices, memory that keeps growing, the timeline, host memory, then versions and the kernel side's recent
+ * problems. Everything from the kernel is rendered as React text (escaped), never as HTML.
  */
 import * as React from 'react';
 
@@ -16,6 +16,7 @@ import { describeKernelEnd, type IBridgeState, type StateName } from '../channel
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { ActionsSection } from '../actions/view';
 import { DeviceSection, type IKernelShutdown } from './device';
+import { GrowthSection } from './growth';
 import { HostSection } from './host';
 import { IdleHoldersSection } from './idle';
 import type { IdleHoldersModel } from './idleholders';
@@ -219,6 +220,9 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
               shutDown={shutDown}
             />
           ))}
+          {model.growth !== undefined && (
+            <GrowthSection growth={model.growth} unit={settings.units} trans={trans} />
+          )}
           {primary !== null && (
             <Timeline
               samples={model.history}

@@ -17,6 +17,7 @@ import type {
   IConfigureResult,
   IErrorMessage,
   IGpuInfo,
+  IGrowth,
   IHello,
   IHistory,
   IHistoryResult,
@@ -49,6 +50,8 @@ export type {
   IErrorMessage,
   IGpuInfo,
   IGpuProcess,
+  IGrowingHolder,
+  IGrowth,
   IHello,
   IHistory,
   IHistoryResult,
@@ -77,6 +80,8 @@ export type {
   IRefusal,
   IReply,
   IRequestMessage,
+  IRerunGrowth,
+  IRunningGrowth,
   ISample,
   ITerminateResult,
   ITimelineExportArgs,
@@ -144,7 +149,7 @@ export interface IRequestResults {
 }
 
 /** Every message the kernel may send. */
-export type KernelMessage = IHello | IHistory | ISample | IReply | IErrorMessage;
+export type KernelMessage = IHello | IHistory | ISample | IReply | IErrorMessage | IGrowth;
 
 /** The message types of protocol v1 (kernel → browser). */
 export const KERNEL_MESSAGE_TYPES: ReadonlyArray<KernelMessage['type']> = [
@@ -152,7 +157,8 @@ export const KERNEL_MESSAGE_TYPES: ReadonlyArray<KernelMessage['type']> = [
   'history',
   'sample',
   'reply',
-  'error'
+  'error',
+  'growth'
 ];
 
 /**
@@ -181,7 +187,8 @@ const MESSAGE_CHECKS: { readonly [T in KernelMessage['type']]: Check } = {
   history: checks.history,
   sample: checks.sample,
   reply: checks.reply,
-  error: checks.errorMessage
+  error: checks.errorMessage,
+  growth: checks.growth
 };
 
 const RESULT_CHECKS: { readonly [A in RequestAction]: Check } = {

@@ -640,13 +640,13 @@ export interface IGrowth {
   /**
    * Allocated grows steadily inside the cell running now; null: no trend claimed, or no cell running.
    */
-  running: IGrowthRunning | null;
+  running: IRunningGrowth | null;
   /**
    * Re-running the cell that just ended leaves allocated higher by a consistent step; null: none.
    */
-  rerun: IGrowthRerun | null;
+  rerun: IRerunGrowth | null;
 }
-export interface IGrowthRunning {
+export interface IRunningGrowth {
   /**
    * "cuda:0"
    */
@@ -677,7 +677,7 @@ export interface IGrowthRunning {
    */
   full_in: number | null;
 }
-export interface IGrowthRerun {
+export interface IRerunGrowth {
   /**
    * this run's execution count: Cell [12]
    */
@@ -708,7 +708,7 @@ export interface IGrowthRerun {
    *
    * @maxItems 5
    */
-  holders: IGrowthHolder[];
+  holders: IGrowingHolder[];
   /**
    * the leak pattern found (gpumem_kernel/growth/rules.py); null: none
    */
@@ -719,7 +719,7 @@ export interface IGrowthRerun {
    */
   fix: string | null;
 }
-export interface IGrowthHolder {
+export interface IGrowingHolder {
   name: string;
   /**
    * how much more it reaches than after the previous run

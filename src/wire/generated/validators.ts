@@ -231,6 +231,55 @@ export const errorMessage: Check = object({
   message: string(1)
 });
 
+/** growth.schema.json#/$defs/running */
+const runningGrowth: Check = object({
+  device: string(1),
+  cell: c7,
+  rate: integer(0),
+  allocated: integer(0),
+  since: number(),
+  seconds: number(0),
+  samples: integer(2),
+  full_in: c3
+});
+
+/** growth.schema.json#/$defs/holder */
+const growingHolder: Check = object({
+  name: string(1),
+  bytes: integer(),
+  tensors: integer(),
+  description: string()
+});
+
+/** growth.schema.json#/$defs/rerun */
+const rerunGrowth: Check = object({
+  cell: c7,
+  cell_id: c2,
+  device: string(1),
+  step: integer(0),
+  reserved_step: integer(),
+  runs: integer(3),
+  runs_left: c5,
+  holders: all(array(growingHolder), maxItems(5)),
+  pattern: enumOf(
+    'loss_with_graph',
+    'eval_with_graph',
+    'outputs_with_graph',
+    'output_cache',
+    'kept_old_object',
+    null
+  ),
+  fix: c2
+});
+
+/** growth.schema.json */
+export const growth: Check = object({
+  type: constant('growth'),
+  time: number(),
+  running: nullable(runningGrowth),
+  rerun: nullable(rerunGrowth)
+});
+
 /** clear.schema.json#/$defs/by_device */
 const clearByDevice: Check = all(type('object'), additionalProperties(integer(0)));
 
