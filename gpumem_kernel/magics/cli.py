@@ -10,6 +10,8 @@ its exit status. Every error is one line on stderr and exit status 2 (`GPUMEM_DE
     python -m gpumem_kernel analyze --model mypkg.models:build --batch 32 --input 3x224x224 \\
         --target "RTX 4080 Super" --amp bf16 --optimizer adamw
     python -m gpumem_kernel analyze --model hf:Qwen/Qwen2.5-7B --batch 1 --input 2048 --amp bf16 --target H100
+    python -m gpumem_kernel analyze --model hf:meta-llama/Llama-3.2-1B -b 1 --seq 4096 --amp bf16 \\
+        --checkpointing --target "RTX 4090" --search seq --seq-batches 1,4
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gpumem_kernel.analysis.lora import LORA_HELP
 from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
+from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS
 from gpumem_kernel.render.text import one_line
 
 PROG = "python -m gpumem_kernel"
@@ -444,6 +447,8 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
         "or a whole batch",
     )
     parser.add_argument("--multiple", type=argcheck.count, help="same as --round N")
+    for option in SEQUENCE_OPTIONS:  # the magic's own definitions
+        option.add_to(parser)
     parser.add_argument(
         "--effective-batch", type=argcheck.count, help="target effective batch: accumulation steps per pick"
     )
@@ -510,6 +515,10 @@ def _run_analyze(args: argparse.Namespace) -> int:
         cuda_version=args.cuda,
         lora=args.lora,
         quantize=args.quantize,
+        seq=args.seq,
+        search=args.search,
+        seq_batches=args.seq_batches,
+        seq_multiple=args.seq_multiple,
     )
     if by_name:  # built on the meta device from its config (analysis.model_source)
         named = dict(task=args.task, trust_remote_code=args.trust_remote_code, run=predict if args.timeline else None)

@@ -11,6 +11,7 @@ from gpumem_kernel.analysis.lora import LORA_HELP
 from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
+from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS
 
 
 # --- analyze and recommend -----------------------------------------------------------------------------------
@@ -129,31 +130,7 @@ _ANALYSIS_ARGUMENTS = [
         'only to a whole batch (none); default: the JupyterLab setting "Batch-size rounding", else pow2',
     ),
     argument("--multiple", type=argcheck.count, metavar="N", help="same as --round N"),
-    argument(
-        "--seq",
-        type=argcheck.count,
-        metavar="N",
-        help="tokens per sample of a token input (a model by name, a token --input, a sample batch of token ids)",
-    ),
-    argument(
-        "--search",
-        choices=("batch", "seq"),
-        default="batch",
-        help="batch (default): the batch picks; seq: also the longest sequence that fits at each of --seq-batches, "
-        "with recommended and safe lengths",
-    ),
-    argument(
-        "--seq-batches",
-        metavar="N,N",
-        help="with --search seq: the batches to search the sequence length at (default 1,4,8)",
-    ),
-    argument(
-        "--seq-multiple",
-        type=argcheck.count,
-        metavar="N",
-        help='with --search seq: lengths in multiples of N tokens; default: the JupyterLab setting "Sequence-length '
-        'multiple", else 64',
-    ),
+    *[argument(*option.flags, **option.settings) for option in SEQUENCE_OPTIONS],
     argument(
         "--effective-batch",
         type=argcheck.count,

@@ -422,3 +422,22 @@ def test_analyze_and_info_errors_are_one_line(session, capsys, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1, err
+
+
+def test_analyze_takes_the_magics_sequence_options(capsys, monkeypatch):
+    """--seq, --search seq, --seq-batches and --seq-multiple: the magic's own definitions, passed on to the analysis."""
+    from gpumem_kernel.analysis import model_source
+
+    seen = {}
+
+    def analyze_named(source, **options):
+        seen.update(options, source=source)
+        return "the report"
+
+    monkeypatch.setattr(model_source, "analyze_named", analyze_named)
+    argv = ["--seq", "4096", "--search", "seq", "--seq-batches", "1,4", "--seq-multiple", "128"]
+    code, out, err = run(capsys, "analyze", "--model", "hf:org/name", *argv)
+    assert (code, out, err) == (0, "the report\n", "")
+    assert (seen["seq"], seen["search"], seen["seq_batches"], seen["seq_multiple"]) == (4096, "seq", "1,4", 128)
+    code, _, err = run(capsys, "analyze", "--model", "hf:org/name", "--search", "length")
+    assert code == 2 and "invalid choice: 'length'" in err and len(err.splitlines()) == 1

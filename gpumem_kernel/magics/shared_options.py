@@ -1,0 +1,52 @@
+"""Options that `%gpumem analyze` (magics.options, IPython's magic_arguments) and `python -m gpumem_kernel analyze`
+(magics.cli, argparse) both take: one definition each, added to either parser as it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Tuple
+
+from gpumem_kernel.magics import argcheck
+
+
+@dataclass(frozen=True)
+class Option:
+    flags: Tuple[str, ...]
+    settings: Dict[str, Any] = field(default_factory=dict)  # add_argument's keywords
+
+    def add_to(self, parser: Any) -> None:
+        parser.add_argument(*self.flags, **self.settings)
+
+
+SEQUENCE_OPTIONS = (
+    Option(
+        ("--seq",),
+        dict(
+            type=argcheck.count,
+            metavar="N",
+            help="tokens per sample of a token input (a model by name, a token --input, a sample batch of token ids)",
+        ),
+    ),
+    Option(
+        ("--search",),
+        dict(
+            choices=("batch", "seq"),
+            default="batch",
+            help="batch (default): the batch picks; seq: also the longest sequence that fits at each of "
+            "--seq-batches, with recommended and safe lengths",
+        ),
+    ),
+    Option(
+        ("--seq-batches",),
+        dict(metavar="N,N", help="with --search seq: the batches to search the sequence length at (default 1,4,8)"),
+    ),
+    Option(
+        ("--seq-multiple",),
+        dict(
+            type=argcheck.count,
+            metavar="N",
+            help='with --search seq: lengths in multiples of N tokens; default: the JupyterLab setting "Sequence-'
+            'length multiple", else 64',
+        ),
+    ),
+)
