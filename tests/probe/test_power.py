@@ -114,19 +114,24 @@ def test_one_formatter_for_watts_and_watt_hours():
 def test_the_cell_magic_reports_each_gpus_energy_from_the_fake_driver():
     """%%gpumem in the shared shell with the extension's prober reading a fake driver: one GPU with the counter,
     one before Volta (power × time over the sampler's samples, and the note)."""
+    from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from conftest import gpumem_shell
     from fake_nvml import install_in_running_kernel
     from gpumem_kernel.probe import prober as probe
 
-    with gpumem_shell() as shell:
+    shell = InteractiveShell.instance()  # shared between test modules: left as it was found
+    before = set(shell.user_ns)
+    shell.extension_manager.load_extension("gpumem_kernel")
+    try:
         install_in_running_kernel([FakeGpu("NVIDIA A100", UUID0), pre_volta("Tesla P100", UUID1, power_mw=120_000)])
-        try:
-            with capture_output() as captured:
-                shell.run_cell("%%gpumem\nimport time\ntime.sleep(0.3)")
-        finally:
-            probe.default_prober().__init__()  # back to the real driver (none here)
+        with capture_output() as captured:
+            shell.run_cell("%%gpumem\nimport time\ntime.sleep(0.3)")
+    finally:
+        probe.default_prober().__init__()  # back to the real driver (none here)
+        shell.extension_manager.unload_extension("gpumem_kernel")
+        for name in set(shell.user_ns) - before:
+            del shell.user_ns[name]
     lines = captured.outputs[0].data["text/plain"].splitlines()
     energy = [line.split(" (")[0] for line in lines if " energy " in line]
     assert [line.split()[0] for line in energy] == ["cuda:0", "cuda:1"]
