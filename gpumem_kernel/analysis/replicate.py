@@ -14,9 +14,15 @@ the parameters' `.grad`. Storages that leave a window (outputs, gradients) are r
 the block made them; the others are records without a storage. Everything outside the blocks (embedding, head,
 loss, optimizer, zero_grad) runs as before, so the stream, the breakdown and the peak equal the full trace's.
 
+The block after the first runs for real too: whether its input is still alive when the next block is called says
+whether a block keeps its input (the first's may be kept by its caller). Autocast's cached casts of fp32 weights
+(an fp32 model under AMP, LoRA adapters) outlive a block until autocast exits: the real blocks learn which of
+their window's allocs its cache clear frees, and the replayed blocks' copies of those are freed in the same clear,
+which frees in the order the casts were made (trace_tracker.ordered_cache_clears).
+
 A call that differs, a KV cache or another object among the arguments, a storage that outlives the block in a
-way the replay cannot reproduce (autocast's weight cache), or a last block whose windows differ from the
-first's: that call runs for real, or the trace reruns in full (ReplicationMismatch, trace.run_trace).
+way the replay cannot reproduce, or a last block whose windows differ from the first's: that call runs for real,
+or the trace reruns in full (ReplicationMismatch, trace.run_trace).
 
 torch is imported inside functions only: the kernel shim must load without it."""
 
@@ -26,6 +32,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from gpumem_kernel.analysis.autocast_policy import cpu_autocast_on
 from gpumem_kernel.analysis.checkpointing import _name_span, repeated_blocks
 from gpumem_kernel.analysis.trace_tracker import Marker
 
@@ -116,7 +123,7 @@ class Pass:
     """One forward pass of one run at one call signature: the windows its real blocks recorded."""
 
     forward: Optional[Window] = None
-    first_inputs: List[int] = field(default_factory=list)  # the first block's input sids
+    probe: List[int] = field(default_factory=list)  # the input sids of the block after the first (run for real)
     outputs: List[Meta] = field(default_factory=list)
     out_counts: List[int] = field(default_factory=list)  # the first block's outputs' storage use counts
     out_leaves: List[Any] = field(default_factory=list)  # the output's leaves, tensors as _TENSOR
@@ -126,6 +133,11 @@ class Pass:
     # the first block's, which frees what all blocks are handed (rotary tables, masks): the first's, when replayed
     backward_first: Optional[Backward] = None
     first_index: int = 0  # the first block's place in the run
+    # autocast's cached weight casts: which of the forward window's allocs the cache clear frees (None: no clear
+    # yet), the real blocks' forward sids and the replayed blocks' waiting for the next clear
+    cached: Optional[List[int]] = None
+    recorded: List[List[int]] = field(default_factory=list)
+    awaiting: List[List[int]] = field(default_factory=list)
     unsupported: str = ""
     replayed: int = 0
 
@@ -236,11 +248,13 @@ class Replicator:
                 self.position[id(block)] = (r, i)
                 self.originals.append((block, vars(block).get("forward")))
                 block.forward = functools.partial(self.call, block, block.forward)
+        tracker.on_cache_clear = self.cache_cleared
 
     def finish(self) -> Replication:
         """What was replayed; the blocks get their forward back and the Replicator lets go of them, so the copy
         is freed where the full trace frees it (a block -> forward -> Replicator -> block cycle waits for gc)."""
         info = self.info()
+        self.tracker.on_cache_clear = None
         for block, forward in self.originals:
             if forward is None:
                 del block.forward
@@ -258,6 +272,23 @@ class Replicator:
         unsupported = sorted({p.unsupported for p in self.passes.values() if p.unsupported} | self.skipped)
         reason = "; ".join(unsupported) if not replayed else ""
         return Replication(bool(replayed), kind, blocks, replayed, names, reason)
+
+    def cache_cleared(self, freed: Set[int]) -> None:
+        """Autocast's cache clear freed `freed`: the casts a real block made learn which of its window's allocs
+        the cache held to the clear, and the replayed blocks' copies of those are freed with them."""
+        for state in self.passes.values():
+            for local in state.recorded:
+                cached = [k for k, sid in enumerate(local) if sid in freed]
+                if state.cached is not None and cached != state.cached:
+                    raise ReplicationMismatch("autocast's cache held other casts of a run's blocks")
+                state.cached = cached
+            state.recorded.clear()
+            for local in state.awaiting:
+                if state.cached is None:
+                    raise ReplicationMismatch("a replayed block's casts were cleared before its run's first")
+                for k in state.cached:
+                    self.tracker._on_free(local[k])
+            state.awaiting.clear()
 
     # the call ------------------------------------------------------------------------------------------
 
@@ -290,18 +321,19 @@ class Replicator:
             torch.get_autocast_dtype("cpu"),
         )
         state = self.passes.setdefault(key, Pass())
-        if not state.unsupported and _autocast_caches(block):
-            state.unsupported = "autocast's casts of fp32 weights (the model's, or LoRA adapters') outlive each block"
         if state.unsupported:
             return real(*args, **kwargs)
         if state.forward is None:
             state.first_index = index
             return self._first(state, block, real, args, kwargs, tensors)
+        if not state.probe:  # the block after the first runs for real: what it keeps of its input, _holds reads
+            state.probe = [_sid(tracker, t) or -1 for t in tensors]
+            return real(*args, **kwargs)
+        if state.hold is None:
+            state.hold = self._holds(state, tensors)
         complete = state.backward is not None and state.backward_first is not None
         if not complete and index == len(members) - 1:
             return self._last(state, block, real, args, kwargs, tensors)
-        if state.hold is None:
-            state.hold = self._holds(state, tensors)
         return self._replay(state, block, tensors, complete and index == state.first_index)
 
     def _real(self, real: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -343,7 +375,8 @@ class Replicator:
 
         tracker = self.tracker
         out, window, local, outputs, slots = self._record(real, args, kwargs, tensors)
-        state.first_inputs = [_sid(tracker, t) or -1 for t in tensors]
+        if cpu_autocast_on():
+            state.recorded.append(local)
         leaves, state.out_spec = tree_flatten(out)
         state.out_leaves = [_TENSOR if _is_tensor(leaf) else leaf for leaf in leaves]
         state.unsupported = _tag_outputs(tracker, window, local, outputs)
@@ -355,16 +388,16 @@ class Replicator:
         return out
 
     def _holds(self, state: Pass, tensors: List[Any]) -> List[bool]:
-        """Which inputs the block keeps alive: one shared with the first block (rotary tables, masks) is kept by
-        the real first block longer anyway; a chained one (the hidden states) is kept when the first block's was
-        not freed as its caller moved on."""
+        """Which inputs a block keeps alive, read as the block after the probe is called: one all blocks share
+        (rotary tables, masks) is kept by its caller; a chained one (the hidden states) is kept when the probe's
+        was not freed as its caller moved on. (The first block's input cannot tell: its caller may keep it, as
+        BERT keeps its embedding output, where the blocks of an fp32 model under AMP keep only casts of theirs.)"""
         tracker = self.tracker
         holds = []
         for k, t in enumerate(tensors):
-            first = state.first_inputs[k]
-            mine = _sid(tracker, t)
-            shared = first == mine or first < 0
-            holds.append(not shared and tracker.records[first].free_index is None)
+            probe = state.probe[k]
+            shared = probe == _sid(tracker, t) or probe < 0
+            holds.append(not shared and tracker.records[probe].free_index is None)
         return holds
 
     def _last(
@@ -373,6 +406,8 @@ class Replicator:
         """The run's last block runs for real and records its backward window, which the replayed blocks emit."""
         tracker = self.tracker
         out, window, local, outputs, slots = self._record(real, args, kwargs, tensors)
+        if cpu_autocast_on():
+            state.recorded.append(local)
         problem = _tag_outputs(tracker, window, local, outputs)
         if problem or window.shape() != state.forward.shape():  # type: ignore[union-attr]
             if state.replayed:
@@ -479,6 +514,8 @@ class Replicator:
         params = [p for p in block.parameters() if p.requires_grad]
         node = _Replayed(self.tracker, state, tensors, params, first)
         outputs = iter(_replay_function().apply(node, *tensors))
+        if cpu_autocast_on():
+            state.awaiting.append(node.forward_local)
         leaves = [next(outputs) if leaf is _TENSOR else leaf for leaf in state.out_leaves]
         return tree_unflatten(leaves, state.out_spec)
 
@@ -535,17 +572,6 @@ def _tag_outputs(tracker: Any, window: Window, local: List[int], outputs: List[A
             return "a block returns a storage it did not make"
         allocs[position[sid]].tag = ("out", k)
     return ""
-
-
-def _autocast_caches(block: Any) -> bool:
-    """Autocast keeps its casts of weights to its dtype until it exits: past the block's windows, in an order
-    of its own (an fp32 model under AMP). Casts up (a bf16 model's norms in fp32) are not kept."""
-    import torch
-
-    if not torch.is_autocast_enabled("cpu"):
-        return False
-    dtype = torch.get_autocast_dtype("cpu")
-    return any(p.is_floating_point() and p.dtype != dtype for p in block.parameters())
 
 
 class _Replayed:

@@ -38,7 +38,7 @@ from gpumem_kernel.analysis.replicate import Replication, ReplicationMismatch, i
 from gpumem_kernel.analysis.torch_rules import applied as torch_rules_applied
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace_summary import summarize
-from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
+from gpumem_kernel.analysis.trace_tracker import ordered_cache_clears, trace_tracker_class
 from gpumem_kernel.analysis.training_loop import autocast_factory, default_loss, eval_steps, model_loss, train_steps
 from gpumem_kernel.analysis.value_reads import describe
 from gpumem_kernel.analysis.user_step import optimizers_of, run_user_steps, same_shape
@@ -153,7 +153,8 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
             planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
             # the planned torch's rules (analysis.torch_rules): swaps over the CUDA ones, a mode over the tracker
-            with cuda_kernels(planned.version if planned else None) as rerouted, tracker, rules:
+            kernels, clears = cuda_kernels(planned.version if planned else None), ordered_cache_clears(tracker)
+            with kernels as rerouted, tracker, rules, clears:
                 _register_model(tracker, model, optimizers_of(optimizer))
                 make_batch = functools.partial(plan.make_batch, batch_size, fake)
                 autocast = autocast_factory(plan.amp, "cpu")

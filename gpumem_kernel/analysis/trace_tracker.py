@@ -6,9 +6,10 @@ torch is imported inside functions only: the kernel shim must load without it.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
 from gpumem_kernel.analysis.rnn_workspace import with_rnn_workspace
 from gpumem_kernel.analysis.size_hints import SizeHints
@@ -81,6 +82,22 @@ def trace_tracker_class() -> type:
             # a fake trace answers value-dependent sizes by rule or the user's hint (analysis.size_hints)
             self.size_hints = SizeHints(size_hints) if fake else None
             self.logits: Any = None  # a LogitsWatch (analysis.llm_facts) for a model with an output vocabulary
+            # told the storages an autocast cache clear freed (analysis.replicate frees its replayed casts then)
+            self.on_cache_clear: Optional[Callable[[Set[int]], None]] = None
+
+        def cache_cleared(self, start: int) -> None:
+            """The frees since event `start` were autocast's cache clear: they go in the order the casts were made
+            (the cache frees them in its hash map's, by address, which differs from one trace to the next)."""
+            freed = {sid for _, sid in self.events[start:]}
+            if self.on_cache_clear is not None:
+                self.on_cache_clear(freed)  # more frees, of storages made before the clear began
+            tail = self.events[start:]
+            if any(event != "free" for event, _ in tail):
+                return  # something else ran during the clear: its order is kept
+            tail.sort(key=lambda e: e[1])
+            self.events[start:] = tail
+            for k, (_, sid) in enumerate(tail):
+                self.records[sid].free_index = start + k
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if self._fake and _in_place_foreach(func) and _all_fake(args):
@@ -108,6 +125,26 @@ def trace_tracker_class() -> type:
             return out
 
     return TraceTracker
+
+
+@contextlib.contextmanager
+def ordered_cache_clears(tracker: Any) -> Iterator[None]:
+    """torch.clear_autocast_cache, which autocast's outermost exit calls, with the tracker told what it freed
+    (TraceTracker.cache_cleared); put back on exit."""
+    import torch
+
+    clear = torch.clear_autocast_cache
+
+    def ordered() -> None:
+        start = len(tracker.events)
+        clear()
+        tracker.cache_cleared(start)
+
+    torch.clear_autocast_cache = ordered
+    try:
+        yield
+    finally:
+        torch.clear_autocast_cache = clear
 
 
 @functools.lru_cache(maxsize=None)
