@@ -59,8 +59,9 @@ def load(ip: Any, version: str) -> Loaded:
         # The OOM capture (setting "oomTimeline", off by default): a bounded allocator history while cells run.
         ip.events.register("pre_run_cell", capture.pre_run_cell)
         ip.events.register("post_run_cell", capture.post_run_cell)
-        # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: holders.hook).
-        holders_hook.install(ip)
+        # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: holders.hook); the
+        # panel's "Held by" gets each cell's `holders` message.
+        holders_hook.install(ip, channel.broadcast)
         # Which cell keeps growing memory run after run, and the running cell's trend (after the holders' hook:
         # the growth notice names the holders that grew).
         sampler.add_listener(growth_hook.install(ip, channel.broadcast).trend)

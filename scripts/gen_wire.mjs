@@ -119,7 +119,10 @@ const TYPE_NAMES = {
   'timeline#/$defs/stack': 'ITimelineStack',
   'timeline#/$defs/failed': 'ITimelineFailed',
   kernel_exit: 'IKernelExitAnswer',
-  'kernel_exit#/$defs/exit': 'IKernelExit'
+  'kernel_exit#/$defs/exit': 'IKernelExit',
+  holders: 'IHoldersMessage',
+  'holders#/$defs/device': 'IHoldersDevice',
+  'holders#/$defs/entry': 'IHolderLine'
 };
 
 /**
@@ -146,7 +149,8 @@ const BROWSER_READS = {
   autobatchPayload: 'autobatch',
   benchmarkPayload: 'benchmark',
   timelinePayload: 'timeline',
-  kernelExitAnswer: 'kernel_exit'
+  kernelExitAnswer: 'kernel_exit',
+  holdersMessage: 'holders'
 };
 
 /** Keywords that assert nothing about a value. */

@@ -23,6 +23,7 @@ import type {
   IClearPayload,
   IGpuProcess,
   IHello,
+  IHoldersMessage,
   IOomPayload,
   IOomStep,
   IRequestArgs,
@@ -74,6 +75,8 @@ export interface IGpuMemModel {
   readonly history: ReadonlyArray<ISample>;
   /** Problems the kernel side reported recently (NVML calls that failed, …). */
   readonly problems: ReadonlyArray<IKernelProblem>;
+  /** Which variables hold GPU memory after the last cell ("Held by"); absent from models that predate it. */
+  readonly holders?: IHoldersMessage | null;
   /** Memory that keeps growing (absent from models that predate it). */
   readonly growth?: IGrowthState;
   readonly settings: IGpuMemSettings;

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from gpumem_kernel.holders import hook as holders_hook
 from gpumem_kernel.probe import processes
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.wire.protocol import (
@@ -294,6 +295,9 @@ class Channel:
         with connection.lock:
             history = self._sampler.subscribe(connection.listener)
             connection.publish(to_json(History(samples=history)))
+            holders = holders_hook.last_message()  # the panel's "Held by" until the next cell ends
+            if holders is not None:
+                connection.publish(holders)
 
     def _over_limit(self) -> List[_Connection]:
         """Remove the comms heard from least recently beyond MAX_COMMS. Caller holds `_config_lock`."""

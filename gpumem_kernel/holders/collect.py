@@ -108,15 +108,24 @@ def _merge(total: Reach, part: Reach) -> None:
     total.gradients += part.gradients
 
 
-def _entries(roots: List[_Root]) -> List[HolderEntry]:
-    """Charge each storage to the first root reaching it; name the others sharing it on both sides."""
+def _device_of(key: Any, device_name: str) -> str:
+    """The device of a storage key (walk: (device, address)); `device_name` for a tensor without a storage."""
+    return key[0] if isinstance(key, tuple) and key and key[0] != "id" else device_name
+
+
+def _entries(roots: List[_Root], device_name: str) -> List[HolderEntry]:
+    """Charge each storage to the first root reaching it (by device); name the others sharing it on both sides."""
     reachers: Dict[Any, List[str]] = {}
     for root in roots:
         for key in root.reach.storages:
             reachers.setdefault(key, []).append(root.name)
     entries = []
     for root in roots:
-        charged = sum(size for key, size in root.reach.storages.items() if reachers[key][0] == root.name)
+        by_device: Dict[str, int] = {}
+        for key, size in root.reach.storages.items():
+            if reachers[key][0] == root.name:
+                device = _device_of(key, device_name)
+                by_device[device] = by_device.get(device, 0) + size
         shared: Dict[str, None] = {}
         for key in root.reach.storages:
             shared.update((name, None) for name in reachers[key] if name != root.name)
@@ -125,10 +134,11 @@ def _entries(roots: List[_Root]) -> List[HolderEntry]:
                 root.name,
                 root.source,
                 root.description,
-                charged,
+                sum(by_device.values()),
                 root.reach.bytes,
                 root.reach.tensors,
                 list(shared),
+                by_device,
             )
         )
     return sorted(entries, key=lambda e: (-e.bytes, -e.reached_bytes, e.name))
@@ -166,7 +176,7 @@ def collect(
     note = None
     if walker.truncated:
         note = f"stopped after {limits.objects:,} objects: variables reached only through more may be missing"
-    report = _report(device, _entries(roots), allocated, started, budget_ms, note=note)
+    report = _report(device, _entries(roots, device), allocated, started, budget_ms, note=note)
     report.history_hint = describe.history_hint([(r.name, r.reach) for r in roots])
     return report
 
@@ -186,16 +196,23 @@ def _report(
     return HoldersReport(device, entries, allocated, reachable, unreachable, skipped, note, elapsed, budget_ms)
 
 
-def cuda_in_use() -> Optional[Tuple[OnDevice, int]]:
-    """(is-a-CUDA-tensor, bytes allocated on every device) when the user's code initialised CUDA, else None.
-    Never initialises CUDA."""
+def allocated_by_device() -> Optional[Dict[str, int]]:
+    """{"cuda:0": bytes allocated, ...} when the user's code initialised CUDA, else None. Never initialises CUDA."""
     from gpumem_kernel.probe.torchstats import initialised_cuda
 
     cuda = initialised_cuda()
     if cuda is None:
         return None
-    allocated = sum(int(cuda.memory_allocated(i)) for i in range(cuda.device_count()))
-    return (lambda tensor: tensor.is_cuda), allocated
+    return {f"cuda:{i}": int(cuda.memory_allocated(i)) for i in range(cuda.device_count())}
+
+
+def cuda_in_use() -> Optional[Tuple[OnDevice, int]]:
+    """(is-a-CUDA-tensor, bytes allocated on every device) when the user's code initialised CUDA, else None.
+    Never initialises CUDA."""
+    allocated = allocated_by_device()
+    if allocated is None:
+        return None
+    return (lambda tensor: tensor.is_cuda), sum(allocated.values())
 
 
 NO_CUDA = "CUDA is not initialised in this kernel: no variable holds GPU memory"

@@ -22,6 +22,7 @@ class HolderEntry:
     reached_bytes: int  # all it reaches, shared storages included
     tensors: int
     shared_with: List[str] = field(default_factory=list)  # other entries reaching some of the same storages
+    by_device: Dict[str, int] = field(default_factory=dict)  # the charged bytes by device: {"cuda:0": ...}
 
 
 @dataclass

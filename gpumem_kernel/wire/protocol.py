@@ -36,7 +36,7 @@ CAPABILITIES = (
 )
 ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping", "timeline_export")
 TIMELINE_FORMATS = ("snapshot", "csv")
-MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error", "growth")
+MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error", "growth", "holders")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0
 HISTORY_MIN, HISTORY_MAX = 10, 3600
 MAX_PIDS = 1024  # per processes/terminate request: a kernel and its workers, never a whole machine

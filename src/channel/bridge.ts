@@ -26,6 +26,7 @@ import {
   COMM_TARGET,
   type IConfigureArgs,
   type IHello,
+  type IHoldersMessage,
   type IRequestArgs,
   type IRequestResults,
   type ISample,
@@ -150,6 +151,11 @@ export class KernelBridge implements IDisposable {
   /** Memory that keeps growing in this kernel (its `growth` messages). */
   get growth(): IGrowthState {
     return this._router.growth;
+  }
+
+  /** Which variables hold GPU memory after the kernel's last cell, or null. */
+  get holders(): IHoldersMessage | null {
+    return this._router.holders;
   }
 
   /** The kernel's execution status as last reported. */

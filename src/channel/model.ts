@@ -18,6 +18,7 @@ import { type Trans, untranslated } from '../ui/i18n';
 import type {
   IGpuProcess,
   IHello,
+  IHoldersMessage,
   IRequestArgs,
   IRequestResults,
   ISample,
@@ -88,6 +89,10 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
 
   get growth(): IGrowthState {
     return this._bridge?.growth ?? NO_GROWTH;
+  }
+
+  get holders(): IHoldersMessage | null {
+    return this._bridge?.holders ?? null;
   }
 
   get kernelStatus(): Kernel.Status | null {

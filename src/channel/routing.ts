@@ -8,7 +8,13 @@ import { SampleHistory } from './history';
 import { type PendingRequests, RequestError } from './requests';
 import type { BridgeEvent } from './state';
 import { isRecord } from '../wire/keywords';
-import { type IHello, type ISample, parseKernelMessage, ProtocolProblem } from '../wire/protocol';
+import {
+  type IHello,
+  type IHoldersMessage,
+  type ISample,
+  parseKernelMessage,
+  ProtocolProblem
+} from '../wire/protocol';
 import type { IGrowthState, IKernelProblem } from '../tokens';
 
 /** How many kernel problems are kept for the panel. */
@@ -67,12 +73,18 @@ export class MessageRouter {
     return this._growth;
   }
 
+  /** Which variables hold GPU memory after the kernel's last cell (its newest `holders` message), or null. */
+  get holders(): IHoldersMessage | null {
+    return this._holders;
+  }
+
   /** Forget everything the kernel said (another kernel process: the old samples describe something else). */
   forget(): void {
     this.history.clear();
     this._latest = null;
     this._hello = null;
     this._problems = [];
+    this._holders = null;
     this._growth = NO_GROWTH;
   }
 
@@ -87,6 +99,7 @@ export class MessageRouter {
     switch (message.type) {
       case 'hello':
         this._hello = message;
+        this._holders = null; // a new comm: the kernel sends its last one after the history
         options.apply({
           type: 'hello',
           protocol: message.protocol,
@@ -117,6 +130,9 @@ export class MessageRouter {
           message.rerun === null
             ? { ...this._growth, running: message.running }
             : { running: message.running, rerun: message.rerun, rerunTime: message.time };
+        break;
+      case 'holders':
+        this._holders = message;
         break;
       case 'reply':
         // A reply to a request that timed out or was cancelled is ignored.
@@ -169,5 +185,6 @@ export class MessageRouter {
   private _hello: IHello | null = null;
   private _latest: ISample | null = null;
   private _problems: ReadonlyArray<IKernelProblem> = [];
+  private _holders: IHoldersMessage | null = null;
   private _growth: IGrowthState = NO_GROWTH;
 }

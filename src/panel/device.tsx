@@ -233,6 +233,8 @@ export interface IDeviceSectionProps {
   readonly trans: Trans;
   readonly labelProcess: (process: IGpuProcess) => string;
   readonly shutDown?: IKernelShutdown | null;
+  /** What holds this device's memory ("Held by", heldby.tsx), shown above the processes. */
+  readonly heldBy?: React.ReactNode;
 }
 
 /** `<section class="jp-GpuMem-device">` for one GPU. */
@@ -303,6 +305,7 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
           </Fact>
         </dl>
       )}
+      {props.heldBy}
       {device.processes.length > 0 && (
         <ProcessTable
           processes={device.processes}

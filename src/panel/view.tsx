@@ -17,6 +17,7 @@ import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { ActionsSection } from '../actions/view';
 import { DeviceSection, type IKernelShutdown } from './device';
 import { GrowthSection } from './growth';
+import { HeldBy } from './heldby';
 import { HostSection } from './host';
 import { IdleHoldersSection } from './idle';
 import type { IdleHoldersModel } from './idleholders';
@@ -218,6 +219,9 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
               trans={trans}
               labelProcess={p => model.labelProcess(p)}
               shutDown={shutDown}
+              heldBy={
+                <HeldBy message={model.holders ?? null} device={device} unit={settings.units} trans={trans} />
+              }
             />
           ))}
           {model.growth !== undefined && (

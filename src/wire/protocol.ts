@@ -21,6 +21,7 @@ import type {
   IHello,
   IHistory,
   IHistoryResult,
+  IHoldersMessage,
   IKernelExitAnswer,
   IOomPayload,
   IOomStep,
@@ -55,6 +56,9 @@ export type {
   IHello,
   IHistory,
   IHistoryResult,
+  IHolderLine,
+  IHoldersDevice,
+  IHoldersMessage,
   IHostMemory,
   IKernelExit,
   IKernelExitAnswer,
@@ -149,7 +153,7 @@ export interface IRequestResults {
 }
 
 /** Every message the kernel may send. */
-export type KernelMessage = IHello | IHistory | ISample | IReply | IErrorMessage | IGrowth;
+export type KernelMessage = IHello | IHistory | ISample | IReply | IErrorMessage | IHoldersMessage | IGrowth;
 
 /** The message types of protocol v1 (kernel → browser). */
 export const KERNEL_MESSAGE_TYPES: ReadonlyArray<KernelMessage['type']> = [
@@ -158,6 +162,7 @@ export const KERNEL_MESSAGE_TYPES: ReadonlyArray<KernelMessage['type']> = [
   'sample',
   'reply',
   'error',
+  'holders',
   'growth'
 ];
 
@@ -188,6 +193,7 @@ const MESSAGE_CHECKS: { readonly [T in KernelMessage['type']]: Check } = {
   sample: checks.sample,
   reply: checks.reply,
   error: checks.errorMessage,
+  holders: checks.holdersMessage,
   growth: checks.growth
 };
 

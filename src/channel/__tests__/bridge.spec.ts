@@ -8,6 +8,8 @@ import { GpuMemModel } from '../model';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
 import { errorReply, FakeKernel, FakeSessionContext, missingAnswer, okAnswer } from '../../__tests__/fakes';
 import * as fx from '../../__tests__/fixtures';
+import holdersJson from '../../__tests__/data/holders_cpu.json';
+import type { IHoldersMessage } from '../../wire/protocol';
 
 const CLIENT = 'jupyterlab-gpumem 0.1.0';
 
@@ -541,6 +543,30 @@ describe('KernelBridge: requests', () => {
     const { ctx, bridge } = await liveBridge();
     bridge.updateSettings({ ...DEFAULT_SETTINGS, batchRounding: '8' });
     expect(ctx.kernel.comm.sent).toEqual([]);
+  });
+});
+
+describe('KernelBridge: holders', () => {
+  it('keeps the newest `holders` message for the panel, and drops it when the comm opens again', async () => {
+    const { ctx, bridge } = await liveBridge();
+    expect(bridge.holders).toBeNull();
+    const first = JSON.parse(JSON.stringify(holdersJson)) as IHoldersMessage;
+    ctx.kernel.comm.receive(first);
+    expect(bridge.holders).toEqual(first);
+    ctx.kernel.comm.receive({ ...first, cell: 3, devices: [] });
+    expect(bridge.holders?.cell).toBe(3);
+    expect(bridge.state.name).toBe('live');
+    ctx.kernel.comm.receive(fx.hello); // a comm opened again: the kernel sends its own last one after the history
+    expect(bridge.holders).toBeNull();
+  });
+
+  it('refuses a holders message that does not fit its schema, naming the field', async () => {
+    const { ctx, bridge } = await liveBridge();
+    ctx.kernel.comm.receive({ ...(holdersJson as object), devices: [{ device: 'cuda:0' }] });
+    expect(bridge.holders).toBeNull();
+    expect(console.warn).toHaveBeenCalledWith(
+      expect.stringContaining('jupyterlab-gpumem: ignored a kernel message: holders.devices[0]')
+    );
   });
 });
 

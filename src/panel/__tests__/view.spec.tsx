@@ -5,7 +5,8 @@ import { createRoot, type Root } from 'react-dom/client';
 
 import { untranslated } from '../../ui/i18n';
 import { labelProcess } from '../../channel/sample';
-import type { ISample } from '../../wire/protocol';
+import type { IHoldersMessage, ISample } from '../../wire/protocol';
+import holdersJson from '../../__tests__/data/holders_cpu.json';
 import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
 import { type IBridgeState, INITIAL_STATE, type StateName } from '../../channel/state';
 import { statusSummary } from '../statussummary';
@@ -22,6 +23,7 @@ interface IStubOptions {
   latest?: ISample | null;
   history?: ISample[];
   settings?: Partial<IGpuMemSettings>;
+  holders?: IHoldersMessage | null;
 }
 
 /** A model with fixed data. */
@@ -38,6 +40,7 @@ function stubModel(options: IStubOptions = {}): IGpuMemModel & { retried: number
     latest: options.latest === undefined ? fx.sample() : options.latest,
     history: options.history ?? [],
     problems: [],
+    holders: options.holders ?? null,
     settings: { ...DEFAULT_SETTINGS, ...options.settings },
     sessionContext: null,
     kernelLabel: 'Python 3 (ipykernel) · train.ipynb',
@@ -298,6 +301,68 @@ describe('GpuMemView', () => {
     expect(node.querySelector('img')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-device b')).toBeNull();
     expect(node.textContent).toContain('<img src=x onerror="alert(1)">');
+  });
+});
+
+describe('Held by', () => {
+  const message = (): IHoldersMessage => JSON.parse(JSON.stringify(holdersJson)) as IHoldersMessage;
+  const texts = (node: HTMLElement, selector: string): string[] =>
+    [...node.querySelectorAll(selector)].map(e => e.textContent ?? '');
+  const rows = (node: HTMLElement): string[][] =>
+    [...node.querySelectorAll('.jp-GpuMem-heldBy tbody tr')].map(tr =>
+      [...tr.querySelectorAll('.jp-GpuMem-procLabel, .jp-GpuMem-procMeta, .jp-GpuMem-num')].map(
+        e => e.textContent ?? ''
+      )
+    );
+
+  it('lists the variables holding the device, what IPython holds and the remainder no variable reaches', () => {
+    const node = render(stubModel({ holders: message(), settings: { units: 'MiB' } }));
+    const device = node.querySelector('.jp-GpuMem-device[data-cuda-index="0"]');
+    expect(device?.querySelector('.jp-GpuMem-heldBy th')?.textContent).toBe('Held by (after cell [2])');
+    expect(rows(node)).toEqual([
+      ['losses', 'list of 40 tensors with grad history', '10 MiB'],
+      ['opt', 'Adam, state for 4 parameters; shared with `model`', '2.0 MiB'],
+      ['model', 'Sequential, 267.8K params, gradients; shared with `opt`', '2.0 MiB'],
+      [
+        'Out',
+        "IPython's output cache (Out[2], _, _2): `del` of a variable does not free these; %gpumem clear does",
+        '512 KiB'
+      ],
+      ['w', 'tensor float32 [256×256] on cpu', '256 KiB'],
+      ['(2 more)', '`%gpumem holders` lists them all', '129 KiB'],
+      [
+        'not reachable from your variables',
+        "autograd graphs of tensors you kept, closures, a library's caches",
+        '33 MiB'
+      ]
+    ]);
+    expect(texts(node, '.jp-GpuMem-heldByNote')).toEqual([
+      '`losses` keeps autograd graphs: their saved tensors are in the remainder (store loss.item() or t.detach() instead)'
+    ]);
+    // only the device the message names: the hidden device and the other GPU show nothing
+    expect(node.querySelectorAll('.jp-GpuMem-heldBy')).toHaveLength(1);
+  });
+
+  it('says when the walk was skipped over its time budget, on the devices this kernel uses', () => {
+    const skipped: IHoldersMessage = {
+      ...message(),
+      skipped: true,
+      devices: [],
+      history_hint: null,
+      note: 'skipped: looking through your variables took over 50 ms (120,000 objects looked at); `%gpumem holders` looks without the per-cell limit'
+    };
+    const node = render(stubModel({ holders: skipped }));
+    expect(node.querySelector('.jp-GpuMem-heldBy')).toBeNull();
+    expect(texts(node, '.jp-GpuMem-heldBySkipped')).toEqual([`Held by (after cell [2]): ${skipped.note}`]);
+  });
+
+  it('shows nothing before a cell ends with CUDA in use, and kernel strings as text', () => {
+    expect(render(stubModel({ holders: null })).querySelector('.jp-GpuMem-heldBy')).toBeNull();
+    const hostile = message();
+    hostile.devices[0].entries[0].name = '<img src=x onerror=alert(1)>';
+    const node = render(stubModel({ holders: hostile }));
+    expect(rows(node)[0][0]).toBe('<img src=x onerror=alert(1)>');
+    expect(node.querySelector('.jp-GpuMem-heldBy img')).toBeNull();
   });
 });
 

@@ -885,6 +885,93 @@ export interface IChildren {
   uss_growth_per_min?: number | null;
 }
 /**
+ * Which of the user's variables hold GPU memory (gpumem_kernel/holders), for the panel's "Held by": sent after each cell that ends with CUDA in use, and the last one again when a comm opens. Names, sizes and descriptions only.
+ */
+export interface IHoldersMessage {
+  type: 'holders';
+  /**
+   * when the walk ended, seconds since the epoch
+   */
+  time: number;
+  /**
+   * the execution count of the cell after which the walk ran
+   */
+  cell: number | null;
+  /**
+   * the walk ran past its per-cell budget: no devices, and `note` says so
+   */
+  skipped: boolean;
+  /**
+   * why the walk was skipped, or what it left out
+   */
+  note: string | null;
+  /**
+   * which holders keep autograd graphs alive (their saved tensors count as not reachable)
+   */
+  history_hint: string | null;
+  elapsed_ms: number;
+  /**
+   * the walk's time budget; null: none
+   */
+  budget_ms: number | null;
+  devices: IHoldersDevice[];
+}
+export interface IHoldersDevice {
+  /**
+   * "cuda:0": torch's index, the sample's devices[].cuda_index
+   */
+  device: string;
+  /**
+   * the caching allocator's allocated bytes on the device at the walk; null: not known
+   */
+  allocated: number | null;
+  /**
+   * bytes on the device charged to a holder (all of them, not only those listed)
+   */
+  reachable: number;
+  /**
+   * allocated - reachable: not reachable from your variables (autograd graphs of tensors you kept, closures, caches); null: not known
+   */
+  unreachable: number | null;
+  /**
+   * the largest holders on the device, largest first
+   *
+   * @maxItems 20
+   */
+  entries: IHolderLine[];
+  /**
+   * holders on the device beyond those listed
+   */
+  more: number;
+  /**
+   * what they hold on it together
+   */
+  more_bytes: number;
+}
+export interface IHolderLine {
+  /**
+   * the variable, "Out" (IPython's output cache) or "sys.last_traceback"
+   */
+  name: string;
+  source: 'variable' | 'ipython' | 'traceback';
+  /**
+   * "list of 40 tensors with grad history"
+   */
+  description: string;
+  /**
+   * charged on this device: storages no larger holder reached first
+   */
+  bytes: number;
+  /**
+   * on-device tensors it reaches, on every device
+   */
+  tensors: number;
+  /**
+   * other holders reaching some of the same storages
+   */
+  shared_with: string[];
+}
+/**
  * Written by gpumem_kernel/server/handlers.py:exit_payload from server/exits.py's KernelExit. Sizes are integer bytes; null where the server cannot tell.
  */
 export interface IKernelExitAnswer {

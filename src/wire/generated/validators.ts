@@ -1010,3 +1010,37 @@ export const kernelExitAnswer: Check = object({
   exit: nullable(kernelExit),
   checklist: nullable(type('object'))
 });
+
+/** holders.schema.json#/$defs/entry */
+const holderLine: Check = object({
+  name: string(1),
+  source: enumOf('variable', 'ipython', 'traceback'),
+  description: string(),
+  bytes: integer(0),
+  tensors: integer(0),
+  shared_with: array(string())
+});
+
+/** holders.schema.json#/$defs/device */
+const holdersDevice: Check = object({
+  device: string(1),
+  allocated: c5,
+  reachable: integer(0),
+  unreachable: c5,
+  entries: all(array(holderLine), maxItems(20)),
+  more: integer(0),
+  more_bytes: integer(0)
+});
+
+/** holders.schema.json */
+export const holdersMessage: Check = object({
+  type: constant('holders'),
+  time: number(),
+  cell: c7,
+  skipped: type('boolean'),
+  note: c2,
+  history_hint: c2,
+  elapsed_ms: number(0),
+  budget_ms: c19,
+  devices: array(holdersDevice)
+});
