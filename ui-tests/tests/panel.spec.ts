@@ -4,8 +4,9 @@
  * the status-bar item and the live updates keep working.
  */
 import { expect, galata, test } from '@jupyterlab/galata';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import type { Page } from '@playwright/test';
-import { openNew } from './notebooks';
+import { openNew, openPanel as openLivePanel } from './notebooks';
 
 async function openPanel(page: Page): Promise<void> {
   await page.evaluate(async () => {
@@ -81,6 +82,38 @@ test.describe('GPU Memory panel', () => {
     await expect(page.locator('.jp-OutputArea-output').first()).toContainText('stopped', {
       timeout: 30000
     });
+  });
+  test('names a cell whose re-runs keep growing memory, with the holder and the fix', async ({
+    page,
+    tmpPath
+  }) => {
+    // CPU tensors stand in for CUDA ones through the holders' test switch, as in tests/growth/test_growth_kernel.py:
+    // each run keeps a loss with its autograd graph (a 1024 x 1024 activation, 4 MiB).
+    const setup = [
+      'import torch, gpumem_kernel.holders.collect as _collect, gpumem_kernel.holders.hook as _hook',
+      "_on_cpu = ((lambda tensor: tensor.device.type == 'cpu'), 0)",
+      '_collect.cuda_in_use = _hook.cuda_in_use = lambda: _on_cpu',
+      'model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))',
+      'x = torch.randn(1024, 256)',
+      'losses = []'
+    ].join('\n');
+    await openNew(page, `${tmpPath}/growth.ipynb`, [setup, 'losses.append(model(x).sum())']);
+    await openLivePanel(page);
+    // Run by command, not by clicking: with the panel open, the toolbar can overlap a cell and take the click.
+    for (const index of [0, 1, 1, 1, 1]) {
+      await page.evaluate(async at => {
+        (window.jupyterapp.shell.currentWidget as NotebookPanel).content.activeCellIndex = at;
+        await window.jupyterapp.commands.execute('notebook:run-cell');
+      }, index);
+    }
+    const notice = page.locator('#jp-GpuMem-panel .jp-GpuMem-growth');
+    await expect(notice.locator('h3')).toContainText(
+      /leaves \+4(\.\d+)? MiB allocated on cpu after each run \([34] runs\)/
+    );
+    await expect(notice).toContainText('losses +1 tensor');
+    await expect(notice.locator('.jp-GpuMem-growthFix')).toContainText('loss.item()');
+    const output = page.locator('.jp-Notebook .jp-Cell').nth(1).locator('.jp-OutputArea-output');
+    await expect(output.last()).toContainText('`losses` +1 tensor');
   });
 });
 
