@@ -104,7 +104,7 @@ _LAZY = {
 
 
 # Subpackages that are also the API (callable: `gpumem_kernel.holders()`); importing one binds its name here.
-_CALLABLE_PACKAGES = ("holders",)
+_CALLABLE_PACKAGES = ("holders", "watch")
 
 
 def __getattr__(name: str) -> Any:

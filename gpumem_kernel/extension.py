@@ -19,6 +19,7 @@ from gpumem_kernel.probe.prober import default_prober
 from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.sampler import Sampler
 from gpumem_kernel.timeline import capture
+from gpumem_kernel.watch import registry as watches
 
 
 @dataclass
@@ -64,7 +65,7 @@ def load(ip: Any, version: str) -> Loaded:
         holders_hook.install(ip, channel.broadcast)
         # Which cell keeps growing memory run after run, and the running cell's trend (after the holders' hook:
         # the growth notice names the holders that grew).
-        sampler.add_listener(growth_hook.install(ip, channel.broadcast).trend)
+        growth_hook.install(ip, channel.broadcast, sampler)
         # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
         # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
         # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
@@ -76,6 +77,7 @@ def load(ip: Any, version: str) -> Loaded:
         )
         snapshot.attach(sampler)  # clear, the checklist and `%gpumem status` sample through it
         sampler.start()
+        watches.attach(watches.Registry(ip, sampler, channel, front_end=comm_target))  # `%gpumem watch`
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
         if not _atexit_registered:
             atexit.register(shutdown)  # stop sampling before the kernel's sockets go away
@@ -96,6 +98,7 @@ def unload(ip: Any) -> None:
         loaded, _loaded = _loaded, None
     if loaded is None:
         return
+    watches.detach()
     loaded.channel.unregister()
     for event, callback in (
         ("pre_execute", loaded.channel.clock.busy),
@@ -108,9 +111,7 @@ def unload(ip: Any) -> None:
         except ValueError:
             pass  # never registered (a shell without events)
     holders_hook.uninstall(loaded.ip)
-    growth = growth_hook.uninstall(loaded.ip)
-    if growth is not None:
-        loaded.sampler.remove_listener(growth.trend)
+    growth_hook.uninstall(loaded.ip)
     capture.STATE.depth = 1
     capture.post_run_cell()  # a recording the capture started ends with it
     loaded.sampler.stop()

@@ -122,7 +122,8 @@ const TYPE_NAMES = {
   'kernel_exit#/$defs/exit': 'IKernelExit',
   holders: 'IHoldersMessage',
   'holders#/$defs/device': 'IHoldersDevice',
-  'holders#/$defs/entry': 'IHolderLine'
+  'holders#/$defs/entry': 'IHolderLine',
+  watch_event: 'IWatchEvent'
 };
 
 /**
@@ -150,7 +151,8 @@ const BROWSER_READS = {
   benchmarkPayload: 'benchmark',
   timelinePayload: 'timeline',
   kernelExitAnswer: 'kernel_exit',
-  holdersMessage: 'holders'
+  holdersMessage: 'holders',
+  watchEvent: 'watch_event'
 };
 
 /** Keywords that assert nothing about a value. */

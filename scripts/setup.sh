@@ -69,7 +69,7 @@ if [ "$WITH_TESTS" = 1 ]; then
     "$PY" -m venv .venv-ipykernel6
     .venv-ipykernel6/bin/pip install -q --upgrade pip
   fi
-  .venv-ipykernel6/bin/pip install -q "ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "torch==2.13.0" numpy
+  .venv-ipykernel6/bin/pip install -q "ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "anywidget>=0.9" "torch==2.13.0" numpy
 fi
 echo
 echo "setup done in $ROOT"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest,
 # pytest (kernel tests on ipykernel 7 and 6), the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
-# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7).
+# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7),
+# and `%gpumem watch` in a JupyterLab and a Notebook 7 without our labextension (widgets only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -10,6 +11,19 @@ source .venv/bin/activate
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
 step() { printf '\n== %s\n' "$*"; }
+
+# serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
+# ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.
+servers=()
+trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
+serve() {
+  (cd ui-tests && exec "../$1/bin/$2" --config "$3") >"/tmp/gpumem-$4.log" 2>&1 &
+  servers+=($!)
+  for _ in $(seq 1 60); do
+    .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$4/api/status', timeout=2)" 2>/dev/null && return 0
+    sleep 1
+  done
+}
 
 step "the labextension is installed and enabled"
 jupyter labextension list 2>&1 | tee /tmp/gpumem-labext.txt
@@ -56,13 +70,7 @@ fi
 .venv-lab-latest/bin/pip install -q comm nvidia-ml-py psutil PyYAML
 .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
 mkdir -p /tmp/gpumem-compat
-(cd ui-tests && exec ../.venv-lab-latest/bin/jupyter lab --config jupyter_server_compat_config.py) >/tmp/gpumem-compat.log 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 60); do
-  .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8890/api/status', timeout=2)" 2>/dev/null && break
-  sleep 1
-done
+serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
 (cd ui-tests && jlpm playwright test -c playwright.compat.config.js)
 
 step "the same wheel in Jupyter Notebook 7 (7.4.7, the release on JupyterLab 4.4.10): plain Playwright"
@@ -77,11 +85,24 @@ fi
 python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
 .venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
 mkdir -p /tmp/gpumem-nb7
-(cd ui-tests && exec ../.venv-notebook7/bin/jupyter-notebook --config jupyter_server_notebook7_config.py) >/tmp/gpumem-nb7.log 2>&1 &
-nb7=$!
-trap 'kill $server $nb7 2>/dev/null || true' EXIT
-for _ in $(seq 1 60); do
-  .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8891/api/status', timeout=2)" 2>/dev/null && break
-  sleep 1
-done
+serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
 (cd ui-tests && jlpm playwright test -c playwright.notebook7.config.js)
+
+step "the output-area watch (%gpumem watch) in JupyterLab 4.4.10 and Notebook 7.4.7 without our labextension: plain Playwright"
+# The front end of a JupyterHub image or a cluster node (and, widget-wise, of VS Code and Colab): ipywidgets and
+# anywidget, no jupyterlab-gpumem. Their versions are the kernel's, as a widget's two sides need.
+if [ ! -x .venv-widget/bin/python ]; then
+  python3 -m venv .venv-widget
+  .venv-widget/bin/pip install -q --upgrade pip
+fi
+.venv-widget/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" \
+  "ipywidgets==$(python -c 'import ipywidgets; print(ipywidgets.__version__)')" \
+  "anywidget==$(python -c 'import anywidget; print(anywidget.__version__)')"
+if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
+  echo "the watch check's front end must not have jupyterlab-gpumem" >&2
+  exit 1
+fi
+python -m ipykernel install --prefix .venv-widget --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
+rm -rf /tmp/gpumem-widget && mkdir -p /tmp/gpumem-widget
+serve .venv-widget jupyter-notebook jupyter_server_widget_config.py 8892
+(cd ui-tests && jlpm playwright test -c playwright.widget.config.js)

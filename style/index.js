@@ -1,5 +1,6 @@
 import './chart.css';
 import './base.css';
+import './bar.css';
 import './actions.css';
 import './analysis.css';
 import './lifecycle.css';

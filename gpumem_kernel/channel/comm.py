@@ -165,6 +165,7 @@ class Channel:
         self.quiet_seconds = _quiet_seconds()
         # What the sampler does with no comm open: the settings it was created with.
         self._base = (sampler.interval, sampler.history_seconds)
+        self._pins: Dict[str, float] = {}  # other listeners' intervals (the output-area watch), by owner
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -235,9 +236,18 @@ class Channel:
         """The sampler runs at the fastest interval and keeps the longest history any live comm asked for;
         with none open it returns to its own settings. Caller holds `_config_lock`."""
         live = list(self._connections.values())
-        interval = min((c.interval for c in live), default=self._base[0])
+        interval = min([c.interval for c in live] + list(self._pins.values()), default=self._base[0])
         history = max((c.history_seconds for c in live), default=self._base[1])
         self._sampler.configure(interval, history)
+
+    def pin_interval(self, owner: str, interval: Optional[float]) -> None:
+        """Keep the sampler at `interval` or faster while `owner` listens (None: it stopped listening)."""
+        with self._config_lock:
+            if interval is None:
+                self._pins.pop(owner, None)
+            else:
+                self._pins[owner] = float(interval)
+            self._retune()
 
     def _configure(self, connection: _Connection, interval: Any = None, history_seconds: Any = None) -> Dict[str, Any]:
         new_interval, new_history = self._settings(interval, history_seconds)

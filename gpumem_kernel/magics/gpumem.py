@@ -24,6 +24,7 @@ from gpumem_kernel.magics import autobatch as magics_autobatch
 from gpumem_kernel.magics import benchmark as magics_benchmark
 from gpumem_kernel.magics import holders as magics_holders
 from gpumem_kernel.magics import memlog as magics_log
+from gpumem_kernel.magics import watch as magics_watch
 from gpumem_kernel.oom import handler as oom_handler
 from gpumem_kernel.magics import options as magics_options
 from gpumem_kernel.magics.parsing import _fail
@@ -106,6 +107,7 @@ COMMANDS: Dict[str, Command] = {
     "benchmark": Command(magics_benchmark.benchmark, magics_options.benchmark_arguments),
     "log": Command(magics_log.log, magics_log.log_arguments),
     "holders": Command(magics_holders.holders, magics_holders.holders_arguments),
+    "watch": Command(magics_watch.watch, magics_watch.watch_arguments),
 }
 USAGE = f"usage: %gpumem {{{','.join(COMMANDS)}}} [options]   (%gpumem --help, %gpumem COMMAND --help)"
 
@@ -365,7 +367,7 @@ class GpumemMagics(Magics):
     @line_cell_magic
     def gpumem(self, line: str, cell: Optional[str] = None) -> None:
         """GPU memory of this kernel. Commands: status; clear; oom; analyze MODEL; recommend MODEL; autobatch
-        MODEL; benchmark MODEL; log; holders. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
+        MODEL; benchmark MODEL; log; holders; watch. `%gpumem --help` lists them, `%gpumem COMMAND --help` explains one.
         `%%gpumem [--device N]` runs the cell and reports its peak, delta and energy."""
         if cell is not None:
             run_cell_magic(self.shell, line, cell)

@@ -36,7 +36,7 @@ CAPABILITIES = (
 )
 ACTIONS = ("snapshot", "history", "configure", "children", "processes", "terminate", "ping", "timeline_export")
 TIMELINE_FORMATS = ("snapshot", "csv")
-MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error", "growth", "holders")
+MESSAGE_TYPES = ("open", "request", "hello", "history", "sample", "reply", "error", "growth", "holders", "watch_event")
 INTERVAL_MIN, INTERVAL_MAX = 0.1, 60.0
 HISTORY_MIN, HISTORY_MAX = 10, 3600
 MAX_PIDS = 1024  # per processes/terminate request: a kernel and its workers, never a whole machine
@@ -417,9 +417,12 @@ def _validator(message_type: str) -> Any:
     import jsonschema
     from referencing import Registry, Resource
 
-    # history and reply refer to "sample.schema.json" by file name; register every file under its name.
+    # history and reply refer to "sample.schema.json" by file name, watch_event to the oom and clear payloads';
+    # register every file under its name.
+    payloads = ("clear", "oom")
     registry = Registry().with_resources(
-        (f"{name}.schema.json", Resource.from_contents(load_schema(name))) for name in MESSAGE_TYPES
+        [(f"{name}.schema.json", Resource.from_contents(load_schema(name))) for name in MESSAGE_TYPES]
+        + [(f"{name}.schema.json", Resource.from_contents(load_payload_schema(name))) for name in payloads]
     )
     schema = load_schema(message_type)
     cls = jsonschema.validators.validator_for(schema)

@@ -6,7 +6,7 @@
  * Only the clear or restart that this very step started (its origin, `stepOrigin(key, stepId)`) shows here,
  * so the same step of another error, or the panel's own buttons, never borrow it.
  */
-import { clearHeadline } from './clear/report';
+import { clearHeadline } from './clear/text';
 import type { SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { restartHeadline, restartPhaseText } from './restart/report';

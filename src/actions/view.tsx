@@ -12,7 +12,8 @@
 import * as React from 'react';
 
 import { LinkedOomChecklist } from './oom/linked';
-import { ClearReport, clearHeadline } from './clear/report';
+import { ClearReport } from './clear/report';
+import { clearHeadline } from './clear/text';
 import { stepFeedback } from './feedback';
 import { formatTimeOfDay, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';

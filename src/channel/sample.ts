@@ -44,6 +44,24 @@ export function labelProcess(
 /** The parts of a device's memory bar. */
 export type SegmentKey = 'allocated' | 'cached' | 'context' | 'kernel' | 'others' | 'free';
 
+/** The legend's words for each bar segment. */
+export function segmentLabel(key: SegmentKey, trans: Trans): string {
+  switch (key) {
+    case 'allocated':
+      return trans.__('allocated (tensors)');
+    case 'cached':
+      return trans.__('cached by PyTorch');
+    case 'context':
+      return trans.__('CUDA context & libraries');
+    case 'kernel':
+      return trans.__('this kernel');
+    case 'others':
+      return trans.__('other processes');
+    case 'free':
+      return trans.__('free');
+  }
+}
+
 /** One part of the bar, in bytes. */
 export interface ISegment {
   readonly key: SegmentKey;

@@ -17,27 +17,9 @@ import {
   type SizeUnit
 } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { barTotal, deviceSegments, type ISegment, type SegmentKey } from '../channel/sample';
+import { barTotal, deviceSegments, type ISegment, type SegmentKey, segmentLabel } from '../channel/sample';
 import type { IDevice, IGpuProcess } from '../wire/protocol';
 import { type IGpuMemSettings, usageLevel } from '../settings';
-
-/** The legend's words for each bar segment. */
-export function segmentLabel(key: SegmentKey, trans: Trans): string {
-  switch (key) {
-    case 'allocated':
-      return trans.__('allocated (tensors)');
-    case 'cached':
-      return trans.__('cached by PyTorch');
-    case 'context':
-      return trans.__('CUDA context & libraries');
-    case 'kernel':
-      return trans.__('this kernel');
-    case 'others':
-      return trans.__('other processes');
-    case 'free':
-      return trans.__('free');
-  }
-}
 
 /** "cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB"; a hidden device says so instead of cuda:N. */
 export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): string {

@@ -90,7 +90,8 @@ export type {
   ITerminateResult,
   ITimelineExportArgs,
   ITimelineExportResult,
-  ITorchState
+  ITorchState,
+  IWatchEvent
 } from './generated/types';
 
 /** The protocol this extension speaks. A `hello` with another number is refused. */
@@ -317,6 +318,11 @@ export function oomPayloadProblem(value: unknown): string | null {
 /** A complete, well-typed OOM checklist (`application/vnd.gpumem.oom.v1+json`). */
 export function isOomPayload(value: unknown): value is IOomPayload {
   return oomPayloadProblem(value) === null;
+}
+
+/** Explains why `value` is not a `watch_event` (an output-area watch's message), or null when it is. */
+export function watchEventProblem(value: unknown): string | null {
+  return checks.watchEvent(value, 'watch_event');
 }
 
 /**

@@ -62,7 +62,7 @@ def test_status_json_prints_a_valid_sample(ip):
 
 def test_no_words_prints_the_usage(ip):
     usage = run(ip, "%gpumem").stdout.strip()
-    assert usage.startswith("usage: %gpumem {status,clear,oom,analyze,recommend,autobatch,benchmark,log,holders}")
+    assert usage.startswith("usage: %gpumem {status,clear,oom,analyze,recommend,autobatch,benchmark,log,holders,watch}")
     assert "--help" in usage
 
 
@@ -92,7 +92,7 @@ def test_help_lists_every_command_and_its_options(ip):
         (
             "%gpumem bogus",
             "UsageError: gpumem: unknown command 'bogus'; try: status, clear, oom, analyze, recommend, "
-            "autobatch, benchmark, log, holders",
+            "autobatch, benchmark, log, holders, watch",
         ),
         ("%gpumem status --bogus", "UsageError: gpumem status: unrecognized arguments: --bogus"),
         ("%gpumem clear --bogus", "UsageError: gpumem clear: unrecognized arguments: --bogus"),

@@ -27,6 +27,7 @@ from gpumem_kernel.benchmark import result as benchmark_result
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.growth import report as growth_report
 from gpumem_kernel.holders import message as holders_message
+from gpumem_kernel.watch import session as watch_session
 from gpumem_kernel.oom import diagnosis as oom_diagnosis
 from gpumem_kernel.oom import parse as oom_parse
 from gpumem_kernel.oom import step as oom_step
@@ -72,6 +73,7 @@ MIRRORS = [
     Mirror(protocol.Error, "error.schema.json"),
     Mirror(growth_report.Growth, "growth.schema.json"),  # covers RunningGrowth, RerunGrowth, GrowingHolder
     Mirror(holders_message.HoldersMessage, "holders.schema.json"),  # covers DeviceHolders, HolderLine
+    Mirror(watch_session.WatchEvent, "watch_event.schema.json"),
     Mirror(protocol.Open, "open.schema.json", added=frozenset({"type"}), parsed=True),
     Mirror(protocol.Request, "request.schema.json", added=frozenset({"type"}), parsed=True),
     Mirror(protocol.ProcessRef, "request.schema.json#/$defs/process_ref", parsed=True),

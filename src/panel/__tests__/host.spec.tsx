@@ -1,5 +1,5 @@
 import { untranslated } from '../../ui/i18n';
-import { workersText, workersTitle } from '../host';
+import { workersText, workersTitle } from '../workers';
 
 const GIB = 1024 ** 3;
 const MIB = 1024 ** 2;

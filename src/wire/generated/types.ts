@@ -1642,3 +1642,25 @@ export interface ITimelineFailed {
   device_free: number | null;
   stack: number | null;
 }
+/**
+ * What a `%gpumem watch` widget is told besides the panel's `history` and `sample` messages (gpumem_kernel/watch/session.py): exactly one of its fields is set.
+ */
+export interface IWatchEvent {
+  type: 'watch_event';
+  /**
+   * The watch no longer updates, and why (it keeps its last picture).
+   */
+  stopped: string | null;
+  /**
+   * The payload of a CUDA out-of-memory error in a cell that ended since the watch started.
+   */
+  oom: IOomPayload | null;
+  /**
+   * The report of "Clear GPU memory", asked for from the widget.
+   */
+  clear: IClearPayload | null;
+  /**
+   * One line: a request the kernel could not serve.
+   */
+  error: string | null;
+}

@@ -1044,3 +1044,12 @@ export const holdersMessage: Check = object({
   budget_ms: c19,
   devices: array(holdersDevice)
 });
+
+/** watch_event.schema.json */
+export const watchEvent: Check = object({
+  type: constant('watch_event'),
+  stopped: c2,
+  oom: nullable(oomPayload),
+  clear: nullable(clearPayload),
+  error: c2
+});

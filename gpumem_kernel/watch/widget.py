@@ -1,0 +1,76 @@
+"""The watch as a Jupyter widget: anywidget serves the front end (static/watch.js, built from src/watch/) from
+this package, so it runs wherever ipywidgets 8 runs (JupyterLab and Notebook 7 without our labextension, VS
+Code, Colab) with nothing fetched from a CDN for our part.
+
+Where no widget manager renders it (nbconvert, GitHub, a terminal IPython) the same output shows the static
+status table, with one line saying it would be live in a notebook.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from gpumem_kernel.render.status import status_bundle
+
+STATIC = Path(__file__).resolve().parent / "static"
+ESM = STATIC / "watch.js"
+CSS = STATIC / "watch.css"
+OFFLINE_LINE = (
+    "A snapshot: %gpumem watch is live in a notebook front end with Jupyter widgets "
+    "(JupyterLab, Notebook 7, VS Code, Colab)."
+)
+
+
+class WatchUnavailable(RuntimeError):
+    """Why no live widget can be made here (one line)."""
+
+
+@lru_cache(maxsize=1)
+def widget_class() -> Any:
+    """The anywidget class, built on first use (anywidget and ipywidgets load only when a watch is asked for)."""
+    try:
+        import anywidget
+        import traitlets
+    except ImportError as error:
+        raise WatchUnavailable(
+            f"live watch needs anywidget ({error.name} is not importable): pip install 'anywidget>=0.9'"
+        ) from None
+    if not ESM.is_file():
+        raise WatchUnavailable(f"the watch's front end is missing ({ESM}): reinstall jupyterlab-gpumem")
+
+    class GpuMemWatch(anywidget.AnyWidget):  # type: ignore[misc]
+        _esm = ESM
+        _css = CSS
+        compact = traitlets.Bool(False).tag(sync=True)
+        # The kernel's clock when the watch was made: the peak counts samples from then on. Samples are messages,
+        # not state: a view opened later asks for the history instead.
+        started = traitlets.Float(0.0).tag(sync=True)
+
+        def __init__(self, fallback: Mapping[str, Any], **kwargs: Any) -> None:
+            super().__init__(started=time.time(), **kwargs)
+            self._fallback = dict(fallback)
+
+        def _repr_mimebundle_(self, **kwargs: Any) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if bundle is None:
+                return None
+            data, metadata = bundle
+            return {**offline_bundle(self._fallback), **data, "text/plain": offline_text(self._fallback)}, metadata
+
+    return GpuMemWatch
+
+
+def offline_text(sample: Mapping[str, Any]) -> str:
+    return f"{OFFLINE_LINE}\n{status_bundle(sample)['text/plain']}"
+
+
+def offline_bundle(sample: Mapping[str, Any]) -> Dict[str, str]:
+    """What a front end without widgets shows: the static table, saying it is a snapshot."""
+    table = status_bundle(sample)
+    return {
+        "text/html": f'<p class="jp-GpuMem-watchOffline"><em>{OFFLINE_LINE}</em></p>{table["text/html"]}',
+        "text/plain": offline_text(sample),
+    }
