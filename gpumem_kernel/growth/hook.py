@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from gpumem_kernel.growth import memory, reruns, rules
 from gpumem_kernel.growth.report import Growth, RerunGrowth, rerun_bundle
@@ -23,12 +23,21 @@ log = logging.getLogger("gpumem_kernel")
 Send = Callable[[Dict[str, Any]], None]
 
 
+class Samples(Protocol):
+    """The sampler, as far as the running trend needs it (probe.sampler.Sampler)."""
+
+    def add_listener(self, listener: Callable[[Dict[str, Any]], None]) -> None: ...
+
+    def remove_listener(self, listener: Callable[[Dict[str, Any]], None]) -> None: ...
+
+
 class CellGrowth:
     """One shell's hooks: the readings before the running cell, the ledger of re-runs, the running trend."""
 
-    def __init__(self, shell: Any, send: Send) -> None:
+    def __init__(self, shell: Any, send: Send, samples: Optional[Samples] = None) -> None:
         self.shell = shell
         self._send = send
+        self.samples = samples  # the trend listens to it while a cell runs only: an idle kernel pays nothing
         self.ledger = reruns.Ledger()
         self.trend = RunningTrend(lambda message: send(message.to_dict()))
         self._depth = 0  # %%gpumem runs its body as a nested cell: only the outermost run counts
@@ -43,6 +52,8 @@ class CellGrowth:
             self._before = memory.read()
             self._holders_before = holders_hook.last()
             self.trend.start(getattr(self.shell, "execution_count", None))
+            if self.samples is not None:
+                self.samples.add_listener(self.trend)
         except Exception:
             log.debug("gpumem: growth skipped a cell's start", exc_info=True)
             self._before = None
@@ -52,6 +63,8 @@ class CellGrowth:
         if self._depth > 0:
             return
         try:
+            if self.samples is not None:
+                self.samples.remove_listener(self.trend)
             ended = self.trend.stop()
             notice = self.after(result)
             if notice is not None:
@@ -97,11 +110,11 @@ class CellGrowth:
 _installed: Dict[int, CellGrowth] = {}
 
 
-def install(shell: Any, send: Send) -> CellGrowth:
-    """Register the cell hooks (once per shell); the caller adds `.trend` to the sampler's listeners."""
+def install(shell: Any, send: Send, samples: Optional[Samples] = None) -> CellGrowth:
+    """Register the cell hooks (once per shell); while a cell runs, the trend follows `samples`."""
     if id(shell) in _installed:
         return _installed[id(shell)]
-    hooks = CellGrowth(shell, send)
+    hooks = CellGrowth(shell, send, samples)
     _installed[id(shell)] = hooks
     shell.events.register("pre_run_cell", hooks.pre_run_cell)
     shell.events.register("post_run_cell", hooks.post_run_cell)
@@ -111,6 +124,8 @@ def install(shell: Any, send: Send) -> CellGrowth:
 def uninstall(shell: Any) -> Optional[CellGrowth]:
     hooks = _installed.pop(id(shell), None)
     if hooks is not None:
+        if hooks.samples is not None:
+            hooks.samples.remove_listener(hooks.trend)
         for event, callback in (("pre_run_cell", hooks.pre_run_cell), ("post_run_cell", hooks.post_run_cell)):
             try:
                 shell.events.unregister(event, callback)

@@ -87,3 +87,27 @@ def test_without_device_memory_in_use_nothing_is_recorded(shell):
     for _ in range(4):
         assert run(sh, "allocator.grow()") == ""
     assert sent == [] and len(hooks.ledger._cells) == 0
+
+
+def test_the_running_trend_listens_to_the_sampler_only_while_a_cell_runs():
+    class Samples:
+        def __init__(self) -> None:
+            self.listeners: list = []
+            self.during: list = []
+
+        def add_listener(self, listener) -> None:
+            self.listeners.append(listener)
+
+        def remove_listener(self, listener) -> None:  # like Sampler's: one that is not listening is no error
+            if listener in self.listeners:
+                self.listeners.remove(listener)
+
+    samples = Samples()
+    with fresh_shell() as sh:
+        hooks = hook.install(sh, lambda message: None, samples)
+        sh.user_ns["samples"] = samples
+        try:
+            sh.run_cell("samples.during.append(len(samples.listeners))")
+        finally:
+            hook.uninstall(sh)
+    assert samples.during == [1] and samples.listeners == [] and hooks.trend not in samples.listeners
