@@ -33,6 +33,7 @@ REQUESTS = ("history", "clear", "detach")
 STOPPED_BY_USER = "stopped: run %gpumem watch to watch again"
 STOPPED_REPLACED = f"stopped: more than {MAX_LIVE} watches were live; this one was the oldest"
 STOPPED_DETACHED = "stopped: its output was closed"
+STOPPED_CLOSED = "stopped: the widget was closed"
 
 
 class Widget(Protocol):
@@ -81,6 +82,9 @@ class Watch:
         self._live = False
         self.stopped: Optional[str] = None
         widget.on_msg(self._on_msg)
+        on_close = getattr(widget, "on_close", None)
+        if on_close is not None:  # a closed widget never comes back: no listener may stay behind
+            on_close(lambda: self.stop(STOPPED_CLOSED))
 
     @property
     def live(self) -> bool:
@@ -125,7 +129,8 @@ class Watch:
         """Main thread: the front end's requests. A bad one is answered with one line, never raised."""
         request = content.get("request") if isinstance(content, dict) else None
         if request not in REQUESTS:
-            self.send_event(watch_event(error=f"unknown watch request {request!r}: expected one of {REQUESTS}"))
+            shown = repr(request)[:60]  # whatever the front end sent, on one short line
+            self.send_event(watch_event(error=f"unknown watch request {shown}: expected one of {REQUESTS}"))
         elif request == "history":  # a view (re)rendered: start again if only its output had been closed
             if self.stopped == STOPPED_DETACHED:
                 self._actions.reattach(self)

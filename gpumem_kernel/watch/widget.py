@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from gpumem_kernel.render.status import status_bundle
 
@@ -52,6 +52,22 @@ def widget_class() -> Any:
         def __init__(self, fallback: Mapping[str, Any], **kwargs: Any) -> None:
             super().__init__(started=time.time(), **kwargs)
             self._fallback = dict(fallback)
+            self._closers: List[Callable[[], None]] = []
+            if self.comm is not None:  # the front end closed the comm (its widget manager went away)
+                self.comm.on_close(lambda _msg: self._run_closers())
+
+        def on_close(self, callback: Callable[[], None]) -> None:
+            """`callback()` once, when the widget is closed from either side (the watch stops feeding it)."""
+            self._closers.append(callback)
+
+        def close(self) -> None:
+            self._run_closers()
+            super().close()
+
+        def _run_closers(self) -> None:
+            closers, self._closers = self._closers, []
+            for callback in closers:
+                callback()
 
         def _repr_mimebundle_(self, **kwargs: Any) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
             bundle = super()._repr_mimebundle_(**kwargs)

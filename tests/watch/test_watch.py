@@ -192,3 +192,15 @@ def test_the_real_widget_shows_a_snapshot_where_no_front_end_renders_widgets(mak
         assert "jp-GpuMem-watch" in widget._esm
     finally:
         widget.close()
+
+
+def test_100_real_widgets_opened_and_closed_leave_no_listener(registry, sampler, make_prober):
+    from gpumem_kernel.watch.widget import widget_class
+
+    fallback = sampler.snapshot()
+    for _ in range(100):
+        widget = widget_class()(fallback=fallback)
+        registry.start(widget)
+        widget.close()
+    assert sampler.listener_count == 0
+    assert registry.live == []
