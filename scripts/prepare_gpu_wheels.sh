@@ -2,7 +2,8 @@
 # Prepares .whl/ (git-ignored) for the GPU suite (python3 -m benchmarks.gpu) on a machine that reaches no
 # package registry: this project's wheel, and the kernel-side packages the GPU image lacks (ipykernel,
 # jupyter_client, comm, pyzmq, tornado, traitlets, IPython and their needs) for CPython 3.12, manylinux x86-64,
-# and what `pytest -m gpu` collects beside them (jsonschema, jupyter_server, nbformat, nbclient).
+# and what `pytest -m gpu` collects beside them (jsonschema, jupyter_server, nbformat, nbclient), and anywidget
+# (with ipywidgets) for `%gpumem watch`.
 # Packages the image already has are left out, so the suite never shadows them (see IMAGE_HAS).
 # The suite installs them itself, offline:  pip install --no-index --no-deps --target /tmp/gpumem-site .whl/*.whl
 #
@@ -33,7 +34,8 @@ for p in "${PLATFORMS[@]}"; do platform_args+=(--platform "$p"); done
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 \
   --abi none "${platform_args[@]}" -d "$OUT" \
   "ipykernel>=6.22" "jupyter_client>=8" "comm>=0.1.3" pyzmq tornado traitlets "prometheus-client>=0.14" \
-  "jsonschema>=4" "jupyter_server>=2" "nbformat>=5" "nbclient>=0.7"
+  "jsonschema>=4" "jupyter_server>=2" "nbformat>=5" "nbclient>=0.7" \
+  "anywidget>=0.9"
 
 echo "== leaving out what the image has: $IMAGE_HAS"
 for name in $IMAGE_HAS; do
