@@ -59,7 +59,17 @@ DRY_PHASES: List[List[str]] = [list(SECTIONS)]  # no timing or GPU memory to pro
 BUDGET_S = 560.0  # one 10-minute command, less the machine's start-up and the runner's own work
 GRACE_S = 20.0  # after a section's budget, before it is killed (it stops measuring at its budget)
 # what the sections' kernels and `pytest -m gpu` import that the GPU image lacks: any missing, .whl is installed
-NEEDED_MODULES = ("ipykernel", "jupyter_client", "comm", "zmq", "IPython", "jsonschema", "jupyter_server", "nbformat", "anywidget")
+NEEDED_MODULES = (
+    "ipykernel",
+    "jupyter_client",
+    "comm",
+    "zmq",
+    "IPython",
+    "jsonschema",
+    "jupyter_server",
+    "nbformat",
+    "anywidget",
+)
 WHEELS = REPO / ".whl"
 SITE = Path("/tmp/gpumem-site")
 
