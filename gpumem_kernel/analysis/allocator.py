@@ -185,6 +185,8 @@ class CachingAllocatorModel:
         self.peak_reserved = 0
         self.requests = 0
         self._at_peak: Dict[int, int] = {}  # segment address -> allocated bytes at the allocated peak
+        self._live_by_segment: Dict[int, int] = {}  # segment address -> allocated bytes now
+        self._peak_unread = False  # a new allocated peak whose per-segment bytes are read at the next free
 
     # --- free lists -------------------------------------------------------------------------------
 
@@ -356,10 +358,11 @@ class CachingAllocatorModel:
             self._insert_free(rest)
         block.allocated = True
         self._live[handle] = block
+        self._live_by_segment[block.segment] = self._live_by_segment.get(block.segment, 0) + block.size
         self.allocated += block.size
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
-            self._at_peak = self._allocated_by_segment()
+            self._peak_unread = True  # only allocations follow until the next free: read there, once
         return block
 
     @property
@@ -371,6 +374,8 @@ class CachingAllocatorModel:
         block = self._live.pop(handle, None)
         if block is None:
             return  # a 0-byte allocation, or a storage that lived on the host
+        self._read_peak()
+        self._live_by_segment[block.segment] -= block.size
         self.allocated -= block.size
         block.allocated = False
         for neighbour in (block.prev, block.next):
@@ -390,13 +395,14 @@ class CachingAllocatorModel:
         del self._by_address[second.address]
         return first
 
-    def _allocated_by_segment(self) -> Dict[int, int]:
-        result: Dict[int, int] = {}
-        for block in self._live.values():
-            result[block.segment] = result.get(block.segment, 0) + block.size
-        return result
+    def _read_peak(self) -> None:
+        """The allocated bytes by segment at the last allocated peak, read before the first free after it."""
+        if self._peak_unread:
+            self._at_peak = {segment: size for segment, size in self._live_by_segment.items() if size}
+            self._peak_unread = False
 
     def result(self) -> AllocatorResult:
+        self._read_peak()
         segments = [
             SegmentInfo(address, size, "small" if small else "large", self._at_peak.get(address, 0))
             for address, size, small in self._segments
