@@ -73,6 +73,8 @@ def trace_tracker_class() -> type:
     import torch
     from torch.utils._pytree import tree_leaves
 
+    device_of = torch.ops.prim.device.default
+
     class TraceTracker(tracker_class()):
         def __init__(self, cast_cache: bool = False, fake: bool = False, size_hints: Any = None) -> None:
             super().__init__()
@@ -100,6 +102,8 @@ def trace_tracker_class() -> type:
                 self.records[sid].free_index = start + k
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is device_of:  # two thirds of a fake trace's calls (the autograd engine asks every tensor's)
+                return func(*args, **(kwargs or {}))  # a device: nothing to track
             if self._fake and _in_place_foreach(func) and _all_fake(args):
                 return None  # no storage made or freed: FakeTensorMode's per-tensor kernels would only cost time
             if self.size_hints is None:
