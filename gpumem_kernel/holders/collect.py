@@ -11,11 +11,13 @@ A report holds names, sizes and descriptions only: no user object outlives `coll
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from gpumem_kernel.holders import describe
 from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
@@ -49,11 +51,9 @@ def _variable_roots(shell: Any, walker: Walker) -> List[_Root]:
     kind would cost more than skipping the numbers and strings among them)."""
     kinds = walker.kinds
     found = []
-    for name, value in user_variables(shell):
-        if isinstance(value, ATOMS):
-            continue
+    for name, value in user_variables(shell, skip=ATOMS):
         reach = walker.reach(value)
-        if reach.storages:
+        if reach is not None:
             found.append(
                 (walk_order((name, value), kinds), _Root(name, "variable", describe.value(value, reach, kinds), reach))
             )
@@ -67,13 +67,13 @@ def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
     held = list(out.items()) if isinstance(out, dict) else []
     held += [
         (name, value)
-        for name, value in list(namespace.items())
+        for name, value in dict(namespace).items()  # a copy, without a tuple kept per name
         if isinstance(name, str) and name[:1] == "_" and _OUT_NAME.match(name)
     ]
     total, labels = Reach(), []
     for key, value in held:
         reach = walker.reach(value)
-        if reach.storages:
+        if reach is not None:
             labels.append(f"Out[{key}]" if isinstance(key, int) else key)
             _merge(total, reach)
     if not total.storages:
@@ -93,7 +93,7 @@ def _traceback_root(walker: Walker) -> Optional[_Root]:
         # Two levels: a local and the containers in it. Deeper, IPython's own frames reach the shell and
         # through it the whole namespace, which is the variables' memory, not the traceback's.
         reach = walker.reach(list(frame.f_locals.values()), depth=2)
-        if reach.storages:
+        if reach is not None:
             functions.append(frame.f_code.co_name)
             _merge(total, reach)
     if not total.storages:
@@ -144,6 +144,20 @@ def _entries(roots: List[_Root], device_name: str) -> List[HolderEntry]:
     return sorted(entries, key=lambda e: (-e.bytes, -e.reached_bytes, e.name))
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the walk runs: its objects die by reference count, and a
+    full collection of a large kernel's heap (100 ms and more) lands outside the walk's budget instead of making
+    it skip. Left as it was where the user's code turned it off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def collect(
     shell: Any = None,
     on_device: Optional[OnDevice] = None,
@@ -165,8 +179,9 @@ def collect(
     limits = limits or Limits()
     walker = Walker(kinds, accept, limits, deadline)
     try:
-        roots = _variable_roots(shell, walker)
-        roots += [r for r in (_out_root(shell, walker), _traceback_root(walker)) if r is not None]
+        with _collector_paused():
+            roots = _variable_roots(shell, walker)
+            roots += [r for r in (_out_root(shell, walker), _traceback_root(walker)) if r is not None]
     except OutOfTime:
         note = (
             f"skipped: looking through your variables took over {budget_ms:g} ms "

@@ -19,7 +19,14 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Optional, Set
 
-from gpumem_kernel.probe.holders import TorchKinds, container_items, kept_grad, storage_identity
+from gpumem_kernel.probe.holders import (
+    MAPPINGS,
+    SEQUENCES,
+    TorchKinds,
+    container_values,
+    kept_grad,
+    storage_identity,
+)
 
 OnDevice = Callable[[Any], bool]  # a tensor -> whether its memory is the memory being accounted
 
@@ -38,6 +45,11 @@ _OPAQUE = (
     types.GeneratorType,
 )
 _CHECK_EVERY = 256  # objects between two looks at the clock (perf_counter costs ~60 ns; an object ~1 µs)
+
+# What a value is to the walk, decided once per type: ATOM (holds nothing), the torch classes, the containers
+# probe.holders walks, LEAF (_OPAQUE, whose attributes are not data) or OBJECT (its __dict__ or dataclass fields).
+ATOM, TENSOR, MODULE, OPTIMIZER, MAPPING, SEQUENCE, LEAF, OBJECT = range(8)
+_ATOM_TYPES = frozenset(ATOMS)  # exact types: the common elements of a list, told apart by one set lookup
 
 
 @dataclass(frozen=True)
@@ -76,15 +88,44 @@ class Walker:
         self.visited = 0
         self.truncated = False  # the object budget ran out: some objects were not looked at
         self._depth = limits.depth
-        # one isinstance for the common case, a value that is none of them
-        self._torch = tuple(c for c in (kinds.tensor, kinds.module, kinds.optimizer) if c is not None)
+        self._by_type: Dict[type, int] = dict.fromkeys(_ATOM_TYPES, ATOM)  # type -> what its values are
+        self._scratch = Reach()  # filled by the next reach(); handed out only when it found a storage
+        self._path: Set[int] = set()  # ids of the containers being walked, to end cycles
+        self._classes = (
+            (kinds.tensor, TENSOR),
+            (kinds.module, MODULE),
+            (kinds.optimizer, OPTIMIZER),
+            (MAPPINGS, MAPPING),
+            (SEQUENCES, SEQUENCE),
+            (_OPAQUE, LEAF),
+        )
 
-    def reach(self, obj: Any, depth: Optional[int] = None) -> Reach:
-        """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down."""
-        found = Reach()
+    def reach(self, obj: Any, depth: Optional[int] = None) -> Optional[Reach]:
+        """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down; None when
+        it reaches none (most variables: one scratch Reach serves them all)."""
+        found = self._scratch
         self._depth = self.limits.depth if depth is None else min(depth, self.limits.depth)
-        self._visit(obj, found, 0, set())
+        self._path.clear()  # left over where an error ended a walk inside a container
+        self._visit(obj, found, 0, self._path)
+        if not found.storages:
+            return None
+        self._scratch = Reach()
         return found
+
+    def _classify(self, obj: Any) -> int:
+        """What `obj` is to the walk, by isinstance in the walk's order. Kept for its type unless the class
+        overrides __class__ (a proxy: isinstance answers for the object it wraps, so each value is asked)."""
+        try:
+            if isinstance(obj, ATOMS):
+                kind = ATOM
+            else:
+                kind = next((k for classes, k in self._classes if classes and isinstance(obj, classes)), OBJECT)
+        except Exception:  # a proxy whose __class__ raises: nothing to walk
+            return LEAF
+        cls = type(obj)
+        if all("__class__" not in vars(base) for base in cls.__mro__[:-1]):
+            self._by_type[cls] = kind
+        return kind
 
     def _tick(self) -> bool:
         """Count one object; False once the object budget is spent. Raises OutOfTime past the deadline."""
@@ -97,29 +138,31 @@ class Walker:
         return True
 
     def _visit(self, obj: Any, found: Reach, depth: int, path: Set[int]) -> None:
-        if isinstance(obj, ATOMS) or not self._tick():
+        kind = self._by_type.get(type(obj))  # once per object: no call for the types already seen
+        if kind is None:
+            kind = self._classify(obj)
+        if kind == ATOM or not self._tick():
             return
         try:
-            if isinstance(obj, self._torch):
-                self._torch_value(obj, found, depth, path)
-            elif depth < self._depth and id(obj) not in path:
-                children = self._children(obj)
+            if kind <= OPTIMIZER:
+                self._torch_value(obj, kind, found, depth, path)
+            elif kind != LEAF and depth < self._depth and id(obj) not in path:
+                children = self._children(obj, kind)
                 if children is not None:
                     path.add(id(obj))  # a container that contains itself (x.append(x)) is walked once
                     for child in children:
-                        if not isinstance(child, ATOMS):  # most elements: spare them a call
+                        if type(child) not in _ATOM_TYPES:  # most elements: spare them a call
                             self._visit(child, found, depth + 1, path)
                     path.discard(id(obj))
         except OutOfTime:
             raise
-        except Exception:  # a half-built Module, a proxy whose isinstance or __dict__ raises: not ours to fix
+        except Exception:  # a half-built Module, a proxy whose __dict__ raises: not ours to fix
             return
 
-    def _torch_value(self, obj: Any, found: Reach, depth: int, path: Set[int]) -> None:
-        kinds = self.kinds
-        if isinstance(obj, kinds.tensor):
+    def _torch_value(self, obj: Any, kind: int, found: Reach, depth: int, path: Set[int]) -> None:
+        if kind == TENSOR:
             self._tensor(obj, found)
-        elif kinds.module is not None and isinstance(obj, kinds.module):
+        elif kind == MODULE:
             self._module(obj, found)
         else:
             self._optimizer(obj, found, depth, path)
@@ -153,14 +196,13 @@ class Walker:
                 self._tick()
                 self._tensor(parameter, found)
 
-    def _children(self, obj: Any) -> Optional[Iterable[Any]]:
+    def _children(self, obj: Any, kind: int) -> Optional[Iterable[Any]]:
         """The values inside a container, dataclass or plain object (bounded), or None for a leaf."""
         items = self.limits.items
-        elements = container_items(obj, items)
-        if elements is not None:
-            return elements
-        if isinstance(obj, _OPAQUE):
-            return None
+        if kind == SEQUENCE and type(obj) in (list, tuple) and len(obj) <= items:
+            return obj  # iterated as is: neither changes size under an iterator (a dict, set or deque would raise)
+        if kind in (MAPPING, SEQUENCE):
+            return container_values(obj, kind == MAPPING, items)
         attributes = getattr(obj, "__dict__", None)
         if isinstance(attributes, dict):  # vars(obj): never calls properties or __getattr__
             return list(itertools.islice(attributes.values(), items))

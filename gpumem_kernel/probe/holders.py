@@ -76,16 +76,28 @@ def torch_kinds() -> Optional[TorchKinds]:
 # --- walking objects to their tensors ----------------------------------------------------------------
 
 
+# The plain containers walked (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O).
+MAPPINGS = (dict, collections.UserDict)
+SEQUENCES = (list, tuple, set, frozenset, collections.deque)
+
+
 def container_items(obj: Any, limit: int = _CONTAINER_LIMIT) -> Optional[List[Any]]:
-    """Elements of a plain container, at most `limit`; None when `obj` is not one (not arbitrary Mappings: walking
-    h5py/zarr/shelve objects does I/O). Read by this walk and by holders.walk's deeper one."""
+    """Elements of a plain container (MAPPINGS' values, SEQUENCES' elements), at most `limit`; None when `obj`
+    is not one. Read by this walk; holders.walk, which knows the type already, reads container_values."""
     try:
-        if isinstance(obj, (dict, collections.UserDict)):
-            values: Iterable[Any] = obj.values()
-        elif isinstance(obj, (list, tuple, set, frozenset, collections.deque)):
-            values = obj
-        else:
-            return None
+        if isinstance(obj, MAPPINGS):
+            return container_values(obj, True, limit)
+        if isinstance(obj, SEQUENCES):
+            return container_values(obj, False, limit)
+    except Exception:  # a proxy whose isinstance raises
+        return []
+    return None
+
+
+def container_values(obj: Any, mapping: bool, limit: int = _CONTAINER_LIMIT) -> List[Any]:
+    """At most `limit` values of a container known to be a mapping (its values) or a sequence (its elements)."""
+    try:
+        values: Iterable[Any] = obj.values() if mapping else obj
         return list(itertools.islice(values, limit))
     except Exception:  # a container mutated by another thread, or a broken subclass
         return []
@@ -242,14 +254,18 @@ def is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
     return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
 
 
-def user_variables(shell: Any = None) -> List[Tuple[str, Any]]:
-    """The user's own variables: IPython's names, modules, classes and functions left out."""
+_NOT_VARIABLES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
+def user_variables(shell: Any = None, skip: Tuple[type, ...] = ()) -> List[Tuple[str, Any]]:
+    """The user's own variables: IPython's names, modules, classes and functions left out, and values of the
+    `skip` types (a type check before the names' checks: a namespace of 10,000 numbers costs 10,000 of them)."""
     namespace, hidden = namespace_of(resolve_shell(shell))
-    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+    leave_out = skip + _NOT_VARIABLES
     return [
         (name, value)
-        for name, value in list(namespace.items())
-        if isinstance(name, str) and not is_ipython_name(name, value, hidden) and not isinstance(value, skip)
+        for name, value in dict(namespace).items()  # a copy, without a tuple kept per name
+        if not isinstance(value, leave_out) and isinstance(name, str) and not is_ipython_name(name, value, hidden)
     ]
 
 
