@@ -1,4 +1,4 @@
-"""Row 11: what the holders walk after each cell costs (issue 27), against its 50 ms budget.
+"""Row 12: what the holders walk after each cell costs (issue 27), against its 50 ms budget.
 
 The post_run_cell hook walks the user's variables where CUDA is in use. Here the namespace holds 10,000 objects
 (numbers and strings, small lists and dicts, dataclasses, plain objects, lists of tensors) and a ~1.1B-parameter

@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parent))  # the repository root: the GPU suite's sum
 from benchmarks.gpu import summary as gpu_summary  # noqa: E402
 from benchmarks.published import readme as published_readme  # noqa: E402
 from benchmarks.zoo import readme as zoo_readme  # noqa: E402
+from gpumem_kernel.render.units import human  # noqa: E402
 from replicate_speed import section as replicate_section  # noqa: E402
 
 
@@ -655,6 +656,63 @@ def row_descendants(r: Optional[Dict[str, Any]]) -> str:
     return head + figure + "\n\n" + text + body + f"\n\n{provenance(r)}\n"
 
 
+def row_holders(r: Optional[Dict[str, Any]]) -> str:
+    """Issue 27: what the holders walk after each cell costs (benchmarks/holders_cost.py)."""
+    head = "## 12. Holders after each cell: the walk's cost (issue 27)\n\n"
+    if r is None:
+        return head + f"**Figure:** {NOT_MEASURED}: no `results/holders_cost.json` yet.\n"
+    budget, repeats, rows = r["budget_ms"], r["repeats"], r["rows"]
+    objects = next(row for row in rows if row["namespace"] == f"{r['objects']:,} objects")
+    model = next(row for row in rows if row["variables"] == 2)
+    figure = (
+        f"**Figure:** on {r['objects']:,} objects the walk takes a median {objects['unbounded']['median_ms']:.1f} ms "
+        f"(max {objects['unbounded']['max_ms']:.1f} ms) against the {budget:g} ms per-cell budget, and skips "
+        f"{objects['with_budget']['skipped']} of {repeats} cells; a {r['model_parameters'] / 1e9:.1f}B-parameter "
+        f"model with Adam state takes {model['unbounded']['median_ms']:.1f} ms; a kernel without CUDA in use pays "
+        f"{r['hook_without_cuda_us']:.1f} µs per cell.\n\n"
+    )
+    load_average = ", ".join(f"{n:g}" for n in r.get("load_average", []))
+    text = (
+        "The post_run_cell hook walks the user's variables where CUDA is in use (gpumem_kernel/holders). The "
+        f"namespace: {r['objects']:,} variables (numbers and strings, small lists and dicts, dataclasses, plain "
+        f"objects, a hundredth lists of tensors) and a decoder of {r['model_parameters']:,} parameters "
+        f"({r['model_tensors']} tensors) on the meta device with Adam-shaped state: the cost is in the objects, "
+        "not their bytes, and the path is the one CUDA takes (`collect` with a device predicate). *Unbounded*: "
+        "no time limit (`%gpumem holders` allows 5 s); *with the budget*: "
+        f"{budget:g} ms as after each cell, where a walk past it reports a skip with a note. {repeats} walks each, torch threads = 1; load "
+        f"average at the end of the run: {load_average or '?'} (a shared machine).\n\n"
+    )
+
+    def largest(row: Dict[str, Any]) -> str:
+        return "; ".join(f"`{name}` {human(size)} ({what})" for name, size, what in row["unbounded"]["largest"])
+
+    def cost(part: Dict[str, Any]) -> str:
+        return f"{part['median_ms']:.1f} / {part['max_ms']:.1f}"
+
+    body = table(
+        [
+            "namespace",
+            "variables",
+            "unbounded (ms, median / max)",
+            f"with the {budget:g} ms budget (ms, median / max)",
+            "cells skipped",
+            "largest holders found",
+        ],
+        [
+            (
+                row["namespace"],
+                f"{row['variables']:,}",
+                cost(row["unbounded"]),
+                cost(row["with_budget"]),
+                f"{row['with_budget']['skipped']} of {repeats}",
+                largest(row),
+            )
+            for row in rows
+        ],
+    )
+    return head + figure + text + body + f"\n\n{provenance(r)}\n"
+
+
 def gpu_files() -> str:
     files = sorted(RESULTS.glob("gpu_*.json"))
     if not files:
@@ -693,6 +751,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
 | 10 published figures (issue 24) | `{published_readme.RUN}` | ~4 min on 2 cores |
 | 11 repeated blocks traced once (issue 25) | `{RUN} benchmarks/replicate_speed.py` | ~6 min on 2 cores |
+| 12 holders after each cell (issue 27) | `{RUN} benchmarks/holders_cost.py` | ~10 s |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
 
 `live_delivery.py --kernel-python /path/to/venv/bin/python` adds another kernel (e.g. a venv with ipykernel 6);
@@ -723,6 +782,7 @@ def main() -> None:
         zoo_readme.section(load("zoo"), provenance),
         published_readme.section(load("published"), provenance),
         replicate_section(load("replicate_speed"), provenance),
+        row_holders(load("holders_cost")),
         gpu_files(),
     ]
     README.write_text("\n".join(sections))
