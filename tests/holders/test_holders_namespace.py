@@ -137,3 +137,32 @@ def test_no_user_object_outlives_the_walk(shell, monkeypatch):
 
 def test_the_hook_walks_nothing_without_cuda(shell):
     assert hook.after_cell(shell) is None  # this torch has no CUDA initialised
+
+
+def test_subclasses_deques_slots_and_proxies_are_walked_as_what_they_are():
+    code = """
+import collections, dataclasses, torch
+class Losses(list): pass
+@dataclasses.dataclass(slots=True)
+class Slotted:
+    t: object
+class Box:
+    def __init__(self, t): self.t = t
+class Proxy:  # claims its wrapped object's class: each proxy is what it wraps, whatever the one before was
+    def __init__(self, wrapped): object.__setattr__(self, "wrapped", wrapped)
+    @property
+    def __class__(self): return type(self.wrapped)
+    def __iter__(self): return iter(self.wrapped)
+sub = Losses([torch.ones(2)])
+user = collections.UserDict(t=torch.ones(3))
+queue = collections.deque([torch.ones(4)])
+slotted = Slotted(torch.ones(5))
+wraps_list = Proxy([torch.ones(6)])
+wraps_box = Proxy(Box(torch.ones(7)))
+"""
+    with fresh_shell() as sh:
+        run(sh, code)
+        found = by_name(sh)
+    sizes = {name: found[name].bytes for name in ("sub", "user", "queue", "slotted", "wraps_list", "wraps_box")}
+    assert sizes == {"sub": 8, "user": 12, "queue": 16, "slotted": 20, "wraps_list": 24, "wraps_box": 28}
+    assert found["sub"].description == "Losses of 1 tensor" and found["queue"].description == "deque of 1 tensor"
