@@ -180,14 +180,20 @@ def section(r: Optional[Dict[str, Any]], provenance: Callable[[Dict[str, Any]], 
     same = all(row["trace"].get("same_event_stream") and row["trace"].get("same_peaks") for row in rows)
     figure += f"; replicated and full traces give the same event stream and peaks: {same}."
     text = (
-        f"\n\n{r['setup']}. A run of identical decoder layers runs its first and last layer for real in the first "
-        "step and replays the others' recorded allocations and frees, and every layer in the second "
-        "(analysis.replicate); the full trace runs every layer. *trace*: one `run_trace` at batch 1 after building "
-        "the model; *analyze*: the whole call in a fresh process, whose batch search traces more than one batch. "
-        "Seconds on a shared machine: ratios hold better than absolute times.\n\n"
+        f"\n\n{r['setup']}. A run of identical decoder layers runs its first, second (which shows what a layer keeps "
+        "of its input) and last layer for real in the first step and replays the others' recorded allocations and "
+        "frees, and every layer in the second (analysis.replicate); the full trace runs every layer. *trace*: one "
+        "`run_trace` at batch 1 after building the model; *analyze*: the whole call in a fresh process, whose batch "
+        "search traces more than one batch. "
+        f"Seconds on a shared machine{_load(r)}: ratios hold better than absolute times.\n\n"
     )
     body = table_rows(rows)
     return head + figure + text + body + f"\n\n{provenance(r)}\n"
+
+
+def _load(r: Dict[str, Any]) -> str:
+    load = r.get("load_average")
+    return f" (1-minute load average {load['before']} before the run, {load['after']} after)" if load else ""
 
 
 def table_rows(rows: List[Dict[str, Any]]) -> str:
@@ -231,6 +237,7 @@ def main() -> None:
         print(json.dumps(_child(args.child[0], args.child[1], args.full)))
         return
     rows: List[Dict[str, Any]] = []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models.split(","):
             path = Path(folder) / name / "config.json"
@@ -242,6 +249,8 @@ def main() -> None:
         {
             "setup": f"Llama-shaped, bf16 weights, AMP bf16, AdamW, gradient checkpointing, {TOKENS} tokens, batch 1",
             "targets_seconds": {"1b": 4, "8b": 10, "70b": 30},
+            # the machine's 1-minute load average before and after (2 cores, shared): the seconds are as loaded
+            "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
             "rows": rows,
         },
     )
