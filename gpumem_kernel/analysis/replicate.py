@@ -243,6 +243,7 @@ class Replicator:
         self.passes: Dict[Tuple[Any, ...], Pass] = {}
         self.skipped: Set[str] = set()  # why block calls ran for real without a pass to replay (for the report)
         self.originals: List[Tuple[Any, Any]] = []  # (block, its own forward attribute or None)
+        self.problem = ""  # a replay found not to match where it cannot raise (autocast's cache clear)
         for r, run in enumerate(runs):
             for i, (_, block) in enumerate(run):
                 self.position[id(block)] = (r, i)
@@ -262,6 +263,8 @@ class Replicator:
                 block.forward = forward
         self.originals.clear()
         self.runs.clear()
+        if self.problem:
+            raise ReplicationMismatch(self.problem)
         return info
 
     def info(self) -> Replication:
@@ -275,18 +278,19 @@ class Replicator:
 
     def cache_cleared(self, freed: Set[int]) -> None:
         """Autocast's cache clear freed `freed`: the casts a real block made learn which of its window's allocs
-        the cache held to the clear, and the replayed blocks' copies of those are freed with them."""
+        the cache held to the clear, and the replayed blocks' copies of those are freed with them. A mismatch is
+        raised by finish(), not here: autocast's exit, which clears, would leave autocast on."""
         for state in self.passes.values():
             for local in state.recorded:
                 cached = [k for k, sid in enumerate(local) if sid in freed]
                 if state.cached is not None and cached != state.cached:
-                    raise ReplicationMismatch("autocast's cache held other casts of a run's blocks")
+                    self.problem = self.problem or "autocast's cache held other casts of a run's blocks"
                 state.cached = cached
             state.recorded.clear()
             for local in state.awaiting:
                 if state.cached is None:
-                    raise ReplicationMismatch("a replayed block's casts were cleared before its run's first")
-                for k in state.cached:
+                    self.problem = self.problem or "a replayed block's casts were cleared before its run's first"
+                for k in state.cached or ():
                     self.tracker._on_free(local[k])
             state.awaiting.clear()
 

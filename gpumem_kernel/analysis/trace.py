@@ -184,9 +184,13 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
                             tracker=tracker,
                             keep_grads=plan.keep_grads,
                         )
-                except (TraceError, ReplicationMismatch):
+                except ReplicationMismatch:
                     raise
                 except Exception as exc:
+                    if replicator is not None and replicator.problem:  # what a replay that did not match led to
+                        raise ReplicationMismatch(replicator.problem) from None
+                    if isinstance(exc, TraceError):
+                        raise
                     raise TraceError(_explain(exc)) from None
                 replication = replicator.finish() if replicator is not None else Replication(False)
                 notes += _paged_notes(optimizers_of(optimizer))

@@ -198,3 +198,25 @@ def test_a_last_block_that_differs_reruns_in_full() -> None:
     replicated, full = _traces(model, lambda b, fake: torch.randn(b, 32))
     assert not replicated.replication.used and "did not match" in replicated.replication.reason
     _same(replicated, full)
+
+
+class Shared(nn.Module):
+    """A block over a Linear every block shares (ALBERT's way): autocast casts its weight once, in the first."""
+
+    def __init__(self, linear: Any) -> None:
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: Any) -> Any:
+        return self.linear(x).relu() + x
+
+
+def test_a_weight_shared_by_the_blocks_under_amp_reruns_in_full() -> None:
+    """The later blocks find the cast in autocast's cache: the replays' casts do not match, the trace reruns in
+    full, and autocast is off afterwards as it was before."""
+    linear = nn.Linear(32, 32)
+    model = nn.Sequential(nn.Linear(32, 32), *[Shared(linear) for _ in range(5)], nn.Linear(32, 4))
+    replicated, full = _traces(model, lambda b, fake: torch.randn(b, 32), amp="bf16")
+    assert not replicated.replication.used and "did not match" in replicated.replication.reason
+    assert not torch.is_autocast_enabled("cpu")
+    _same(replicated, full)
