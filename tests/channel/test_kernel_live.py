@@ -168,7 +168,7 @@ def test_magic_in_the_kernel_shows_a_table(kernel):
     assert status["status"] == "error" and status["ename"] == "UsageError"
     assert status["evalue"] == (
         "gpumem: unknown command 'nonsense'; try: status, clear, oom, analyze, recommend, autobatch, benchmark, log, "
-        "holders"
+        "holders, watch"
     )
 
 
