@@ -49,8 +49,16 @@ python scripts/check_imports.py
 step "jest"
 jlpm test
 
-step "pytest (ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)'))"
-GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs
+# The tests that start no kernel run on two processes (pytest-xdist, each test file in one process: its module
+# fixtures and its order stay as written); the kernel tests after them, one at a time, since several count what a
+# kernel sends during a busy cell. Two processes at most: each holds torch, and this is the machine's core count
+# here (fewer where the machine has fewer).
+workers=$(python -c "import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))")
+step "pytest (ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')): tests without a kernel on $workers processes"
+GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m "not kernel" -n "$workers" --dist loadfile
+
+step "pytest kernel tests with ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
+GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m kernel
 
 step "pytest kernel tests with ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
 GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" python -m pytest tests -q -m kernel
