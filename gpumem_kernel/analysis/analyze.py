@@ -59,6 +59,7 @@ from gpumem_kernel.analysis.torch_rules import resolve as resolve_torch
 from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.analysis.user_step import optimizers_of
 from gpumem_kernel.probe.torchstats import cuda_initialised
+from gpumem_kernel.render.snippets import AMP_DTYPES
 
 SEARCHES = ("batch", "seq")  # what analyze searches besides the analysed step: the batch picks, or also the sequence
 
@@ -239,7 +240,14 @@ def analyze(
             )
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
         amp_saved = None
-        if amp_mode is not None and engine is traced:
+        weights_dtype = _half_weights(model, amp_mode)
+        if weights_dtype is not None:
+            # without AMP this step runs in the weights' own precision, not fp32: no "vs fp32" figure to trace
+            notes.append(
+                f"AMP's saving is not traced: the weights are {weights_dtype} already, so without AMP the step "
+                f"runs in {weights_dtype}, not fp32"
+            )
+        elif amp_mode is not None and engine is traced:
             plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
             plain = _TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
             plain_point = plain.point(batch_size)
@@ -303,6 +311,15 @@ def analyze(
         )
         report.elapsed_seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[str]:
+    """The AMP dtype's name when every floating parameter already has it (a bf16 LLM under bf16 autocast)."""
+    if amp_mode is None:
+        return None
+    name = AMP_DTYPES[amp_mode]
+    dtypes = {str(p.dtype) for p in model.parameters() if p.is_floating_point()}
+    return name if dtypes == {f"torch.{name}"} else None
 
 
 def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any) -> Optional[FineTunePlan]:

@@ -78,6 +78,22 @@ def test_would_it_fit_on_a_4080_super_at_batch_32_with_adamw_and_bf16() -> None:
     assert fitting and fitting[0].peak_bytes <= report.device.limit_bytes
 
 
+def test_amp_saving_is_traced_against_fp32_weights_and_not_claimed_for_bf16_ones() -> None:
+    """Without AMP an fp32 model trains in fp32: the saving is traced. A model whose weights are bf16 already
+    trains in bf16 without AMP, so there is no "vs fp32" saving to report: the report says why instead."""
+
+    def wide() -> Any:  # activations large enough to outweigh autocast's weight copies
+        return nn.Sequential(nn.Linear(512, 4096), nn.ReLU(), nn.Linear(4096, 512))
+
+    fp32 = analyze(wide(), batch_size=1024, amp="bf16")
+    assert fp32.amp_saved_bytes is not None and fp32.amp_saved_bytes > 0
+    assert not any("AMP's saving is not traced" in n for n in fp32.notes)
+    half = analyze(wide().to(torch.bfloat16), batch_size=1024, amp="bf16")
+    assert half.amp_saved_bytes is None
+    assert any("weights are bfloat16 already" in n for n in half.notes)
+    assert "Memory Saved" not in analysis_bundle(half)["text/plain"]
+
+
 def _figure(report: AnalysisReport, name: str) -> int:
     return next(f.bytes or 0 for f in report.figures if f.name == name)
 
