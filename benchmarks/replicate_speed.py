@@ -1,14 +1,18 @@
 """Issue 25, speed: how long a traced analysis of a Llama-shaped model takes with its decoder layers traced once and
-replicated (analysis.replicate), beside the full trace of every layer, and whether the two agree.
+replicated (analysis.replicate) and the optimizer's steps replayed in the search's traces (analysis.optimizer_replay),
+beside the full trace of every layer, and whether the two agree.
 
 Llama-3.2-1B, Llama-3-8B and Llama-3-70B configs (written out below as published; 8B is tests/data/hf_configs's),
-built on the meta device; bf16 weights, AMP bf16, AdamW, gradient checkpointing, 2048 tokens, batch 1. Each
-measurement runs in a fresh Python process (cold: nothing imported, no fake-tensor cache warm):
+built on the meta device; bf16 weights, AMP bf16, AdamW, gradient checkpointing, 2048 tokens, batch 1, target H100
+(the issue's case). Each measurement runs in a fresh Python process (cold: nothing imported, no fake-tensor cache
+warm), our package byte-compiled first as pip installs it:
   - trace: one `run_trace` at batch 1 (the model built first, not timed), replicated and full, with the peak of
     live bytes, the allocator model's peak reserved, and a hash of the device event stream of each;
-  - analyze: the whole `%gpumem analyze` call as a process runs it (imports, the config, building the model, the
-    traces the batch search asks for, the report), replicated and full (the full one by raising
-    replicate.MIN_AUTO_RUN out of reach), with the time its imports of torch and transformers took apart.
+  - analyze: the whole `%gpumem analyze` call as a process runs it, timed in three parts: importing torch, importing
+    transformers and the architecture's module (what a kernel pays once, and a notebook that loads the model has
+    paid), and the analysis (the config, building the model, the traces the batch search asks for, the report);
+    replicated and full (the full one by raising replicate.MIN_AUTO_RUN out of reach), and replicated with every
+    optimizer step run (what the replayed steps save).
 
     PYTHONPATH=. .venv/bin/python benchmarks/replicate_speed.py [--models 1b,8b,70b] [--skip-full-70b]
 """
@@ -16,6 +20,7 @@ measurement runs in a fresh Python process (cold: nothing imported, no fake-tens
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import json
 import os
@@ -79,32 +84,19 @@ CONFIGS: Dict[str, Dict[str, Any]] = {
     },
 }
 TOKENS = 2048
-OPTIONS = dict(batch_size=1, input=TOKENS, amp="bf16", checkpointing=True, optimizer="adamw")
+OPTIONS = dict(batch_size=1, input=TOKENS, amp="bf16", checkpointing=True, optimizer="adamw", target="H100")
+VARIANTS = ("replicated", "full", "steps_run")  # the analyze child's: as shipped, every layer traced, no replayed steps
 
 
-def _child(what: str, config: str, full: bool) -> Dict[str, Any]:
+def _child(what: str, config: str, variant: str) -> Dict[str, Any]:
     """One measurement, in this (fresh) process; the clock starts before any import."""
     started = time.perf_counter()
     from gpumem_kernel.analysis import replicate
 
-    if full:
+    if variant == "full":
         replicate.MIN_AUTO_RUN = 10**9  # the automatic choice never replicates: the full trace
     if what == "analyze":
-        import torch  # noqa: F401  (timed apart: a kernel that trains has imported them already)
-        import transformers  # noqa: F401
-
-        from gpumem_kernel.analysis.model_source import analyze_named
-
-        imported = time.perf_counter() - started
-        report = analyze_named(config, **OPTIONS)
-        notes = [n for n in report.notes if "replicated" in n or "full trace of every block" in n]
-        return {
-            "seconds": round(time.perf_counter() - started, 2),
-            "imports_seconds": round(imported, 2),
-            "peak_reserved_bytes": report.peak_reserved_bytes,
-            "peak_live_bytes": report.peak_live_bytes,
-            "notes": notes,
-        }
+        return _analyze(config, variant, started)
     from gpumem_kernel.analysis.model_source import build, default_input
     from gpumem_kernel.analysis.trace import run_trace
     from gpumem_kernel.analysis.trace_plan import TracePlan
@@ -128,8 +120,37 @@ def _child(what: str, config: str, full: bool) -> Dict[str, Any]:
     }
 
 
-def _measure(what: str, config: str, full: bool) -> Dict[str, Any]:
-    command = [sys.executable, __file__, "--child", what, config] + (["--full"] if full else [])
+def _analyze(config: str, variant: str, started: float) -> Dict[str, Any]:
+    import torch  # noqa: F401
+
+    torch_done = time.perf_counter()
+    import transformers
+
+    getattr(transformers, json.loads(Path(config).read_text())["architectures"][0])  # its module, as loading does
+    libraries_done = time.perf_counter()
+    from gpumem_kernel.analysis import analyze as analyze_module
+    from gpumem_kernel.analysis.model_source import analyze_named
+
+    if variant == "steps_run":
+        analyze_module.OptimizerReplay = lambda: None  # type: ignore[assignment]  # every trace runs its steps
+    report = analyze_named(config, **OPTIONS)
+    done = time.perf_counter()
+    notes = [n for n in report.notes if "replicated" in n or "full trace of every block" in n]
+    return {
+        "seconds": round(done - started, 2),
+        "torch_import_seconds": round(torch_done - started, 2),
+        "transformers_import_seconds": round(libraries_done - torch_done, 2),
+        "analysis_seconds": round(done - libraries_done, 2),
+        "traces": len({p.batch_size for p in report.curve}),
+        "maximum": report.recommendations.maximum,
+        "peak_reserved_bytes": report.peak_reserved_bytes,
+        "peak_live_bytes": report.peak_live_bytes,
+        "notes": notes,
+    }
+
+
+def _measure(what: str, config: str, variant: str) -> Dict[str, Any]:
+    command = [sys.executable, __file__, "--child", what, config, variant]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -138,14 +159,15 @@ def _measure(what: str, config: str, full: bool) -> Dict[str, Any]:
 def _row(name: str, config: str, skip_full: bool) -> Dict[str, Any]:
     row: Dict[str, Any] = {"model": name, "layers": CONFIGS[name]["num_hidden_layers"]}
     for what in ("trace", "analyze"):
-        replicated = _measure(what, config, False)
-        print(name, what, "replicated", replicated, flush=True)
-        if what == "analyze" and name == "70b" and skip_full:
-            full: Dict[str, Any] = {"skipped": "--skip-full-70b"}
-        else:
-            full = _measure(what, config, True)
-            print(name, what, "full", full, flush=True)
-        row[what] = {"replicated": replicated, "full": full}
+        sides: Dict[str, Any] = {}
+        for variant in VARIANTS if what == "analyze" else VARIANTS[:2]:
+            if variant == "full" and what == "analyze" and name == "70b" and skip_full:
+                sides[variant] = {"skipped": "--skip-full-70b"}
+                continue
+            sides[variant] = _measure(what, config, variant)
+            print(name, what, variant, sides[variant], flush=True)
+        replicated, full = sides["replicated"], sides["full"]
+        row[what] = sides
         if "seconds" in full:
             row[what]["speedup"] = round(full["seconds"] / replicated["seconds"], 2)
             row[what]["same_peaks"] = all(
@@ -153,6 +175,10 @@ def _row(name: str, config: str, skip_full: bool) -> Dict[str, Any]:
             )
         if what == "trace" and "event_stream_sha256" in full:
             row[what]["same_event_stream"] = replicated["event_stream_sha256"] == full["event_stream_sha256"]
+        if what == "analyze":
+            row[what]["steps_run_same_report"] = all(
+                sides["steps_run"][key] == replicated[key] for key in ("maximum", "peak_reserved_bytes", "traces")
+            )
     return row
 
 
@@ -171,20 +197,26 @@ def section(r: Optional[Dict[str, Any]], provenance: Callable[[Dict[str, Any]], 
         return head + "**Figure:** not measured: no `results/replicate_speed.json` yet.\n"
     rows = r["rows"]
     targets = r["targets_seconds"]
-    figure = "**Figure:** cold `%gpumem analyze` (one process: imports, config, traces, report) " + ", ".join(
-        f"{row['model'].upper()} {row['analyze']['replicated']['seconds']:.1f} s, of which "
-        f"{row['analyze']['replicated'].get('imports_seconds', 0):.1f} s importing torch and transformers "
-        f"(target {targets[row['model']]} s; full trace {_seconds(row['analyze']['full'])})"
+    figure = "**Figure:** the analysis of a cold `%gpumem analyze` (in a fresh process) " + ", ".join(
+        f"{row['model'].upper()} {_part(row, 'analysis_seconds')} (target {targets[row['model']]} s; every layer "
+        f"traced: {_part(row, 'analysis_seconds', 'full')})"
         for row in rows
     )
+    figure += "; with importing torch, transformers and the architecture's module, once per kernel: " + ", ".join(
+        f"{row['model'].upper()} {_part(row, 'seconds')}" for row in rows
+    )
     same = all(row["trace"].get("same_event_stream") and row["trace"].get("same_peaks") for row in rows)
-    figure += f"; replicated and full traces give the same event stream and peaks: {same}."
+    figure += f". Replicated and full traces give the same event stream and peaks: {same}"
+    replayed = all(row["analyze"].get("steps_run_same_report") for row in rows)
+    figure += f"; replayed optimizer steps give the same maximum, peak and traces as steps run: {replayed}."
     text = (
         f"\n\n{r['setup']}. A run of identical decoder layers runs its first, second (which shows what a layer keeps "
         "of its input) and last layer for real in the first step and replays the others' recorded allocations and "
-        "frees, and every layer in the second (analysis.replicate); the full trace runs every layer. *trace*: one "
-        "`run_trace` at batch 1 after building the model; *analyze*: the whole call in a fresh process, whose batch "
-        "search traces more than one batch. "
+        "frees, and every layer in the second (analysis.replicate); the full trace runs every layer. The search's "
+        "traces after the first replay its optimizer steps (analysis.optimizer_replay). *trace*: one `run_trace` at "
+        "batch 1 after building the model; *analyze*: the whole call in a fresh process, split into importing torch, "
+        "importing transformers with the model's module (a notebook that trains has paid both), and the analysis "
+        "proper (config, model on the meta device, the search's traces, the report). "
         f"Seconds on a shared machine{_load(r)}: ratios hold better than absolute times.\n\n"
     )
     body = table_rows(rows)
@@ -196,28 +228,41 @@ def _load(r: Dict[str, Any]) -> str:
     return f" (1-minute load average {load['before']} before the run, {load['after']} after)" if load else ""
 
 
+def _part(row: Dict[str, Any], key: str, variant: str = "replicated") -> str:
+    side = row["analyze"].get(variant, {})
+    return f"{side[key]:.1f} s" if key in side else f"not run: {side.get('skipped', '?')}"
+
+
 def table_rows(rows: List[Dict[str, Any]]) -> str:
     header = [
         "model",
         "layers",
         "trace, replicated",
         "trace, full",
-        "analyze, replicated",
-        "analyze, full",
-        "peak live (both)",
+        "analysis (imports), replicated",
+        "analysis, steps run",
+        "analysis, full",
+        "traces",
+        "maximum on H100",
+        "peak live",
         "peak reserved, replicated / full",
         "same event stream",
     ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         trace, analyze = row["trace"], row["analyze"]
+        replicated = analyze["replicated"]
+        imports = replicated["torch_import_seconds"] + replicated["transformers_import_seconds"]
         cells = [
             row["model"].upper(),
             str(row["layers"]),
             _seconds(trace["replicated"]),
             _seconds(trace["full"]),
-            _seconds(analyze["replicated"]),
-            _seconds(analyze["full"]),
+            f"{replicated['analysis_seconds']:.1f} s (+{imports:.1f} s)",
+            _part(row, "analysis_seconds", "steps_run"),
+            _part(row, "analysis_seconds", "full"),
+            str(replicated["traces"]),
+            str(replicated["maximum"]),
             _gib(trace["replicated"], "peak_live_bytes"),
             f"{_gib(trace['replicated'], 'peak_reserved_bytes')} / {_gib(trace['full'], 'peak_reserved_bytes')}",
             str(trace.get("same_event_stream", "—")),
@@ -230,12 +275,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="1b,8b,70b")
     parser.add_argument("--skip-full-70b", action="store_true", help="not the full 70B analyze (about a minute)")
-    parser.add_argument("--child", nargs=2, metavar=("WHAT", "CONFIG"), help=argparse.SUPPRESS)
-    parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=3, metavar=("WHAT", "CONFIG", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(_child(args.child[0], args.child[1], args.full)))
+        print(json.dumps(_child(*args.child)))
         return
+    # byte-compiled as pip installs it: a checkout under PYTHONDONTWRITEBYTECODE would compile it in every process
+    compileall.compile_dir(str(ROOT / "gpumem_kernel"), quiet=1)
     rows: List[Dict[str, Any]] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
@@ -247,7 +293,10 @@ def main() -> None:
     write_result(
         "replicate_speed",
         {
-            "setup": f"Llama-shaped, bf16 weights, AMP bf16, AdamW, gradient checkpointing, {TOKENS} tokens, batch 1",
+            "setup": (
+                f"Llama-shaped, bf16 weights, AMP bf16, AdamW, gradient checkpointing, {TOKENS} tokens, batch 1, "
+                "target H100"
+            ),
             "targets_seconds": {"1b": 4, "8b": 10, "70b": 30},
             # the machine's 1-minute load average before and after (2 cores, shared): the seconds are as loaded
             "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},

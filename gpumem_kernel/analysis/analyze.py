@@ -44,6 +44,7 @@ from gpumem_kernel.analysis.fine_tune import check as check_fine_tune
 from gpumem_kernel.analysis.gpus import GiB
 from gpumem_kernel.analysis.inputs import batch_maker
 from gpumem_kernel.analysis.llm_facts import llm_facts, output_vocabulary
+from gpumem_kernel.analysis.optimizer_replay import OptimizerReplay
 from gpumem_kernel.analysis.model_states import _largest_layer, _Sharding, on_meta, unique_bytes
 from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
@@ -191,6 +192,7 @@ def analyze(
         torch_rules=planned_torch if planned_torch.rules else None,
         size_hints=hints,
         logits_vocab=output_vocabulary(model),
+        optimizer_replay=OptimizerReplay(),  # the search's traces replay the first one's optimizer steps
     )
     if step is not None:
         notes.append(

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import gc
 import warnings
+from dataclasses import replace
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
@@ -33,6 +34,7 @@ from gpumem_kernel.analysis.model_copy import (
     register_optimizer_state,
     tensor_attributes,
 )
+from gpumem_kernel.analysis.optimizer_replay import OptimizerReplayMismatch, Stepper, eligible, record
 from gpumem_kernel.analysis.optimizers import paged_state_bytes
 from gpumem_kernel.analysis.replicate import Replication, ReplicationMismatch, install
 from gpumem_kernel.analysis.torch_rules import applied as torch_rules_applied
@@ -117,6 +119,8 @@ def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
         return _trace_once(plan, batch_size, fake, replicate)
     except ReplicationMismatch as exc:
         why = str(exc)
+    except OptimizerReplayMismatch:
+        return _run_trace(replace(plan, optimizer_replay=None), batch_size, fake=fake)  # its steps run for real
     result = _trace_once(plan, batch_size, fake, False)
     result.replication = Replication(False, reason=f"a replayed block did not match ({why})")
     result.notes.append(result.replication.note())
@@ -149,6 +153,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
             if plan.checkpointing and not plan.evaluation:
                 notes += checkpoint_blocks(model)
             optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
+            stepped = _stepped(plan, fake, optimizer, tracker)
             replicator = install(model, tracker, replicate)
             loss_fn = _recording_loss(plan.loss_fn, loss_sources)
             planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
@@ -195,8 +200,12 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
                 replication = replicator.finish() if replicator is not None else Replication(False)
                 notes += _paged_notes(optimizers_of(optimizer))
                 notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
-                del model, optimizer, mapping, copier
+                del model
+                if stepped is not None:
+                    stepped.release()  # a replayed state is freed where the deletion below frees a real one
+                del optimizer, mapping, copier
                 gc.collect()  # the copy's teardown recorded whether or not the collector ran (a cycle may hold it)
+                _keep_steps(plan, stepped, tracker)
         if rerouted.attention:
             notes.append(
                 "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the CPU's "
@@ -218,6 +227,29 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         gc.unfreeze()
         tracker.close()
         torch.set_rng_state(rng)
+
+
+def _stepped(plan: TracePlan, fake: bool, optimizer: Any, tracker: Any) -> Optional[Stepper]:
+    """The optimizer train_steps runs when its steps are recorded or replayed (analysis.optimizer_replay)."""
+    if optimizer is None or not eligible(plan, fake):
+        return None
+    box = plan.optimizer_replay
+    if box.recording is None and box.declined:
+        return None
+    if box.recording is not None and plan.stack_hook is not None:
+        return None  # the timeline's trace keeps each storage's frames: its steps run
+    return Stepper(optimizer, tracker, box.recording)
+
+
+def _keep_steps(plan: TracePlan, stepped: Optional[Stepper], tracker: Any) -> None:
+    """After the first eligible trace: its optimizer steps, for the plan's other traces."""
+    if stepped is None:
+        return
+    box = plan.optimizer_replay
+    if stepped.recording is not None:
+        box.replays += 1
+    elif box.recording is None:
+        box.recording, box.declined = record(tracker, plan.steps, stepped.signatures)
 
 
 def _optimizer_copies(plan: TracePlan, model: Any, mapping: Dict[int, Any], copier: TensorCopier) -> Any:

@@ -64,6 +64,9 @@ class TracePlan:
     replicate: Optional[bool] = None
     # the output head's vocabulary: the trace watches the logits and the loss's copies of them (analysis.llm_facts)
     logits_vocab: Optional[int] = None
+    # the optimizer's steps recorded by the first trace and replayed by the others (analysis.optimizer_replay's
+    # OptimizerReplay, shared by the plans of one analysis); None: always run
+    optimizer_replay: Any = None
 
 
 @dataclass
