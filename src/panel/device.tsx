@@ -19,23 +19,8 @@ import {
 import type { Trans } from '../ui/i18n';
 import { barTotal, deviceSegments, type ISegment, type SegmentKey, segmentLabel } from '../channel/sample';
 import type { IDevice, IGpuProcess } from '../wire/protocol';
+import { deviceTitle } from './title';
 import { type IGpuMemSettings, usageLevel } from '../settings';
-
-/** "cuda:0 · NVIDIA GeForce RTX 4080 SUPER · 16.0 GiB"; a hidden device says so instead of cuda:N. */
-export function deviceTitle(device: IDevice, unit: SizeUnit, trans: Trans): string {
-  const where =
-    device.cuda_index !== null
-      ? `cuda:${device.cuda_index}`
-      : trans.__('not visible to this kernel (NVML %1)', device.nvml_index);
-  const parts = [where, device.name ?? trans.__('unknown GPU')];
-  if (device.total !== null) {
-    parts.push(formatBytes(device.total, unit, 'short'));
-  }
-  if (device.mig) {
-    parts.push('MIG');
-  }
-  return parts.join(' · ');
-}
 
 /**
  * "285 W of 320 W (89%)": the draw against the enforced limit; "n/a" with NVML's reason in the tooltip; null

@@ -7,6 +7,7 @@
 import { barTotal, deviceSegments, kernelTotal, segmentLabel, deviceKey } from '../channel/sample';
 import { clearHeadline } from '../actions/clear/text';
 import { diagnosisLines, familyLabel, splitSteps } from '../actions/oom/text';
+import { deviceTitle } from '../panel/title';
 import { workersText } from '../panel/workers';
 import { DEFAULT_SETTINGS, usageLevel } from '../settings';
 import {
@@ -48,12 +49,6 @@ function element<K extends keyof HTMLElementTagNameMap>(
 /** The share of the device in use, by every process, as the panel's warning level reads it. */
 function devicePercent(device: IDevice): number | null {
   return percentOf(device.used ?? kernelTotal(device), device.total);
-}
-
-function deviceName(device: IDevice): string {
-  const where =
-    device.cuda_index !== null ? `cuda:${device.cuda_index}` : trans.__('NVML %1', device.nvml_index);
-  return `${where} · ${device.name ?? trans.__('unknown GPU')}`;
 }
 
 function bar(device: IDevice): HTMLElement {
@@ -143,7 +138,7 @@ function deviceBlock(device: IDevice, state: WatchState, compact: boolean, now: 
   const level = usageLevel(devicePercent(device), DEFAULT_SETTINGS);
   const node = element('div', `jp-GpuMem-watchDevice jp-GpuMem-level-${level}`);
   node.dataset.level = level;
-  node.appendChild(element('div', 'jp-GpuMem-watchTitle', deviceName(device)));
+  node.appendChild(element('div', 'jp-GpuMem-watchTitle', deviceTitle(device, UNIT, trans)));
   node.appendChild(bar(device));
   node.appendChild(element('div', 'jp-GpuMem-watchNumbers', numbers(device, state)));
   if (!compact) {

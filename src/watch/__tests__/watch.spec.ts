@@ -87,6 +87,19 @@ describe('renderWatch', () => {
     expect(root.querySelector('.jp-GpuMem-watchHost')!.textContent).toContain('Host: kernel 3.00 GiB');
   });
 
+  it("titles each GPU as the panel does: its size, a MIG slice's mark, a device the kernel cannot see", () => {
+    const state = new WatchState(0);
+    const s = sample(1, 100);
+    s.gpu.devices = [
+      { ...device0(), mig: true },
+      { ...device0(), nvml_index: 1, cuda_index: null, name: null }
+    ];
+    state.receive(wire(s));
+    const titles = Array.from(drawn(state).querySelectorAll('.jp-GpuMem-watchTitle')).map(t => t.textContent);
+    expect(titles[0]).toMatch(/^cuda:0 · NVIDIA GeForce RTX 4080 SUPER · \d+(\.\d)? GiB · MIG$/);
+    expect(titles[1]).toMatch(/^not visible to this kernel \(NVML 1\) · unknown GPU · /);
+  });
+
   it('colours a device at the panel thresholds', () => {
     const state = new WatchState(0);
     const full = sample(1, 100);
