@@ -11,7 +11,8 @@ WITH_TESTS=0
 PY=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 YARN_ENABLE_IMMUTABLE_INSTALLS=false
 
-step() { printf '\n== %s\n' "$*"; }
+# each step says when it began (seconds since this script started): where the test command's time goes
+step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 if [ "$WITH_TESTS" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   step "Debian's Chromium for the browser tests"

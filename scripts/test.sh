@@ -10,7 +10,8 @@ bash scripts/setup.sh --test
 source .venv/bin/activate
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
-step() { printf '\n== %s\n' "$*"; }
+# each step says when it began (seconds since this script started): where the test command's time goes
+step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
 # ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.

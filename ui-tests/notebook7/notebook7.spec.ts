@@ -4,10 +4,10 @@
  * environment holding Notebook 7 and the wheel a user would install; the kernel is the test environment's Python
  * (CPU-only torch, gpumem_kernel), registered there as `python3`.
  */
-/* eslint-disable jupyter/galata-prefer-notebook-cell-helper, jupyter/galata-prefer-menu-helper --
+/* eslint-disable jupyter/galata-prefer-menu-helper --
    Galata's page helpers drive JupyterLab only; Notebook 7 is driven through its own DOM here. */
-import { expect, type Page, test } from '@playwright/test';
-import { putNotebook } from '../tests/notebooks';
+import { expect, test } from '@playwright/test';
+import { putNotebook, runCellByKeys } from '../tests/notebooks';
 
 const BASE = process.env.GPUMEM_NB7_URL ?? 'http://localhost:8891';
 
@@ -24,11 +24,6 @@ const SOURCES = [
 ];
 
 /** Run cell `index` from the keyboard: select it by its prompt (never its toolbar), then Shift+Enter. */
-async function runCell(page: Page, index: number): Promise<void> {
-  await page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt').click();
-  await page.keyboard.press('Shift+Enter');
-}
-
 test('Notebook 7: panel, header item, OOM checklist and notification, analysis output', async ({
   page,
   request
@@ -65,7 +60,7 @@ test('Notebook 7: panel, header item, OOM checklist and notification, analysis o
   await expect(panel).toBeVisible();
 
   // A torch.OutOfMemoryError: the normal traceback, the checklist under it, and the notification.
-  await runCell(page, 0);
+  await runCellByKeys(page, 0);
   const output = page.locator('.jp-Notebook .jp-Cell').nth(0).locator('.jp-OutputArea');
   await expect(
     output.locator('[data-mime-type="application/vnd.jupyter.stderr"]').filter({ hasText: 'Traceback' })
@@ -81,8 +76,8 @@ test('Notebook 7: panel, header item, OOM checklist and notification, analysis o
   await expect(panel.locator('.jp-GpuMem-oom .jp-GpuMem-oomChecklist')).toBeVisible();
 
   // An inline analysis output: `%gpumem analyze` on a tiny model renders with the rich renderer.
-  await runCell(page, 1);
-  await runCell(page, 2);
+  await runCellByKeys(page, 1);
+  await runCellByKeys(page, 2);
   const view = page.locator('.jp-Notebook .jp-Cell').nth(2).locator('.jp-GpuMem-analysis');
   await expect(view).toBeVisible({ timeout: 60000 });
   await expect(view.locator('.jp-GpuMem-breakdown')).toContainText('Parameters');

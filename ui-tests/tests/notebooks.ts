@@ -5,7 +5,7 @@
 import * as path from 'path';
 import { expect, type IJupyterLabPageFixture } from '@jupyterlab/galata';
 import type { NotebookPanel } from '@jupyterlab/notebook';
-import type { APIRequestContext } from '@playwright/test';
+import type { APIRequestContext, Page } from '@playwright/test';
 
 /** A Python notebook with one code cell per source (with cell ids). */
 export function notebookJson(sources: string[]): Record<string, unknown> {
@@ -70,4 +70,18 @@ export async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
 /** The step ids of a checklist's list, in the order shown. */
 export async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']>): Promise<string[]> {
   return list.evaluateAll(items => items.map(item => item.getAttribute('data-step-id') ?? ''));
+}
+
+/**
+ * For the plain-Playwright specs: run cell `index` with Shift+Enter. A keypress that lands while a cold server's
+ * first page still settles can go nowhere (the cell stays "[ ]", seen once in the widget spec): press again
+ * until the cell is queued or has run. A queued cell shows "[*]" at once, so a cell is never run twice.
+ */
+export async function runCellByKeys(page: Page, index: number): Promise<void> {
+  const prompt = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt');
+  await expect(async () => {
+    await prompt.click();
+    await page.keyboard.press('Shift+Enter');
+    await expect(prompt).not.toHaveText(/^\[ \]/, { timeout: 5000 });
+  }).toPass({ timeout: 60000 });
 }

@@ -8,12 +8,12 @@
  * installed by the first cell; the busy cell raises its figures so the chart moves. The widget, the kernel, the
  * sampler thread and the messages are real.
  */
-/* eslint-disable jupyter/galata-prefer-notebook-cell-helper, jupyter/galata-prefer-menu-helper --
+/* eslint-disable jupyter/galata-prefer-menu-helper --
    plain Playwright: these servers are driven through their own DOM, as in notebook7/. */
 import * as fs from 'fs';
 import * as path from 'path';
 import { expect, type Locator, type Page, test } from '@playwright/test';
-import { putNotebook } from '../tests/notebooks';
+import { putNotebook, runCellByKeys } from '../tests/notebooks';
 
 const BASE = process.env.GPUMEM_WIDGET_URL ?? 'http://localhost:8892';
 const TESTS_DIR = path.resolve(__dirname, '..', '..', 'tests');
@@ -40,11 +40,6 @@ const BUSY = [
   '    gpu.processes[0] = (gpu.processes[0][0], gpu.processes[0][1] + GiB // 4)'
 ].join('\n');
 
-async function runCell(page: Page, index: number): Promise<void> {
-  await page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt').click();
-  await page.keyboard.press('Shift+Enter');
-}
-
 async function waitDone(page: Page, index: number): Promise<void> {
   await expect(page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt')).toHaveText(
     /\[\d+\]/,
@@ -55,7 +50,7 @@ async function waitDone(page: Page, index: number): Promise<void> {
 /** Run the busy cell and collect the watch's sample numbers seen while it runs. */
 async function updatesDuringBusyCell(page: Page, watch: Locator, index: number): Promise<Set<string>> {
   const prompt = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt');
-  await runCell(page, index);
+  await runCellByKeys(page, index);
   await expect(prompt).toHaveText(/\[\*\]/);
   const seen = new Set<string>();
   while (/\[\*\]/.test((await prompt.textContent()) ?? '')) {
@@ -93,9 +88,9 @@ test('JupyterLab without our labextension: %gpumem watch stays live through a bu
   await notOurLabextension(page);
   await expect(page.locator('.jp-GpuMem-statusItem')).toHaveCount(0);
 
-  await runCell(page, 0);
+  await runCellByKeys(page, 0);
   await waitDone(page, 0);
-  await runCell(page, 1);
+  await runCellByKeys(page, 1);
   const watch = page.locator('.jp-GpuMem-watch');
   await expect(watch).toHaveAttribute('data-state', 'live', { timeout: 60000 });
   await expect(watch.locator('.jp-GpuMem-watchTitle')).toContainText('cuda:0 · NVIDIA A100-SXM4-80GB');
@@ -116,7 +111,7 @@ test('JupyterLab without our labextension: %gpumem watch stays live through a bu
   await page.locator('.lm-Menu-item', { hasText: /^Theme$/ }).hover();
   await page.getByRole('menuitem', { name: 'JupyterLab Light', exact: true }).click();
 
-  await runCell(page, 3);
+  await runCellByKeys(page, 3);
   await expect(watch).toHaveAttribute('data-state', 'stopped');
   await expect(watch.locator('.jp-GpuMem-watchStatus')).toHaveText(
     'stopped: run %gpumem watch to watch again'
@@ -133,9 +128,9 @@ test('Notebook 7 without our labextension: the compact watch stays live through 
   await expect(page.locator('.jp-Notebook .jp-Cell')).toHaveCount(3, { timeout: 60000 });
   await notOurLabextension(page);
 
-  await runCell(page, 0);
+  await runCellByKeys(page, 0);
   await waitDone(page, 0);
-  await runCell(page, 1);
+  await runCellByKeys(page, 1);
   const watch = page.locator('.jp-GpuMem-watch');
   await expect(watch).toHaveClass(/jp-GpuMem-watch-compact/, { timeout: 60000 });
   await expect(watch).toHaveAttribute('data-state', 'live');
