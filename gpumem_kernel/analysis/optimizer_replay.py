@@ -14,7 +14,7 @@ OptimizerReplayMismatch: the trace runs again with real steps."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.replicate import Alloc, Free, Window, _emit
@@ -43,7 +43,7 @@ class OptimizerReplay:
 
     recording: Optional[Recording] = None
     declined: str = ""  # why the first trace's steps cannot be replayed ("" while none was recorded)
-    replays: int = field(default=0)  # traces that replayed it (tests read it)
+    replays: int = 0  # traces that replayed it (tests read it)
 
 
 def eligible(plan: Any, fake: bool) -> bool:

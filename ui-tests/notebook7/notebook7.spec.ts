@@ -23,7 +23,6 @@ const SOURCES = [
   '%gpumem analyze model --batch 8 --input 16 --target "RTX 4080 Super"'
 ];
 
-/** Run cell `index` from the keyboard: select it by its prompt (never its toolbar), then Shift+Enter. */
 test('Notebook 7: panel, header item, OOM checklist and notification, analysis output', async ({
   page,
   request

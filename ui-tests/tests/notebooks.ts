@@ -73,9 +73,10 @@ export async function stepIds(list: ReturnType<IJupyterLabPageFixture['locator']
 }
 
 /**
- * For the plain-Playwright specs: run cell `index` with Shift+Enter. A keypress that lands while a cold server's
- * first page still settles can go nowhere (the cell stays "[ ]", seen once in the widget spec): press again
- * until the cell is queued or has run. A queued cell shows "[*]" at once, so a cell is never run twice.
+ * For the plain-Playwright specs: run cell `index` from the keyboard, selected by its prompt (never its toolbar),
+ * then Shift+Enter. A keypress that lands while a cold server's first page still settles can go nowhere (the cell
+ * stays "[ ]", seen once in the widget spec): press again until the cell is queued or has run. A queued cell shows
+ * "[*]" at once, so a cell is never run twice.
  */
 export async function runCellByKeys(page: Page, index: number): Promise<void> {
   const prompt = page.locator('.jp-Notebook .jp-Cell').nth(index).locator('.jp-InputPrompt');
