@@ -15,12 +15,24 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
+from gpumem_kernel.probe.descendants import Descendants
 from gpumem_kernel.probe.devices import MigInstance, Visible, device_order, visible_devices
 from gpumem_kernel.probe.host import HostReader
+from gpumem_kernel.probe.hostpid import (
+    AMBIGUOUS,
+    NOTEBOOK,
+    PROBABLY_THIS_KERNEL,
+    THIS_KERNEL,
+    DeviceView,
+    HostPids,
+    LocalView,
+    Relation,
+    relation_of_unmatched,
+)
 from gpumem_kernel.probe.nvml import Nvml, describe_error
 from gpumem_kernel.probe.power import PowerReader
 from gpumem_kernel.wire.protocol import Device, Gpu, GpuProcess, KernelInfo, Sample
-from gpumem_kernel.probe.torchstats import allocator_stats, sm_counts, torch_info
+from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, sm_counts, torch_info
 
 # Jupyter starts kernels with `-f …/kernel-<kernel id>.json`; the id names the notebook's session.
 _KERNEL_FILE = re.compile(r"kernel-([A-Za-z0-9_-]+)\.json")
@@ -101,6 +113,8 @@ class Prober:
         env: Optional[Mapping[str, str]] = None,
         host: Optional[HostReader] = None,
         pid: Optional[int] = None,
+        view: Optional[LocalView] = None,
+        descendants: Optional[Callable[[int], List[int]]] = None,
     ) -> None:
         self.nvml = nvml or Nvml()
         self._env = env  # None: read os.environ each time (users set CUDA_VISIBLE_DEVICES in a cell)
@@ -112,6 +126,9 @@ class Prober:
         self._migs: Optional[List[Tuple[MigInstance, Any]]] = None
         self._versions: Optional[Tuple[Optional[str], Optional[str]]] = None
         self._power = PowerReader(self.nvml)
+        # who NVML's host PIDs are (a container lists them, not this namespace's): learned sample by sample
+        self.hostpids = HostPids(self.pid, view)
+        self._descendants = descendants or Descendants().of
 
     # --- NVML calls that turn failures into error strings ---------------------------------------
 
@@ -322,10 +339,33 @@ class Prober:
                 device.allocator = stats.get(device.cuda_index)
                 device.sm_count = sms.get(device.cuda_index, device.sm_count)
 
+    def _relate(self, devices: List[Device]) -> None:
+        """Label every process (this kernel, probably, ambiguous, the notebook's, another kernel, external) and
+        sum each device's figures by those labels; in a container the host PIDs are matched (hostpid.py)."""
+        views = [
+            DeviceView(
+                _key(d), d.allocator.reserved if d.allocator is not None else None, {p.pid: p.used for p in d.processes}
+            )
+            for d in devices
+        ]
+        try:
+            descendants = self._descendants(self.pid)
+        except Exception:
+            descendants = []  # the process table changed under us: next sample
+        relations = self.hostpids.update(views, cuda_initialised(), descendants)
+        for device in devices:
+            for process in device.processes:
+                _label(process, relations.get(process.pid))
+            device.this_kernel = _figure(device.processes, (THIS_KERNEL, PROBABLY_THIS_KERNEL))
+            device.notebook_processes = _figure(device.processes, (NOTEBOOK,))
+            device.uncertain = _figure(device.processes, (AMBIGUOUS,))
+
     def __call__(self) -> Sample:
         errors: List[str] = []
         gpu = self._gpu(errors)
         self._attach_torch(gpu.devices, errors)
+        if gpu.devices:
+            self._relate(gpu.devices)
         return Sample(
             seq=0,
             time=time.time(),
@@ -334,6 +374,27 @@ class Prober:
             host=self._host.read(),
             errors=errors,
         )
+
+
+def _key(device: Device) -> str:
+    return f"{device.nvml_index}/{device.uuid}" if device.mig else str(device.nvml_index)
+
+
+def _label(process: GpuProcess, relation: Optional[Relation]) -> None:
+    if relation is None:
+        process.relation = relation_of_unmatched(process.kernel_id)
+        process.this_kernel = False
+        return
+    process.relation = relation.relation
+    process.this_kernel = relation.relation == THIS_KERNEL
+    process.note, process.local_pid = relation.note, relation.local_pid
+    process.create_time, process.cmdline = relation.create_time, relation.cmdline
+
+
+def _figure(processes: Sequence[GpuProcess], relations: Tuple[str, ...]) -> Optional[int]:
+    """NVML's figures summed over the processes of these relations; None when none is listed or one is unknown."""
+    chosen = [p for p in processes if p.relation in relations]
+    return sum(p.used or 0 for p in chosen) if chosen and all(p.used is not None for p in chosen) else None
 
 
 def _kernel_total(devices: Sequence[Device]) -> Optional[int]:

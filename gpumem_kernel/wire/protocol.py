@@ -65,6 +65,18 @@ class GpuProcess:
     used: Optional[int]
     kernel_id: Optional[str]
     this_kernel: bool
+    # who holds it (probe/hostpid.py; added later: older kernels omit them). A container's host PIDs are matched
+    # to this kernel and the processes started from its notebook; `note` says how, `local_pid` and
+    # `create_time` name a notebook's process in this namespace (what `terminate` takes)
+    relation: str = "external"
+    note: Optional[str] = None
+    local_pid: Optional[int] = None
+    create_time: Optional[float] = None
+    cmdline: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.relation == "external" and (self.this_kernel or self.kernel_id):
+            self.relation = "this_kernel" if self.this_kernel else "other_kernel"
 
 
 @dataclass
@@ -89,6 +101,9 @@ class Device:
     power_limit_mw: Optional[int] = None
     energy_mj: Optional[int] = None
     power_note: Optional[str] = None
+    # the processes started from this notebook, and host PIDs one of which is this kernel (added later)
+    notebook_processes: Optional[int] = None
+    uncertain: Optional[int] = None
 
 
 @dataclass

@@ -59,7 +59,10 @@ class Mirror:
 NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
     oom_diagnosis.HostMemory: frozenset({"workers_uss"}),
-    protocol.Device: frozenset({"power_mw", "power_limit_mw", "energy_mj", "power_note"}),
+    protocol.Device: frozenset(
+        {"power_mw", "power_limit_mw", "energy_mj", "power_note", "notebook_processes", "uncertain"}
+    ),
+    protocol.GpuProcess: frozenset({"relation", "note", "local_pid", "create_time", "cmdline"}),
     benchmark_result.BenchmarkRow: frozenset({"energy_per_sample_j", "mean_power_w"}),
     benchmark_result.Pick: frozenset({"energy_per_sample_j"}),
 }

@@ -801,7 +801,7 @@ export interface IDevice {
   compute_capability: string | null;
   sm_count: number | null;
   /**
-   * NVML's figure for this kernel's PID on this device; null when not listed
+   * NVML's figure for this kernel's PID on this device (its host PID in a container, confirmed or probable); null when not listed
    */
   this_kernel: number | null;
   allocator: null | IAllocator;
@@ -822,6 +822,14 @@ export interface IDevice {
    * why a power figure is missing, or that energy is power × time; null when all are measured
    */
   power_note?: string | null;
+  /**
+   * NVML's figures summed for the processes started from this notebook on this device (not this kernel's own); null when none is listed. Added later
+   */
+  notebook_processes?: number | null;
+  /**
+   * NVML's figures summed for host PIDs one of which is this kernel (ambiguous): never counted as other processes; null when none. Added later
+   */
+  uncertain?: number | null;
 }
 /**
  * PyTorch caching-allocator statistics; present only when torch is imported and CUDA already initialised
@@ -843,6 +851,26 @@ export interface IGpuProcess {
    */
   kernel_id: string | null;
   this_kernel: boolean;
+  /**
+   * who holds it: this kernel (its PID, or its host PID confirmed by tracking its reserved memory), probably this kernel (a host PID not yet confirmed), ambiguous (this kernel is one of several host PIDs), a process started from this notebook, another Jupyter kernel, or anything else; never counted as another process unless other_kernel or external. Added later: absent from older kernels (derive it from this_kernel and kernel_id)
+   */
+  relation?: 'this_kernel' | 'probably_this_kernel' | 'ambiguous' | 'notebook' | 'other_kernel' | 'external';
+  /**
+   * how a host PID was matched, in one line (e.g. 'this kernel is one of host PIDs 4000000, 4000001'); null when NVML listed the PID as it is
+   */
+  note?: string | null;
+  /**
+   * its PID in the kernel's own PID namespace (differs from pid in a container); with create_time it names the process for terminate. Null unless this kernel or started from this notebook
+   */
+  local_pid?: number | null;
+  /**
+   * the local process's start time (seconds since the epoch); null unless started from this notebook
+   */
+  create_time?: number | null;
+  /**
+   * command line of a process started from this notebook (first 300 characters); null otherwise
+   */
+  cmdline?: string | null;
 }
 export interface IKernelUsage {
   pid: number;

@@ -74,7 +74,14 @@ const gpuProcess: Check = object({
   name: c2,
   used: c5,
   kernel_id: c2,
-  this_kernel: type('boolean')
+  this_kernel: type('boolean'),
+  relation: optional(
+    enumOf('this_kernel', 'probably_this_kernel', 'ambiguous', 'notebook', 'other_kernel', 'external')
+  ),
+  note: optional(c2),
+  local_pid: optional(c5),
+  create_time: optional(c3),
+  cmdline: optional(c2)
 });
 
 /** sample.schema.json#/$defs/device */
@@ -97,7 +104,9 @@ const device: Check = object({
   power_mw: optional(c5),
   power_limit_mw: optional(c5),
   energy_mj: optional(c5),
-  power_note: optional(c2)
+  power_note: optional(c2),
+  notebook_processes: optional(c5),
+  uncertain: optional(c5)
 });
 
 const c7: Check = nullable(integer());
