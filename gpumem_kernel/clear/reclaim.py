@@ -33,6 +33,7 @@ from gpumem_kernel.probe.holders import (
     traceback_frames,
     user_variables,
 )
+from gpumem_kernel.probe.inspection import Skipped, problem, type_name
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, initialised_cuda
 from gpumem_kernel.render.units import human
@@ -111,8 +112,8 @@ def _find_output_cache(shell: Any, kinds: TorchKinds) -> List[_CacheEntry]:
         entry.drops.append(drop)
 
     output = getattr(getattr(shell, "history_manager", None), "output_hist", None)
-    if not isinstance(output, dict):
-        output = namespace.get("Out") if isinstance(namespace.get("Out"), dict) else {}
+    if type(output) is not dict:
+        output = namespace.get("Out") if type(namespace.get("Out")) is dict else {}  # a user's `Out` is theirs
     for number, value in list(output.items()):
         add(f"Out[{number}]", value, lambda number=number: output.pop(number, None))
     # IPython pushes _N, _, __, ___ with interactive=False, so user_ns_hidden keeps a second reference.
@@ -300,15 +301,12 @@ def clear_gpu_memory(
     notes: List[str] = []
     before = _snapshot()
 
+    skipped = Skipped()  # every walk below records here: the report names the skipped variables once
     refs = _find_traceback_refs(shell)
     frames = traceback_frames(refs.tracebacks)
     traceback_sources, frame_count = list(refs.sources), len(frames)
     if all_cuda_vars:
-        cuda_vars = (
-            [name for name, value in user_variables(shell) if name not in to_delete and has_cuda_tensor(value, kinds)]
-            if kinds is not None
-            else []
-        )
+        cuda_vars = _cuda_variables(shell, kinds, to_delete, skipped) if kinds is not None else []
         if not cuda_vars:
             notes.append("no user variable holds CUDA memory: none to delete")
         to_delete += cuda_vars
@@ -320,12 +318,12 @@ def clear_gpu_memory(
     deleted: List[Holder] = []
     if kinds is not None:
         kept: Set[Any] = set()
-        holders(shell, exclude=to_delete, seen=kept)
-        deleted = [measure(name, namespace[name], kinds, kept, keep_empty=True) for name in to_delete]
+        holders(shell, exclude=to_delete, seen=kept, skipped=skipped)
+        deleted = [_deleted(name, namespace[name], kinds, kept) for name in to_delete]
         cache_holders = [measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True) for entry in cache]
         traceback_freed = frame_holder(frames, kinds, kept) if frames else None
     else:
-        deleted = [Holder(name, "other", type(namespace[name]).__name__, 0, {}, 0) for name in to_delete]
+        deleted = [Holder(name, "other", type_name(type(namespace[name])), 0, {}, 0) for name in to_delete]
     cache_names = sum(len(entry.names) for entry in cache)
 
     gc_collected: Optional[int] = None
@@ -346,7 +344,10 @@ def clear_gpu_memory(
     elif not cuda_initialised():
         notes.append("CUDA is not initialised in this kernel: there is no GPU memory of this kernel to return")
 
-    still = holders(shell, exclude=to_delete if dry_run else ())
+    still = holders(shell, exclude=to_delete if dry_run else (), skipped=skipped)
+    line = skipped.line()
+    if line is not None:
+        notes.append(line)
     return ClearReport(
         dry_run=dry_run,
         torch_imported=kinds is not None,
@@ -366,6 +367,29 @@ def clear_gpu_memory(
         holders_more=max(0, len(still) - TOP_HOLDERS),
         notes=notes,
     )
+
+
+def _cuda_variables(shell: Any, kinds: TorchKinds, named: Sequence[str], skipped: Skipped) -> List[str]:
+    """The variables (other than `named`) that reach a CUDA tensor; one that cannot be inspected is never deleted."""
+    found = []
+    for name, value in user_variables(shell, skipped=skipped):
+        with skipped.guard(name):
+            if name not in named and has_cuda_tensor(value, kinds):
+                found.append(name)
+    return found
+
+
+def _deleted(name: str, value: Any, kinds: TorchKinds, kept: Set[Any]) -> Holder:
+    """What deleting a variable the user named frees; its name alone when it cannot be inspected (it is deleted
+    all the same: the user asked for it)."""
+    if problem(value) is None:
+        try:
+            holder = measure(name, value, kinds, kept, keep_empty=True)
+        except Exception:  # a Module subclass whose parameters() raises: its size is unknown, not the deletion
+            holder = None
+        if holder is not None:
+            return holder
+    return Holder(name, "other", type_name(type(value)), 0, {}, 0)
 
 
 def _empty_cuda_cache(notes: List[str]) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from gpumem_kernel.holders import describe
 from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
 from gpumem_kernel.holders.walk import ATOMS, Limits, OnDevice, OutOfTime, Reach, Walker
+from gpumem_kernel.probe.inspection import Skipped
 from gpumem_kernel.probe.holders import (
     exception_tracebacks,
     namespace_of,
@@ -46,17 +47,20 @@ class _Root:
     reach: Reach
 
 
-def _variable_roots(shell: Any, walker: Walker) -> List[_Root]:
+def _variable_roots(shell: Any, walker: Walker, skipped: Skipped) -> List[_Root]:
     """The variables reaching a storage, in charging order (walked in namespace order: sorting 10,000 names by
-    kind would cost more than skipping the numbers and strings among them)."""
+    kind would cost more than skipping the numbers and strings among them). One that cannot be inspected, or
+    whose own reading raises, is recorded in `skipped`."""
     kinds = walker.kinds
     found = []
-    for name, value in user_variables(shell, skip=ATOMS):
-        reach = walker.reach(value)
-        if reach is not None:
-            found.append(
-                (walk_order((name, value), kinds), _Root(name, "variable", describe.value(value, reach, kinds), reach))
-            )
+    for name, value in user_variables(shell, skip=ATOMS, skipped=skipped):
+        with skipped.guard(name, passes=(OutOfTime,)):
+            reach = walker.reach(value)
+            if walker.failed is not None:
+                skipped.add(name, walker.failed)
+            elif reach is not None:
+                root = _Root(name, "variable", describe.value(value, reach, kinds), reach)
+                found.append((walk_order((name, value), kinds), root))
     return [root for _, root in sorted(found, key=lambda pair: pair[0])]
 
 
@@ -64,11 +68,11 @@ def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
     """IPython's output cache: `Out[N]`, and `_N`, `_`, `__`, `___` (the same objects, usually)."""
     namespace, _ = namespace_of(shell)
     out = namespace.get("Out")
-    held = list(out.items()) if isinstance(out, dict) else []
+    held = list(out.items()) if type(out) is dict else []  # IPython's own; a user's `Out` is a variable
     held += [
         (name, value)
         for name, value in dict(namespace).items()  # a copy, without a tuple kept per name
-        if isinstance(name, str) and name[:1] == "_" and _OUT_NAME.match(name)
+        if issubclass(type(name), str) and name[:1] == "_" and _OUT_NAME.match(name)
     ]
     total, labels = Reach(), []
     for key, value in held:
@@ -178,9 +182,10 @@ def collect(
     deadline = None if budget_ms is None else started + budget_ms / 1000.0
     limits = limits or Limits()
     walker = Walker(kinds, accept, limits, deadline)
+    skipped = Skipped()
     try:
         with _collector_paused():
-            roots = _variable_roots(shell, walker)
+            roots = _variable_roots(shell, walker, skipped)
             roots += [r for r in (_out_root(shell, walker), _traceback_root(walker)) if r is not None]
     except OutOfTime:
         note = (
@@ -193,6 +198,7 @@ def collect(
         note = f"stopped after {limits.objects:,} objects: variables reached only through more may be missing"
     report = _report(device, _entries(roots, device), allocated, started, budget_ms, note=note)
     report.history_hint = describe.history_hint([(r.name, r.reach) for r in roots])
+    report.uninspected = skipped.line()
     return report
 
 

@@ -8,6 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.holders.walk import Reach
 from gpumem_kernel.probe.holders import TorchKinds, kind_of
+from gpumem_kernel.probe.inspection import type_name
 
 
 def count(n: int) -> str:
@@ -40,13 +41,13 @@ def _tensor(tensor: Any, reach: Reach) -> str:
 
 def _module(module: Any, reach: Reach) -> str:
     parameters = sum(int(p.numel()) for p in module.parameters())
-    text = f"{type(module).__name__}, {count(parameters)} params"
+    text = f"{type_name(type(module))}, {count(parameters)} params"
     return text + (", gradients" if reach.gradients else "")
 
 
 def _optimizer(optimizer: Any) -> str:
     state = [s for s in list(optimizer.state.values()) if s]
-    return f"{type(optimizer).__name__}, state for {_plural(len(state), 'parameter')}"
+    return f"{type_name(type(optimizer))}, state for {_plural(len(state), 'parameter')}"
 
 
 def _container(obj: Any, kind: str, reach: Reach) -> str:
@@ -67,11 +68,11 @@ def value(obj: Any, reach: Reach, kinds: TorchKinds) -> str:
         if kind == "optimizer":
             return _optimizer(obj)
         if kind in ("dict", "list", "tuple", "set"):
-            return _container(obj, type(obj).__name__ if kind == "list" else kind, reach)  # a deque says so
-        what = "dataclass " if dataclasses.is_dataclass(obj) else ""
-        return f"{what}{type(obj).__name__} reaching {_plural(reach.tensors, 'tensor')}{_history(reach)}"
+            return _container(obj, type_name(type(obj)) if kind == "list" else kind, reach)  # a deque says so
+        what = "dataclass " if dataclasses.is_dataclass(type(obj)) else ""
+        return f"{what}{type_name(type(obj))} reaching {_plural(reach.tensors, 'tensor')}{_history(reach)}"
     except Exception:  # a user class whose len() or shape raises: the walk's counts still say enough
-        return f"{type(obj).__name__} reaching {_plural(reach.tensors, 'tensor')}"
+        return f"{type_name(type(obj))} reaching {_plural(reach.tensors, 'tensor')}"
 
 
 def output_cache(labels: Sequence[str], reach: Reach) -> str:

@@ -98,7 +98,7 @@ def holders_message(
         time=now,
         cell=cell,
         skipped=report.skipped,
-        note=report.note,
+        note="; ".join(line for line in (report.note, report.uninspected) if line) or None,
         history_hint=report.history_hint,
         elapsed_ms=round(report.elapsed_ms, 3),
         budget_ms=report.budget_ms,

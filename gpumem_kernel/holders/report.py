@@ -37,6 +37,7 @@ class HoldersReport:
     elapsed_ms: float
     budget_ms: Optional[float]
     history_hint: Optional[str] = None  # which entries keep autograd graphs (their saved tensors are unreachable)
+    uninspected: Optional[str] = None  # which variables could not be inspected and were skipped (one line)
 
     def to_dict(self, top: Optional[int] = None) -> Dict[str, Any]:
         """JSON-ready; with `top`, the `top` largest entries and `more` counting the rest (totals unchanged)."""
@@ -68,7 +69,7 @@ def text(report: HoldersReport, top: Optional[int] = None) -> str:
     if report.allocated is not None:
         head += f" ({human(report.allocated)} allocated)"
     if report.skipped or (not report.entries and report.note):
-        return f"{head}: {report.note}"
+        return f"{head}: {report.note}" + (f"\n  {report.uninspected}" if report.uninspected else "")
     shown = report.entries[:top] if top is not None else report.entries
     rows = [(entry.name, human(entry.bytes), _description(entry)) for entry in shown]
     rest = report.entries[len(shown) :]
@@ -80,5 +81,5 @@ def text(report: HoldersReport, top: Optional[int] = None) -> str:
         rows.append(("(none)", human(0), f"no variable reaches a {report.device} tensor"))
     width = max(len(name) for name, _, _ in rows)
     lines = [head + ":"] + [f"  {name:<{width}}  {size:>11}  {what}" for name, size, what in rows]
-    lines += [f"  {line}" for line in (report.history_hint, report.note) if line]
+    lines += [f"  {line}" for line in (report.history_hint, report.note, report.uninspected) if line]
     return "\n".join(lines)

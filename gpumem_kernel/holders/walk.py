@@ -19,6 +19,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Optional, Set
 
+from gpumem_kernel.probe.inspection import PROXIES, type_name
 from gpumem_kernel.probe.holders import (
     MAPPINGS,
     SEQUENCES,
@@ -43,7 +44,7 @@ _OPAQUE = (
     types.FrameType,
     types.TracebackType,
     types.GeneratorType,
-)
+) + PROXIES  # a weak proxy keeps nothing alive
 _CHECK_EVERY = 256  # objects between two looks at the clock (perf_counter costs ~60 ns; an object ~1 µs)
 
 # What a value is to the walk, decided once per type: ATOM (holds nothing), the torch classes, the containers
@@ -87,11 +88,13 @@ class Walker:
         self.deadline = deadline  # time.perf_counter() value, or None for no limit
         self.visited = 0
         self.truncated = False  # the object budget ran out: some objects were not looked at
+        self.failed: Optional[str] = None  # what reading the last reach()'s object itself raised, if anything
         self._depth = limits.depth
         self._by_type: Dict[type, int] = dict.fromkeys(_ATOM_TYPES, ATOM)  # type -> what its values are
         self._scratch = Reach()  # filled by the next reach(); handed out only when it found a storage
         self._path: Set[int] = set()  # ids of the containers being walked, to end cycles
         self._classes = (
+            (ATOMS, ATOM),
             (kinds.tensor, TENSOR),
             (kinds.module, MODULE),
             (kinds.optimizer, OPTIMIZER),
@@ -104,6 +107,7 @@ class Walker:
         """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down; None when
         it reaches none (most variables: one scratch Reach serves them all)."""
         found = self._scratch
+        self.failed = None
         self._depth = self.limits.depth if depth is None else min(depth, self.limits.depth)
         self._path.clear()  # left over where an error ended a walk inside a container
         self._visit(obj, found, 0, self._path)
@@ -112,19 +116,14 @@ class Walker:
         self._scratch = Reach()
         return found
 
-    def _classify(self, obj: Any) -> int:
-        """What `obj` is to the walk, by isinstance in the walk's order. Kept for its type unless the class
-        overrides __class__ (a proxy: isinstance answers for the object it wraps, so each value is asked)."""
+    def _classify(self, cls: type) -> int:
+        """What values of `cls` are to the walk, in the walk's order; decided by the type, never by a value's
+        `__class__` (a proxy or a Mock would answer for what it claims to be)."""
         try:
-            if isinstance(obj, ATOMS):
-                kind = ATOM
-            else:
-                kind = next((k for classes, k in self._classes if classes and isinstance(obj, classes)), OBJECT)
-        except Exception:  # a proxy whose __class__ raises: nothing to walk
-            return LEAF
-        cls = type(obj)
-        if all("__class__" not in vars(base) for base in cls.__mro__[:-1]):
-            self._by_type[cls] = kind
+            kind = next((k for classes, k in self._classes if classes and issubclass(cls, classes)), OBJECT)
+        except Exception:  # a class whose metaclass breaks issubclass: nothing to walk
+            kind = LEAF
+        self._by_type[cls] = kind
         return kind
 
     def _tick(self) -> bool:
@@ -138,9 +137,10 @@ class Walker:
         return True
 
     def _visit(self, obj: Any, found: Reach, depth: int, path: Set[int]) -> None:
-        kind = self._by_type.get(type(obj))  # once per object: no call for the types already seen
+        cls = type(obj)
+        kind = self._by_type.get(cls)  # once per object: no call for the types already seen
         if kind is None:
-            kind = self._classify(obj)
+            kind = self._classify(cls)
         if kind == ATOM or not self._tick():
             return
         try:
@@ -156,8 +156,9 @@ class Walker:
                     path.discard(id(obj))
         except OutOfTime:
             raise
-        except Exception:  # a half-built Module, a proxy whose __dict__ raises: not ours to fix
-            return
+        except Exception as error:  # a half-built Module, an object whose __dict__ raises: not ours to fix
+            if depth == 0:
+                self.failed = type_name(type(error))
 
     def _torch_value(self, obj: Any, kind: int, found: Reach, depth: int, path: Set[int]) -> None:
         if kind == TENSOR:
@@ -203,9 +204,18 @@ class Walker:
             return obj  # iterated as is: neither changes size under an iterator (a dict, set or deque would raise)
         if kind in (MAPPING, SEQUENCE):
             return container_values(obj, kind == MAPPING, items)
-        attributes = getattr(obj, "__dict__", None)
-        if isinstance(attributes, dict):  # vars(obj): never calls properties or __getattr__
+        attributes = _own(obj, "__dict__")
+        if type(attributes) is dict:  # vars(obj): never calls properties, __getattr__ or __getattribute__
             return list(itertools.islice(attributes.values(), items))
-        if dataclasses.is_dataclass(obj):  # slots=True: no __dict__
-            return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+        cls = type(obj)
+        if dataclasses.is_dataclass(cls):  # slots=True: no __dict__
+            return [_own(obj, f.name) for f in dataclasses.fields(cls)]
+        return None
+
+
+def _own(obj: Any, name: str) -> Any:
+    """`obj`'s attribute as Python stores it (its class's `__getattribute__` and `__getattr__` not asked), or None."""
+    try:
+        return object.__getattribute__(obj, name)
+    except AttributeError:
         return None

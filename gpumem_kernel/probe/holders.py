@@ -2,6 +2,10 @@
 last error's traceback frames, IPython's own names. Read by the safe clear (what it drops, what still holds
 memory) and by the OOM checklist (what to free), never changing anything.
 
+`user_variables` is the one way into the namespace for every feature that walks it: values that cannot be
+inspected (probe.inspection) are skipped there and recorded for the feature's one line. What a value is, is its
+`type()`, never its `__class__`, so a proxy or a Mock cannot pass for a tensor.
+
 Never imports torch: its classes are looked up in `sys.modules` through probe.torchstats.
 """
 
@@ -27,6 +31,7 @@ from typing import (
     Tuple,
 )
 
+from gpumem_kernel.probe.inspection import PROXIES, Skipped, type_name
 from gpumem_kernel.probe.torchstats import loaded_submodule, loaded_torch
 
 # Items looked at per list/dict: a million-element dataset list must not stall the kernel.
@@ -53,11 +58,7 @@ class TorchKinds:
         return any(self._is_torch(item) for item in container_items(obj) or ())
 
     def _is_torch(self, obj: Any) -> bool:
-        classes = tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None)
-        try:
-            return isinstance(obj, classes)
-        except Exception:  # proxies whose __class__ raises
-            return False
+        return issubclass(type(obj), tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None))
 
 
 def torch_kinds() -> Optional[TorchKinds]:
@@ -84,13 +85,11 @@ SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 def container_items(obj: Any, limit: int = _CONTAINER_LIMIT) -> Optional[List[Any]]:
     """Elements of a plain container (MAPPINGS' values, SEQUENCES' elements), at most `limit`; None when `obj`
     is not one. Read by this walk; holders.walk, which knows the type already, reads container_values."""
-    try:
-        if isinstance(obj, MAPPINGS):
-            return container_values(obj, True, limit)
-        if isinstance(obj, SEQUENCES):
-            return container_values(obj, False, limit)
-    except Exception:  # a proxy whose isinstance raises
-        return []
+    cls = type(obj)
+    if issubclass(cls, MAPPINGS):
+        return container_values(obj, True, limit)
+    if issubclass(cls, SEQUENCES):
+        return container_values(obj, False, limit)
     return None
 
 
@@ -114,22 +113,23 @@ def kept_grad(tensor: Any) -> Any:
 def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
     """Every tensor `obj` keeps alive: itself, a Module's parameters/gradients/buffers, an Optimizer's
     state and parameters, or those of the elements of a container `depth` levels deep."""
+    cls = type(obj)
     try:
-        if isinstance(obj, kinds.tensor):
+        if issubclass(cls, kinds.tensor):
             yield obj
             grad = kept_grad(obj)
             if grad is not None:
                 yield grad
             return
-        if kinds.module is not None and isinstance(obj, kinds.module):
+        if kinds.module is not None and issubclass(cls, kinds.module):
             for parameter in obj.parameters():
                 yield from _tensors(parameter, kinds, 0)
             yield from obj.buffers()
             return
-        if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+        if kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
             for state in list(obj.state.values()):
-                for value in state.values() if isinstance(state, dict) else ():
-                    if isinstance(value, kinds.tensor):
+                for value in state.values() if issubclass(type(state), dict) else ():
+                    if issubclass(type(value), kinds.tensor):
                         yield value
             for group in obj.param_groups:
                 for parameter in group.get("params", ()):
@@ -173,11 +173,13 @@ class Holder:
 
 
 def kind_of(obj: Any, kinds: TorchKinds) -> str:
-    if isinstance(obj, kinds.tensor):
+    """What `obj` is by its type (its `__class__` may lie)."""
+    cls = type(obj)
+    if issubclass(cls, kinds.tensor):
         return "tensor"
-    if kinds.module is not None and isinstance(obj, kinds.module):
+    if kinds.module is not None and issubclass(cls, kinds.module):
         return "module"
-    if kinds.optimizer is not None and isinstance(obj, kinds.optimizer):
+    if kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
         return "optimizer"
     for cls, name in (
         (dict, "dict"),
@@ -188,7 +190,7 @@ def kind_of(obj: Any, kinds: TorchKinds) -> str:
         (frozenset, "set"),
         (collections.deque, "list"),
     ):
-        if isinstance(obj, cls):
+        if issubclass(type(obj), cls):
             return name
     return "other"
 
@@ -216,7 +218,7 @@ def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: 
             shape, dtype = [int(n) for n in obj.shape], str(obj.dtype).replace("torch.", "")
         except Exception:
             pass
-    return Holder(name, kind, type(obj).__name__, sum(by_device.values()), by_device, count, shape, dtype)
+    return Holder(name, kind, type_name(type(obj)), sum(by_device.values()), by_device, count, shape, dtype)
 
 
 def has_cuda_tensor(obj: Any, kinds: TorchKinds) -> bool:
@@ -254,19 +256,27 @@ def is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
     return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
 
 
-_NOT_VARIABLES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+# Not data: modules, classes, functions; and weak proxies, which keep nothing alive (what one points to is walked
+# under its own name).
+_NOT_VARIABLES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType) + PROXIES
 
 
-def user_variables(shell: Any = None, skip: Tuple[type, ...] = ()) -> List[Tuple[str, Any]]:
+def user_variables(
+    shell: Any = None, skip: Tuple[type, ...] = (), skipped: Optional[Skipped] = None
+) -> List[Tuple[str, Any]]:
     """The user's own variables: IPython's names, modules, classes and functions left out, and values of the
-    `skip` types (a type check before the names' checks: a namespace of 10,000 numbers costs 10,000 of them)."""
+    `skip` types (a type check before the names' checks: a namespace of 10,000 numbers costs 10,000 of them).
+    A value that cannot be inspected is left out too, and its name recorded in `skipped`."""
     namespace, hidden = namespace_of(resolve_shell(shell))
-    leave_out = skip + _NOT_VARIABLES
-    return [
-        (name, value)
-        for name, value in dict(namespace).items()  # a copy, without a tuple kept per name
-        if not isinstance(value, leave_out) and isinstance(name, str) and not is_ipython_name(name, value, hidden)
-    ]
+    record = Skipped() if skipped is None else skipped
+    found = []
+    for name, value in dict(namespace).items():  # a copy: the loop runs no user code that could change it
+        cls = type(value)
+        if issubclass(cls, skip) or not issubclass(type(name), str) or is_ipython_name(name, value, hidden):
+            continue
+        if record.accepts(name, value) and not issubclass(cls, _NOT_VARIABLES):
+            found.append((name, value))
+    return found
 
 
 def walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
@@ -274,21 +284,27 @@ def walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
     return {"module": 0, "tensor": 1, "optimizer": 3}.get(kind_of(item[1], kinds), 2)
 
 
-def holders(shell: Any = None, exclude: Sequence[str] = (), seen: Optional[Set[Any]] = None) -> List[Holder]:
-    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall."""
+def holders(
+    shell: Any = None,
+    exclude: Sequence[str] = (),
+    seen: Optional[Set[Any]] = None,
+    skipped: Optional[Skipped] = None,
+) -> List[Holder]:
+    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall; a variable
+    that cannot be inspected is recorded in `skipped` instead."""
     kinds = torch_kinds()
     if kinds is None:
         return []
     seen = set() if seen is None else seen
-    found = [
-        h
-        for h in (
-            measure(name, value, kinds, seen)
-            for name, value in sorted(user_variables(shell), key=lambda item: walk_order(item, kinds))
-            if name not in exclude
-        )
-        if h is not None
-    ]
+    record = Skipped() if skipped is None else skipped
+    found = []
+    for name, value in sorted(user_variables(shell, skipped=record), key=lambda item: walk_order(item, kinds)):
+        if name in exclude:
+            continue
+        with record.guard(name):
+            holder = measure(name, value, kinds, seen)
+            if holder is not None:
+                found.append(holder)
     return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
 
 
