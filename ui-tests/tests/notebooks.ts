@@ -5,7 +5,7 @@
 import * as path from 'path';
 import { expect, type IJupyterLabPageFixture } from '@jupyterlab/galata';
 import type { NotebookPanel } from '@jupyterlab/notebook';
-import type { APIRequestContext, Page } from '@playwright/test';
+import type { APIRequestContext, Locator, Page } from '@playwright/test';
 
 /** A Python notebook with one code cell per source (with cell ids). */
 export function notebookJson(sources: string[]): Record<string, unknown> {
@@ -40,7 +40,11 @@ export async function putNotebook(
   return put.ok();
 }
 
-/** Write a Python notebook with one code cell per source (with cell ids), open it and make it current. */
+/**
+ * Write a Python notebook with one code cell per source (with cell ids), open it, make it current and wait for
+ * its kernel: until the session has a kernel, JupyterLab "runs" a cell by doing nothing (CodeCell.execute
+ * returns at once without a kernel), so a run started right after opening could be lost on a loaded machine.
+ */
 export async function openNew(
   page: IJupyterLabPageFixture,
   filePath: string,
@@ -49,6 +53,32 @@ export async function openNew(
   await page.contents.uploadContent(JSON.stringify(notebookJson(sources)), 'text', filePath);
   await page.notebook.openByPath(filePath);
   await page.notebook.activate(path.basename(filePath));
+  await page.evaluate(async () => {
+    const panel = window.jupyterapp.shell.currentWidget as NotebookPanel;
+    await panel.sessionContext.ready;
+    await panel.sessionContext.session?.kernel?.info; // its kernel_info reply: the kernel runs
+  });
+}
+
+/**
+ * The text of every stderr output of an output area (error outputs and stream stderr alike, both rendered as
+ * application/vnd.jupyter.stderr), in order, joined by newlines. What a user reads as one traceback can come as
+ * several outputs (a stream written by a worker or a warning beside the error output, or a stream cut in two by
+ * another output), so a locator on one such output is not strict-mode safe and may pick the wrong one: assert on
+ * this text with `expect.poll(() => stderrText(output)).toMatch(...)`, which also waits for outputs that arrive
+ * late.
+ */
+export async function stderrText(outputArea: Locator): Promise<string> {
+  const outputs = outputArea.locator('[data-mime-type="application/vnd.jupyter.stderr"]');
+  return (await outputs.allTextContents()).join('\n');
+}
+
+/** The text/plain result of cell `index` (its execute_result only, never a stream or a warning beside it). */
+export function resultOf(page: Page, index: number): Locator {
+  return page
+    .locator('.jp-Notebook .jp-Cell')
+    .nth(index)
+    .locator('.jp-OutputArea-executeResult [data-mime-type="text/plain"]');
 }
 
 /** Run the first cell only, staying on it (run-all would move the view to the last cell). */
@@ -64,7 +94,10 @@ export async function openPanel(page: IJupyterLabPageFixture): Promise<void> {
   await page.evaluate(async () => {
     await window.jupyterapp.commands.execute('gpumem:open-panel');
   });
-  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible();
+  // The kernel's side answers once the kernel has imported it: slower than expect's default on a loaded machine.
+  await expect(page.locator('#jp-GpuMem-panel .jp-GpuMem-root[data-state="live"]')).toBeVisible({
+    timeout: 60000
+  });
 }
 
 /** The step ids of a checklist's list, in the order shown. */

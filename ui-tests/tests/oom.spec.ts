@@ -6,7 +6,7 @@
  */
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import type { NotebookPanel } from '@jupyterlab/notebook';
-import { openNew, openPanel, stepIds } from './notebooks';
+import { openNew, openPanel, stderrText, stepIds } from './notebooks';
 
 const OOM_MESSAGE =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free. ' +
@@ -62,13 +62,14 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
   await expect(checklist.locator('.jp-GpuMem-oomHeadline')).toContainText('tried to allocate 2.00 GiB');
   // Brief in the panel (the full checklist is the one under the traceback): no cause named, so the cheapest
   // steps that may help; "other processes" cannot (PyTorch's message lists none) and is folded inline.
-  expect(await stepIds(checklist.locator('.jp-GpuMem-oomStep'))).toEqual(['clear', 'restart', 'batch-size']);
+  await expect
+    .poll(() => stepIds(checklist.locator('.jp-GpuMem-oomStep')))
+    .toEqual(['clear', 'restart', 'batch-size']);
 
   // The cell output: the normal traceback AND the inline checklist (the MIME renderer, not the HTML fallback).
   const output = page.locator('.jp-Cell').first().locator('.jp-OutputArea');
-  await expect(
-    output.locator('[data-mime-type="application/vnd.jupyter.stderr"]').filter({ hasText: 'Traceback' })
-  ).toContainText('OutOfMemoryError');
+  // All its stderr outputs together: a traceback can come as more than one output.
+  await expect.poll(() => stderrText(output), { timeout: 30000 }).toMatch(/Traceback[\s\S]*OutOfMemoryError/);
   await expect(output.locator('.jp-GpuMem-output .jp-GpuMem-oomChecklist')).toBeVisible();
   const inlineIds = await output
     .locator('.jp-GpuMem-oomStep')
@@ -86,9 +87,11 @@ test('an OOM raises a notification and shows the checklist in the panel and the 
   ).toBeChecked();
 
   // Copy as Markdown.
+  // The clipboard is written asynchronously after the click: read it until it holds the checklist.
   await panel.locator('.jp-GpuMem-oomCopy').click();
-  const markdown = await page.evaluate(() => navigator.clipboard.readText());
-  expect(markdown).toContain("### CUDA out of memory (PyTorch's allocator) — checklist");
+  const clipboard = () => page.evaluate(() => navigator.clipboard.readText());
+  await expect.poll(clipboard).toContain("### CUDA out of memory (PyTorch's allocator) — checklist");
+  const markdown = await clipboard();
   expect(markdown).toContain('[x] **Halve the batch size**');
   expect(markdown).toContain('```python');
 
