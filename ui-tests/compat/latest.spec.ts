@@ -4,7 +4,7 @@
  * by scripts/test.sh from a separate environment holding that JupyterLab and the wheel a user would install.
  */
 import { expect, test } from '@playwright/test';
-import { putNotebook } from '../tests/notebooks';
+import { putNotebook, runCellByKeys } from '../tests/notebooks';
 
 const BASE = process.env.GPUMEM_COMPAT_URL ?? 'http://localhost:8890';
 
@@ -12,8 +12,19 @@ test('panel goes live, shows the no-GPU state and keeps updating in the newest J
   page,
   request
 }) => {
-  const name = `compat-${Date.now()}.ipynb`;
-  expect(await putNotebook(request, BASE, name, ['import time\ntime.sleep(8)'])).toBeTruthy();
+  const stamp = Date.now();
+  const name = `compat-${stamp}.ipynb`;
+  const stop = `compat-${stamp}.stop`;
+  // The cell stays busy until the test writes `stop` beside the notebook (a fixed sleep could end inside the
+  // observation window on a loaded machine); the 300 s bound only guards a lost test.
+  const busy = [
+    'import pathlib, time',
+    'deadline = time.monotonic() + 300',
+    `while not pathlib.Path(${JSON.stringify(stop)}).exists() and time.monotonic() < deadline:`,
+    '    time.sleep(0.1)',
+    'print("stopped")'
+  ].join('\n');
+  expect(await putNotebook(request, BASE, name, [busy])).toBeTruthy();
 
   await page.goto(`${BASE}/lab/tree/${name}?reset`); // a fresh workspace: only this notebook open
   // No window.jupyterapp outside Galata: open the panel the way a user does, from the status-bar item.
@@ -26,12 +37,16 @@ test('panel goes live, shows the no-GPU state and keeps updating in the newest J
   await expect(panel.locator('.jp-GpuMem-host')).toContainText('Host memory');
 
   const seq = async () => Number(await panel.locator('.jp-GpuMem-updated').getAttribute('data-seq'));
-  await page.locator('.jp-Notebook').click();
-  await page.keyboard.press('Shift+Enter');
-  const prompt = page.locator('.jp-InputArea-prompt').first();
+  await runCellByKeys(page, 0); // presses again if a keypress went nowhere
+  const prompt = page.locator('.jp-Notebook .jp-Cell').first().locator('.jp-InputPrompt');
   await expect(prompt).toContainText('*', { timeout: 15000 }); // the cell is running
   const before = await seq();
-  await page.waitForTimeout(4000);
-  expect(await seq()).toBeGreaterThanOrEqual(before + 2);
+  await expect.poll(seq, { timeout: 60000 }).toBeGreaterThanOrEqual(before + 2);
   await expect(prompt).toContainText('*'); // still running: those samples arrived mid-cell
+
+  const put = await request.put(`${BASE}/api/contents/${stop}`, {
+    data: { type: 'file', format: 'text', content: '' }
+  });
+  expect(put.ok()).toBe(true);
+  await expect(prompt).toHaveText(/\[\d+\]/, { timeout: 60000 });
 });

@@ -77,8 +77,9 @@ test('analyze renders the breakdown, the picks and YAML that parses back', async
 
   await button.click();
   await expect(button).toHaveText('Copied');
-  const copied = await page.evaluate(() => navigator.clipboard.readText());
-  expect(parse(copied)).toEqual(config);
+  await expect
+    .poll(async () => parse(await page.evaluate(() => navigator.clipboard.readText())))
+    .toEqual(config);
 });
 
 test('benchmark renders its table, picks and chart', async ({ page, tmpPath }) => {

@@ -69,11 +69,9 @@ test('the checklist puts its diagnosis first, folds what cannot help, and the pa
   // The panel: the diagnosis and the first steps, in the same order, and a link — not a second full list.
   const panel = page.locator('#jp-GpuMem-panel .jp-GpuMem-oom .jp-GpuMem-oomChecklist');
   await expect(panel).toHaveAttribute('data-brief', 'yes');
-  expect(await stepIds(panel.locator('.jp-GpuMem-oomStep'))).toEqual([
-    'expandable-segments',
-    'clear',
-    'restart'
-  ]);
+  await expect
+    .poll(() => stepIds(panel.locator('.jp-GpuMem-oomStep')))
+    .toEqual(['expandable-segments', 'clear', 'restart']);
   await expect(panel.locator('.jp-GpuMem-oomFolded')).toHaveCount(0);
 
   // Scroll the notebook to its end: the failing cell's output leaves the view.

@@ -149,7 +149,9 @@ test('hero: a training notebook on an A100 with the panel and an inline analysis
   await expect(analysis).toBeVisible({ timeout: 60000 });
   await expect(analysis.locator('.jp-GpuMem-breakdown')).toContainText('Parameters');
   await expect(analysis.locator('.jp-GpuMem-cards')).toContainText('Recommended');
-  await expect(page.locator('.jp-OutputArea-output').nth(1)).toContainText('step 2: loss');
+  // The training cell's own outputs (a warning of another cell would shift a page-wide index).
+  const notebook = page.locator('.jp-NotebookPanel:visible .jp-Notebook');
+  await expect(notebook.locator('.jp-Cell').nth(1).locator('.jp-OutputArea')).toContainText('step 2: loss');
 
   // The fake survived the run (still sampled, still live) and the panel's timeline has samples.
   await expect(panel.locator('.jp-GpuMem-root[data-state="live"]')).toBeVisible();
@@ -158,7 +160,6 @@ test('hero: a training notebook on an A100 with the panel and an inline analysis
   await expect(page.locator('.jp-GpuMem-statusItem')).toContainText('/ 80.0 GiB');
 
   // No cell shows the test double or a path of this machine.
-  const notebook = page.locator('.jp-NotebookPanel:visible .jp-Notebook');
   await expect(notebook.locator('.jp-Cell')).toHaveCount(3);
   const text = await notebook.innerText();
   expect(text).not.toContain('fake_nvml');

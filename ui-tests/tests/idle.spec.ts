@@ -57,10 +57,14 @@ test('an idle kernel holding GPU memory is listed and can be shut down', async (
   await dialog.getByRole('button', { name: 'Shut Down' }).click();
 
   await expect(holder).toHaveCount(0); // read again at once: the real server no longer lists it
-  const stillRunning = await page.evaluate(async (id: string | null) => {
-    const kernels = window.jupyterapp.serviceManager.kernels;
-    await kernels.refreshRunning();
-    return [...kernels.running()].some(k => k.id === id);
-  }, otherKernel);
-  expect(stillRunning).toBe(false);
+  // The server's list of kernels, read until it has caught up (a loaded machine ends a kernel slowly).
+  await expect
+    .poll(() =>
+      page.evaluate(async (id: string | null) => {
+        const kernels = window.jupyterapp.serviceManager.kernels;
+        await kernels.refreshRunning();
+        return [...kernels.running()].some(k => k.id === id);
+      }, otherKernel)
+    )
+    .toBe(false);
 });

@@ -17,7 +17,7 @@
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import type { Locator } from '@playwright/test';
-import { openNew, openPanel } from './notebooks';
+import { openNew, openPanel, resultOf } from './notebooks';
 
 /** PyTorch 2.x's message for a 2 GiB request (the first OOM). */
 const FIRST_OOM =
@@ -139,7 +139,9 @@ test('OOM → clear → restart → new OOM: ticks per error, answers under the 
   await copy.click();
   await expect(copy).toHaveText('Copied');
   await expect(copy.locator('xpath=..').locator('[role="status"]')).toHaveText('Copied to the clipboard');
-  expect(await page.evaluate(() => navigator.clipboard.readText())).toContain('[x] **Clear GPU memory**');
+  await expect
+    .poll(() => page.evaluate(() => navigator.clipboard.readText()))
+    .toContain('[x] **Clear GPU memory**');
   await expect(copy).toHaveText('Copy as Markdown'); // only for a moment
   await cleared.scrollIntoViewIfNeeded();
   await shoot(page, '02-clear.png', testInfo);
@@ -208,7 +210,7 @@ test('Kernel > Restart and kill -9: the panel marks the old run and says the ker
 }) => {
   await openNew(page, `${tmpPath}/killed.ipynb`, ['import os\nos.getpid()', raising(FIRST_OOM)]);
   const panel = await livePanel(page);
-  const pidOutput = page.locator('.jp-Cell').first().locator('.jp-OutputArea-output');
+  const pidOutput = resultOf(page, 0); // the PID only, never a warning written beside it
   const card = panel.locator('.jp-GpuMem-oom');
 
   // An OOM, then JupyterLab's own Kernel > Restart.
@@ -228,6 +230,7 @@ test('Kernel > Restart and kill -9: the panel marks the old run and says the ker
   await command(page, 'notebook:run-all-cells');
   await expect(card).not.toHaveClass(/jp-mod-history/);
   await expect(card.locator('.jp-GpuMem-oomChecklist')).toBeVisible();
+  await expect(pidOutput).toHaveText(/^\s*\d+\s*$/);
   const pid = Number((await pidOutput.innerText()).trim());
   expect(pid).toBeGreaterThan(1);
   process.kill(pid, 'SIGKILL');
