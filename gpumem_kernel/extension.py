@@ -46,6 +46,7 @@ def load(ip: Any, version: str) -> Loaded:
     global _loaded, _atexit_registered
     from gpumem_kernel.magics.gpumem import GpumemMagics  # IPython is only needed once the extension is loaded
     from gpumem_kernel.magics.analysis import last_recommendation
+    from gpumem_kernel.magics import memlog
 
     with _lock:
         if _loaded is not None:
@@ -78,6 +79,7 @@ def load(ip: Any, version: str) -> Loaded:
         snapshot.attach(sampler)  # clear, the checklist and `%gpumem status` sample through it
         sampler.start()
         watches.attach(watches.Registry(ip, sampler, channel, front_end=comm_target))  # `%gpumem watch`
+        memlog.attach(memlog.Keeper(ip, channel.broadcast))  # `%gpumem log`: a failed write reaches the panel
         _loaded = Loaded(ip=ip, sampler=sampler, channel=channel, comm_target=comm_target)
         if not _atexit_registered:
             atexit.register(shutdown)  # stop sampling before the kernel's sockets go away
@@ -98,6 +100,9 @@ def unload(ip: Any) -> None:
         loaded, _loaded = _loaded, None
     if loaded is None:
         return
+    from gpumem_kernel.magics import memlog
+
+    memlog.detach()  # the log ends with the sampler it listens to
     watches.detach()
     loaded.channel.unregister()
     for event, callback in (

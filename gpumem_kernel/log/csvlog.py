@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import queue
+import sys
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.sampler import Sampler
@@ -40,6 +42,8 @@ COLUMNS = (
     "power_limit_watts",
     "energy_joules",
 )
+log = logging.getLogger("gpumem_kernel")
+
 HEADER = ",".join(COLUMNS)
 MIN_INTERVAL = 0.05
 
@@ -127,50 +131,121 @@ def parse_interval(text: Any) -> float:
     return seconds
 
 
-def open_log(path: str) -> Any:
-    """The file opened for appending, after the checks; a LogError with one line when it cannot be used."""
-    path = os.path.abspath(os.path.expanduser(str(path)))
+def _reason(error: BaseException) -> str:
+    """What went wrong, in the system's words: "No space left on device", not "[Errno 28] ..."."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return f"{type(error).__name__}: {error}".splitlines()[0]
+
+
+def _disk_full(folder: str) -> bool:
+    """No block left for this process on the folder's file system (root may use the reserved ones)."""
+    if not hasattr(os, "statvfs"):
+        return False
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    is_root = getattr(os, "geteuid", lambda: -1)() == 0
+    return (stats.f_bfree if is_root else stats.f_bavail) == 0 and stats.f_blocks > 0
+
+
+def _check_folder(path: str) -> None:
     if os.path.isdir(path):
         raise LogError(f"{path} is a directory; give a file name, e.g. {os.path.join(path, 'gpumem.csv')}")
     parent = os.path.dirname(path)
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise LogError(f"cannot log to {path}: {parent} is a file, not a folder")
     if not os.path.isdir(parent):
         raise LogError(f"cannot log to {path}: its folder {parent} does not exist")
-    if os.path.exists(path) and os.path.getsize(path) > 0:
+    if _disk_full(parent):
+        raise LogError(f"cannot write to {path}: No space left on device (its disk is full)")
+
+
+def _check_header(path: str) -> bool:
+    """True for a new (or empty) file; a LogError when an existing file has another header."""
+    if not (os.path.exists(path) and os.path.getsize(path) > 0):
+        return True
+    try:
+        with open(path, encoding="utf-8", newline="") as existing:
+            first = existing.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        raise LogError(f"cannot read {path} to check its header: {error}") from None
+    if first != HEADER:
+        raise LogError(
+            f"{path} exists with another header ({first[:60]!r}); nothing written: choose another file or remove it"
+        )
+    return False
+
+
+def _write_header(handle: Any, path: str, created: bool) -> None:
+    """The header, flushed now: a full disk says so here, in one line, not at the first row. A file this call
+    created is removed again, so a failed start leaves nothing behind."""
+    try:
+        handle.write(HEADER + "\n")
+        handle.flush()
+    except OSError as error:
         try:
-            with open(path, encoding="utf-8", newline="") as existing:
-                first = existing.readline().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as error:
-            raise LogError(f"cannot read {path} to check its header: {error}") from None
-        if first != HEADER:
-            raise LogError(
-                f"{path} exists with another header ({first[:60]!r}); nothing written: choose another file or remove it"
-            )
-        fresh = False
-    else:
-        fresh = True
+            handle.close()
+        except OSError:
+            pass  # closing flushes the same unwritable header again
+        if created and os.path.isfile(path):
+            os.remove(path)
+        raise LogError(f"cannot write to {path}: {_reason(error)}") from None
+
+
+def open_log(path: str) -> Any:
+    """The file opened for appending, after the checks; a LogError with one line when it cannot be used."""
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    _check_folder(path)
+    fresh = _check_header(path)
+    existed = os.path.exists(path)
     try:
         handle = open(path, "a", encoding="utf-8", newline="")
     except OSError as error:
         raise LogError(f"cannot write to {path}: {error.strerror or error}") from None
     if fresh:
-        handle.write(HEADER + "\n")
-        handle.flush()
+        _write_header(handle, path, created=not existed)
     return handle
 
 
-class MemoryLog:
-    """A running log; `stop()` ends it (idempotent). Use `log_gpu_memory` to start one."""
+OnStopped = Callable[[str], None]
 
-    def __init__(self, path: str, interval: float = 1.0, sampler: Optional[Sampler] = None) -> None:
+
+def _say_on_stderr(line: str) -> None:
+    """Without a front end to tell (a script), the line goes where a script's warnings go."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class MemoryLog:
+    """A running log; `stop()` ends it (idempotent). Use `log_gpu_memory` to start one.
+
+    A write that fails (a full disk, a removed mount) stops the log as `stop()` would: the sampler loses its
+    listener and gets its interval back, and `on_stopped` is called once, from the writer's thread, with the
+    one line that says so (`stopped_line()`).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        interval: float = 1.0,
+        sampler: Optional[Sampler] = None,
+        on_stopped: OnStopped = _say_on_stderr,
+    ) -> None:
         self.interval = parse_interval(interval)
         self._file = open_log(path)
         self.path = os.path.abspath(os.path.expanduser(str(path)))
+        self._whole_size = os.fstat(self._file.fileno()).st_size  # the file's length up to its last whole row
         self.rows_written = 0
         self.started = time.time()
         self.error: Optional[str] = None
+        self.restored_interval: Optional[float] = None  # the sampler's own interval, once given back
+        self._on_stopped = on_stopped
         self._queue: "queue.SimpleQueue[Optional[SampleDict]]" = queue.SimpleQueue()
         self._last_time: Optional[float] = None
         self._stopped = False
+        self._released = False
+        self._release_lock = threading.Lock()
         self._own_sampler = False
         self._restore_interval: Optional[float] = None
         if sampler is None:
@@ -206,6 +281,17 @@ class MemoryLog:
         self._last_time = t
         return True
 
+    def _write_sample(self, sample: SampleDict, last_sync: float) -> float:
+        lines = rows(sample)
+        self._file.write(csv_text(lines))  # whole lines, one write: a kill leaves no half row
+        self._file.flush()
+        self._whole_size = os.fstat(self._file.fileno()).st_size
+        self.rows_written += len(lines)
+        if time.monotonic() - last_sync >= self.interval:
+            os.fsync(self._file.fileno())
+            return time.monotonic()
+        return last_sync
+
     def _write(self) -> None:
         last_sync = time.monotonic()
         while True:
@@ -215,24 +301,64 @@ class MemoryLog:
             if not self._due(sample):
                 continue
             try:
-                lines = rows(sample)
-                self._file.write(csv_text(lines))  # whole lines, one write: a kill leaves no half row
-                self._file.flush()
-                self.rows_written += len(lines)
-                if time.monotonic() - last_sync >= self.interval:
-                    os.fsync(self._file.fileno())
-                    last_sync = time.monotonic()
-            except (OSError, ValueError, KeyError, TypeError) as error:  # disk full, file gone, odd sample
-                self.error = f"{type(error).__name__}: {error}"
+                last_sync = self._write_sample(sample, last_sync)
+            except Exception as error:  # disk full, file gone, odd sample: the log ends, never the sampler
+                self.error = _reason(error)
                 break
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
         except (OSError, ValueError):
             pass
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass  # closing flushes what a full disk refused again
+        if self.error is not None:
+            self._cut_partial_row()
+            self._release()
+            self._drain()
+            self._tell(self.stopped_line())
+
+    def _cut_partial_row(self) -> None:
+        """A full disk takes what fits of a row: the file is cut back to its last whole row, so a reader of the
+        CSV never meets a half line."""
+        try:
+            if os.path.isfile(self.path) and os.path.getsize(self.path) > self._whole_size:
+                os.truncate(self.path, self._whole_size)
+        except OSError:
+            log.warning("gpumem: cutting a half-written row from %s failed", self.path, exc_info=True)
+
+    def _drain(self) -> None:
+        """Drop the samples queued before the listener went: nobody will write them."""
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _tell(self, line: str) -> None:
+        try:
+            self._on_stopped(line)
+        except Exception:
+            log.warning("gpumem: telling that the memory log stopped failed", exc_info=True)
 
     # --- lifecycle -------------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        """Give the sampler back as it was: no listener, its own interval (unless the panel changed it
+        meanwhile), our own sampler stopped. Once, from whichever of stop() and a failed write comes first."""
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+        self._sampler.remove_listener(self._on_sample)
+        if self._own_sampler:
+            snapshot.detach(self._sampler)
+            self._sampler.stop()
+        elif self._restore_interval is not None and self._sampler.interval == self.interval:
+            self._sampler.configure(interval=self._restore_interval)
+            self.restored_interval = self._restore_interval
 
     @property
     def running(self) -> bool:
@@ -243,14 +369,16 @@ class MemoryLog:
         if self._stopped:
             return
         self._stopped = True
-        self._sampler.remove_listener(self._on_sample)
-        if self._own_sampler:
-            snapshot.detach(self._sampler)
-            self._sampler.stop()
-        elif self._restore_interval is not None and self._sampler.interval == self.interval:
-            self._sampler.configure(interval=self._restore_interval)
+        self._release()
         self._queue.put(None)
         self._writer.join(timeout)
+
+    def stopped_line(self) -> str:
+        """The one line a failed write gets: where, why, how many rows, and the sampler's interval back."""
+        line = f"gpumem log: stopped logging to {self.path} after {self.rows_written} rows: {self.error}"
+        if self.restored_interval is not None:
+            line += f"; sampling is back to every {self.restored_interval:g} s"
+        return line
 
     def status(self) -> str:
         """One line: where, how often, how many rows (or why it stopped)."""
@@ -274,33 +402,6 @@ def log_gpu_memory(path: str, interval: float = 1.0) -> MemoryLog:
     """Append a CSV row per sample (and per device) to `path` every `interval` seconds until `.stop()`:
     time (ISO and epoch), device, used, total, this kernel's allocated/reserved/peak, utilisation, host RSS
     (an empty cell where a figure is not measured). An existing file is appended to when its header matches.
-    Raises ValueError with one line for a bad path or interval."""
+    Raises ValueError with one line for a bad path or interval; a write that fails later (a full disk) stops
+    the log and prints one line on stderr."""
     return MemoryLog(path, interval)
-
-
-# --- the one log of `%gpumem log` ----------------------------------------------------------------------------
-
-_magic_log: Optional[MemoryLog] = None
-_magic_lock = threading.Lock()
-
-
-def start_magic_log(path: str, interval: float) -> MemoryLog:
-    global _magic_log
-    with _magic_lock:
-        if _magic_log is not None and _magic_log.running:
-            raise LogError(f"already logging to {_magic_log.path}; %gpumem log stop first")
-        _magic_log = MemoryLog(path, interval)
-        return _magic_log
-
-
-def stop_magic_log() -> Optional[MemoryLog]:
-    global _magic_log
-    with _magic_lock:
-        log, _magic_log = _magic_log, None
-    if log is not None:
-        log.stop()
-    return log
-
-
-def magic_log() -> Optional[MemoryLog]:
-    return _magic_log
