@@ -32,6 +32,7 @@ def find_causes(info: OomInfo, d: Diagnosis) -> List[Cause]:
     if d.too_large:
         return [Cause("too-large", info.tried_to_allocate, True)]
     found: List[Cause] = []
+    # the notebook's own processes count too: they hold the GPU as much as anyone's (the note names them apart)
     others = sum(p.used or 0 for p in d.other_processes)
     if others and not d.pid_unmatched:  # unmatched: the "other" process may be this kernel itself
         found.append(_cause(others, info, "other-processes"))
@@ -56,13 +57,24 @@ _CAUSE_WORDS = {  # kind: (what holds the memory, given its size; what comes fir
 }
 
 
-def cause_note(info: OomInfo, causes: Sequence[Cause]) -> Optional[str]:
+def _other_processes_words(d: Diagnosis) -> Optional[str]:
+    """Who the other processes are when some were started from this notebook: the user's own, named apart."""
+    mine = sum(p.used or 0 for p in d.other_processes if p.child_of_kernel)
+    if not mine:
+        return None
+    rest = sum(p.used or 0 for p in d.other_processes if not p.child_of_kernel)
+    head = f"processes started from this notebook hold {human(mine)}"
+    return head + (f" and other processes {human(rest)} on this GPU" if rest else " on this GPU")
+
+
+def cause_note(info: OomInfo, causes: Sequence[Cause], d: Optional[Diagnosis] = None) -> Optional[str]:
     """One line naming the first cause and what it puts first (too-large and host memory have their own)."""
     cause = causes[0] if causes else None
     if cause is None or cause.bytes is None or cause.kind not in _CAUSE_WORDS:
         return None
     what, first = _CAUSE_WORDS[cause.kind]
-    head = "Likely cause: " + what.format(human(cause.bytes))
+    own = _other_processes_words(d) if d is not None and cause.kind == "other-processes" else None
+    head = "Likely cause: " + (own if own is not None else what.format(human(cause.bytes)))
     if cause.decisive:
         return f"{head}; that memory plus the free memory would have covered the request, so {first}"
     if info.tried_to_allocate and info.free is not None:

@@ -51,34 +51,59 @@ def sample_devices(sample: Optional[Mapping[str, Any]], device: Optional[int]) -
     return [d for d in devices if device is None or d.get("cuda_index") == device]
 
 
-def _is_child(pid: int) -> bool:
+# The sample's relations (probe/hostpid.py) that are this kernel, or may be: never "another process".
+_SELF = ("this_kernel", "probably_this_kernel", "ambiguous")
+
+
+def _descendants() -> set:
+    """This kernel's live descendants now (a process started from the notebook that NVML lists as it is)."""
     try:
-        import psutil
+        from gpumem_kernel.probe.descendants import descendant_pids
 
-        return psutil.Process(pid).ppid() == os.getpid()
+        return set(descendant_pids(os.getpid()))
     except Exception:
-        return False
+        return set()
 
 
-def _other_processes(info: OomInfo, sample: Optional[Mapping[str, Any]], notes: List[str]) -> List[OtherProcess]:
+def _sample_processes(devices: List[Mapping[str, Any]], me: int) -> Tuple[List[Mapping[str, Any]], List[int]]:
+    """(the processes on these devices that are not this kernel, the host PIDs that are or may be it)."""
+    others: List[Mapping[str, Any]] = []
+    mine: List[int] = []
+    for device in devices:
+        for p in device.get("processes") or []:
+            relation = p.get("relation") or ("this_kernel" if p.get("this_kernel") else None)
+            if relation in _SELF or p.get("pid") == me:
+                if p.get("pid") != me and p.get("pid") not in mine:
+                    mine.append(p["pid"])
+                continue
+            others.append(p)
+    return others, mine
+
+
+def _other_processes(
+    info: OomInfo, sample: Optional[Mapping[str, Any]], notes: List[str]
+) -> Tuple[List[OtherProcess], List[int]]:
+    """(the other processes on the GPU, largest first; the host PIDs that are or may be this kernel)."""
     devices = sample_devices(sample, info.device)
     capacity = info.total_capacity or max((d.get("total") or 0 for d in devices), default=0) or None
     me = ((sample or {}).get("kernel") or {}).get("pid", os.getpid())
+    listed, mine = _sample_processes(devices, me)
     found: Dict[int, OtherProcess] = {}
     for pid, used in info.other_processes:
-        found[pid] = OtherProcess(pid, used, None, None, False, "message")
-    for device in devices:
-        for p in device.get("processes") or []:
-            if p.get("this_kernel") or p.get("pid") == me:
-                continue
-            known = found.get(p["pid"])
-            if known is None:
-                found[p["pid"]] = OtherProcess(
-                    p["pid"], p.get("used"), p.get("name"), p.get("kernel_id"), False, "probe"
-                )
-            else:
-                known.name, known.kernel_id, known.source = p.get("name"), p.get("kernel_id"), "both"
-                known.used = known.used if known.used is not None else p.get("used")
+        if pid not in mine and pid != me:
+            found[pid] = OtherProcess(pid, used, None, None, False, "message")
+    for p in listed:
+        known = found.get(p["pid"])
+        if known is None:
+            known = found[p["pid"]] = OtherProcess(
+                p["pid"], p.get("used"), p.get("name"), p.get("kernel_id"), False, "probe"
+            )
+        else:
+            known.name, known.kernel_id, known.source = p.get("name"), p.get("kernel_id"), "both"
+            known.used = known.used if known.used is not None else p.get("used")
+        if p.get("relation") == "notebook":
+            known.child_of_kernel, known.cmdline, known.local_pid = True, p.get("cmdline"), p.get("local_pid")
+    descendants = _descendants() if found else set()
     for process in found.values():
         if process.used is not None and capacity and process.used > capacity:
             notes.append(
@@ -86,8 +111,30 @@ def _other_processes(info: OomInfo, sample: Optional[Mapping[str, Any]], notes: 
                 "Windows/WDDM quirk); its real usage is unknown"
             )
             process.used = None
-        process.child_of_kernel = _is_child(process.pid)
-    return sorted(found.values(), key=lambda p: -(p.used or 0))
+        process.child_of_kernel = process.child_of_kernel or process.pid in descendants
+    return sorted(found.values(), key=lambda p: -(p.used or 0)), mine
+
+
+def _pid_note(info: OomInfo, mine: List[int]) -> Tuple[bool, Optional[str]]:
+    """(PyTorch did not find its own PID and nothing says which it is; the note about it)."""
+    if not (info.other_processes and info.this_process_total is None and info.format == "2.x"):
+        return False, None
+    named = [p.pid for p in info.other_processes if p.pid in mine]
+    if len(named) == 1:
+        return (
+            False,
+            f"Process {named[0]} in PyTorch's message is this kernel itself (containers report host PIDs)",
+        )
+    if named:
+        listed = ", ".join(str(p) for p in named)
+        return False, (
+            f"This kernel is one of processes {listed} in PyTorch's message (containers report host PIDs; "
+            "they cannot be told apart yet): none of them is counted as another process"
+        )
+    return True, (
+        "PyTorch did not find its own PID in NVML's list (containers report host PIDs): "
+        f"process {info.other_processes[0].pid} may be this kernel itself"
+    )
 
 
 def _host(sample: Optional[Mapping[str, Any]]) -> Optional[HostMemory]:
@@ -173,13 +220,10 @@ def diagnose(
         )
     if info.allowed:
         notes.append(f"torch.cuda.set_per_process_memory_fraction limits this process to {human(info.allowed)}")
-    processes = _other_processes(info, sample, notes)
-    pid_unmatched = bool(info.other_processes and info.this_process_total is None and info.format == "2.x")
-    if pid_unmatched:
-        notes.append(
-            "PyTorch did not find its own PID in NVML's list (containers report host PIDs): "
-            f"process {info.other_processes[0].pid} may be this kernel itself"
-        )
+    processes, mine = _other_processes(info, sample, notes)
+    pid_unmatched, pid_note = _pid_note(info, mine)
+    if pid_note is not None:
+        notes.append(pid_note)
     scaler_or_half = scan.scaler or (model and half_precision(scan, model.name))
     torch = loaded_torch()
     diagnosis = Diagnosis(
@@ -204,9 +248,10 @@ def diagnose(
         torch_version=(str(getattr(torch, "__version__", "")) or None) if torch is not None else None,
         notes=notes,
         evaluation=evaluation_evidence(tb),
+        this_kernel_pids=mine,
     )
     diagnosis.causes = find_causes(info, diagnosis)
-    for note in (cause_note(info, diagnosis.causes), family_note(info)):  # the family's note ends up first
+    for note in (cause_note(info, diagnosis.causes, diagnosis), family_note(info)):  # the family's note ends up first
         if note is not None:
             notes.insert(0, note)
     return diagnosis

@@ -22,8 +22,11 @@ class OtherProcess:
     used: Optional[int]  # None: unknown, or an impossible NVML figure (WDDM reports 2**64-1)
     name: Optional[str]
     kernel_id: Optional[str]  # a Jupyter kernel of this server: the browser names its notebook
-    child_of_kernel: bool  # a child of this kernel (a DataLoader worker that touched CUDA)
+    child_of_kernel: bool  # started from this notebook: a descendant of this kernel (worker, `!python …`, torchrun)
     source: str  # "message" | "probe" | "both"
+    # a process started from this notebook: its command line and its PID in this namespace (added later)
+    cmdline: Optional[str] = None
+    local_pid: Optional[int] = None
 
 
 @dataclass
@@ -119,6 +122,8 @@ class Diagnosis:
     causes: List[Cause] = field(default_factory=list)  # strongest first; empty: the figures name none
     # why the failed call ran with gradients off (evaluation.py), one line; None: training, or nothing says
     evaluation: Optional[str] = None
+    # host PIDs that are (or may be) this kernel in a container: never another process, never to be ended
+    this_kernel_pids: List[int] = field(default_factory=list)
 
     def to_payload(self) -> Dict[str, Any]:
         return asdict(self)

@@ -4,9 +4,9 @@ processes and kernels on the GPU, expandable segments."""
 from __future__ import annotations
 
 import re
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
-from gpumem_kernel.oom.diagnosis import Diagnosis
+from gpumem_kernel.oom.diagnosis import Diagnosis, OtherProcess
 from gpumem_kernel.oom.parse import OomInfo
 from gpumem_kernel.oom.step import Step, plural
 from gpumem_kernel.render.units import human
@@ -46,6 +46,39 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]", "", text.lower())[:64]
 
 
+def _who(p: OtherProcess) -> str:
+    name = f" {p.name}" if p.name else " (a host PID: not visible from this kernel)"
+    return f"PID {p.pid}{name} ({human(p.used)})"
+
+
+def _notebook_detail(mine: Sequence[OtherProcess]) -> str:
+    """The notebook's own GPU processes: the user started them, and ends them where they were started."""
+    listed = "; ".join(
+        f"PID {p.local_pid if p.local_pid is not None else p.pid}"
+        + (f" `{p.cmdline[:80]}`" if p.cmdline else (f" {p.name}" if p.name else ""))
+        + f" ({human(p.used)})"
+        for p in mine[:8]
+    )
+    return (
+        f"Started from this notebook: {listed}. They are yours: stop them in the cell that started them, or with "
+        "End in the GPU panel's process list (DataLoader workers end with their loader)."
+    )
+
+
+def _others_detail(others: Sequence[OtherProcess], d: Diagnosis) -> str:
+    listed = "; ".join(_who(p) for p in others[:8])
+    if d.pid_unmatched:
+        # PyTorch did not find its own PID among these: one of them is very likely this kernel itself
+        return (
+            f"Processes on this GPU: {listed}. One of them is probably this kernel itself (a container reports "
+            "host PIDs), so end none of them by PID from here; nvidia-smi on the host tells them apart."
+        )
+    return (
+        f"Other processes on this GPU: {listed}. End the ones you own (kill <PID>); a browser or desktop session "
+        "using the GPU counts too."
+    )
+
+
 def process_steps(d: Diagnosis) -> List[Step]:
     steps = [
         Step(
@@ -57,19 +90,20 @@ def process_steps(d: Diagnosis) -> List[Step]:
             kernel_id=p.kernel_id,
         )
         for p in d.other_processes
-        if p.kernel_id
+        if p.kernel_id and not p.child_of_kernel
     ]
-    others = [p for p in d.other_processes if not p.kernel_id]
+    mine = [p for p in d.other_processes if p.child_of_kernel]
+    others = [p for p in d.other_processes if not p.kernel_id and not p.child_of_kernel]
+    parts = []
     if others:
-        child = " — a child of this kernel, e.g. a DataLoader worker that used CUDA"
-        listed = "; ".join(
-            f"PID {p.pid}{' ' + p.name if p.name else ''} ({human(p.used)}){child if p.child_of_kernel else ''}"
-            for p in others[:8]
-        )
-        detail = (
-            f"Other processes on this GPU: {listed}. End the ones you own (kill <PID>); a browser or desktop "
-            "session using the GPU counts too."
-        )
+        parts.append(_others_detail(others, d))
+    if mine:
+        parts.append(_notebook_detail(mine))
+    if d.this_kernel_pids:
+        pids = ", ".join(str(p) for p in d.this_kernel_pids)
+        parts.append(f"Host PID {pids} is this kernel (or may be): restart the kernel to free it, never kill it.")
+    if parts:
+        detail = " ".join(parts)
     elif d.other_processes:
         detail = "No process outside this server's kernels holds memory on this GPU."
     else:

@@ -30,6 +30,17 @@ _GONE = (psutil.NoSuchProcess, psutil.ZombieProcess)
 # --- GPU usage per PID, from a sample ----------------------------------------------------------------------
 
 
+def _local_pid(process: Mapping[str, Any]) -> Any:
+    """The PID in this kernel's namespace: NVML's host PID in a container, matched to this kernel or a process
+    started from its notebook (probe/hostpid.py); the PID as listed otherwise."""
+    local = process.get("local_pid")
+    return (
+        local
+        if isinstance(local, int) and process.get("relation") in ("this_kernel", "notebook")
+        else process.get("pid")
+    )
+
+
 def gpu_usage(sample: Optional[Mapping[str, Any]]) -> Optional[Dict[int, Optional[int]]]:
     """NVML bytes per PID over every device of a sample (wire format); None when the sample saw no GPU.
 
@@ -41,12 +52,12 @@ def gpu_usage(sample: Optional[Mapping[str, Any]]) -> Optional[Dict[int, Optiona
     if not gpu.get("available") or not devices:
         return None
     on_whole: Set[Tuple[int, int]] = {
-        (d.get("nvml_index"), p.get("pid")) for d in devices if not d.get("mig") for p in d.get("processes") or []
+        (d.get("nvml_index"), _local_pid(p)) for d in devices if not d.get("mig") for p in d.get("processes") or []
     }
     usage: Dict[int, Optional[int]] = {}
     for device in devices:
         for process in device.get("processes") or []:
-            pid, used = process.get("pid"), process.get("used")
+            pid, used = _local_pid(process), process.get("used")
             if not isinstance(pid, int) or (device.get("mig") and (device.get("nvml_index"), pid) in on_whole):
                 continue
             known = usage.get(pid)

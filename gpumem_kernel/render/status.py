@@ -19,10 +19,24 @@ def _share(part: Optional[int], whole: Optional[int]) -> str:
     return f"{format_bytes(part)} ({format_percent(part, whole)})" if part is not None and whole else format_bytes(part)
 
 
+def _host_pid(process: Mapping[str, Any]) -> str:
+    local = process.get("local_pid")
+    return f" (local PID {local})" if local is not None and local != process.get("pid") else ""
+
+
 def _owner(process: Mapping[str, Any]) -> str:
-    if process.get("this_kernel"):
-        return "this kernel"
+    """Who holds it; a kernel too old to send `relation` is read from this_kernel and kernel_id."""
+    relation = process.get("relation")
     kernel_id = process.get("kernel_id")
+    if relation == "probably_this_kernel":
+        return "probably this kernel (not yet confirmed)"
+    if relation == "ambiguous":
+        return process.get("note") or "this kernel or another (ambiguous)"
+    if relation == "notebook":
+        cmdline = process.get("cmdline")
+        return "started from this notebook" + _host_pid(process) + (f": {cmdline[:60]}" if cmdline else "")
+    if process.get("this_kernel"):
+        return "this kernel" + _host_pid(process)
     return f"kernel {kernel_id[:8]}" if kernel_id else "external"
 
 
@@ -52,6 +66,10 @@ def _device_rows(device: Mapping[str, Any]) -> List[Row]:
         rows.append(("Device", ", ".join(details)))
     if device.get("this_kernel") is not None:
         rows.append(("This kernel", _share(device["this_kernel"], total)))
+    if device.get("notebook_processes") is not None:
+        rows.append(("Started here", _share(device["notebook_processes"], total)))
+    if device.get("uncertain") is not None:
+        rows.append(("This kernel or not", _share(device["uncertain"], total)))
     allocator = device.get("allocator")
     if allocator:
         rows.append(("Allocated", _share(allocator["allocated"], total)))

@@ -59,6 +59,7 @@ class Mirror:
 NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Children: frozenset({"uss", "pss", "uss_growth_per_min"}),
     oom_diagnosis.HostMemory: frozenset({"workers_uss"}),
+    oom_diagnosis.OtherProcess: frozenset({"cmdline", "local_pid"}),
     protocol.Device: frozenset(
         {"power_mw", "power_limit_mw", "energy_mj", "power_note", "notebook_processes", "uncertain"}
     ),
@@ -91,7 +92,9 @@ MIRRORS = [
     # the OOM checklist's parts (oom_bundle puts them under version/summary/info/diagnosis/steps)
     Mirror(oom_parse.OomInfo, "oom.schema.json#/$defs/info", added_later=frozenset({"family"})),
     Mirror(
-        oom_diagnosis.Diagnosis, "oom.schema.json#/$defs/diagnosis", added_later=frozenset({"causes", "evaluation"})
+        oom_diagnosis.Diagnosis,
+        "oom.schema.json#/$defs/diagnosis",
+        added_later=frozenset({"causes", "evaluation", "this_kernel_pids"}),
     ),
     Mirror(oom_step.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
     # %gpumem analyze, autobatch, benchmark

@@ -1144,6 +1144,10 @@ export interface IOomDiagnosis {
    * Why the failed call ran with gradients off (evaluation or inference), one line of evidence: the `with torch.no_grad():` / decorator around the failing line, a Lightning evaluation step, or torch's grad mode; the step eval-batch-size then comes first. null: training, or nothing says. Optional: outputs saved by older kernels have none.
    */
   evaluation?: string | null;
+  /**
+   * host PIDs that are (or may be) this kernel in a container: the sample's this kernel, probably this kernel and ambiguous processes; left out of other_processes and never to be ended. Added later
+   */
+  this_kernel_pids?: number[];
 }
 export interface IOomFragmentation {
   reserved_unallocated: number;
@@ -1157,8 +1161,19 @@ export interface IOomProcess {
   used: number | null;
   name: string | null;
   kernel_id: string | null;
+  /**
+   * started from this notebook: a descendant of this kernel (a DataLoader worker that used CUDA, `!python train.py`, torchrun)
+   */
   child_of_kernel: boolean;
   source: 'message' | 'probe' | 'both';
+  /**
+   * a process started from this notebook: its command line; null otherwise. Added later
+   */
+  cmdline?: string | null;
+  /**
+   * a process started from this notebook: its PID in the kernel's namespace (differs from pid, NVML's host PID, in a container); null otherwise. Added later
+   */
+  local_pid?: number | null;
 }
 export interface IOomTraceback {
   frames: number;

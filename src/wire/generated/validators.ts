@@ -384,7 +384,9 @@ const oomProcess: Check = object({
   name: c2,
   kernel_id: c2,
   child_of_kernel: type('boolean'),
-  source: enumOf('message', 'probe', 'both')
+  source: enumOf('message', 'probe', 'both'),
+  cmdline: optional(c2),
+  local_pid: optional(c5)
 });
 
 /** oom.schema.json#/$defs/by_device */
@@ -472,7 +474,8 @@ const oomDiagnosis: Check = object({
   torch_version: c2,
   notes: array(string()),
   causes: optional(array(oomCause)),
-  evaluation: optional(c2)
+  evaluation: optional(c2),
+  this_kernel_pids: optional(array(integer(0)))
 });
 
 /** oom.schema.json#/$defs/step */
