@@ -1,5 +1,6 @@
 """What the user namespace says about the training setup: batch size, DataLoaders, workers, input size, the
-model, and the user's own names for the cells the checklist inserts."""
+model, and the user's own names for the cells the checklist inserts. Read through probe.holders.user_variables,
+by type: a variable that cannot be inspected is named in `Scan.skipped`, never the end of the checklist."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.diagnosis import CodeNames, InputSize, Loader, ModelInfo
-from gpumem_kernel.probe.holders import torch_kinds, user_variables
+from gpumem_kernel.probe.holders import TorchKinds, torch_kinds, user_variables
+from gpumem_kernel.probe.inspection import Skipped, is_fault, type_name
 
 
 _BATCH_NAMES = {"batch_size", "bs", "batchsize", "train_batch_size", "per_device_train_batch_size"}
@@ -30,7 +32,17 @@ _SEQUENCE_NAMES = {
 
 
 def _positive_int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    cls = type(value)
+    return int(value) if issubclass(cls, int) and not issubclass(cls, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class TrainerArgs:
+    """Hugging Face TrainingArguments' setting names, read while the scan had the object."""
+
+    name: str
+    batch_size: Optional[int]
+    num_workers: int
 
 
 @dataclass
@@ -46,55 +58,74 @@ class Scan:
     losses: List[str] = field(default_factory=list)
     device: Optional[str] = None
     scaler: Optional[str] = None
-    trainer_args: Optional[Tuple[str, Any]] = None
+    trainer_args: Optional[TrainerArgs] = None
+    skipped: Skipped = field(default_factory=Skipped)  # the variables that could not be inspected
 
 
 def _is_instance(value: Any, module: str, name: str) -> bool:
+    """Whether `value`'s type is `module.name` or a subclass (its `__class__` may lie); False before the module
+    is imported."""
     cls = getattr(sys.modules.get(module), name, None)
-    try:
-        return isinstance(cls, type) and isinstance(value, cls)
-    except Exception:
-        return False
+    return isinstance(cls, type) and issubclass(type(value), cls)
 
 
 def scan_namespace(shell: Any) -> Scan:
+    """Every user variable looked at once; one that cannot be inspected, or whose reading raises, is left out
+    and named in `scan.skipped`."""
     scan = Scan()
     kinds = torch_kinds()
-    for name, value in user_variables(shell):
-        lower = name.lower()
-        number = _positive_int(value)
-        if number is not None:
-            if lower in _BATCH_NAMES:
-                scan.batch.append((name, number))
-            elif lower in _WORKER_NAMES:
-                scan.workers.append((name, number))
-            elif lower in _IMAGE_NAMES or lower in _SEQUENCE_NAMES:
-                scan.inputs.append(InputSize(name, number, "image" if lower in _IMAGE_NAMES else "sequence"))
-            continue
-        if type(value) is int and value == 0 and lower in _WORKER_NAMES:
-            scan.workers.append((name, 0))
-            continue
-        if kinds is None:
-            continue
-        if _is_instance(value, "torch.utils.data", "DataLoader"):
-            scan.loaders.append(
-                Loader(
-                    name, _positive_int(getattr(value, "batch_size", None)), int(getattr(value, "num_workers", 0) or 0)
-                )
-            )
-        elif _is_instance(value, "torch.nn.modules.loss", "_Loss"):
-            scan.losses.append(name)
-        elif kinds.module is not None and isinstance(value, kinds.module):
-            scan.models.append((name, value))
-        elif kinds.optimizer is not None and isinstance(value, kinds.optimizer):
-            scan.optimizers.append(name)
-        elif type(value).__name__ == "GradScaler" and type(value).__module__.startswith("torch"):
-            scan.scaler = name
-        elif lower == "device" and (isinstance(value, str) or type(value).__name__ == "device"):
-            scan.device = name
-        elif type(value).__name__ == "TrainingArguments":  # Hugging Face Trainer's setting names
-            scan.trainer_args = (name, value)
+    for name, value in user_variables(shell, skipped=scan.skipped):
+        with scan.skipped.guard(name):
+            _scan_one(scan, name, value, kinds)
     return scan
+
+
+def _scan_one(scan: Scan, name: str, value: Any, kinds: Optional[TorchKinds]) -> None:
+    lower = name.lower()
+    number = _positive_int(value)
+    if number is not None:
+        if lower in _BATCH_NAMES:
+            scan.batch.append((name, number))
+        elif lower in _WORKER_NAMES:
+            scan.workers.append((name, number))
+        elif lower in _IMAGE_NAMES or lower in _SEQUENCE_NAMES:
+            scan.inputs.append(InputSize(name, number, "image" if lower in _IMAGE_NAMES else "sequence"))
+        return
+    cls = type(value)
+    if cls is int and value == 0 and lower in _WORKER_NAMES:
+        scan.workers.append((name, 0))
+        return
+    if kinds is None:
+        return
+    if _is_instance(value, "torch.utils.data", "DataLoader"):
+        batch_size = _positive_int(getattr(value, "batch_size", None))
+        scan.loaders.append(Loader(name, batch_size, int(getattr(value, "num_workers", 0) or 0)))
+    elif _is_instance(value, "torch.nn.modules.loss", "_Loss"):
+        scan.losses.append(name)
+    elif kinds.module is not None and issubclass(cls, kinds.module):
+        scan.models.append((name, value))
+    elif kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
+        scan.optimizers.append(name)
+    elif type_name(cls) == "GradScaler" and str(cls.__module__).startswith("torch"):
+        scan.scaler = name
+    elif lower == "device" and (issubclass(cls, str) or type_name(cls) == "device"):
+        scan.device = name
+    elif type_name(cls) == "TrainingArguments":  # Hugging Face Trainer's setting names
+        scan.trainer_args = TrainerArgs(
+            name,
+            _positive_int(getattr(value, "per_device_train_batch_size", None)),
+            int(getattr(value, "dataloader_num_workers", 0) or 0),
+        )
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """`obj.name`, or None when it is missing or reading it raises (a model's own attribute hooks)."""
+    try:
+        return getattr(obj, name, None)
+    except BaseException as error:
+        if not is_fault(error):
+            raise
+        return None
 
 
 def model_info(name: str, model: Any) -> ModelInfo:
@@ -108,13 +139,13 @@ def model_info(name: str, model: Any) -> ModelInfo:
     blocks, blocks_kind = _largest_blocks(model)
     return ModelInfo(
         name,
-        type(model).__name__,
+        type_name(type(model)),
         int(parameters),
         int(size),
         blocks,
         blocks_kind,
-        hf_checkpointing=callable(getattr(model, "gradient_checkpointing_enable", None)),
-        checkpointing_on=bool(getattr(model, "is_gradient_checkpointing", False)),
+        hf_checkpointing=callable(_attribute(model, "gradient_checkpointing_enable")),
+        checkpointing_on=_attribute(model, "is_gradient_checkpointing") is True,
     )
 
 
@@ -142,10 +173,8 @@ def pick_batch(scan: Scan) -> Tuple[Optional[int], Optional[str]]:
     train = [loader for loader in loaders if "train" in loader.name.lower()] or loaders
     if train:
         return train[0].batch_size, f"{train[0].name}.batch_size"
-    if scan.trainer_args is not None:
-        value = _positive_int(getattr(scan.trainer_args[1], "per_device_train_batch_size", None))
-        if value:
-            return value, f"{scan.trainer_args[0]}.per_device_train_batch_size"
+    if scan.trainer_args is not None and scan.trainer_args.batch_size:
+        return scan.trainer_args.batch_size, f"{scan.trainer_args.name}.per_device_train_batch_size"
     if scan.batch:
         return scan.batch[0][1], scan.batch[0][0]
     return None, None
@@ -154,7 +183,7 @@ def pick_batch(scan: Scan) -> Tuple[Optional[int], Optional[str]]:
 def pick_workers(scan: Scan) -> Optional[int]:
     counts = [loader.num_workers for loader in scan.loaders] + [n for _, n in scan.workers]
     if scan.trainer_args is not None:
-        counts.append(int(getattr(scan.trainer_args[1], "dataloader_num_workers", 0) or 0))
+        counts.append(scan.trainer_args.num_workers)
     return max(counts) if counts else None
 
 
