@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import re
-from typing import Callable, Collection, Optional
+from typing import Any, Callable, Collection, Iterable, List, Optional, Tuple
 
+from gpumem_kernel.probe.inspection import is_fault, problem, type_name
 from gpumem_kernel.render.text import shown
 
 MAX_COUNT = 2**31 - 1  # no batch this large fits a device; 10**20 would overflow torch's int64 sizes
@@ -108,3 +111,47 @@ def device(*accept: str) -> Callable[[str], str]:
 def device_index(value: Optional[str]) -> Optional[int]:
     """N of a checked 'cuda:N' (None stays None)."""
     return None if value is None else int(value.split(":", 1)[1])
+
+
+# --- the user's objects ------------------------------------------------------------------------------------------
+
+# The containers a batch (or a set of optimizers) is made of, which the engines walk to its leaves.
+_BATCH_CONTAINERS = (tuple, list, dict, collections.deque)
+CHECKED_ITEMS = 10_000  # objects looked at per argument: a list of a million samples must not stall the magic
+CHECKED_DEPTH = 32  # no batch is nested deeper; the engines' own walks recurse per level
+
+
+def user_object(value: Any, label: str, containers: bool = False) -> None:
+    """A one-line ValueError when `value`, the user's object an argument names (`label`: "MODEL model"), cannot
+    be inspected (probe.inspection.problem), so that our reading of it never ends in a traceback of ours. With
+    `containers`, the elements of its tuples, lists and dicts are checked too, CHECKED_DEPTH levels down."""
+    pending: List[Tuple[Any, str, int]] = [(value, label, 0)]
+    for _ in range(CHECKED_ITEMS):
+        if not pending:
+            return
+        obj, path, depth = pending.pop()
+        reason = problem(obj)
+        if reason is not None:
+            raise ValueError(f"{path} could not be inspected ({reason})")
+        if not containers or not issubclass(type(obj), _BATCH_CONTAINERS):
+            continue
+        if depth >= CHECKED_DEPTH:
+            raise ValueError(f"{label} is nested more than {CHECKED_DEPTH} levels deep")
+        pending.extend((item, f"{path}[{key}]", depth + 1) for key, item in _items(obj, path))
+
+
+def _items(container: Any, path: str) -> List[Tuple[str, Any]]:
+    """(shown key, value) of a container's first CHECKED_ITEMS elements; a ValueError when reading them raises."""
+    try:
+        pairs: Iterable[Tuple[Any, Any]] = (
+            container.items() if issubclass(type(container), dict) else enumerate(container)
+        )
+        return [(_key(key), item) for key, item in itertools.islice(pairs, CHECKED_ITEMS)]
+    except BaseException as error:
+        if not is_fault(error):
+            raise
+        raise ValueError(f"{path} could not be inspected ({type_name(type(error))})") from None
+
+
+def _key(key: Any) -> str:
+    return shown(key) if type(key) in (int, str) else f"<{type_name(type(key))}>"

@@ -7,7 +7,9 @@ import re
 from typing import Any, Optional
 
 from gpumem_kernel.analysis.arguments import OPTIMIZER_ALIASES, OPTIMIZERS
+from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.probe.inspection import is_fault, type_name
 from gpumem_kernel.probe.torchstats import loaded_torch
 from gpumem_kernel.render.text import shown
 
@@ -15,8 +17,9 @@ from gpumem_kernel.render.text import shown
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
 
 
-def lookup(shell: Any, name: str, command: str, what: str) -> Any:
-    """`name` or `name.attr.attr` in the user's namespace."""
+def lookup(shell: Any, name: str, command: str, what: str, containers: bool = False) -> Any:
+    """`name` or `name.attr.attr` in the user's namespace; one line (never a traceback) when it is missing or
+    cannot be inspected (with `containers`, nor the elements it is made of: argcheck.user_object)."""
     if not _NAME.match(name):
         raise _fail(command, f"{what} {shown(name)}: not a variable name")
     head, *attributes = name.split(".")
@@ -24,19 +27,31 @@ def lookup(shell: Any, name: str, command: str, what: str) -> Any:
         raise _fail(command, f"{what}: no variable named {head!r} in this kernel")
     value, path = shell.user_ns[head], head
     for attribute in attributes:
-        try:
-            value = getattr(value, attribute)
-        except Exception:
-            raise _fail(command, f"{what}: {path} has no attribute {attribute!r}") from None
-        path = f"{path}.{attribute}"
+        value, path = _attribute(value, path, attribute, command, what), f"{path}.{attribute}"
+    try:
+        argcheck.user_object(value, f"{what} {name}", containers)
+    except ValueError as error:
+        raise _fail(command, str(error)) from None
     return value
+
+
+def _attribute(value: Any, path: str, attribute: str, command: str, what: str) -> Any:
+    try:
+        return getattr(value, attribute)
+    except AttributeError:
+        raise _fail(command, f"{what}: {path} has no attribute {attribute!r}") from None
+    except BaseException as error:
+        if not is_fault(error):
+            raise
+        reading = f"{what}: reading {path}.{attribute} raised {type_name(type(error))}"
+        raise _fail(command, reading) from None
 
 
 def _module(shell: Any, name: str, command: str) -> Any:
     value = lookup(shell, name, command, "MODEL")
     torch = loaded_torch()
-    if torch is None or not isinstance(value, torch.nn.Module):
-        raise _fail(command, f"{name} is a {type(value).__name__}, not a torch.nn.Module")
+    if torch is None or not issubclass(type(value), torch.nn.Module):  # by type: a Mock's __class__ may say Module
+        raise _fail(command, f"{name} is a {type_name(type(value))}, not a torch.nn.Module")
     return value
 
 
@@ -52,7 +67,7 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
                 command,
                 f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
             )
-        return lookup(shell, text, command, "--input")
+        return lookup(shell, text, command, "--input", containers=True)
     from gpumem_kernel.analysis.arguments import parse_shape
 
     try:
@@ -68,7 +83,7 @@ def _function(shell: Any, name: Optional[str], command: str, option: str, wanted
         return None
     value = lookup(shell, name, command, option)
     if not callable(value):
-        raise _fail(command, f"{option} {name}: a {type(value).__name__} is not callable; pass a function {wanted}")
+        raise _fail(command, f"{option} {name}: a {type_name(type(value))} is not callable; pass a function {wanted}")
     return value
 
 
@@ -88,14 +103,15 @@ def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> An
     if key in OPTIMIZERS:
         return key
     if _NAME.match(text) and text.split(".")[0] in shell.user_ns:
-        value = lookup(shell, text, command, "--optimizer")
+        value = lookup(shell, text, command, "--optimizer", containers=several)
         torch = loaded_torch()
-        values = value if several and isinstance(value, (tuple, list)) else [value]
-        if several and isinstance(value, dict):
+        cls = type(value)  # by type, here and below: a Mock's __class__ may say Optimizer
+        values = list(value) if several and issubclass(cls, (tuple, list)) else [value]
+        if several and issubclass(cls, dict):
             values = list(value.values())
-        if torch is None or not values or not all(isinstance(v, torch.optim.Optimizer) for v in values):
+        if torch is None or not values or not all(issubclass(type(v), torch.optim.Optimizer) for v in values):
             wanted = "torch.optim.Optimizer (or a tuple, list or dict of them)" if several else "torch.optim.Optimizer"
-            raise _fail(command, f"--optimizer {text}: a {type(value).__name__}, not a {wanted}")
+            raise _fail(command, f"--optimizer {text}: a {type_name(cls)}, not a {wanted}")
         return value
     raise _fail(command, f"--optimizer {text!r}: use {', '.join(OPTIMIZERS)} or the name of your optimizer variable")
 
