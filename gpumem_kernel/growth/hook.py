@@ -43,6 +43,7 @@ class CellGrowth:
         self._depth = 0  # %%gpumem runs its body as a nested cell: only the outermost run counts
         self._before: Optional[memory.Readings] = None
         self._holders_before: Optional[HoldersReport] = None
+        self.uninspected: Optional[str] = None  # the last run's holders skipped these variables (one line)
 
     def pre_run_cell(self, *_: Any) -> None:
         self._depth += 1
@@ -70,7 +71,7 @@ class CellGrowth:
             if notice is not None:
                 from IPython.display import display
 
-                display(rerun_bundle(notice), raw=True)
+                display(rerun_bundle(notice, self.uninspected), raw=True)
             if notice is not None or ended:
                 self._send(Growth(time=time.time(), running=None, rerun=notice).to_dict())
         except Exception:
@@ -86,6 +87,7 @@ class CellGrowth:
         cell_id = getattr(info, "cell_id", None)
         holders = holders_hook.last()
         fresh = holders if holders is not None and holders is not self._holders_before else None
+        self.uninspected = fresh.uninspected if fresh is not None else None
         cell, previous = self.ledger.add(reruns.cell_key(cell_id, source), reruns.change(self._before, after), fresh)
         step = reruns.growing(list(cell.runs))
         if step is None:

@@ -91,16 +91,20 @@ def holder_line(holder: GrowingHolder) -> str:
     return f"`{holder.name}` {', '.join(parts)} (now {holder.description})"
 
 
-def rerun_text(notice: RerunGrowth) -> str:
+def rerun_text(notice: RerunGrowth, uninspected: Optional[str] = None) -> str:
+    """The notice; `uninspected`: the holders' line naming the variables the walk skipped (what grew there is
+    not known)."""
     lines = [headline(notice)]
     if notice.holders:
         lines.append("  grew since the last run: " + "; ".join(holder_line(h) for h in notice.holders))
     if notice.fix:
         lines.append(f"  fix: {notice.fix}")
+    if uninspected:
+        lines.append(f"  {uninspected}")
     return "\n".join(lines)
 
 
-def rerun_bundle(notice: RerunGrowth) -> Dict[str, str]:
+def rerun_bundle(notice: RerunGrowth, uninspected: Optional[str] = None) -> Dict[str, str]:
     """text/plain and static, escaped text/html for display(..., raw=True) in the cell's output."""
     rows = [f"<p><strong>{html.escape(headline(notice))}</strong></p>"]
     if notice.holders:
@@ -108,7 +112,10 @@ def rerun_bundle(notice: RerunGrowth) -> Dict[str, str]:
         rows.append(f"<p>grew since the last run:</p><ul>{items}</ul>")
     if notice.fix:
         rows.append(f"<p>fix: {html.escape(notice.fix)}</p>")
-    return {"text/plain": rerun_text(notice), "text/html": f"<div class='gpumem-growth'>{''.join(rows)}</div>"}
+    if uninspected:
+        rows.append(f"<p>{html.escape(uninspected)}</p>")
+    text = rerun_text(notice, uninspected)
+    return {"text/plain": text, "text/html": f"<div class='gpumem-growth'>{''.join(rows)}</div>"}
 
 
 def running_text(trend: RunningGrowth) -> str:

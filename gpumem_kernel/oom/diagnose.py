@@ -254,4 +254,7 @@ def diagnose(
     for note in (cause_note(info, diagnosis.causes, diagnosis), family_note(info)):  # the family's note ends up first
         if note is not None:
             notes.insert(0, note)
+    skipped = scan.skipped.line()  # the variables the scan could not inspect, named once
+    if skipped is not None:
+        notes.append(skipped)
     return diagnosis
