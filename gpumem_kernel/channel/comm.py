@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import sys
 import threading
 import time
@@ -52,6 +53,22 @@ QUIET_SECONDS = 180.0  # idle seconds without a message before a comm is dropped
 MAX_COMMS = 32
 # A comm's samples may come this much early: the sampler's rhythm is set by the fastest comm.
 _EARLY = 0.1
+# An error's message quotes what the browser sent: a value is cut to ECHO_LIMIT characters, the whole line to
+# MESSAGE_LIMIT, so a pasted megabyte never comes back as a megabyte of error.
+ECHO_LIMIT = 200
+MESSAGE_LIMIT = 1000
+_LONG_RUN = re.compile(r"\S{%d,}" % (ECHO_LIMIT + 1))
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def bounded(message: str) -> str:
+    """An error's one line: its first line, each over-long word (an echoed value) and the whole cut."""
+    lines = str(message).strip().splitlines()
+    first = lines[0] if lines else ""
+    return _cut(_LONG_RUN.sub(lambda run: _cut(run.group(), ECHO_LIMIT), first), MESSAGE_LIMIT) or "error"
 
 
 def _quiet_seconds() -> float:
@@ -140,7 +157,7 @@ class _Connection:
         session.send(iopub, "comm_msg", content, parent=dict(parent or self.parent), ident=self.comm.topic)
 
     def send_error(self, error: ProtocolError, parent: Optional[Mapping[str, Any]] = None) -> None:
-        self.send(to_json(Error(id=error.request_id, code=error.code, message=str(error))), parent)
+        self.send(to_json(Error(id=error.request_id, code=error.code, message=bounded(str(error)))), parent)
 
 
 class Channel:
@@ -238,7 +255,10 @@ class Channel:
         live = list(self._connections.values())
         interval = min([c.interval for c in live] + list(self._pins.values()), default=self._base[0])
         history = max((c.history_seconds for c in live), default=self._base[1])
-        self._sampler.configure(interval, history)
+        # Reconfiguring wakes the sampler for a sample at once: only when its rhythm or span really changes,
+        # not for each `configure` that only carries a setting (rounding, oom_timeline, seq_multiple).
+        if (self._sampler.interval, self._sampler.history_seconds) != (interval, history):
+            self._sampler.configure(interval, history)
 
     def pin_interval(self, owner: str, interval: Optional[float]) -> None:
         """Keep the sampler at `interval` or faster while `owner` listens (None: it stopped listening)."""
@@ -361,7 +381,7 @@ class Channel:
             connection.send_error(error, msg)
         except Exception as exc:  # never let a handler's bug surface as a kernel traceback
             log.warning("gpumem: request failed", exc_info=True)
-            message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            message = bounded(f"{type(exc).__name__}: {exc}")
             connection.send(to_json(Error(id=request_id, code="internal", message=message)), msg)
 
     def _handle(self, connection: _Connection, request: Request) -> Dict[str, Any]:
@@ -444,23 +464,44 @@ def _set_oom_timeline(value: Any, request_id: str) -> None:
 def _set_rounding(value: Any, request_id: str) -> None:
     """The JupyterLab setting "Batch-size rounding": the default of this kernel's analyze/autobatch picks
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.picks import set_setting
+    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, set_setting
 
     if not isinstance(value, str):
         raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
+    digits = value.strip().lstrip("0")
+    if digits.isascii() and digits.isdigit() and len(digits) > len(str(MAX_MULTIPLE)):  # never int() a million digits
+        raise ProtocolError(
+            "bad-request",
+            f"configure: rounding N must be a multiple from 1 to {MAX_MULTIPLE}, got a {len(digits):,}-digit number",
+            request_id,
+        )
     try:
         set_setting(value)
     except ValueError as error:
         raise ProtocolError("bad-request", f"configure: {error}", request_id) from None
 
 
+def _number_shown(value: int) -> str:
+    """An int as a message quotes it; a huge one by its size (Python refuses to write one of 4300+ digits)."""
+    if value.bit_length() <= 64:
+        return str(value)
+    return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+
+
 def _set_seq_multiple(value: Any, request_id: str) -> None:
     """The JupyterLab setting "Sequence-length multiple": the default step of this kernel's sequence search
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.seq_search import set_setting
+    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, set_setting
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError("bad-request", "configure: seq_multiple must be a whole number of tokens", request_id)
+    if not 1 <= value <= MAX_MULTIPLE:
+        raise ProtocolError(
+            "bad-request",
+            f"configure: seq_multiple must be a whole number of tokens from 1 to {MAX_MULTIPLE}, "
+            f"got {_number_shown(value)}",
+            request_id,
+        )
     try:
         set_setting(value)
     except ValueError as error:
