@@ -139,8 +139,18 @@ def test_holders_magic_and_hook(shell, cpu_as_cuda):
 # --- clear ----------------------------------------------------------------------------------------------------
 
 
+TRACEBACK_ONLY = """
+import gc
+def f():
+    t = torch.ones(10**6)
+    global w
+    w = weakref.ref(t)
+    raise ValueError
+"""
+
+
 def test_clear_frees_the_traceback_and_lists_the_rest(shell):
-    define(shell, "import gc\ndef f():\n    t = torch.ones(10**6)\n    global w\n    w = weakref.ref(t)\n    raise ValueError")
+    define(shell, TRACEBACK_ONLY)
     run(shell, "f()")
     run(shell, "gc.collect()")
     assert shell.user_ns["w"]() is not None
@@ -242,10 +252,13 @@ def test_a_growing_cell_is_named_with_its_growing_variable(shell, cpu_as_cuda, m
 # --- arguments ------------------------------------------------------------------------------------------------
 
 
+ARGUMENTS = "pair = (torch.ones(2, 4), p)\nbad_optimizers = [torch.optim.SGD(model.parameters(), 0.1), h]"
+
+
 @pytest.fixture(scope="module")
 def ip() -> Iterator[InteractiveShell]:
     with gpumem_shell() as sh:
-        define(sh, HOSTILE + "pair = (torch.ones(2, 4), p)\nbad_optimizers = [torch.optim.SGD(model.parameters(), 0.1), h]")
+        define(sh, HOSTILE + ARGUMENTS)
         yield sh
 
 
