@@ -79,6 +79,91 @@ export function device0(): IDevice {
   };
 }
 
+/** Host PIDs in a container: NVML lists them, the kernel's own PID there is 57. */
+export const HOST_PID = 4000000;
+export const OTHER_HOST_PID = 4000100;
+export const CHILD_HOST_PID = 4000200;
+export const EXTERNAL_HOST_PID = 3900000;
+
+/**
+ * cuda:0 seen from a container: this kernel under its host PID (confirmed), a `!python train.py` started from
+ * the notebook (local PID 88), and another container's process.
+ */
+export function containerDevice(): IDevice {
+  return {
+    ...device0(),
+    used: 48 * GIB,
+    free: 80 * GIB - 48 * GIB,
+    total: 80 * GIB,
+    this_kernel: 6 * GIB + 512 * MIB,
+    notebook_processes: 8 * GIB,
+    uncertain: null,
+    processes: [
+      {
+        pid: HOST_PID,
+        name: null,
+        used: 6 * GIB + 512 * MIB,
+        kernel_id: null,
+        this_kernel: true,
+        relation: 'this_kernel',
+        note: "host PID of this kernel (local PID 57): NVML's figure follows PyTorch's reserved memory",
+        local_pid: 57,
+        create_time: null,
+        cmdline: null
+      },
+      {
+        pid: CHILD_HOST_PID,
+        name: null,
+        used: 8 * GIB,
+        kernel_id: null,
+        this_kernel: false,
+        relation: 'notebook',
+        note: 'host PID of process 88 started from this notebook',
+        local_pid: 88,
+        create_time: 1763855100.5,
+        cmdline: 'python train.py --epochs 3'
+      },
+      {
+        pid: EXTERNAL_HOST_PID,
+        name: null,
+        used: 30 * GIB,
+        kernel_id: null,
+        this_kernel: false,
+        relation: 'external',
+        note: null,
+        local_pid: null,
+        create_time: null,
+        cmdline: null
+      }
+    ]
+  };
+}
+
+/** The same GPU while two kernels initialised CUDA in the same second: this kernel is one of two host PIDs. */
+export function ambiguousDevice(): IDevice {
+  const device = containerDevice();
+  const ambiguous = (pid: number): IDevice['processes'][number] => ({
+    pid,
+    name: null,
+    used: 2 * GIB,
+    kernel_id: null,
+    this_kernel: false,
+    relation: 'ambiguous',
+    note: `this kernel is one of host PIDs ${HOST_PID}, ${OTHER_HOST_PID} (they cannot be told apart yet)`,
+    local_pid: null,
+    create_time: null,
+    cmdline: null
+  });
+  return {
+    ...device,
+    this_kernel: null,
+    notebook_processes: null,
+    uncertain: 4 * GIB,
+    allocator: null,
+    processes: [ambiguous(HOST_PID), ambiguous(OTHER_HOST_PID), device.processes[2]]
+  };
+}
+
 /** NVML device 1, hidden from this kernel by CUDA_VISIBLE_DEVICES=0. */
 export function device1(): IDevice {
   return {

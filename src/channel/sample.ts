@@ -16,18 +16,65 @@ export interface IKernelSession {
   readonly name: string;
 }
 
+/** Who holds a GPU process, as the kernel matched it (kernels too old to say are read from the older fields). */
+export type ProcessRelation = NonNullable<IGpuProcess['relation']>;
+
 /**
- * Who holds a GPU process: "this kernel", "notebook: <path>" / "console: <path>" for another kernel of this
- * server, "kernel <id8>" for a kernel the server does not list (another server, or already shut down), or
- * "external" for everything else (a training script, another user's job, the desktop).
+ * The process's relation: the kernel's `relation` (which in a container matches NVML's host PIDs to this kernel
+ * and to the processes started from its notebook), else `this_kernel` and `kernel_id` as older kernels send them.
+ */
+export function processRelation(process: IGpuProcess): ProcessRelation {
+  if (process.relation !== undefined) {
+    return process.relation;
+  }
+  if (process.this_kernel) {
+    return 'this_kernel';
+  }
+  return process.kernel_id !== null ? 'other_kernel' : 'external';
+}
+
+/** This kernel, probably this kernel, or one of several host PIDs one of which is it: never "other processes". */
+export function isSelf(process: IGpuProcess): boolean {
+  const relation = processRelation(process);
+  return relation === 'this_kernel' || relation === 'probably_this_kernel' || relation === 'ambiguous';
+}
+
+/**
+ * A process started from this notebook that the kernel may end (`terminate`, by its PID in the kernel's namespace
+ * and its start time; the kernel checks that it is its own descendant), or null.
+ */
+export function endableProcess(process: IGpuProcess): { pid: number; create_time: number } | null {
+  if (processRelation(process) !== 'notebook') {
+    return null;
+  }
+  const pid = process.local_pid ?? null;
+  const created = process.create_time ?? null;
+  return pid !== null && created !== null ? { pid, create_time: created } : null;
+}
+
+/**
+ * Who holds a GPU process: "this kernel" (in a container: "probably this kernel (host PID N)" until the kernel
+ * confirmed it, "this kernel or another (ambiguous)" when it cannot tell), "started from this notebook",
+ * "notebook: <path>" / "console: <path>" for another kernel of this server, "kernel <id8>" for a kernel the
+ * server does not list (another server, or already shut down), or "external" for everything else (a training
+ * script, another user's job, the desktop).
  */
 export function labelProcess(
   process: IGpuProcess,
   sessionsByKernelId: ReadonlyMap<string, IKernelSession>,
   trans: Trans = untranslated
 ): string {
-  if (process.this_kernel) {
-    return trans.__('this kernel');
+  switch (processRelation(process)) {
+    case 'this_kernel':
+      return trans.__('this kernel');
+    case 'probably_this_kernel':
+      return trans.__('probably this kernel (host PID %1)', process.pid);
+    case 'ambiguous':
+      return trans.__('this kernel or another (ambiguous)');
+    case 'notebook':
+      return trans.__('started from this notebook');
+    default:
+      break;
   }
   if (process.kernel_id !== null) {
     const session = sessionsByKernelId.get(process.kernel_id);
@@ -41,8 +88,20 @@ export function labelProcess(
   return trans.__('external');
 }
 
+/**
+ * The host PIDs of a device one of which is this kernel ("this kernel is one of host PIDs A, B"), sorted; empty
+ * when the kernel knows which it is.
+ */
+export function ambiguousPids(device: IDevice): number[] {
+  return device.processes
+    .filter(p => processRelation(p) === 'ambiguous')
+    .map(p => p.pid)
+    .sort((a, b) => a - b);
+}
+
 /** The parts of a device's memory bar. */
-export type SegmentKey = 'allocated' | 'cached' | 'context' | 'kernel' | 'others' | 'free';
+export type SegmentKey =
+  'allocated' | 'cached' | 'context' | 'kernel' | 'notebook' | 'uncertain' | 'others' | 'free';
 
 /** The legend's words for each bar segment. */
 export function segmentLabel(key: SegmentKey, trans: Trans): string {
@@ -55,6 +114,10 @@ export function segmentLabel(key: SegmentKey, trans: Trans): string {
       return trans.__('CUDA context & libraries');
     case 'kernel':
       return trans.__('this kernel');
+    case 'notebook':
+      return trans.__('started from this notebook');
+    case 'uncertain':
+      return trans.__('this kernel or another (ambiguous)');
     case 'others':
       return trans.__('other processes');
     case 'free':
@@ -82,7 +145,10 @@ export function kernelTotal(device: IDevice): number {
  * - with torch's allocator: `allocated` (live tensors), `cached` (reserved − allocated), `context` (NVML's
  *   figure for this kernel − reserved: CUDA context, cuBLAS/cuDNN workspaces and libraries);
  * - without (torch has not initialised CUDA on it): one `kernel` segment, NVML's figure for this kernel;
- * - then `others` (device used − this kernel's total) and `free`.
+ * - `notebook`: the processes started from this notebook (`!python train.py`, torchrun, workers), when any;
+ * - `uncertain`: host PIDs one of which is this kernel (a container; the kernel cannot tell which yet), when any:
+ *   never counted as other processes;
+ * - then `others` (device used − all of the above) and `free`.
  * Differences that come out negative (the numbers are read at slightly different moments) count as 0.
  * When NVML could not read the device's used or total bytes (null), `others` or `free` is left out.
  */
@@ -101,8 +167,16 @@ export function deviceSegments(device: IDevice): ISegment[] {
   } else {
     segments.push({ key: 'kernel', bytes: mine });
   }
+  const notebook = device.notebook_processes ?? 0;
+  const uncertain = device.uncertain ?? 0;
+  if (notebook > 0) {
+    segments.push({ key: 'notebook', bytes: notebook });
+  }
+  if (uncertain > 0) {
+    segments.push({ key: 'uncertain', bytes: uncertain });
+  }
   if (device.used !== null) {
-    segments.push({ key: 'others', bytes: Math.max(0, device.used - mine) });
+    segments.push({ key: 'others', bytes: Math.max(0, device.used - mine - notebook - uncertain) });
   }
   if (device.total !== null) {
     segments.push({

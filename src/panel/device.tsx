@@ -17,7 +17,17 @@ import {
   type SizeUnit
 } from '../ui/format';
 import type { Trans } from '../ui/i18n';
-import { barTotal, deviceSegments, type ISegment, type SegmentKey, segmentLabel } from '../channel/sample';
+import {
+  ambiguousPids,
+  barTotal,
+  deviceSegments,
+  endableProcess,
+  isSelf,
+  type ISegment,
+  processRelation,
+  type SegmentKey,
+  segmentLabel
+} from '../channel/sample';
 import type { IDevice, IGpuProcess } from '../wire/protocol';
 import { deviceTitle } from './title';
 import { type IGpuMemSettings, usageLevel } from '../settings';
@@ -70,7 +80,7 @@ function UsageBar(props: IBarProps): JSX.Element {
 }
 
 /** Parts of this kernel that are worth a legend line only when they hold something. */
-const HIDE_WHEN_EMPTY: ReadonlyArray<SegmentKey> = ['kernel', 'context'];
+const HIDE_WHEN_EMPTY: ReadonlyArray<SegmentKey> = ['kernel', 'context', 'notebook', 'uncertain'];
 
 function Legend(props: IBarProps): JSX.Element {
   const { segments, unit, trans } = props;
@@ -117,12 +127,74 @@ export function ShutDownKernelButton(props: {
   );
 }
 
+/** "End" for a process started from this notebook: the kernel ends it only if it is provably its own. */
+export interface IProcessEnd {
+  /** Ask the kernel to end it (`terminate`); resolves to null when ended, else the kernel's reason. */
+  run(ref: { pid: number; create_time: number }): Promise<string | null>;
+}
+
+/** "End" and, after a refusal, the kernel's reason. */
+function EndProcessButton(props: {
+  readonly process: IGpuProcess;
+  readonly label: string;
+  readonly end: IProcessEnd;
+  readonly trans: Trans;
+}): JSX.Element | null {
+  const { process, end, trans } = props;
+  const [state, setState] = React.useState<{ busy: boolean; refused: string | null }>({
+    busy: false,
+    refused: null
+  });
+  const ref = endableProcess(process);
+  if (ref === null) {
+    return null;
+  }
+  const onClick = (): void => {
+    setState({ busy: true, refused: null });
+    void end.run(ref).then(
+      refused => setState({ busy: false, refused }),
+      (error: unknown) => setState({ busy: false, refused: String(error) })
+    );
+  };
+  return (
+    <div className="jp-GpuMem-procEnd">
+      <button
+        type="button"
+        className="jp-mod-styled jp-mod-warn jp-GpuMem-end"
+        disabled={state.busy}
+        title={trans.__('End %1 (PID %2) to free its GPU memory', props.label, ref.pid)}
+        onClick={onClick}
+      >
+        {trans.__('End')}
+      </button>
+      {state.refused !== null && <span className="jp-GpuMem-muted"> {state.refused}</span>}
+    </div>
+  );
+}
+
 interface IProcessProps {
   readonly processes: ReadonlyArray<IGpuProcess>;
   readonly unit: SizeUnit;
   readonly trans: Trans;
   readonly labelProcess: (process: IGpuProcess) => string;
   readonly shutDown?: IKernelShutdown | null;
+  readonly end?: IProcessEnd | null;
+  /** Host PIDs one of which is this kernel (ambiguous), for their rows. */
+  readonly ambiguous: ReadonlyArray<number>;
+}
+
+/** The second line of a process's row: its PID(s), and its command line or name. */
+export function processMeta(process: IGpuProcess, ambiguous: ReadonlyArray<number>, trans: Trans): string {
+  const relation = processRelation(process);
+  const local = process.local_pid ?? null;
+  const what = process.cmdline ?? process.name ?? trans.__('not visible here');
+  if (relation === 'ambiguous') {
+    return trans.__('this kernel is one of host PIDs %1', ambiguous.join(', '));
+  }
+  if (local !== null && local !== process.pid) {
+    return trans.__('PID %1 (host PID %2) · %3', local, process.pid, what);
+  }
+  return trans.__('PID %1 · %2', process.pid, what);
 }
 
 /**
@@ -143,24 +215,35 @@ function ProcessTable(props: IProcessProps): JSX.Element {
       <tbody>
         {processes.map(p => {
           const label = props.labelProcess(p);
-          const meta = trans.__('PID %1 · %2', p.pid, p.name ?? trans.__('not visible here'));
+          const meta = processMeta(p, props.ambiguous, trans);
+          const relation = processRelation(p);
           const shutDown = props.shutDown ?? null;
+          const end = props.end ?? null;
           const kernelId =
-            !p.this_kernel && p.kernel_id !== null && shutDown !== null && shutDown.can(p.kernel_id)
+            relation === 'other_kernel' &&
+            p.kernel_id !== null &&
+            shutDown !== null &&
+            shutDown.can(p.kernel_id)
               ? p.kernel_id
               : null;
+          const rowClass = isSelf(p)
+            ? 'jp-GpuMem-thisKernel'
+            : relation === 'notebook'
+              ? 'jp-GpuMem-notebookProcess'
+              : undefined;
           return (
-            <tr key={p.pid} className={p.this_kernel ? 'jp-GpuMem-thisKernel' : undefined}>
+            <tr key={p.pid} className={rowClass} data-relation={relation}>
               <td>
-                <div className="jp-GpuMem-procLabel jp-GpuMem-ellipsis" title={label}>
+                <div className="jp-GpuMem-procLabel jp-GpuMem-ellipsis" title={p.note ?? label}>
                   {label}
                 </div>
-                <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={meta}>
+                <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={p.note ?? meta}>
                   {meta}
                 </div>
                 {kernelId !== null && shutDown !== null && (
                   <ShutDownKernelButton kernelId={kernelId} label={label} shutDown={shutDown} trans={trans} />
                 )}
+                {end !== null && <EndProcessButton process={p} label={label} end={end} trans={trans} />}
               </td>
               <td className="jp-GpuMem-num">{formatBytes(p.used, unit)}</td>
             </tr>
@@ -200,6 +283,8 @@ export interface IDeviceSectionProps {
   readonly trans: Trans;
   readonly labelProcess: (process: IGpuProcess) => string;
   readonly shutDown?: IKernelShutdown | null;
+  /** "End" for the processes started from this notebook (absent: no button). */
+  readonly end?: IProcessEnd | null;
   /** What holds this device's memory ("Held by", heldby.tsx), shown above the processes. */
   readonly heldBy?: React.ReactNode;
 }
@@ -280,6 +365,8 @@ export function DeviceSection(props: IDeviceSectionProps): JSX.Element {
           trans={trans}
           labelProcess={props.labelProcess}
           shutDown={props.shutDown}
+          end={props.end}
+          ambiguous={ambiguousPids(device)}
         />
       )}
     </section>

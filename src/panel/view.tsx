@@ -15,7 +15,7 @@ import type { ISample } from '../wire/protocol';
 import { describeKernelEnd, type IBridgeState, type StateName } from '../channel/state';
 import type { IGpuMemActions, IGpuMemModel } from '../tokens';
 import { ActionsSection } from '../actions/view';
-import { DeviceSection, type IKernelShutdown } from './device';
+import { DeviceSection, type IKernelShutdown, type IProcessEnd } from './device';
 import { GrowthSection } from './growth';
 import { HeldBy } from './heldby';
 import { HostSection } from './host';
@@ -139,6 +139,15 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
     manager === null
       ? null
       : { can: id => manager.canShutDownKernel(id), run: id => void manager.shutDownKernel(id) };
+  // The kernel ends a process started from its notebook only if it is provably its own descendant.
+  const end: IProcessEnd = {
+    run: async ref => {
+      const result = await model.request('terminate', { pids: [ref] }, 15000);
+      return result.terminated.includes(ref.pid)
+        ? null
+        : (result.refused.find(r => r.pid === ref.pid)?.reason ?? trans.__('not ended'));
+    }
+  };
   const idle = props.idle ?? null;
   // After a shut-down the list is read again at once, so that the kernel leaves it.
   const shutDownIdle: IKernelShutdown | null =
@@ -219,6 +228,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
               trans={trans}
               labelProcess={p => model.labelProcess(p)}
               shutDown={shutDown}
+              end={end}
               heldBy={
                 <HeldBy message={model.holders ?? null} device={device} unit={settings.units} trans={trans} />
               }

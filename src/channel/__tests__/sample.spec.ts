@@ -3,13 +3,17 @@ import * as path from 'path';
 
 import { SampleHistory } from '../history';
 import {
+  ambiguousPids,
   barTotal,
   deviceKey,
   deviceSegments,
+  endableProcess,
   type IKernelSession,
+  isSelf,
   kernelTotal,
   labelProcess,
-  primaryDevice
+  primaryDevice,
+  processRelation
 } from '../sample';
 import type { IDevice, IGpuProcess } from '../../wire/protocol';
 import { DEFAULT_SETTINGS, historySeconds, readSettings, usageLevel } from '../../settings';
@@ -261,5 +265,61 @@ describe('version', () => {
       fs.readFileSync(path.join(__dirname, '..', '..', '..', 'package.json'), 'utf8')
     ) as { version: string };
     expect(VERSION).toBe(pkg.version);
+  });
+});
+
+describe('host PIDs matched in a container', () => {
+  const sessions = new Map<string, IKernelSession>();
+
+  it('labels this kernel, a probable match, an ambiguous one, the notebook’s process and an outsider', () => {
+    const [kernel, child, outsider] = fx.containerDevice().processes;
+    expect(labelProcess(kernel, sessions)).toBe('this kernel');
+    expect(labelProcess({ ...kernel, this_kernel: false, relation: 'probably_this_kernel' }, sessions)).toBe(
+      'probably this kernel (host PID 4000000)'
+    );
+    expect(labelProcess(fx.ambiguousDevice().processes[0], sessions)).toBe(
+      'this kernel or another (ambiguous)'
+    );
+    expect(labelProcess(child, sessions)).toBe('started from this notebook');
+    expect(labelProcess(outsider, sessions)).toBe('external');
+  });
+
+  it('reads the relation of an older kernel from this_kernel and kernel_id', () => {
+    const [mine, other, script] = fx.device0().processes;
+    expect([mine, other, script].map(processRelation)).toEqual(['this_kernel', 'other_kernel', 'external']);
+    expect(isSelf(mine)).toBe(true);
+    expect(endableProcess(script)).toBeNull();
+  });
+
+  it('ends only the notebook’s own process, by its PID in the kernel’s namespace and its start time', () => {
+    const [kernel, child, outsider] = fx.containerDevice().processes;
+    expect(endableProcess(child)).toEqual({ pid: 88, create_time: 1763855100.5 });
+    expect(endableProcess(kernel)).toBeNull();
+    expect(endableProcess(outsider)).toBeNull();
+    expect(endableProcess({ ...child, create_time: null })).toBeNull();
+  });
+
+  it('gives the notebook’s processes their own bar segment, apart from the kernel and the others', () => {
+    const d = fx.containerDevice();
+    expect(deviceSegments(d)).toEqual([
+      { key: 'allocated', bytes: 4 * GIB },
+      { key: 'cached', bytes: 2 * GIB },
+      { key: 'context', bytes: 512 * MIB },
+      { key: 'notebook', bytes: 8 * GIB },
+      { key: 'others', bytes: 48 * GIB - 6 * GIB - 512 * MIB - 8 * GIB },
+      { key: 'free', bytes: 32 * GIB }
+    ]);
+  });
+
+  it('never counts ambiguous host PIDs as other processes', () => {
+    const d = fx.ambiguousDevice();
+    expect(deviceSegments(d)).toEqual([
+      { key: 'kernel', bytes: 0 },
+      { key: 'uncertain', bytes: 4 * GIB },
+      { key: 'others', bytes: 48 * GIB - 4 * GIB },
+      { key: 'free', bytes: 32 * GIB }
+    ]);
+    expect(ambiguousPids(d)).toEqual([fx.HOST_PID, fx.OTHER_HOST_PID]);
+    expect(ambiguousPids(fx.containerDevice())).toEqual([]);
   });
 });
