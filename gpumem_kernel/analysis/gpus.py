@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from gpumem_kernel.analysis.gpu_table import AMBIGUOUS, GPUS, GpuSpec, MiB
+from gpumem_kernel.render.text import shown
 
 GiB = 1 << 30
 
@@ -109,13 +110,13 @@ def parse_memory(value: Union[int, float, str]) -> int:
     if isinstance(value, (int, float)):
         number, unit = float(value), ""
     else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
+        match = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(value))
         if match is None or match.group(2).lower() not in _UNITS:
-            raise ValueError(f"cannot read memory size {value!r}; write e.g. '16GiB' or '24GB'")
+            raise ValueError(f"cannot read memory size {shown(value)}; write e.g. '16GiB' or '24GB'")
         number, unit = float(match.group(1)), match.group(2).lower()
     result = int(number * _UNITS[unit])
     if result <= 0:
-        raise ValueError(f"memory size must be positive, got {value!r}")
+        raise ValueError(f"memory size must be positive, got {shown(value)}")
     return result
 
 

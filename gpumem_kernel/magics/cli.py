@@ -29,7 +29,8 @@ from gpumem_kernel.analysis.lora import LORA_HELP
 from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
-from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS
+from gpumem_kernel.magics.parsing import attach_negative_values
+from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS, memory_size
 from gpumem_kernel.render.text import one_line
 
 PROG = "python -m gpumem_kernel"
@@ -73,7 +74,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(args_list)
+        args = parser.parse_args(attach_negative_values(parser, args_list))
         if not args.command:
             parser.print_help(sys.stderr)
             return 2
@@ -436,6 +437,7 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, V100')
     parser.add_argument(
         "--memory",
+        type=memory_size,
         metavar="SIZE",
         help="plan for this much device memory, e.g. 16GiB; with --target, that GPU within this memory (MIG, a share)",
     )

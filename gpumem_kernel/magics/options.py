@@ -11,7 +11,7 @@ from gpumem_kernel.analysis.lora import LORA_HELP
 from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
-from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS
+from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS, memory_size
 
 
 # --- analyze and recommend -----------------------------------------------------------------------------------
@@ -118,6 +118,7 @@ _ANALYSIS_ARGUMENTS = [
     ),
     argument(
         "--memory",
+        type=memory_size,
         metavar="SIZE",
         help="plan for this much device memory, e.g. 16GiB or 24GB; with --target, that GPU within this memory "
         "(a MIG slice, a share)",

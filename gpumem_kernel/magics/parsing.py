@@ -3,10 +3,11 @@ input gets (`GPUMEM_DEBUG=1` shows the traceback of a failing training step inst
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Sequence, Set
 
 from IPython.core.error import UsageError
 from IPython.utils.process import arg_split
@@ -46,10 +47,45 @@ def split_line(rest: str) -> List[str]:
     return [w[1:-1] if len(w) >= 2 and w[0] == w[-1] and w[0] in "\"'" else w for w in words]
 
 
+_NEGATIVE_LOOKING = re.compile(r"-\.?[0-9]")
+
+
+def _value_options(parser: argparse.ArgumentParser) -> Set[str]:
+    """The option strings that take one value, in the parser and its subcommands' parsers."""
+    found: Set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _value_options(sub)
+        elif action.option_strings and action.nargs is None:
+            found.update(action.option_strings)
+    return found
+
+
+def attach_negative_values(parser: argparse.ArgumentParser, words: Sequence[str]) -> List[str]:
+    """`--memory -1GiB` as `--memory=-1GiB`. argparse reads a word that starts with '-' as an option unless it
+    is a plain number, and says "expected one argument"; given the value, the option's own check says what is
+    wrong with it ("must be positive")."""
+    options = _value_options(parser)
+    joined: List[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        following = words[index + 1] if index + 1 < len(words) else None
+        if word in options and following is not None and _NEGATIVE_LOOKING.match(following):
+            joined.append(f"{word}={following}")
+            index += 2
+        else:
+            joined.append(word)
+            index += 1
+    return joined
+
+
 def parse(spec: Callable[..., Any], command: str, rest: str) -> Any:
     """The parsed line, or one UsageError line naming the command."""
     try:
-        return spec.parser.parse_args(split_line(rest))
+        parser = spec.parser
+        return parser.parse_args(attach_negative_values(parser, split_line(rest)))
     except UsageError as error:  # argparse's complaint, e.g. "unrecognized arguments: --bogus"
         raise _fail(command, str(error)) from None
     except ValueError as error:  # unbalanced quotes in the line

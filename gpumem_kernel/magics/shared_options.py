@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from typing import Any, Dict, Tuple
 
@@ -16,6 +17,17 @@ class Option:
 
     def add_to(self, parser: Any) -> None:
         parser.add_argument(*self.flags, **self.settings)
+
+
+def memory_size(text: str) -> str:
+    """--memory's SIZE, checked as the line is read (one line: "must be positive"), and kept as written."""
+    from gpumem_kernel.analysis.gpus import parse_memory  # the GPU table loads only for a command that needs it
+
+    try:
+        parse_memory(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 SEQUENCE_OPTIONS = (
