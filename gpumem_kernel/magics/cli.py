@@ -428,7 +428,12 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora", metavar="r=N[,targets=..]", help=LORA_HELP)
     parser.add_argument("--quantize", metavar="nf4|fp4|int8", help=QUANTIZE_HELP)
     parser.add_argument("--torch", metavar="VERSION", help="plan for this torch, e.g. 1.10 (its memory rules)")
-    parser.add_argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2")
+    parser.add_argument(
+        "--cuda",
+        metavar="VERSION",
+        help="plan the CUDA context of a --target or --memory GPU for this CUDA runtime, e.g. 11.2: the build of "
+        "--torch, or of this torch without it",
+    )
     parser.add_argument(
         "--device",
         type=argcheck.device(CPU, CUDA, INDEX),

@@ -96,7 +96,13 @@ _ANALYSIS_ARGUMENTS = [
         help="plan for this torch, e.g. 1.10: its memory rules (softmax's saved input before 1.11, ...), "
         "workspaces and context (default: this kernel's torch)",
     ),
-    argument("--cuda", metavar="VERSION", help="with --torch: that build's CUDA runtime, e.g. 11.2 (context)"),
+    argument(
+        "--cuda",
+        metavar="VERSION",
+        help="plan the CUDA context of a --target or --memory GPU for this CUDA runtime, e.g. 11.2 (eager loading "
+        "before 11.7): the build of --torch, or of this kernel's torch without it (a context measured on this "
+        "machine's GPU is not planned: it is what it is)",
+    ),
     argument(
         "--size-hint",
         type=float,
