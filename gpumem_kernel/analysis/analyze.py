@@ -42,6 +42,7 @@ from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.fine_tune import FineTunePlan, add_to_report, planned_model
 from gpumem_kernel.analysis.fine_tune import check as check_fine_tune
 from gpumem_kernel.analysis.gpus import GiB
+from gpumem_kernel.analysis.import_guard import import_repair
 from gpumem_kernel.analysis.inputs import batch_maker
 from gpumem_kernel.analysis.llm_facts import llm_facts, output_vocabulary
 from gpumem_kernel.analysis.optimizer_replay import OptimizerReplay
@@ -65,6 +66,7 @@ from gpumem_kernel.render.snippets import AMP_DTYPES
 SEARCHES = ("batch", "seq")  # what analyze searches besides the analysed step: the batch picks, or also the sequence
 
 
+@import_repair()  # a Ctrl-C in a lazy import leaves no half-imported module (analysis.import_guard)
 def analyze(
     model: Any,
     *,

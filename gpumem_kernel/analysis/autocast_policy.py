@@ -26,6 +26,7 @@ import functools
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.gpus import torch_minor
+from gpumem_kernel.analysis.import_guard import interrupts_held
 
 # torch.nn.functional's functions CUDA runs in fp32; each casts its floating arguments up
 FP32_FUNCTIONAL = ("layer_norm", "group_norm", "rms_norm", "interpolate", "softplus", "cosine_similarity")
@@ -251,13 +252,15 @@ def swapped(replacements: List[Tuple[Any, str, Any]]) -> Any:
     """Set each attribute for the block; put back the original, or nothing where torch.Tensor only inherited it
     from TensorBase."""
     originals = [(owner, name, owner.__dict__.get(name, _INHERITED)) for owner, name, _ in replacements]
-    for owner, name, function in replacements:
-        setattr(owner, name, function)
     try:
+        with interrupts_held():  # all swapped or none: a Ctrl-C waits, then the finally puts every one back
+            for owner, name, function in replacements:
+                setattr(owner, name, function)
         yield
     finally:
-        for owner, name, function in reversed(originals):
-            if function is _INHERITED:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, function)
+        with interrupts_held():
+            for owner, name, function in reversed(originals):
+                if function is _INHERITED:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, function)

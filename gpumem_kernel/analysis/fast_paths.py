@@ -15,6 +15,7 @@ import contextlib
 import sys
 from typing import Any, Iterator, List, Tuple
 
+from gpumem_kernel.analysis.import_guard import interrupts_held
 from gpumem_kernel.analysis.library_reads import swap_worst_cases
 
 # (the package whose modules hold the name, the module that defines it, the function's name)
@@ -64,16 +65,18 @@ def answer_fast_paths() -> Iterator[None]:
 
     swapped: List[Tuple[Any, str, Any]] = [(torch, "rand", torch.rand)]
     try:
-        torch.rand = _scalar_draws(torch.rand)
-        swapped += swap_worst_cases()  # value reads in libraries answered as the worst case (analysis.library_reads)
-        for package, defining, name in _COMPILE_CHECKS:
-            original = getattr(sys.modules.get(defining), name, None)
-            if not callable(original):
-                continue
-            for module in _holders(package, name, original):
-                swapped.append((module, name, original))
-                setattr(module, name, _compiling)
+        with interrupts_held():  # a Ctrl-C waits until every swap is listed, so that the finally undoes them all
+            torch.rand = _scalar_draws(torch.rand)
+            swapped += swap_worst_cases()  # value reads in libraries answered as the worst case (library_reads)
+            for package, defining, name in _COMPILE_CHECKS:
+                original = getattr(sys.modules.get(defining), name, None)
+                if not callable(original):
+                    continue
+                for module in _holders(package, name, original):
+                    swapped.append((module, name, original))
+                    setattr(module, name, _compiling)
         yield
     finally:
-        for module, name, original in reversed(swapped):
-            setattr(module, name, original)
+        with interrupts_held():
+            for module, name, original in reversed(swapped):
+                setattr(module, name, original)

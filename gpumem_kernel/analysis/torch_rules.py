@@ -205,8 +205,8 @@ def _autocast_cache_under_no_grad() -> Iterator[None]:
         held.clear()
         clear()
 
-    torch.clear_autocast_cache = clear_all
     try:
+        torch.clear_autocast_cache = clear_all
         with HoldCasts():
             yield
     finally:
@@ -236,8 +236,8 @@ def _autocast_cache_off() -> Iterator[None]:
     import torch
 
     previous = torch.is_autocast_cache_enabled()
-    torch.set_autocast_cache_enabled(False)
     try:
+        torch.set_autocast_cache_enabled(False)
         yield
     finally:
         torch.set_autocast_cache_enabled(previous)

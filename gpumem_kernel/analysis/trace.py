@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 from gpumem_kernel.analysis.fast_paths import answer_fast_paths
+from gpumem_kernel.analysis.import_guard import interrupts_held, tracer_imports
 from gpumem_kernel.analysis.llm_facts import LogitsWatch
 from gpumem_kernel.analysis.model_copy import (
     TensorCopier,
@@ -68,8 +69,8 @@ def _quiet_fake_tensor_log() -> Iterator[None]:
 
     logger = logging.getLogger("torch._subclasses.fake_tensor")
     previous = logger.disabled
-    logger.disabled = True
     try:
+        logger.disabled = True
         yield
     finally:
         logger.disabled = previous
@@ -139,13 +140,12 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
-    gc.freeze()  # what exists before the trace is no garbage of it: the collection below walks the trace's only
     try:
+        gc.freeze()  # what exists before the trace is no garbage of it: the collection below walks the trace's only
         mode: Any = contextlib.nullcontext()
         if fake:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            mode = FakeTensorMode(allow_non_fake_inputs=True)
+            # its first use imports torch._dynamo and sympy: loaded whole here, whatever Ctrl-C does meanwhile
+            mode = tracer_imports()(allow_non_fake_inputs=True)
         # fast paths answered in the real trace too, so that it follows the fake trace's path it is compared with
         with mode, _quiet_fake_tensor_log(), answer_fast_paths():
             copier = TensorCopier(fake=fake)
@@ -224,9 +224,10 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         result.notes += notes
         return result
     finally:
-        gc.unfreeze()
-        tracker.close()
-        torch.set_rng_state(rng)
+        with interrupts_held():  # a Ctrl-C meanwhile waits: the collector and the RNG are put back whole
+            gc.unfreeze()
+            tracker.close()
+            torch.set_rng_state(rng)
 
 
 def _stepped(plan: TracePlan, fake: bool, optimizer: Any, tracker: Any) -> Optional[Stepper]:

@@ -144,8 +144,8 @@ def ordered_cache_clears(tracker: Any) -> Iterator[None]:
         clear()
         tracker.cache_cleared(start)
 
-    torch.clear_autocast_cache = ordered
     try:
+        torch.clear_autocast_cache = ordered
         yield
     finally:
         torch.clear_autocast_cache = clear

@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional
 
 from IPython.display import display
 
+from gpumem_kernel.analysis.import_guard import import_repair
 from gpumem_kernel.analysis.model_source import is_model_source
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
@@ -35,6 +36,7 @@ def remember(shell: Any, report: Any) -> None:
 # --- analyze and recommend -----------------------------------------------------------------------------------
 
 
+@import_repair()  # a model by name imports its library (transformers) before analyze() begins
 def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
     (report, the History of its traced step)."""
