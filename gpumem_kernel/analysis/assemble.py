@@ -212,6 +212,7 @@ def _report(
         "pick_shares": {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE},
     }
     distributed = _distributed(sharding, trace, point, recs) if sharding.world_size > 1 or sharding.strategy else None
+    notes.extend(note for note in sharding.notes() if note not in notes)  # a search assembles more than once
     device_result = trace.device
     figures = _figures(engine, trace, info, user_opt, modelled, point, plan)
     if engine == "measured":

@@ -186,6 +186,16 @@ class _Sharding:
             return self.largest_layer, "the largest layer's parameters, gathered in full"
         return 0, ""
 
+    def notes(self) -> List[str]:
+        """A sharding strategy at world size 1 divides by one: say so, or the report reads as if it sharded."""
+        shown = {"zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "fsdp": "FSDP"}.get(self.strategy or "")
+        if shown is None or self.world_size > 1:
+            return []
+        return [
+            f"{shown} at world size 1 shards nothing: one GPU holds every parameter, gradient and optimizer state, "
+            "as without a strategy; give the number of ranks (--world-size N) to plan a rank's share"
+        ]
+
     def saving(self, params: int, grads: int, optimizer: int) -> int:
         """Bytes a rank does not hold (of those live at the peak) minus what the strategy adds."""
         fp, fg, fo = self.factors()
