@@ -76,9 +76,24 @@ def lookup(name: str) -> GpuSpec:
     spec = _nvml_match(key)
     if spec is not None:
         return spec
-    close = difflib.get_close_matches(key, list(_INDEX), n=4, cutoff=0.5)
-    names = sorted({_INDEX[k].name for k in close}) or [spec.name for spec in GPUS]
-    raise ValueError(f"unknown GPU {name!r}; close names: {', '.join(names)}")
+    close = close_names(key)
+    if close:
+        raise ValueError(f"unknown GPU {shown(name)}; close names: {', '.join(close)}")
+    raise ValueError(
+        f"unknown GPU {shown(name)}: no close name in the table (gpumem_kernel.analysis.gpus.names() lists its "
+        f"{len(GPUS)} GPUs); or plan by its memory alone, e.g. --memory 24GiB"
+    )
+
+
+CLOSE_CUTOFF = 0.7  # "rtx4080supr" is 0.96 from "rtx4080super"; "gtx9999" 0.43 from every xx90: no name at all
+MAX_CLOSE = 5
+
+
+def close_names(key: str) -> List[str]:
+    """The table's names closest to a normalised name, closest first, at most MAX_CLOSE; none when nothing is
+    genuinely close (then listing the whole table would only bury the answer)."""
+    close = difflib.get_close_matches(key, list(_INDEX), n=3 * MAX_CLOSE, cutoff=CLOSE_CUTOFF)
+    return list(dict.fromkeys(_INDEX[k].name for k in close))[:MAX_CLOSE]
 
 
 def names() -> List[str]:
