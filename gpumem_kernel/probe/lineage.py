@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -46,7 +47,9 @@ class Run:
 
 
 def connection_file() -> Optional[str]:
-    """This kernel's connection file, or None outside an ipykernel (tests, terminal IPython)."""
+    """This kernel's connection file, or None outside an ipykernel (tests, terminal IPython, the server)."""
+    if "ipykernel.kernelapp" not in sys.modules:
+        return None  # not a kernel: importing ipykernel here would load IPython into the Jupyter server
     try:
         from ipykernel.kernelapp import IPKernelApp
     except ImportError:
@@ -66,7 +69,7 @@ def record_dir() -> Path:
     return Path(jupyter_runtime_dir()) / "gpumem-lineage"
 
 
-def _owned_and_private(path: Path) -> bool:
+def owned_and_private(path: Path) -> bool:
     """Our own file or directory, not writable by group or others: what it says was written by this user."""
     try:
         info = path.stat()
@@ -128,7 +131,7 @@ class Lineage:
 
     def _read(self) -> List[Run]:
         assert self.path is not None
-        if not self.path.exists() or not (_owned_and_private(self.path) and _owned_and_private(self.path.parent)):
+        if not self.path.exists() or not (owned_and_private(self.path) and owned_and_private(self.path.parent)):
             return []
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))

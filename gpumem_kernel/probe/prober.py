@@ -30,6 +30,7 @@ from gpumem_kernel.probe.hostpid import (
     relation_of_unmatched,
 )
 from gpumem_kernel.probe.nvml import Nvml, describe_error
+from gpumem_kernel.probe.hostpidrecord import HostPidRecord
 from gpumem_kernel.probe.power import PowerReader
 from gpumem_kernel.wire.protocol import Device, Gpu, GpuProcess, KernelInfo, Sample
 from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, sm_counts, torch_info
@@ -115,6 +116,7 @@ class Prober:
         pid: Optional[int] = None,
         view: Optional[LocalView] = None,
         descendants: Optional[Callable[[int], List[int]]] = None,
+        record: Optional[HostPidRecord] = None,
     ) -> None:
         self.nvml = nvml or Nvml()
         self._env = env  # None: read os.environ each time (users set CUDA_VISIBLE_DEVICES in a cell)
@@ -129,6 +131,10 @@ class Prober:
         # who NVML's host PIDs are (a container lists them, not this namespace's): learned sample by sample
         self.hostpids = HostPids(self.pid, view)
         self._descendants = descendants or Descendants().of
+        # the kernel's own prober tells the Jupyter server what it learned (no file outside an ipykernel)
+        self._record = record or (
+            HostPidRecord.for_this_kernel(self.pid, _create_time(self.pid)) if pid is None else None
+        )
 
     # --- NVML calls that turn failures into error strings ---------------------------------------
 
@@ -359,6 +365,8 @@ class Prober:
             device.this_kernel = _figure(device.processes, (THIS_KERNEL, PROBABLY_THIS_KERNEL))
             device.notebook_processes = _figure(device.processes, (NOTEBOOK,))
             device.uncertain = _figure(device.processes, (AMBIGUOUS,))
+        if self._record is not None:
+            self._record.write(self.hostpids.learned())
 
     def __call__(self) -> Sample:
         errors: List[str] = []
@@ -374,6 +382,13 @@ class Prober:
             host=self._host.read(),
             errors=errors,
         )
+
+
+def _create_time(pid: int) -> float:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return 0.0
 
 
 def _key(device: Device) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from gpumem_kernel.probe.prober import Prober
 from gpumem_kernel.server.activity import ExecutionWatch
+from gpumem_kernel.server.hostpids import HostPidRecords
 from gpumem_kernel.server.kernels import Ancestry, KernelFacts, owner_of, read_kernels
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class MachineWatch:
         max_age: float = 1.0,
         clock: Callable[[], float] = time.time,
         executions: Optional[ExecutionWatch] = None,
+        hostpids: Optional[HostPidRecords] = None,
     ) -> None:
         self.kernel_manager = kernel_manager
         self.executions = executions
@@ -93,6 +95,8 @@ class MachineWatch:
         self._clock = clock
         self._lock = threading.Lock()
         self._ancestry = Ancestry()
+        # in a container NVML lists host PIDs: the kernels say which are theirs (server/hostpids.py)
+        self._hostpids = hostpids or HostPidRecords()
         self._view: Optional[MachineView] = None
 
     def view(self) -> MachineView:
@@ -121,6 +125,11 @@ class MachineWatch:
             available, reason, devices = False, f"NVML read failed: {exc}", []
 
         by_pid = {k.pid: k.kernel_id for k in kernels if k.pid is not None}
+        try:
+            by_host_pid = self._hostpids.owners(kernels)
+        except Exception as exc:  # a record the server cannot read: label by ancestry alone
+            errors.append(f"host PID records: {exc}")
+            by_host_pid = {}
         ids = [k.kernel_id for k in kernels]
         paths = {k.kernel_id: k.path for k in kernels}
         gpus: List[GpuFacts] = []
@@ -140,7 +149,7 @@ class MachineWatch:
                 )
             )
             for p in device.processes:
-                owner = owner_of(p.pid, p.kernel_id, self._ancestry, by_pid, ids)
+                owner = by_host_pid.get(p.pid) or owner_of(p.pid, p.kernel_id, self._ancestry, by_pid, ids)
                 processes.append(
                     ProcessFacts(
                         device.nvml_index, uuid, p.pid, p.name or "", p.used, owner, paths.get(owner or "", "")

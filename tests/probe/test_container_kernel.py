@@ -8,6 +8,7 @@ bytes). Every wait polls with a generous timeout: nothing depends on how fast th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -167,8 +168,9 @@ def set_nvml(kernel: KernelHarness, **change: Any) -> None:
 @pytest.fixture(scope="module")
 def kernels(namespaced_python: str) -> Iterator[List[Any]]:
     """This kernel and a second one, each in its own PID namespace, and an external process on the host."""
-    first = KernelHarness(python=namespaced_python).start(timeout=WAIT)
-    second = KernelHarness(python=namespaced_python).start(timeout=WAIT)
+    runtime = tempfile.mkdtemp(prefix="gpumem-runtime-")  # the records the kernels write for the server
+    first = KernelHarness(python=namespaced_python, extra_env={"JUPYTER_RUNTIME_DIR": runtime}).start(timeout=WAIT)
+    second = KernelHarness(python=namespaced_python, extra_env={"JUPYTER_RUNTIME_DIR": runtime}).start(timeout=WAIT)
     external = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"])
     hosts = [host_pid_of_kernel(first), host_pid_of_kernel(second)]
     try:
@@ -228,6 +230,12 @@ def test_in_a_pid_namespace_this_kernel_its_subprocess_and_the_others_are_told_a
     assert "time.sleep(900)" in child["cmdline"]
     (device,) = kernel.evaluate("_extension.current().sampler.latest()")["gpu"]["devices"]
     assert device["notebook_processes"] == 2 * GiB and device["this_kernel"] == 4 * GiB + 300 * MiB
+    # what it learned, for the Jupyter server (server/hostpids.py)
+    record = Path(kernel.evaluate("str(_default_prober()._record.path)"))
+    assert record.parent.name == "gpumem-hostpids" and record.stem == Path(kernel.km.connection_file).stem
+    written = poll("the record", lambda: record.exists() and json.loads(record.read_text()))
+    assert written["host_pids"] == [me] and written["state"] == "confirmed" and written["pid"] == 1
+    assert [(c["pid"], c["host_pid"]) for c in written["children"]] == [(local, child_host)]
 
     # the OOM checklist: never kill this kernel; the others are the cause; the child is the user's own
     message = (
