@@ -107,6 +107,8 @@ class Walker:
         """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down; None when
         it reaches none (most variables: one scratch Reach serves them all)."""
         found = self._scratch
+        if found.storages or found.tensors:  # left over where an error escaped the last walk
+            found = self._scratch = Reach()
         self.failed = None
         self._depth = self.limits.depth if depth is None else min(depth, self.limits.depth)
         self._path.clear()  # left over where an error ended a walk inside a container

@@ -103,6 +103,7 @@ def _scan_one(scan: Scan, name: str, value: Any, kinds: Optional[TorchKinds]) ->
     elif _is_instance(value, "torch.nn.modules.loss", "_Loss"):
         scan.losses.append(name)
     elif kinds.module is not None and issubclass(cls, kinds.module):
+        model_info(name, value)  # read once here, under the guard: one that raises is skipped and named
         scan.models.append((name, value))
     elif kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
         scan.optimizers.append(name)

@@ -29,6 +29,7 @@ from gpumem_kernel.holders import hook as holders_hook  # noqa: E402
 from gpumem_kernel.holders.report import text  # noqa: E402
 from gpumem_kernel.oom.bundle import OOM_MIME  # noqa: E402
 from gpumem_kernel.oom.handler import install_oom_handler, last_oom  # noqa: E402
+from gpumem_kernel.oom.namespace import scan_namespace  # noqa: E402
 from ipython_shell import fresh_shell  # noqa: E402
 from kernel_harness import KernelHarness, kernel_python  # noqa: E402
 
@@ -134,6 +135,48 @@ def test_holders_magic_and_hook(shell, cpu_as_cuda):
     assert captured.stdout.count(SKIPPED) == 1 and "keep" in captured.stdout
     assert {e["name"] for e in data["entries"]} == set(ORDINARY) and data["uninspected"] == SKIPPED
     assert message is not None and message["note"] == SKIPPED  # the panel's "Held by" says it too
+
+
+ABORTING = """
+class Abort(BaseException):  # not an Exception: a walk that catches only Exception would let it end the feature
+    pass
+class Aborting:
+    def __getattribute__(self, name): raise Abort("no")
+aborting = Aborting()
+class HalfModule(torch.nn.Module):  # yields one parameter, then aborts: what it reached must not be charged on
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.ones(100))
+    def parameters(self, recurse=True):
+        yield self.a
+        raise Abort("half way")
+half = HalfModule()
+after = torch.ones(4)
+"""
+
+
+def test_an_exception_that_is_not_an_exception_is_named_too(shell):
+    define(shell, ABORTING)
+    report = collect.collect(shell, device="cpu", budget_ms=None)
+
+    assert report.uninspected == SKIPPED.replace("skipped 3", "skipped 5") + ", aborting (Abort), half (Abort)"
+    held = {entry.name: entry.bytes for entry in report.entries}
+    assert held == {**ORDINARY, "after": 16}  # nothing `half` reached before it aborted is charged to `after`
+    clear = clear_gpu_memory(shell, dry_run=True)
+    assert clear.notes[-1].startswith("skipped 5 variables") and "half (Abort)" in clear.notes[-1]
+    scan = scan_namespace(shell)  # the OOM checklist's look at the namespace
+    assert [name for name, _ in scan.models] == ["model"] and "half (Abort)" in str(scan.skipped.line())
+
+
+def test_a_keyboard_interrupt_is_never_swallowed(shell):
+    define(
+        shell,
+        "class Interrupting:\n    def __getattribute__(self, name): raise KeyboardInterrupt\nctrl_c = Interrupting()",
+    )
+    with pytest.raises(KeyboardInterrupt):
+        collect.collect(shell, device="cpu", budget_ms=None)
+    with pytest.raises(KeyboardInterrupt):
+        clear_gpu_memory(shell, dry_run=True)
 
 
 # --- clear ----------------------------------------------------------------------------------------------------
