@@ -151,6 +151,8 @@ def build(text: str, task: Optional[str] = None, trust_remote_code: bool = False
     source = resolve(text)
     raw = _read_json(source)
     _check_remote_code(raw, source, trust_remote_code, transformers)
+    if trust_remote_code:
+        _check_code_files(raw, source)
     config = _config(transformers, source, trust_remote_code)
     dtype = _dtype(config)
     if task == "seq-cls" and getattr(config, "pad_token_id", None) is None:
@@ -199,9 +201,43 @@ def _check_remote_code(raw: Dict[str, Any], source: Source, trust: bool, transfo
         raise ValueError(f"{source.text}: {source.config_path} has no model_type: not a transformers config")
 
 
+def _code_files(auto_map: Any) -> List[str]:
+    """The Python files a config's auto_map names ("modeling_x.Model" -> modeling_x.py), in order; a reference to
+    another repository's code ("org/repo--modeling_x.Model") is that repository's, not the folder's."""
+    values = auto_map.values() if isinstance(auto_map, dict) else []
+    references = [r for v in values for r in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(r, str)]
+    files = [r.rsplit(".", 1)[0] + ".py" for r in references if "--" not in r and "." in r]
+    return list(dict.fromkeys(files))
+
+
+def _check_code_files(raw: Dict[str, Any], source: Source) -> None:
+    """A model folder whose config names its code (auto_map) must hold the code's files: without one, transformers
+    takes the folder for a Hub repository id and says only "Repo id must be in the form ..."."""
+    if source.repo is not None:
+        return  # from the Hub: transformers fetches the files the repository holds
+    folder = os.path.dirname(os.path.abspath(source.config_path))
+    missing = [name for name in _code_files(raw.get("auto_map")) if not os.path.isfile(os.path.join(folder, name))]
+    if len(missing) == 1:
+        raise ValueError(
+            f"{source.text}: the code file {missing[0]} is missing from {folder} (config.json's auto_map names it); "
+            "copy it there from the model's repository"
+        )
+    if missing:
+        raise ValueError(
+            f"{source.text}: the code files {', '.join(missing)} are missing from {folder} (config.json's auto_map "
+            "names them); copy them there from the model's repository"
+        )
+
+
 def _config(transformers: Any, source: Source, trust: bool) -> Any:
-    # the repository's own code is fetched by its name; everything else reads the local file
-    where = source.repo if trust and source.repo else source.config_path
+    # The repository's own code is fetched by its name, a local folder's from the folder (transformers looks for
+    # the code files beside config.json only when given the folder); everything else reads the local file.
+    if trust and source.repo:
+        where = source.repo
+    elif trust and os.path.basename(source.config_path) == "config.json":
+        where = os.path.dirname(os.path.abspath(source.config_path))
+    else:
+        where = source.config_path
     try:
         return transformers.AutoConfig.from_pretrained(where, revision=source.revision, trust_remote_code=trust)
     except (OSError, ValueError, KeyError) as exc:
