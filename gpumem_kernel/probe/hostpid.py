@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
 
 import psutil
 
@@ -179,6 +179,7 @@ class HostPids:
         self._confirmed: Optional[int] = None
         self._direct = False
         self._children: Dict[int, _Child] = {}
+        self._locality: Dict[int, Tuple[int, bool]] = {}  # pid -> (first seen, a process of this namespace)
 
     # --- the sample ------------------------------------------------------------------------------------
 
@@ -204,6 +205,7 @@ class HostPids:
             self._first_seen.setdefault(pid, self._tick)
         for pid in [p for p in self._first_seen if p not in listed]:
             del self._first_seen[pid]  # gone: if the PID comes back it is another process
+            self._locality.pop(pid, None)
             self._candidates.pop(pid, None)
             if self._confirmed == pid:
                 self._confirmed = None
@@ -214,7 +216,14 @@ class HostPids:
     # --- this kernel -----------------------------------------------------------------------------------
 
     def _local(self, pid: int) -> bool:
-        return pid == self.pid or self.view.plausible(pid)
+        """A process of this namespace (not a host PID only NVML knows); asked once while NVML lists the PID."""
+        if pid == self.pid:
+            return True
+        seen = self._first_seen.get(pid, 0)
+        known = self._locality.get(pid)
+        if known is None or known[0] != seen:
+            known = self._locality[pid] = (seen, self.view.plausible(pid))
+        return known[1]
 
     def _taken(self) -> Set[int]:
         return {c.host_pid for c in self._children.values() if c.host_pid is not None}
@@ -394,7 +403,3 @@ class HostPids:
 def relation_of_unmatched(kernel_id: Optional[str]) -> str:
     """A PID neither this kernel's nor its notebook's: another Jupyter kernel, or anything else."""
     return OTHER_KERNEL if kernel_id else EXTERNAL
-
-
-RelationMap = Dict[int, Relation]
-DescendantsOf = Callable[[int], List[int]]

@@ -69,7 +69,7 @@ def _device_rows(device: Mapping[str, Any]) -> List[Row]:
     if device.get("notebook_processes") is not None:
         rows.append(("Started here", _share(device["notebook_processes"], total)))
     if device.get("uncertain") is not None:
-        rows.append(("This kernel or not", _share(device["uncertain"], total)))
+        rows.append(("Kernel or other", _share(device["uncertain"], total)))
     allocator = device.get("allocator")
     if allocator:
         rows.append(("Allocated", _share(allocator["allocated"], total)))
