@@ -25,6 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from gpumem_kernel.analysis.import_guard import import_repair, interrupts_held
+from gpumem_kernel.analysis.step_error import StepError
 from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
 from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
@@ -156,9 +158,9 @@ def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
             _train(plan, batch, tracker)
         if cuda:
             torch.cuda.synchronize(device)
-    except RuntimeError as exc:
-        if not is_oom(exc):
-            raise
+    except Exception as exc:
+        if not (isinstance(exc, RuntimeError) and is_oom(exc)):
+            raise StepError(exc) from exc  # the user's error keeps its type and its traceback
         error = first_line(exc)  # only the text: the exception and its frames go when this block ends
     finally:
         tracker.close()
@@ -362,6 +364,7 @@ def _batch_source(model: Any, input: Any) -> Callable[[int], Any]:
     return lambda b: make(b, False)
 
 
+@import_repair()  # a Ctrl-C in a lazy import leaves no half-imported module (analysis.import_guard)
 def auto_select_batch_size(
     model: Any,
     device: Any = None,
@@ -415,32 +418,35 @@ def auto_select_batch_size(
     make_batch = _batch_source(model, input)
     notes: List[str] = []
     rng = RngSnapshot.take(cuda or cuda_initialised())
-    predicted, start_source = None, "default"
-    if start_batch is not None:
-        start, start_source = start_batch, "start_batch"
-    elif predict and forward is None:
-        predicted, why = _predict(model, kind, input, loss, amp_mode, target, cap, hint=min(8, max_batch))
-        notes.append(why)
-        start = max(1, predicted) if predicted else 1
-        start_source = "analysis" if predicted else "default"
-    else:
-        start = 1
-    start = min(start, max_batch)
-    bench = Workbench(model, kind, target)
-    if not bench.in_place:
-        notes.append(f"the model is not on {target}: the trials ran on a copy placed there")
-    plan = _Plan(bench, make_batch, forward or feed, loss or default_loss, amp_mode, steps, cap)
-    limit = cap if cap is not None else _cuda_limit(target)
-    search = _Search(lambda b, phase: run_trial(plan, b, phase), limit, cuda, max_batch, progress)
+    bench: Optional[Workbench] = None
+    search: Optional[_Search] = None
     interrupted = False
     try:
+        if start_batch is not None:
+            start, start_source, predicted = min(start_batch, max_batch), "start_batch", None
+        elif predict and forward is None:
+            predicted, why = _predict(model, kind, input, loss, amp_mode, target, cap, hint=min(8, max_batch))
+            notes.append(why)
+            start, start_source = min(max(1, predicted or 1), max_batch), "analysis" if predicted else "default"
+        else:
+            start, start_source, predicted = 1, "default", None
+        bench = Workbench(model, kind, target)
+        plan = _Plan(bench, make_batch, forward or feed, loss or default_loss, amp_mode, steps, cap)
+        limit = cap if cap is not None else _cuda_limit(target)
+        search = _Search(lambda b, phase: run_trial(plan, b, phase), limit, cuda, max_batch, progress)
         search.search(start, predicted=start_source == "analysis")
     except KeyboardInterrupt:
+        if search is None:
+            raise  # before the first trial: no partial result to show
         interrupted = True
     finally:
-        bench.close()
-        rng.restore()
-        clean_allocator(target)
+        with interrupts_held():  # a Ctrl-C meanwhile waits until the user's model, optimizer and RNG are whole
+            if bench is not None:
+                bench.close()
+            rng.restore()
+            clean_allocator(target)
+    if not bench.in_place:
+        notes.append(f"the model is not on {target}: the trials ran on a copy placed there")
     maximum = search.lo.batch if search.lo else 0
     if interrupted:
         notes.append("search interrupted: the maximum is the largest batch verified so far (a lower bound)")
@@ -481,6 +487,7 @@ def auto_select_batch_size(
     )
 
 
+@import_repair()
 def scan_batch_sizes(
     model: Any,
     batch_sizes: Sequence[int],
@@ -508,8 +515,9 @@ def scan_batch_sizes(
     try:
         return [run_trial(plan, b, "scan") for b in batch_sizes]
     finally:
-        bench.close()
-        rng.restore()
+        with interrupts_held():
+            bench.close()
+            rng.restore()
 
 
 # --- rendering ------------------------------------------------------------------------------------------------

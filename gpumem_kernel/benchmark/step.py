@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
+from gpumem_kernel.analysis.import_guard import interrupts_held
+from gpumem_kernel.analysis.step_error import StepError
 from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
 from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
@@ -115,18 +117,24 @@ def run_config(
     started = time.perf_counter()
     means: Optional[List[float]] = None
     error: Optional[str] = None
+    settled = False  # measured or out of memory: anything else (Ctrl-C, an error) leaves this configuration early
     try:
         register_states(tracker, ctx.bench.model, ctx.bench.optimizer)
         tracker.check_baseline()
         means = measure(ctx, batches, batch, amp, pin, tracker, util)
-    except RuntimeError as exc:
-        if not is_oom(exc):
-            raise
+        settled = True
+    except Exception as exc:
+        if not (isinstance(exc, RuntimeError) and is_oom(exc)):
+            raise StepError(exc) from exc  # the user's error keeps its type and its traceback
         error = first_line(exc)  # keep the text only: the exception's frames go when this block ends
+        settled = True
     finally:
-        gpu_util, used = util.stop()
-        tracker.close()
-        batches.close()
+        with interrupts_held():  # the sampler thread, the tracker's mode and the loader's workers all end
+            gpu_util, used = util.stop()
+            tracker.close()
+            batches.close()
+            if not settled:
+                reap_workers(before)  # no row to report them in: ended here
     restarts = batches.restarts
     del batches
     row = BenchmarkRow(

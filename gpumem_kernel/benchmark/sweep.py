@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+from gpumem_kernel.analysis.import_guard import import_repair, interrupts_held
 from gpumem_kernel.analysis.workbench import RngSnapshot, Workbench, clean_allocator, parse_cap, resolve_device
 from gpumem_kernel.benchmark.config import BenchmarkConfig, load_config, with_overrides
 from gpumem_kernel.benchmark.data import SyntheticDataset, default_forward, default_loss
@@ -95,6 +96,7 @@ def _device_info(device: Any, cap: Optional[int]) -> Tuple[Dict[str, Any], Optio
     )
 
 
+@import_repair()  # a Ctrl-C in a lazy import leaves no half-imported module (analysis.import_guard)
 def run_benchmark(
     model: Any,
     *,
@@ -184,9 +186,10 @@ def run_benchmark(
         interrupted = True
         notes.append("interrupted: the table is partial")
     finally:
-        bench.close()
-        rng.restore()
-        clean_allocator(target)
+        with interrupts_held():  # a Ctrl-C meanwhile waits until the user's model, optimizer and RNG are whole
+            bench.close()
+            rng.restore()
+            clean_allocator(target)
     if left:
         notes.append(
             f"{len(left)} DataLoader worker process(es) outlived their configuration and were ended: "

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from IPython.core.error import UsageError
+
 from gpumem_kernel.magics.options import autobatch_arguments
-from gpumem_kernel.magics.parsing import _debug, _engine_error, parse
+from gpumem_kernel.magics.parsing import _debug, _engine_error, _fail, parse
 from gpumem_kernel.magics.progress import _Live, _progress_bundle
 from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer
+
+
+def engine_error(command: str, exc: BaseException) -> UsageError:
+    """The one line of an engine's error; a failed training step (StepError) as it says, with the type the step
+    raised (a user's ValueError is not taken for a bad option), and where its traceback is."""
+    from gpumem_kernel.analysis.step_error import StepError
+
+    if isinstance(exc, StepError):
+        return _fail(command, f"{exc} (check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)")
+    return _engine_error(command, exc)
 
 
 def _trial_line(name: str, number: int, trial: Any, best: Optional[int], simulated: bool) -> str:
@@ -54,5 +66,5 @@ def autobatch(shell: Any, rest: str) -> None:
         live.stop(_progress_bundle(f"autobatch {args.model}: stopped"))
         if _debug() or not isinstance(exc, (ValueError, RuntimeError, TypeError, IndexError)):
             raise
-        raise _engine_error(command, exc) from None
+        raise engine_error(command, exc) from None
     live.show(autobatch_bundle(result))

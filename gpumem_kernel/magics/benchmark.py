@@ -6,7 +6,8 @@ from dataclasses import asdict
 from typing import Any, Dict, List
 
 from gpumem_kernel.magics.options import benchmark_arguments
-from gpumem_kernel.magics.parsing import _debug, _engine_error, _fail, _one_line, parse
+from gpumem_kernel.magics.autobatch import engine_error
+from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
 from gpumem_kernel.magics.progress import _Live, _progress_bundle
 from gpumem_kernel.magics.resolve import _loss, _memory, _module, _optimizer, lookup
 
@@ -86,7 +87,7 @@ def benchmark(shell: Any, rest: str) -> None:
         live.stop(_progress_bundle(f"benchmark {args.model}: stopped", _rows_text(rows, engine) if rows else None))
         if _debug() or not isinstance(exc, (ValueError, RuntimeError, TypeError, IndexError, OSError)):
             raise
-        raise _engine_error(command, exc) from None
+        raise engine_error(command, exc) from None
     live.show(benchmark_bundle(result))
     if args.save_yaml:
         try:
