@@ -253,6 +253,16 @@ def test_an_oom_gets_its_checklist_with_the_ordinary_variables(shell):
     assert last_oom(shell) == output.data[OOM_MIME]
 
 
+def test_the_panels_checklist_of_an_oom_the_handler_did_not_see(shell):
+    result, _ = run(shell, f"raise torch.OutOfMemoryError({OOM_TEXT!r})")  # no handler: built on request
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+
+    for answer in (frontend.last_oom(), frontend.oom_from_text(f"OutOfMemoryError: {OOM_TEXT}")):
+        decoded = json.loads(answer)
+        assert decoded["ok"] is True, decoded
+        assert decoded["oom"]["diagnosis"]["notes"].count(SKIPPED) == 1
+
+
 # --- growth ---------------------------------------------------------------------------------------------------
 
 
@@ -387,6 +397,7 @@ def test_in_a_real_kernel_the_checklist_clear_and_holders_work():
         checklist = _shown(kernel, oom["msg_id"])
         holders = kernel.execute("%gpumem holders")
         holders_text = kernel.evaluate("__import__('gpumem_kernel').holders().uninspected")
+        again = kernel.execute("%gpumem oom")
         magic = kernel.execute("%gpumem clear")
         panel = json.loads(kernel.evaluate("__import__('gpumem_kernel').frontend.clear()"))
         held_by = kernel.wait_comm(comm_id, "holders", where=lambda d: d["cell"] == holders["execution_count"])
@@ -396,6 +407,7 @@ def test_in_a_real_kernel_the_checklist_clear_and_holders_work():
     (bundle,) = checklist
     assert bundle[OOM_MIME]["diagnosis"]["notes"].count(SKIPPED) == 1
     assert bundle[OOM_MIME]["diagnosis"]["model"]["name"] == "model"
+    assert again["status"] == "ok" and _shown(kernel, again["msg_id"]) == checklist  # `%gpumem oom` shows it again
     assert holders["status"] == "ok" and holders_text == SKIPPED and held_by["note"] == SKIPPED
     assert magic["status"] == "ok" and _stderr(kernel, magic["msg_id"]) == ""
     (cleared,) = _shown(kernel, magic["msg_id"])
