@@ -36,7 +36,7 @@ from gpumem_kernel.analysis.arguments import (
     _positive_int,
 )
 from gpumem_kernel.analysis.assemble import _plan_notes, _report
-from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, device_limit
+from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, cuda_notes, device_limit
 from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
 from gpumem_kernel.analysis.evaluation import _evaluation
 from gpumem_kernel.analysis.fine_tune import FineTunePlan, add_to_report, planned_model
@@ -230,6 +230,7 @@ def analyze(
             info = _measured_limit(info, measured_on, model, kind, reserve)
         else:
             engine = traced
+        notes += cuda_notes(info, cuda_version)
         found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
         found = _with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)

@@ -146,6 +146,17 @@ def basis_notes(info: DeviceInfo, target: Optional[str], memory: Any) -> List[st
     ]
 
 
+def cuda_notes(info: DeviceInfo, cuda_version: Optional[str]) -> List[str]:
+    """--cuda plans an estimated CUDA context; where none is estimated it changes nothing, and the report says so."""
+    if cuda_version is None or info.context_source == "estimate":
+        return []
+    if info.context_source == "none":
+        return [
+            f"--cuda {cuda_version} not used: no GPU to plan a CUDA context for (add --target GPU or --memory SIZE)"
+        ]
+    return [f"--cuda {cuda_version} not used: the CUDA context is measured on this GPU, with this kernel's own CUDA"]
+
+
 def _context_in_use(local: Any, torch_reserved: int) -> Optional[Tuple[int, str]]:
     """This kernel's NVML usage minus torch's reserved memory = its CUDA context (and other non-torch
     allocations); None when this kernel has no context on the device yet."""

@@ -31,3 +31,34 @@ def test_the_help_says_what_cuda_does_without_torch(capsys):
     assert "or of this kernel's torch without it" in text
     assert cli.main(["analyze", "--help"]) == 0
     assert "or of this torch without it" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cuda_without_a_gpu_to_plan_for_says_it_is_not_used():
+    from gpumem_kernel.analysis.analyze import analyze
+
+    report = analyze(torch.nn.Linear(8, 8), batch_size=2, input=(8,), device="cpu", cuda_version="11.2")
+    assert "--cuda 11.2 not used: no GPU to plan a CUDA context for (add --target GPU or --memory SIZE)" in report.notes
+    planned = analyze(torch.nn.Linear(8, 8), batch_size=2, input=(8,), target="RTX 4090", cuda_version="11.2")
+    assert not any("--cuda" in note for note in planned.notes)
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("estimate", None),
+        ("none", "no GPU to plan a CUDA context for"),
+        ("nvml", "the CUDA context is measured on this GPU"),
+        ("in use", "the CUDA context is measured on this GPU"),
+    ],
+)
+def test_cuda_is_said_unused_wherever_no_context_is_estimated(source, said):
+    from types import SimpleNamespace
+
+    from gpumem_kernel.analysis.device import cuda_notes
+
+    notes = cuda_notes(SimpleNamespace(context_source=source), "11.2")
+    if said is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and notes[0].startswith("--cuda 11.2 not used: ") and said in notes[0]
+    assert cuda_notes(SimpleNamespace(context_source=source), None) == []
