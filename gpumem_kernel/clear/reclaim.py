@@ -33,7 +33,7 @@ from gpumem_kernel.probe.holders import (
     traceback_frames,
     user_variables,
 )
-from gpumem_kernel.probe.inspection import Skipped, problem, type_name
+from gpumem_kernel.probe.inspection import Skipped, type_name
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, initialised_cuda
 from gpumem_kernel.render.units import human
@@ -319,7 +319,7 @@ def clear_gpu_memory(
     if kinds is not None:
         kept: Set[Any] = set()
         holders(shell, exclude=to_delete, seen=kept, skipped=skipped)
-        deleted = [_deleted(name, namespace[name], kinds, kept) for name in to_delete]
+        deleted = [_deleted(name, namespace[name], kinds, kept, skipped) for name in to_delete]
         cache_holders = [measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True) for entry in cache]
         traceback_freed = frame_holder(frames, kinds, kept) if frames else None
     else:
@@ -379,16 +379,14 @@ def _cuda_variables(shell: Any, kinds: TorchKinds, named: Sequence[str], skipped
     return found
 
 
-def _deleted(name: str, value: Any, kinds: TorchKinds, kept: Set[Any]) -> Holder:
-    """What deleting a variable the user named frees; its name alone when it cannot be inspected (it is deleted
-    all the same: the user asked for it)."""
-    if problem(value) is None:
-        try:
+def _deleted(name: str, value: Any, kinds: TorchKinds, kept: Set[Any], skipped: Skipped) -> Holder:
+    """What deleting a variable the user named frees; its name alone when it cannot be inspected (recorded in
+    `skipped`; it is deleted all the same: the user asked for it)."""
+    if skipped.accepts(name, value):
+        with skipped.guard(name):
             holder = measure(name, value, kinds, kept, keep_empty=True)
-        except Exception:  # a Module subclass whose parameters() raises: its size is unknown, not the deletion
-            holder = None
-        if holder is not None:
-            return holder
+            if holder is not None:
+                return holder
     return Holder(name, "other", type_name(type(value)), 0, {}, 0)
 
 

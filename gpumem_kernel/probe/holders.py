@@ -181,7 +181,7 @@ def kind_of(obj: Any, kinds: TorchKinds) -> str:
         return "module"
     if kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
         return "optimizer"
-    for cls, name in (
+    for container, name in (
         (dict, "dict"),
         (collections.UserDict, "dict"),
         (list, "list"),
@@ -190,7 +190,7 @@ def kind_of(obj: Any, kinds: TorchKinds) -> str:
         (frozenset, "set"),
         (collections.deque, "list"),
     ):
-        if issubclass(type(obj), cls):
+        if issubclass(cls, container):
             return name
     return "other"
 
@@ -270,7 +270,7 @@ def user_variables(
     namespace, hidden = namespace_of(resolve_shell(shell))
     record = Skipped() if skipped is None else skipped
     found = []
-    for name, value in dict(namespace).items():  # a copy: the loop runs no user code that could change it
+    for name, value in dict(namespace).items():  # a copy: reading a value's __class__ runs the user's code
         cls = type(value)
         if issubclass(cls, skip) or not issubclass(type(name), str) or is_ipython_name(name, value, hidden):
             continue

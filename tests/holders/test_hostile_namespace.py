@@ -228,6 +228,14 @@ def test_clear_all_cuda_vars_never_deletes_what_it_could_not_inspect(shell):
     user_variables_left(shell)
 
 
+def test_a_variable_that_cannot_be_inspected_is_deleted_when_named(shell):
+    report = clear_gpu_memory(shell, variables=["p", "keep"])
+
+    assert [(h.name, h.bytes) for h in report.deleted] == [("p", 0), ("keep", 128)]
+    assert "p" not in shell.user_ns and "keep" not in shell.user_ns and "h" in shell.user_ns
+    assert report.notes.count(SKIPPED) == 1  # p was looked at before it went
+
+
 def test_the_panels_clear_action_answers_ok(shell):
     answer = json.loads(frontend.clear())
     assert answer["ok"] is True, answer
