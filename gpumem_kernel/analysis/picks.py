@@ -104,7 +104,8 @@ def parse_rounding(value: Any) -> Rounding:
         return DEFAULT
     if text in _NONE_WORDS:
         return Rounding(exact=True)
-    if _DIGITS.match(text) and 1 <= int(text) <= MAX_MULTIPLE:
+    # the length first: int() of 4300+ digits raises Python's own limit text instead of this message
+    if _DIGITS.match(text) and len(text.lstrip("0")) <= len(str(MAX_MULTIPLE)) and 1 <= int(text) <= MAX_MULTIPLE:
         n = int(text)
         return Rounding(exact=True) if n == 1 else Rounding(multiple=n)
     shown = value if len(str(value)) <= 40 else str(value)[:40] + "…"
