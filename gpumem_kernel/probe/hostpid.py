@@ -323,6 +323,8 @@ class HostPids:
                 continue
             if child is None or abs(child.identity.create_time - identity.create_time) > 0.01:
                 child = self._children[pid] = _Child(pid, identity)
+            else:
+                child.identity = identity  # read again: just after fork it still has its parent's command line
             if child.started is None and pid not in listed:
                 uses = self.view.uses_cuda(pid)
                 if uses is True or uses is None:  # None: no fd signal here; its first sample is the moment

@@ -133,7 +133,7 @@ export interface IProcessEnd {
   run(ref: { pid: number; create_time: number }): Promise<string | null>;
 }
 
-/** "End" and, after a refusal, the kernel's reason. */
+/** "End", a second click to confirm (it stops the user's own run), and after a refusal the kernel's reason. */
 function EndProcessButton(props: {
   readonly process: IGpuProcess;
   readonly label: string;
@@ -141,8 +141,8 @@ function EndProcessButton(props: {
   readonly trans: Trans;
 }): JSX.Element | null {
   const { process, end, trans } = props;
-  const [state, setState] = React.useState<{ busy: boolean; refused: string | null }>({
-    busy: false,
+  const [state, setState] = React.useState<{ phase: 'idle' | 'confirm' | 'busy'; refused: string | null }>({
+    phase: 'idle',
     refused: null
   });
   const ref = endableProcess(process);
@@ -150,10 +150,14 @@ function EndProcessButton(props: {
     return null;
   }
   const onClick = (): void => {
-    setState({ busy: true, refused: null });
+    if (state.phase === 'idle') {
+      setState({ phase: 'confirm', refused: null });
+      return;
+    }
+    setState({ phase: 'busy', refused: null });
     void end.run(ref).then(
-      refused => setState({ busy: false, refused }),
-      (error: unknown) => setState({ busy: false, refused: String(error) })
+      refused => setState({ phase: 'idle', refused }),
+      (error: unknown) => setState({ phase: 'idle', refused: String(error) })
     );
   };
   return (
@@ -161,11 +165,11 @@ function EndProcessButton(props: {
       <button
         type="button"
         className="jp-mod-styled jp-mod-warn jp-GpuMem-end"
-        disabled={state.busy}
+        disabled={state.phase === 'busy'}
         title={trans.__('End %1 (PID %2) to free its GPU memory', props.label, ref.pid)}
         onClick={onClick}
       >
-        {trans.__('End')}
+        {state.phase === 'idle' ? trans.__('End') : trans.__('End PID %1?', ref.pid)}
       </button>
       {state.refused !== null && <span className="jp-GpuMem-muted"> {state.refused}</span>}
     </div>

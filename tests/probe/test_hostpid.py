@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from typing import Dict, Iterable, List, Mapping, Optional
 
+import psutil
 import pytest
 
 from fake_nvml import FakeGpu, GiB
@@ -189,7 +191,12 @@ def test_the_local_view_reads_this_process_and_its_child():
     view = LocalView()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert view.plausible(os.getpid()) is False  # no NVIDIA device open: NVML's PID of that number is not us
+        deadline = time.monotonic() + 60  # until the child has exec'd (its command line is its own)
+        while "time.sleep(30)" not in " ".join(psutil.Process(child.pid).cmdline()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        nvidia = [os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")]
+        # no NVIDIA device open: a host PID NVML lists with that number would be another process
+        assert view.plausible(child.pid) is any(path.startswith("/dev/nvidia") for path in nvidia)
         identity = view.identity(child.pid)
         assert identity is not None and "time.sleep(30)" in (identity.cmdline or "")
         assert view.uses_cuda(child.pid) in (None, False)

@@ -69,7 +69,7 @@ describe('a device seen from a container', () => {
     );
   });
 
-  it('offers End only for the notebook’s process and shows the kernel’s refusal', async () => {
+  it('offers End only for the notebook’s process, asks again, and shows the kernel’s refusal', async () => {
     const asked: Array<{ pid: number; create_time: number }> = [];
     const end: IProcessEnd = {
       run: ref => {
@@ -81,6 +81,9 @@ describe('a device seen from a container', () => {
     const buttons = host.querySelectorAll('.jp-GpuMem-end');
     expect(buttons).toHaveLength(1);
     expect(buttons[0].closest('tr')?.getAttribute('data-relation')).toBe('notebook');
+    act(() => (buttons[0] as HTMLButtonElement).click());
+    expect(asked).toEqual([]); // a second click confirms: it stops the user's own run
+    expect(buttons[0].textContent).toBe('End PID 88?');
     await act(async () => {
       (buttons[0] as HTMLButtonElement).click();
       await Promise.resolve();
