@@ -105,11 +105,16 @@ def _without_onednn() -> Iterator[None]:
             step()
 
     flags = torch.backends.mkldnn.flags(enabled=False)
-    quietly(flags.__enter__)
+    entered = False
     try:
+        with interrupts_held():  # a Ctrl-C waits until the flag is set and noted, so that the finally puts it back
+            quietly(flags.__enter__)
+            entered = True
         yield
     finally:
-        quietly(lambda: flags.__exit__(None, None, None))
+        if entered:
+            with interrupts_held():
+                quietly(lambda: flags.__exit__(None, None, None))
 
 
 def _run_trace(plan: TracePlan, batch_size: int, *, fake: bool) -> TraceResult:
