@@ -16,6 +16,7 @@
  */
 import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import type { NotebookPanel } from '@jupyterlab/notebook';
 import type { Locator } from '@playwright/test';
 import { openNew, openPanel, resultOf } from './notebooks';
 
@@ -101,6 +102,9 @@ test('OOM → clear → restart → new OOM: ticks per error, answers under the 
   context,
   tmpPath
 }, testInfo) => {
+  // Two OOMs, a clear, a restart and a reload: 1.5 min and more on a loaded 2-core machine (it ran past the
+  // config's 2 min there, 3 times in 5).
+  test.setTimeout(300000);
   await context.grantPermissions(['clipboard-read', 'clipboard-write']);
   const file = `${tmpPath}/lifecycle.ipynb`;
   await openNew(page, file, [raising(FIRST_OOM)]);
@@ -169,7 +173,11 @@ test('OOM → clear → restart → new OOM: ticks per error, answers under the 
   await shoot(page, '03-restart.png', testInfo);
 
   // 4. A new, different OOM in the new kernel: nothing ticked, inline or in the panel.
-  await page.notebook.setCell(0, 'code', raising(SECOND_OOM));
+  // Set through the model: galata's setCell types the ~300 characters one by one (seconds on a loaded machine).
+  await page.evaluate(source => {
+    const notebook = (window.jupyterapp.shell.currentWidget as NotebookPanel).content;
+    notebook.widgets[0].model.sharedModel.setSource(source);
+  }, raising(SECOND_OOM));
   await command(page, 'notebook:run-all-cells');
   const second = inlineChecklist(page);
   await expect(second.locator('.jp-GpuMem-oomHeadline')).toContainText('tried to allocate 512.00 MiB');
@@ -208,6 +216,7 @@ test('Kernel > Restart and kill -9: the panel marks the old run and says the ker
   page,
   tmpPath
 }) => {
+  test.setTimeout(240000); // two restarts: up to 1.2 min on a loaded 2-core machine, more than half the config's 2 min
   await openNew(page, `${tmpPath}/killed.ipynb`, ['import os\nos.getpid()', raising(FIRST_OOM)]);
   const panel = await livePanel(page);
   const pidOutput = resultOf(page, 0); // the PID only, never a warning written beside it
