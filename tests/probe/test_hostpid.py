@@ -246,3 +246,17 @@ def test_the_prober_labels_processes_and_sums_the_devices_figures(make_prober, m
     assert [p["relation"] for p in dev["processes"]] == ["external", PROBABLY_THIS_KERNEL]
     assert dev["this_kernel"] == 2 * GiB + 300 * MiB and dev["uncertain"] is None
     assert sample["kernel"]["gpu_used"] == 2 * GiB + 300 * MiB
+
+
+def test_the_fd_signal_says_who_started_cuda(tmp_path):
+    """A process with /dev/nvidia-uvm open has started CUDA; NVML alone opens only /dev/nvidiactl."""
+    for pid, targets in {88: ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia-uvm"], 89: ["/dev/nvidiactl"]}.items():
+        folder = tmp_path / str(pid) / "fd"
+        folder.mkdir(parents=True)
+        for number, target in enumerate(targets):
+            (folder / str(number)).symlink_to(target)
+    view = LocalView(proc=str(tmp_path))
+    view.has_uvm = True
+    assert (view.uses_cuda(88), view.uses_cuda(89), view.uses_cuda(90)) == (True, False, None)
+    view.has_uvm = False  # a machine without the device: the signal means nothing there
+    assert view.uses_cuda(88) is None
