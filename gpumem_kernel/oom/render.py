@@ -66,9 +66,16 @@ def _diagnosis_lines(d: Diagnosis) -> List[str]:
         lines.append(f"Fragmentation: {human(f.reserved_unallocated)} reserved but unallocated")
     elif f is not None and f.expandable_segments_set:
         lines.append(f"Expandable segments are already on ({d.alloc_conf_var})")
-    holders_ = [p for p in d.other_processes if p.used]
-    if holders_:
-        lines.append("Other processes: " + ", ".join(f"PID {p.pid} ({human(p.used)})" for p in holders_[:6]))
+    holding = [p for p in d.other_processes if p.used]
+    # what the notebook started is the user's to stop in its own cell: never listed among someone else's
+    started = [p for p in holding if p.child_of_kernel]
+    others = [p for p in holding if not p.child_of_kernel]
+    if started:
+        # its PID in this namespace where known: the one `kill` or `ps` here understands
+        named = (f"PID {p.local_pid if p.local_pid is not None else p.pid} ({human(p.used)})" for p in started[:6])
+        lines.append("Started from this notebook: " + ", ".join(named))
+    if others:
+        lines.append("Other processes: " + ", ".join(f"PID {p.pid} ({human(p.used)})" for p in others[:6]))
     if d.traceback and d.traceback.tensors:
         lines.append(
             f"The failed call's traceback keeps {plural(d.traceback.tensors, 'tensor')} "

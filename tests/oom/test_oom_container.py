@@ -162,3 +162,13 @@ def test_the_payload_with_host_pids_matches_the_schema() -> None:
     payload = json.loads(json.dumps(bundle[OOM_MIME]))
     jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(payload)
     assert payload["diagnosis"]["this_kernel_pids"] == [HOST_ME]
+
+
+def test_the_text_card_lists_the_notebooks_processes_apart_from_the_other_processes() -> None:
+    processes = [process(HOST_ME, 30 * GiB, "this_kernel"), process(EXTERNAL, 40 * GiB, "external"), child()]
+    bundle = oom_report(MESSAGE, shell(), sample=sample(processes), env={})
+    assert bundle is not None
+    lines = bundle["text/plain"].splitlines()
+    assert "- Started from this notebook: PID 88 (8.00 GiB)" in [line.strip() for line in lines]
+    other = next(line for line in lines if "Other processes:" in line)
+    assert "PID 3900000 (40.00 GiB)" in other and "4000200" not in other and "4000000" not in other
