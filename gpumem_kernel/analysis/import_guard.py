@@ -1,4 +1,4 @@
-"""Imports that a Ctrl-C cannot leave half done.
+"""Ctrl-C where it breaks nothing: imports it cannot leave half done, and traces it cannot abort.
 
 The first fake trace of a kernel imports torch._dynamo (FakeTensorMode's constructor asks for its config), and
 with it sympy, mpmath, numpy.random, torch._inductor...: some 800 modules, a second or more. A KeyboardInterrupt
@@ -17,6 +17,12 @@ Two guards, then:
   left: modules added in the block whose package is gone are removed, so that the next import loads them again
   with their package; a module that loaded but whose package never got its attribute gets it. Modules that
   finished with their package stay as they are.
+
+A fake trace needs more: a FakeTensor's `device` is answered by Python code that C++ calls where an exception
+cannot pass (a KeyboardInterrupt there aborts the process: "terminate called after throwing an instance of
+'python_error'", the kernel dies). `interrupts_deferred()` notes SIGINT during the trace, and the tracker raises it
+at its next operator (`PendingInterrupt.raise_if_pending`), where an exception travels back to the caller as the
+simulated OOM does; one still pending when the block ends is raised then.
 
 torch is imported inside functions only: the kernel shim must load without it.
 """
@@ -86,24 +92,51 @@ def _deliver(previous: Handler) -> None:
         raise KeyboardInterrupt
 
 
+class PendingInterrupt:
+    """The SIGINT handler of a deferring block: notes the signal, for the block to raise where it is safe."""
+
+    def __init__(self) -> None:
+        self.signals: List[int] = []
+
+    def note(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.signals.append(signum)
+
+    def raise_if_pending(self) -> None:
+        if self.signals:
+            self.signals.clear()
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[Optional[PendingInterrupt]]:
+    """SIGINT during the block is noted: raised by `raise_if_pending()` or, still pending when the block ends, by
+    the handler the block replaced. None off the main thread, where signals never arrive."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    pending = PendingInterrupt()
+    previous = signal.signal(signal.SIGINT, pending.note)
+    try:
+        yield pending
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending.signals:
+            _deliver(previous)
+
+
+def pending_interrupt() -> Optional[PendingInterrupt]:
+    """The innermost deferring block's, if one is running on this thread (its handler is SIGINT's)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    handler = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+    return handler if isinstance(handler, PendingInterrupt) else None
+
+
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
     """SIGINT during the block is held, and raised (by the handler it replaced) once the block is done."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals reach the main thread only: nothing to hold here
-        return
-    held: List[int] = []
-
-    def hold(signum: int, frame: Optional[FrameType]) -> None:
-        held.append(signum)
-
-    previous = signal.signal(signal.SIGINT, hold)
-    try:
+    with interrupts_deferred():
         yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            _deliver(previous)
 
 
 def guarded_import(load: Callable[[], Any]) -> Any:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from gpumem_kernel.analysis.checkpointing import checkpoint_blocks
 from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
 from gpumem_kernel.analysis.fast_paths import answer_fast_paths
-from gpumem_kernel.analysis.import_guard import interrupts_held, tracer_imports
+from gpumem_kernel.analysis.import_guard import interrupts_deferred, interrupts_held, pending_interrupt, tracer_imports
 from gpumem_kernel.analysis.llm_facts import LogitsWatch
 from gpumem_kernel.analysis.model_copy import (
     TensorCopier,
@@ -80,8 +80,15 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
     """Two training steps at `batch_size` on a copy (fake or real CPU); the user's objects stay untouched.
 
     A CPU whose oneDNN has no bf16 RNN kernel cannot trace an LSTM under autocast: the step is traced again
-    without oneDNN, where CPU autocast leaves RNN layers in fp32 (an upper bound for them, and said so)."""
+    without oneDNN, where CPU autocast leaves RNN layers in fp32 (an upper bound for them, and said so).
 
+    Ctrl-C during the trace is raised at the tracker's next operator (analysis.import_guard: elsewhere in a fake
+    trace it could abort the process)."""
+    with interrupts_deferred():
+        return _with_onednn_fallback(plan, batch_size, fake)
+
+
+def _with_onednn_fallback(plan: TracePlan, batch_size: int, fake: bool) -> TraceResult:
     try:
         return _run_trace(plan, batch_size, fake=fake)
     except TraceError as exc:
@@ -142,6 +149,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         cast_cache=plan.amp is not None or plan.step_fn is not None, fake=fake, size_hints=plan.size_hints
     )
     tracker.stack_hook = plan.stack_hook
+    tracker.interrupts = pending_interrupt()
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []

@@ -86,6 +86,8 @@ def trace_tracker_class() -> type:
             self.logits: Any = None  # a LogitsWatch (analysis.llm_facts) for a model with an output vocabulary
             # told the storages an autocast cache clear freed (analysis.replicate frees its replayed casts then)
             self.on_cache_clear: Optional[Callable[[Set[int]], None]] = None
+            # the trace's deferred Ctrl-C (analysis.import_guard), raised here: not from a device query
+            self.interrupts: Any = None
 
         def cache_cleared(self, start: int) -> None:
             """The frees since event `start` were autocast's cache clear: they go in the order the casts were made
@@ -104,6 +106,8 @@ def trace_tracker_class() -> type:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if func is device_of:  # two thirds of a fake trace's calls (the autograd engine asks every tensor's)
                 return func(*args, **(kwargs or {}))  # a device: nothing to track
+            if self.interrupts is not None and func.namespace != "prim":  # prim: metadata C++ asks, no exception
+                self.interrupts.raise_if_pending()  # an operator's exception reaches the trace's caller
             if self._fake and _in_place_foreach(func) and _all_fake(args):
                 return None  # no storage made or freed: FakeTensorMode's per-tensor kernels would only cost time
             if self.size_hints is None:

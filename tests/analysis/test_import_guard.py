@@ -16,7 +16,14 @@ from typing import Iterator
 
 import pytest
 
-from gpumem_kernel.analysis.import_guard import guarded_import, import_repair, interrupts_held, repair
+from gpumem_kernel.analysis.import_guard import (
+    guarded_import,
+    import_repair,
+    interrupts_deferred,
+    interrupts_held,
+    pending_interrupt,
+    repair,
+)
 
 # `from .done.leaf import` loads a submodule and binds a name, not the submodule: only the import system sets
 # `done` on the package, when it loads it (sympy's `from .printing import ...`); then the package stops half-way
@@ -132,6 +139,19 @@ def test_a_held_interrupt_goes_to_the_handler_it_replaced():
         assert taken == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_deferred_interrupt_is_raised_where_the_block_says():
+    """A fake trace's tracker raises Ctrl-C at its next operator, never inside a device query."""
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_deferred() as pending:
+            assert pending_interrupt() is pending
+            signal.raise_signal(signal.SIGINT)
+            steps.append("went on")
+            pending.raise_if_pending()
+            steps.append("after the safe point")
+    assert steps == ["went on"] and pending_interrupt() is None
 
 
 def test_off_the_main_thread_the_block_runs_as_is():
