@@ -16,7 +16,8 @@ Two guards, then:
 - `import_repair()`: an exception that leaves the block (any thread, any import) mends what a half-done import
   left: modules added in the block whose package is gone are removed, so that the next import loads them again
   with their package; a module that loaded but whose package never got its attribute gets it. Modules that
-  finished with their package stay as they are.
+  finished with their package stay as they are. The fallback where SIGINT cannot be held (another thread,
+  another exception): a torch module that runs twice may still refuse (a registry that takes a name once).
 
 A fake trace needs more: a FakeTensor's `device` is answered by Python code that C++ calls where an exception
 cannot pass (a KeyboardInterrupt there aborts the process: "terminate called after throwing an instance of
@@ -51,12 +52,13 @@ def _orphaned(name: str) -> bool:
 
 
 def _attach(name: str, module: ModuleType) -> None:
-    """Set the submodule on its package, as the import would have done after loading it. vars(), not hasattr:
-    a lazy package's __getattr__ would import."""
+    """Set the submodule on its package, as the import would have done after loading it. Its __dict__, not
+    hasattr: a lazy package's __getattr__ would import. sys.modules may hold objects that take no attribute."""
     package_name, _, child = name.rpartition(".")
-    package = sys.modules.get(package_name) if package_name else None
-    if package is not None and child not in vars(package):
-        setattr(package, child, module)
+    namespace = getattr(sys.modules.get(package_name), "__dict__", None) if package_name else None
+    if namespace is not None and child not in namespace:
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(sys.modules[package_name], child, module)
 
 
 def repair(before: AbstractSet[str]) -> List[str]:
