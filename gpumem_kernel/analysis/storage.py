@@ -19,6 +19,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from gpumem_kernel.analysis.import_guard import interrupts_deferred
 from gpumem_kernel.render.units import format_bytes
 
 
@@ -97,6 +98,8 @@ def tracker_class() -> type:
             # called at each storage birth, its result kept as Record.stack (the timeline's allocating frames);
             # None (the default) costs one attribute check per storage
             self.stack_hook: Optional[Any] = None
+            # a deferred Ctrl-C (interrupts_at_operators), raised at the next operator
+            self.interrupts: Optional[Any] = None
 
         # storages -------------------------------------------------------------------------------
 
@@ -223,6 +226,8 @@ def tracker_class() -> type:
                 self.track(t, role)
 
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if self.interrupts is not None:
+                self.interrupts.raise_if_pending()
             out = func(*args, **(kwargs or {}))
             self.track_outputs(out)
             return out
@@ -233,6 +238,22 @@ def tracker_class() -> type:
 def make_tracker(cap: Optional[int] = None) -> Any:
     """A fresh tracker (a TorchDispatchMode); enter it with `with tracker:`, `close()` it when done."""
     return tracker_class()(cap)
+
+
+@contextlib.contextmanager
+def interrupts_at_operators(tracker: Any) -> Iterator[None]:
+    """Ctrl-C during the block is raised at the tracker's next operator (analysis.import_guard): raised inside a
+    storage's free callback (weakref.finalize) it would be swallowed, and the storage counted as never freed. A
+    NullTracker sees no operator: there Ctrl-C comes as it is."""
+    if isinstance(tracker, NullTracker):
+        yield
+        return
+    with interrupts_deferred() as pending:
+        tracker.interrupts = pending
+        try:
+            yield
+        finally:
+            tracker.interrupts = None
 
 
 def register_states(tracker: Any, model: Any, optimizer: Any = None) -> None:

@@ -86,8 +86,6 @@ def trace_tracker_class() -> type:
             self.logits: Any = None  # a LogitsWatch (analysis.llm_facts) for a model with an output vocabulary
             # told the storages an autocast cache clear freed (analysis.replicate frees its replayed casts then)
             self.on_cache_clear: Optional[Callable[[Set[int]], None]] = None
-            # the trace's deferred Ctrl-C (analysis.import_guard), raised here: not from a device query
-            self.interrupts: Any = None
 
         def cache_cleared(self, start: int) -> None:
             """The frees since event `start` were autocast's cache clear: they go in the order the casts were made

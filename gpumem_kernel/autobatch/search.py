@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.import_guard import import_repair, interrupts_held
 from gpumem_kernel.analysis.step_error import StepError
-from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
+from gpumem_kernel.analysis.storage import NullTracker, interrupts_at_operators, make_tracker, register_states
 from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
     RngSnapshot,
@@ -153,7 +153,7 @@ def run_trial(plan: _Plan, batch: int, phase: str) -> Trial:
     error: Optional[str] = None
     try:
         register_states(tracker, plan.bench.model, plan.bench.optimizer)
-        with tracker:
+        with interrupts_at_operators(tracker), tracker:
             tracker.check_baseline()
             _train(plan, batch, tracker)
         if cuda:

@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from gpumem_kernel.analysis.import_guard import interrupts_held
 from gpumem_kernel.analysis.step_error import StepError
-from gpumem_kernel.analysis.storage import NullTracker, make_tracker, register_states
+from gpumem_kernel.analysis.storage import NullTracker, interrupts_at_operators, make_tracker, register_states
 from gpumem_kernel.analysis.training_loop import autocast_factory
 from gpumem_kernel.analysis.workbench import (
     Workbench,
@@ -121,7 +121,8 @@ def run_config(
     try:
         register_states(tracker, ctx.bench.model, ctx.bench.optimizer)
         tracker.check_baseline()
-        means = measure(ctx, batches, batch, amp, pin, tracker, util)
+        with interrupts_at_operators(tracker):
+            means = measure(ctx, batches, batch, amp, pin, tracker, util)
         settled = True
     except Exception as exc:
         if not (isinstance(exc, RuntimeError) and is_oom(exc)):

@@ -1,6 +1,6 @@
 """Ctrl-C at any moment of an analysis, an autobatch search or a benchmark leaves nothing behind: torch's functions,
-dispatch modes, autocast and grad mode, the garbage collector, the RNGs, the user's model, loader workers and
-threads are as they were, no module is half-imported, and the next call gives the same answer.
+dispatch modes, autocast and grad mode, the garbage collector, the RNGs, the user's model, loader worker processes
+and threads are as they were, no module is half-imported, and the next call gives the same answer.
 
 The moments are the k-th Python function call of a run, spread over all of it (the imports, the traces, the trials,
 the restores after them): there a real SIGINT is sent to this process, which Python delivers as Ctrl-C would.
@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 torch = pytest.importorskip("torch")
+psutil = pytest.importorskip("psutil")
 
 from user_state import assert_same, state_of  # noqa: E402
 from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
@@ -76,6 +77,7 @@ def _global_state() -> Dict[str, Any]:
         "gc frozen": gc.get_freeze_count(),
         "fake tensor log": logging.getLogger("torch._subclasses.fake_tensor").disabled,
         "threads": sorted(t.name for t in threading.enumerate()),
+        "child processes": sorted(p.pid for p in psutil.Process().children(recursive=True)),
         "sigint": signal.getsignal(signal.SIGINT),
         "half-imported": _half_imported(),
     }
