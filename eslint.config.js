@@ -61,7 +61,8 @@ module.exports = tseslint.config(
     }
   },
   {
-    // The public interfaces: types only from our own modules, so that no import circle passes through them
+    // The public interfaces sit at the bottom: types only, and only from the bottom modules (the wire format,
+    // the settings, types.ts), so that no import circle passes through them and no layer above leaks in
     // (`jlpm lint:cycles` checks the whole graph).
     files: ['src/tokens.ts'],
     rules: {
@@ -70,7 +71,12 @@ module.exports = tseslint.config(
         {
           patterns: [
             {
-              group: ['./*', '../*'],
+              group: ['./*', '../*', '!./wire/*', '!./settings', '!./types'],
+              message:
+                'tokens.ts imports nothing of ours above the bottom layer: declare the type in types.ts (or wire/).'
+            },
+            {
+              group: ['./wire/*', './settings', './types'],
               allowTypeImports: true,
               message: 'tokens.ts declares interfaces only: import types (`import type`) from our modules.'
             }
@@ -81,9 +87,9 @@ module.exports = tseslint.config(
   },
   {
     // The plugin modules import what activate() builds at once (the model, the panel, the status item, the
-    // actions and their host), and the restart headline and the OOM outputs' registry (oom/reveal), which the
-    // panel loads at start anyway.
-    files: ['src/index.ts', 'src/actions/plugin.ts'],
+    // actions and their host, the OOM outputs (oom/reveal), the output renderers and their plugin), and the
+    // restart headline, which the panel loads at start anyway.
+    files: ['src/index.ts', 'src/actions/plugin.ts', 'src/outputs/plugin.ts'],
     rules: {
       'jupyter/prefer-lazy-imports': [
         'warn',
@@ -93,6 +99,8 @@ module.exports = tseslint.config(
             './labhost',
             './restart/report',
             './oom/reveal',
+            './mime',
+            './outputs/plugin',
             './channel/model',
             './panel/panel',
             './panel/statusitem',

@@ -7,8 +7,11 @@
  * - `jupyterlab-gpumem:status` adds the status-bar item. Notebook 7 has no status bar: there the same item sits in
  *   the header (the shell's `top` area), next to the notebook's name; a JupyterLab without a status bar gets none.
  * - `jupyterlab-gpumem:actions` (actions/plugin.ts): clear, restart and free, the OOM checklist and its
- *   notification, "shut down kernel", the notebook toolbar button. The MIME renderer of the inline outputs
- *   is the package's `mimeExtension` (outputs/mime.tsx).
+ *   notification, "shut down kernel", the notebook toolbar button. Beside it `jupyterlab-gpumem:inline-host`
+ *   provides `IInlineHost` (what the cell outputs' buttons do) and `jupyterlab-gpumem:oom-outputs`
+ *   `IOomOutputs` (the full OOM checklists in the notebooks, which the panel links to).
+ * - `jupyterlab-gpumem:mime` (outputs/plugin.ts) registers the renderers of the inline outputs, giving them
+ *   the inline host.
  *
  * No plugin requires `ILabShell`: they use `app.shell`, so they also start in Jupyter Notebook 7 (≥ 7.4), whose
  * shell has a right sidebar too (its View menu lists the panel under "Right Sidebar").
@@ -29,7 +32,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { ITranslator } from '@jupyterlab/translation';
 import { Signal } from '@lumino/signaling';
 
-import { actionsPlugin } from './actions/plugin';
+import { actionsPlugin, inlineHostPlugin, oomOutputsPlugin } from './actions/plugin';
 import { OPEN_PANEL_COMMAND } from './commandids';
 import { statusSummary } from './panel/statussummary';
 import { CurrentSession } from './channel/current';
@@ -42,10 +45,11 @@ import { IdleHoldersModel } from './panel/idleholders';
 import { fetchServerKernels } from './panel/idlefetch';
 import { readSettings } from './settings';
 import { GpuMemStatusItem } from './panel/statusitem';
-import { IGpuMemActions, IGpuMemModel } from './tokens';
+import { IGpuMemActions, IGpuMemModel, IOomOutputs } from './tokens';
+import { outputsPlugin } from './outputs/plugin';
 import { CLIENT } from './version';
 
-export { IGpuMemActions, IGpuMemModel } from './tokens';
+export { IGpuMemActions, IGpuMemModel, IInlineHost, IOomOutputs } from './tokens';
 export type {
   IBridgeView,
   IClearRun,
@@ -108,14 +112,15 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
   description: 'The GPU Memory panel in the right sidebar.',
   autoStart: true,
   requires: [IGpuMemModel, ITranslator],
-  optional: [ILayoutRestorer, ICommandPalette, IGpuMemActions],
+  optional: [ILayoutRestorer, ICommandPalette, IGpuMemActions, IOomOutputs],
   activate: (
     app: JupyterFrontEnd,
     model: IGpuMemModel,
     translator: ITranslator,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
-    actions: IGpuMemActions | null
+    actions: IGpuMemActions | null,
+    oomOutputs: IOomOutputs | null
   ): void => {
     const trans = translator.load(TRANSLATION_DOMAIN);
     const shell = app.shell; // JupyterLab's or Notebook 7's: both have a right sidebar
@@ -123,7 +128,8 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
       model,
       trans,
       actions,
-      new IdleHoldersModel({ fetch: () => fetchServerKernels() })
+      new IdleHoldersModel({ fetch: () => fetchServerKernels() }),
+      oomOutputs
     );
     shell.add(panel, 'right', { rank: 500 });
     restorer?.add(panel, panelPlugin.id);
@@ -188,4 +194,12 @@ const statusPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [modelPlugin, actionsPlugin, panelPlugin, statusPlugin];
+export default [
+  modelPlugin,
+  actionsPlugin,
+  inlineHostPlugin,
+  oomOutputsPlugin,
+  outputsPlugin,
+  panelPlugin,
+  statusPlugin
+];

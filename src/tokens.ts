@@ -2,22 +2,26 @@
  * The public interface of jupyterlab-gpumem, for this extension's views and for later extensions (the OOM
  * checklist, the analysis renderer) that want the current kernel's GPU memory without opening a second comm.
  *
- * Interfaces only: this module imports nothing but types, from modules that never import it back (the wire
- * format, the settings, the pure state machine, sample helpers and action reports). The classes that
- * implement these interfaces (the model, the bridge, the session actions, the tick store) import this
- * module, never the reverse, so no import circle can pass through here. ESLint refuses value imports of our
- * own modules in this file; `jlpm lint:cycles` checks for circles.
+ * Interfaces only: this module imports nothing but types, and only from the bottom modules that import nothing
+ * above them (the wire format, the settings, types.ts). The classes that implement these interfaces (the
+ * model, the bridge, the session actions, the tick store, the inline host) import this module, never the
+ * reverse, so no import circle can pass through here. ESLint refuses any other import of our own modules in
+ * this file; `jlpm lint:cycles` checks for circles.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel } from '@jupyterlab/services';
 import { Token } from '@lumino/coreutils';
 import type { ISignal } from '@lumino/signaling';
 
-import type { IOomError } from './actions/oom/detect';
-import type { IRestartReport, RestartPhase } from './actions/restart/restart';
-import type { IKernelSession } from './channel/sample';
-import type { IBridgeState } from './channel/state';
 import type { IGpuMemSettings } from './settings';
+import type {
+  IBridgeState,
+  IKernelSession,
+  IOomError,
+  IRestartReport,
+  IStepFeedback,
+  RestartPhase
+} from './types';
 import type {
   IChildProcess,
   IClearPayload,
@@ -231,8 +235,12 @@ export interface IGpuMemActions {
   readonly changed: ISignal<IGpuMemActions, void>;
   /** The actions of the session the panel follows. */
   readonly current: ISessionActions | null;
+  /** Emitted with any session's actions when they change (the inline checklists of every notebook listen). */
+  readonly sessionChanged: ISignal<IGpuMemActions, ISessionActions>;
   /** The OOM checklist's ticks, per OOM occurrence. */
   readonly ticks: ITickStore;
+  /** The actions of the notebook (or console) whose widget id is `widgetId`, or null. */
+  forWidget(widgetId: string): ISessionActions | null;
   /** "notebook: <path>" / "console: <path>" for a kernel of this server, else null. */
   labelKernel(kernelId: string): string | null;
   /** True for another kernel of this server. */
@@ -245,4 +253,90 @@ export interface IGpuMemActions {
 export const IGpuMemActions = new Token<IGpuMemActions>(
   'jupyterlab-gpumem:IGpuMemActions',
   'Clear GPU memory, restart and free, the OOM checklist, per open notebook.'
+);
+
+/** The kernel process a notebook is connected to, as its `hello` names it. */
+export interface IKernelIdentity {
+  readonly pid: number;
+  /** psutil create_time; null when the kernel could not tell. */
+  readonly createTime: number | null;
+}
+
+/** What a timeline can be exported as: PyTorch's snapshot pickle (memory_viz opens it) or a CSV. */
+export type TimelineExportFormat = 'snapshot' | 'csv';
+
+/** A file the kernel made (reply.schema.json#/$defs/timeline_export_result). */
+export interface ITimelineFile {
+  readonly id: string;
+  readonly format: TimelineExportFormat;
+  readonly filename: string;
+  readonly media_type: string;
+  /** The bytes, base64. */
+  readonly data: string;
+  readonly bytes: number;
+}
+
+/**
+ * What the inline renderers (cell outputs) may do: the OOM checklist's buttons and ticks, the analysis
+ * output's "Insert code" and the timeline's downloads. Without it (the actions plugin is disabled) the inline
+ * checklist shows advice and code only, and the analysis output no "Insert code" button — no buttons that
+ * would do nothing.
+ */
+export interface IInlineHost {
+  /** Ticks per OOM occurrence (`occurrenceKey(payload)`). */
+  readonly ticks: ITickStore;
+  /**
+   * Emitted when what an inline checklist shows may have changed: ticks, a clear or restart of any notebook
+   * (progress and result under the step that started it), the connected kernel process.
+   */
+  readonly changed: ISignal<unknown, void>;
+  /** The path of the notebook whose output contains `node`, or null (not in a notebook). */
+  pathOf(node: HTMLElement): string | null;
+  /** Run a step's action for the notebook whose output contains `node`; `key`: the checklist's occurrence. */
+  run(node: HTMLElement, step: IOomStep, key: string): void;
+  /** True while a clear or restart of that notebook runs. */
+  busy(node: HTMLElement): boolean;
+  /** What the clear or restart that step `stepId` of occurrence `key` started says (null: it started none). */
+  feedback(node: HTMLElement, key: string, stepId: string): IStepFeedback | null;
+  /** The kernel process of the notebook that holds `node`, once connected (null: unknown). */
+  kernelOf(node: HTMLElement): IKernelIdentity | null;
+  /** "notebook: a.ipynb" for a kernel of this server. */
+  labelKernel(kernelId: string): string | null;
+  /** Copies to the clipboard; may return a promise (the button says "Copied" once it resolved). */
+  copy(text: string): unknown;
+  /** Insert `code` as a new cell below the output that contains `node`. */
+  insertCode(node: HTMLElement, code: string): void;
+  /**
+   * A file made by the kernel of the notebook that holds `node` from the full timeline `id` it keeps (the
+   * `timeline_export` request). Rejects with an Error of one line: no kernel, a kernel too old to export, or
+   * one that no longer holds that timeline (it restarted).
+   */
+  exportTimeline?(node: HTMLElement, id: string, format: TimelineExportFormat): Promise<ITimelineFile>;
+}
+
+/**
+ * The token of the inline host (from the `jupyterlab-gpumem:inline-host` plugin): MIME renderers are created by
+ * the rendermime registry, which hands them no application, so the plugin that registers them takes the host
+ * from here and gives it to each renderer it creates.
+ */
+export const IInlineHost = new Token<IInlineHost>(
+  'jupyterlab-gpumem:IInlineHost',
+  'What the gpumem cell outputs may do: run an OOM checklist step, tick it, insert code, export a timeline.'
+);
+
+/**
+ * Where the full OOM checklists are: the cell outputs under the tracebacks of the open notebooks. The panel
+ * shows the diagnosis and the first steps only, and links there.
+ */
+export interface IOomOutputs {
+  /** True when the notebook `widgetId` has a cell output with the checklist of occurrence `occurrenceId`. */
+  has(widgetId: string, occurrenceId: string): boolean;
+  /** Bring that output into view and focus it; false when the notebook no longer holds it. */
+  reveal(widgetId: string, occurrenceId: string): Promise<boolean>;
+}
+
+/** The token of the open notebooks' OOM checklist outputs (from the `jupyterlab-gpumem:oom-outputs` plugin). */
+export const IOomOutputs = new Token<IOomOutputs>(
+  'jupyterlab-gpumem:IOomOutputs',
+  "The OOM checklists in the open notebooks' cell outputs, which the panel's brief checklist links to."
 );

@@ -12,13 +12,10 @@ import type { Trans } from '../ui/i18n';
 import { restartHeadline, restartPhaseText } from './restart/report';
 import { stepOrigin } from './ticks';
 import type { ISessionActions } from '../tokens';
+import type { IStepFeedback } from '../types';
 
-/** What a step says about the action it started. */
-export interface IStepFeedback {
-  /** 'history': it ended in an earlier kernel run (what it said then, no longer about this kernel). */
-  readonly phase: 'running' | 'done' | 'failed' | 'history';
-  readonly text: string;
-}
+// Declared with the public interfaces' types (tokens.ts's IInlineHost returns it).
+export type { IStepFeedback } from '../types';
 
 /** The feedback of step `stepId` of occurrence `key`, or null when that step started nothing (shown). */
 export function stepFeedback(

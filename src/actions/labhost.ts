@@ -9,22 +9,20 @@
 import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { Clipboard, Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { NotebookActions, type INotebookTracker, type NotebookPanel } from '@jupyterlab/notebook';
-import { ServerConnection } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import type { GpuMemActions } from './actions';
 import { OPEN_OOM_COMMAND, PANEL_ID } from '../commandids';
 import { stepFeedback } from './feedback';
 import type { Trans } from '../ui/i18n';
 import { activateSidePanel } from '../ui/shell';
-import type { IInlineHost, IKernelIdentity } from './inline';
 import { type IOomError, oomFamily } from './oom/detect';
 import { familyTitle } from './oom/text';
 import { type IHostMemory, type IKernelExit, type IOomStep, parseKernelExit } from '../wire/protocol';
 import type { CellPlace, IActionHost, IDeathAnswer } from './actionhost';
 import { exportTimelineFile } from './timelineexport';
 import type { IGpuMemSettings } from '../settings';
-import type { IGpuMemModel, ISessionActions } from '../tokens';
+import type { IGpuMemActions, IGpuMemModel, IInlineHost, IKernelIdentity, ISessionActions } from '../tokens';
+import { requestAPI } from '../server/request';
 
 export namespace LabActionHost {
   export interface IOptions {
@@ -51,7 +49,7 @@ export class LabActionHost implements IActionHost {
   readonly trans: Trans;
 
   /** Set once the manager exists (it needs this host to be created). */
-  manager: GpuMemActions | null = null;
+  manager: IGpuMemActions | null = null;
 
   settings(): IGpuMemSettings {
     return this._model.settings;
@@ -122,13 +120,10 @@ export class LabActionHost implements IActionHost {
     pid: number | null,
     host: IHostMemory | null
   ): Promise<IDeathAnswer | null> {
-    const settings = ServerConnection.makeSettings();
-    const url = `${settings.baseUrl}gpumem/kernels/${encodeURIComponent(kernelId)}/exit`;
-    const response = await ServerConnection.makeRequest(
-      url,
-      { method: 'POST', body: JSON.stringify({ pid, host }) },
-      settings
-    );
+    const response = await requestAPI(`kernels/${encodeURIComponent(kernelId)}/exit`, {
+      method: 'POST',
+      body: JSON.stringify({ pid, host })
+    });
     if (!response.ok) {
       return null; // 404: the server extension is not enabled
     }
@@ -264,7 +259,7 @@ export class LabActionHost implements IActionHost {
     };
   }
 
-  private _requireManager(): GpuMemActions {
+  private _requireManager(): IGpuMemActions {
     if (this.manager === null) {
       throw new Error('jupyterlab-gpumem: the actions are not ready');
     }

@@ -22,7 +22,7 @@ import type { IOomPayload } from '../wire/protocol';
 import { occurrenceKey } from './ticks';
 import type { IOomRun, ISessionActions } from '../tokens';
 
-export namespace OomChecklist {
+export namespace OomChecklistModel {
   export interface IOptions {
     sessionContext: ISessionContext;
     /** The session's actions, as the host's notification names them. */
@@ -41,8 +41,8 @@ export namespace OomChecklist {
   }
 }
 
-export class OomChecklist {
-  constructor(options: OomChecklist.IOptions) {
+export class OomChecklistModel {
+  constructor(options: OomChecklistModel.IOptions) {
     this._options = options;
     options.sessionContext.iopubMessage.connect(this._onIopub, this);
   }
@@ -216,7 +216,7 @@ export class OomChecklist {
     this._options.changed();
   }
 
-  private readonly _options: OomChecklist.IOptions;
+  private readonly _options: OomChecklistModel.IOptions;
   private _oom: IOomRun | null = null;
   private _oomSeq = 0;
   /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */

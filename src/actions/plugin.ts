@@ -1,7 +1,9 @@
 /**
  * The `jupyterlab-gpumem:actions` plugin: clear GPU memory, restart and free, the OOM checklist and "shut
  * down kernel" — the commands, the notebook toolbar button, the IOPub watcher of every open notebook and
- * console, and the host of the inline checklist.
+ * console. Beside it, `jupyterlab-gpumem:inline-host` provides what the cell outputs may do (`IInlineHost`,
+ * over the actions) and `jupyterlab-gpumem:oom-outputs` where the full OOM checklists are (`IOomOutputs`,
+ * which the panel's brief checklist links to).
  */
 import type { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
@@ -23,12 +25,11 @@ import {
 import { TRANSLATION_DOMAIN } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
 import { activateSidePanel } from '../ui/shell';
-import { setInlineHost } from './inline';
-import { notebookOomOutputs, setOomOutputs } from './oom/reveal';
+import { notebookOomOutputs } from './oom/reveal';
 import { LabActionHost } from './labhost';
 import { restartHeadline } from './restart/report';
 import { TickStore } from './ticks';
-import { IGpuMemActions, IGpuMemModel, type ISessionActions } from '../tokens';
+import { IGpuMemActions, IGpuMemModel, IInlineHost, IOomOutputs, type ISessionActions } from '../tokens';
 
 /** The toolbar item's name (the notebook toolbar settings can move or hide it under this name). */
 export const TOOLBAR_ITEM = 'gpumem-restart-and-free';
@@ -69,14 +70,6 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
       shutDownKernel: kernelId => host.shutDownKernel(kernelId)
     });
     host.manager = manager;
-    setInlineHost(host.inlineHost());
-    // The panel's brief OOM checklist links to the full one in the notebook's cell output.
-    setOomOutputs(
-      notebookOomOutputs(
-        id => notebooks.find(panel => panel.id === id) ?? null,
-        id => shell.activateById(id)
-      )
-    );
 
     const addNotebook = (panel: NotebookPanel): void => {
       manager.add(panel.sessionContext, panel.id);
@@ -190,4 +183,40 @@ export const actionsPlugin: JupyterFrontEndPlugin<IGpuMemActions> = {
     }
     return manager;
   }
+};
+
+export const inlineHostPlugin: JupyterFrontEndPlugin<IInlineHost> = {
+  id: 'jupyterlab-gpumem:inline-host',
+  description:
+    "What the gpumem cell outputs may do: the OOM checklist's buttons and ticks, insert code, export.",
+  autoStart: true,
+  provides: IInlineHost,
+  requires: [IGpuMemActions, IGpuMemModel, INotebookTracker, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    actions: IGpuMemActions,
+    model: IGpuMemModel,
+    notebooks: INotebookTracker,
+    translator: ITranslator
+  ): IInlineHost => {
+    const trans = translator.load(TRANSLATION_DOMAIN);
+    const host = new LabActionHost({ app, shell: app.shell, notebooks, model, trans });
+    host.manager = actions;
+    return host.inlineHost();
+  }
+};
+
+export const oomOutputsPlugin: JupyterFrontEndPlugin<IOomOutputs> = {
+  id: 'jupyterlab-gpumem:oom-outputs',
+  description:
+    "The OOM checklists in the open notebooks' cell outputs, for the panel's link to the full one.",
+  autoStart: true,
+  provides: IOomOutputs,
+  requires: [INotebookTracker],
+  activate: (app: JupyterFrontEnd, notebooks: INotebookTracker): IOomOutputs =>
+    // The panel's brief OOM checklist links to the full one in the notebook's cell output.
+    notebookOomOutputs(
+      id => notebooks.find(panel => panel.id === id) ?? null,
+      id => app.shell.activateById(id)
+    )
 };

@@ -19,7 +19,7 @@ import { type ISignal, Signal } from '@lumino/signaling';
 import type { IActionHost } from './actionhost';
 import { callFrontend, CLEAR_CALL, clearReportOf, type IExecutingKernel } from '../channel/frontend';
 import { KernelRuns } from './kernelruns';
-import { OomChecklist } from './oomchecklist';
+import { OomChecklistModel } from './oomchecklist';
 import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
 import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
 import { stepOrigin } from './ticks';
@@ -95,7 +95,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._host = options.host;
     this._ticks = options.ticks;
     this._retryDelayMs = options.retryDelayMs ?? 1000;
-    this._oom = new OomChecklist({
+    this._oom = new OomChecklistModel({
       sessionContext: this.sessionContext,
       actions: this,
       host: this._host,
@@ -500,7 +500,7 @@ export class SessionActions implements ISessionActions, IDisposable {
   private readonly _host: IActionHost;
   private readonly _ticks: ITickStore;
   private readonly _retryDelayMs: number;
-  private readonly _oom: OomChecklist;
+  private readonly _oom: OomChecklistModel;
   private readonly _runs: KernelRuns;
   private _clear: IClearRun | null = null;
   private _restart: IRestartRun | null = null;

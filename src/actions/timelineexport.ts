@@ -3,7 +3,7 @@
  * (`timeline_export`), and say in one line why not when it cannot: no kernel connected, a kernel package too
  * old to export, a kernel that no longer holds that timeline (it restarted), no answer in time.
  */
-import type { ITimelineFile, TimelineExportFormat } from './inline';
+import type { ITimelineFile, TimelineExportFormat } from '../tokens';
 import type { Trans } from '../ui/i18n';
 import type { IBridgeView } from '../tokens';
 

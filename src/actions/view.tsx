@@ -20,7 +20,7 @@ import type { Trans } from '../ui/i18n';
 import { type OomFamily, oomFamily } from './oom/detect';
 import { checklistMarkdown, familyTitle } from './oom/text';
 import { RestartReport, restartHeadline } from './restart/report';
-import type { IGpuMemActions, IKernelRunTag, ISessionActions } from '../tokens';
+import type { IGpuMemActions, IKernelRunTag, IOomOutputs, ISessionActions } from '../tokens';
 
 export interface IActionsSectionProps {
   readonly actions: ISessionActions;
@@ -28,6 +28,8 @@ export interface IActionsSectionProps {
   readonly unit: SizeUnit;
   readonly trans: Trans;
   readonly onCopy: (text: string) => void;
+  /** Where the full OOM checklists are, for the brief one's link (absent: the full checklist shows here). */
+  readonly oomOutputs?: IOomOutputs | null;
 }
 
 function Dismiss(props: { trans: Trans; onClick: () => void }): JSX.Element {
@@ -114,6 +116,7 @@ function OomSection(props: IActionsSectionProps): JSX.Element | null {
     body = (
       <LinkedOomChecklist
         widgetId={actions.widgetId}
+        outputs={props.oomOutputs ?? null}
         payload={payload}
         trans={trans}
         ticks={actions.ticks}

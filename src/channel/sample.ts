@@ -5,16 +5,11 @@
  * extensions.
  */
 import { type Trans, untranslated } from '../ui/i18n';
+import type { IKernelSession } from '../types';
 import type { IDevice, IGpuProcess, ISample } from '../wire/protocol';
 
-/** What the server says about a kernel's session. */
-export interface IKernelSession {
-  /** The session id (what the sessions API shuts down). */
-  readonly id: string;
-  readonly path: string;
-  readonly type: string;
-  readonly name: string;
-}
+// Declared with the public interfaces' types (tokens.ts names the sessions).
+export type { IKernelSession } from '../types';
 
 /** Who holds a GPU process, as the kernel matched it (kernels too old to say are read from the older fields). */
 export type ProcessRelation = NonNullable<IGpuProcess['relation']>;

@@ -9,69 +9,11 @@
 import type { Kernel } from '@jupyterlab/services';
 
 import type { Trans } from '../ui/i18n';
+import type { IBridgeState, IKernelEnd, StateName } from '../types';
 import { PROTOCOL_VERSION } from '../wire/protocol';
 
-/** Every state the panel can be in. */
-export type StateName =
-  | 'no-kernel'
-  | 'unsupported'
-  | 'waiting'
-  | 'not-installed'
-  | 'autoload-off'
-  | 'version-mismatch'
-  | 'live'
-  | 'stale'
-  | 'dead'
-  | 'error';
-
-/** What a `waiting` state waits for. */
-export type WaitingPhase = 'starting' | 'restarting' | 'bootstrapping' | 'opening';
-
-/**
- * How the kernel's previous process ended, for the panel to say so after the fact: JupyterLab reports a
- * restart someone asked for as 'restarting'; a process that died and that the server restarted as
- * 'restarting' then 'autorestarting'; one the server could not (or would not) restart as 'dead'.
- */
-export interface IKernelEnd {
-  readonly cause: 'restarted' | 'died';
-  /** For `died`: the server started a new kernel process on its own. */
-  readonly restartedByServer: boolean;
-  /** Date.now() when it was noticed. */
-  readonly at: number;
-}
-
-/** The bridge's state; immutable (each event gives a new object, or the same one when nothing changed). */
-export interface IBridgeState {
-  readonly name: StateName;
-  /** Set in `waiting`. */
-  readonly phase: WaitingPhase | null;
-  /** The kernel's display name, e.g. "Python 3 (ipykernel)"; null without a kernel. */
-  readonly kernelName: string | null;
-  /** `language_info.name` once known. */
-  readonly language: string | null;
-  /** `no-kernel`: true when a notebook/console is open but has no kernel (as opposed to none open). */
-  readonly hasSession: boolean;
-  /** `error`: the one-line problem; `not-installed`: what Python said. */
-  readonly detail: string | null;
-  /** `error`: true when the kernel closed the comm (as opposed to a problem described by `detail`). */
-  readonly closedByKernel: boolean;
-  /** `version-mismatch`: the protocol the kernel speaks. */
-  readonly kernelProtocol: number | null;
-  /** The version of the Python package in the kernel, once known. */
-  readonly kernelVersion: string | null;
-  /** Seconds between samples (from `hello`), for stale detection. */
-  readonly interval: number;
-  /** Date.now() of the last sample (or of `hello`); null before. */
-  readonly lastSampleAt: number | null;
-  /** How this session's kernel process last ended (restart, death); null since the kernel was chosen. */
-  readonly lastEnd: IKernelEnd | null;
-  /**
-   * True from a restart or death until the next `hello`: one episode. JupyterLab reports a server restart
-   * as 'restarting', 'autorestarting', then (once the new process is up, often after our reconnect began)
-   * the new process's own 'starting': within one episode, a later 'starting' is no second restart.
-   */
-  readonly endPending: boolean;
-}
+// Declared with the public interfaces' types (tokens.ts names the state).
+export type { IBridgeState, IKernelEnd, StateName, WaitingPhase } from '../types';
 
 /** Everything the bridge tells the state machine. */
 export type BridgeEvent =

@@ -9,7 +9,7 @@ import * as React from 'react';
 
 import { ClearReport } from '../actions/clear/report';
 import type { Trans } from '../ui/i18n';
-import type { IInlineHost } from '../actions/inline';
+import type { IInlineHost } from '../tokens';
 import { InlineOomChecklist } from '../actions/oom/inlinechecklist';
 import {
   CLEAR_MIME,

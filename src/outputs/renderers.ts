@@ -18,7 +18,7 @@ import * as React from 'react';
 import { flushSync } from 'react-dom';
 import { createRoot, type Root } from 'react-dom/client';
 
-import { inlineHost, type ITimelineFile, type TimelineExportFormat } from '../actions/inline';
+import type { IInlineHost, ITimelineFile, TimelineExportFormat } from '../tokens';
 import { type CopyText, copyToClipboard } from './kit';
 import {
   ANALYSIS_MIME,
@@ -56,8 +56,12 @@ export interface IGpumemRendererOptions {
   /** UI strings; defaults to the renderer options' translator, else no translation. */
   readonly translator?: ITranslator;
   /**
-   * "Insert code" (gradient accumulation). Absent: the inline host's, which the actions plugin registers when
-   * it starts (MIME extensions get no application); without either the button is hidden.
+   * What the cell outputs may do in JupyterLab (the `IInlineHost` token, which the renderers' plugin hands
+   * here): "Insert code" and the timeline's downloads when not given below.
+   */
+  readonly host?: IInlineHost | null;
+  /**
+   * "Insert code" (gradient accumulation). Absent: the inline host's; without either the button is hidden.
    */
   readonly insertCell?: InsertCell;
   /** Clipboard; defaults to the browser's. */
@@ -101,6 +105,7 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
     this._mimeType = rendererOptions.mimeType;
     const translator = options.translator ?? rendererOptions.translator;
     this._trans = translator ? translator.load(TRANSLATION_DOMAIN) : untranslated;
+    this._host = options.host ?? null;
     this._insertCell = options.insertCell ?? null;
     this._copy = options.copy ?? copyToClipboard;
     this._exportTimeline = options.exportTimeline ?? null;
@@ -156,7 +161,7 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
     const copy = this._copy;
     switch (this._kind) {
       case 'analysis': {
-        const host = inlineHost();
+        const host = this._host;
         const handler: InsertCell | null =
           this._insertCell ?? (host === null ? null : (code, origin) => host.insertCode(origin, code));
         const node = this.node;
@@ -179,8 +184,7 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
           if (injected !== null) {
             return injected(payload.id, format, node);
           }
-          // The host is looked up when the button is pressed: the actions plugin may start after the output.
-          const host = inlineHost();
+          const host = this._host;
           return host?.exportTimeline
             ? host.exportTimeline(node, payload.id, format)
             : Promise.reject(
@@ -204,6 +208,7 @@ export class GpumemAnalysisRenderer extends Widget implements IRenderMime.IRende
   private readonly _kind: Kind;
   private readonly _mimeType: string;
   private readonly _trans: Trans;
+  private readonly _host: IInlineHost | null;
   private readonly _insertCell: InsertCell | null;
   private readonly _copy: CopyText;
   private readonly _exportTimeline: ExportTimelineFile | null;
@@ -228,5 +233,5 @@ export function createGpumemRendererFactories(
   }));
 }
 
-/** The factories with default options ("Insert code" through the inline host). */
+/** The factories with default options (no inline host: outside JupyterLab's plugins, e.g. in tests). */
 export const gpumemRendererFactories: IRenderMime.IRendererFactory[] = createGpumemRendererFactories();

@@ -12,16 +12,18 @@ import { GpuMemView } from './view';
 import type { IdleHoldersModel } from './idleholders';
 import type { Trans } from '../ui/i18n';
 import { gpuIcon } from '../ui/icons';
-import type { IGpuMemActions, IGpuMemModel } from '../tokens';
+import type { IGpuMemActions, IGpuMemModel, IOomOutputs } from '../tokens';
 
 export class GpuMemPanel extends ReactWidget {
   constructor(
     model: IGpuMemModel,
     trans: Trans,
     actions: IGpuMemActions | null = null,
-    idle: IdleHoldersModel | null = null
+    idle: IdleHoldersModel | null = null,
+    oomOutputs: IOomOutputs | null = null
   ) {
     super();
+    this._oomOutputs = oomOutputs;
     this._model = model;
     this._trans = trans;
     this._actions = actions;
@@ -44,6 +46,7 @@ export class GpuMemPanel extends ReactWidget {
         trans={this._trans}
         actions={this._actions}
         idle={this._idle}
+        oomOutputs={this._oomOutputs}
         onCopy={text => Clipboard.copyToSystem(text)}
       />
     );
@@ -78,4 +81,5 @@ export class GpuMemPanel extends ReactWidget {
   private readonly _trans: Trans;
   private readonly _actions: IGpuMemActions | null;
   private readonly _idle: IdleHoldersModel | null;
+  private readonly _oomOutputs: IOomOutputs | null;
 }

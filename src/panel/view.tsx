@@ -13,7 +13,7 @@ import type { Trans } from '../ui/i18n';
 import { deviceKey, primaryDevice } from '../channel/sample';
 import type { ISample } from '../wire/protocol';
 import { describeKernelEnd, type IBridgeState, type StateName } from '../channel/state';
-import type { IGpuMemActions, IGpuMemModel } from '../tokens';
+import type { IGpuMemActions, IGpuMemModel, IOomOutputs } from '../tokens';
 import { ActionsSection } from '../actions/view';
 import { DeviceSection, type IKernelShutdown, type IProcessEnd } from './device';
 import { GrowthSection } from './growth';
@@ -32,6 +32,8 @@ export interface IGpuMemViewProps {
   readonly actions?: IGpuMemActions | null;
   /** This server's kernels with their GPU memory and idle time (absent: no idle GPU holders list). */
   readonly idle?: Pick<IdleHoldersModel, 'kernels' | 'refresh'> | null;
+  /** The full OOM checklists in the notebooks' outputs (absent: the panel shows the full checklist itself). */
+  readonly oomOutputs?: IOomOutputs | null;
 }
 
 /** A short word for the header badge. */
@@ -190,6 +192,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           unit={settings.units}
           trans={trans}
           onCopy={props.onCopy}
+          oomOutputs={props.oomOutputs ?? null}
         />
       )}
       {state.name !== 'live' && (

@@ -15,15 +15,14 @@ import { createRoot, type Root } from 'react-dom/client';
 
 import { CLEAR_CALL, LAST_OOM_CALL } from '../../channel/frontend';
 import { stepFeedback } from '../feedback';
-import type { IInlineHost } from '../inline';
-import { OomChecklist } from '../oom/checklist';
+import { OomChecklistView } from '../oom/checklist';
 import { fromEarlierKernel, InlineOomChecklist } from '../oom/inlinechecklist';
 import { SessionActions } from '../sessionactions';
 import { occurrenceKey, TickStore } from '../ticks';
 import { ActionsSection } from '../view';
 import { untranslated } from '../../ui/i18n';
 import { COPIED_MS } from '../../ui/copybutton';
-import type { IGpuMemActions } from '../../tokens';
+import type { IGpuMemActions, IInlineHost, ISessionActions } from '../../tokens';
 import type { IOomPayload } from '../../wire/protocol';
 import { ActionSessionContext, FakeBridge, FakeHost, flush } from '../../__tests__/actionfakes';
 import { answerReply, FakeKernel } from '../../__tests__/fakes';
@@ -121,8 +120,10 @@ afterEach(() => {
 
 const manager: IGpuMemActions = {
   changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+  sessionChanged: new Signal<IGpuMemActions, ISessionActions>({} as IGpuMemActions),
   current: null,
   ticks: new TickStore(null),
+  forWidget: () => null,
   labelKernel: () => null,
   canShutDownKernel: () => false,
   shutDownKernel: async () => false
@@ -429,7 +430,7 @@ describe('copy buttons confirm', () => {
     let copied = 0;
     act(() =>
       root.render(
-        <OomChecklist
+        <OomChecklistView
           payload={oom2x()}
           trans={untranslated}
           ticks={null}
@@ -455,7 +456,7 @@ describe('copy buttons confirm', () => {
   it('says when copying failed', async () => {
     act(() =>
       root.render(
-        <OomChecklist
+        <OomChecklistView
           payload={oom2x()}
           trans={untranslated}
           ticks={null}

@@ -11,7 +11,7 @@ import * as React from 'react';
 import { categoryName, frameText } from '../../outputs/timeline/text';
 import { formatBytes } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
-import type { TimelineExportFormat } from '../inline';
+import type { TimelineExportFormat } from '../../tokens';
 import type { IOomPayload } from '../../wire/protocol';
 
 export type IOomAlive = NonNullable<IOomPayload['alive']>;

@@ -17,7 +17,7 @@ import * as React from 'react';
 import { OomAlive } from './alive';
 import { CopyButton } from '../../ui/copybutton';
 import type { IStepFeedback } from '../feedback';
-import type { TimelineExportFormat } from '../inline';
+import type { TimelineExportFormat } from '../../tokens';
 import type { Trans } from '../../ui/i18n';
 import { diagnosisLines, familyLabel, splitSteps, stepActionLabel, stepsHeading } from './text';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
@@ -123,7 +123,7 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
 }
 
 /** `<div class="jp-GpuMem-oomChecklist">`. */
-export function OomChecklist(props: IOomChecklistProps): JSX.Element {
+export function OomChecklistView(props: IOomChecklistProps): JSX.Element {
   const { payload, trans } = props;
   const findings = diagnosisLines(payload, trans);
   const { apply, folded } = splitSteps(payload);

@@ -10,14 +10,10 @@
  */
 
 import patterns from '../../../gpumem_kernel/oom/patterns.json';
+import type { IOomError } from '../../types';
 
-/** What the browser keeps of an OOM `error` message. */
-export interface IOomError {
-  readonly ename: string;
-  readonly evalue: string;
-  /** The failing request's msg_id (the cell's `execute_request`): follow-ups wait for its end. */
-  readonly parentId: string | null;
-}
+// Declared with the public interfaces' types (tokens.ts names the error of an OOM run).
+export type { IOomError } from '../../types';
 
 /**
  * The out-of-memory families, as gpumem_kernel/oom/patterns.json names them (a jest spec checks this list

@@ -15,8 +15,8 @@ import * as React from 'react';
 import { formatTimeOfDay } from '../../ui/format';
 import { downloadBlob, fileBlob } from '../../outputs/timeline/view';
 import type { Trans } from '../../ui/i18n';
-import type { IInlineHost } from '../inline';
-import { OomChecklist } from './checklist';
+import type { IInlineHost } from '../../tokens';
+import { OomChecklistView } from './checklist';
 import { checklistMarkdown } from './text';
 import { occurrenceKey } from '../ticks';
 import type { IOomPayload } from '../../wire/protocol';
@@ -61,7 +61,7 @@ export function InlineOomChecklist(props: IInlineOomChecklistProps): JSX.Element
   const label = (kernelId: string): string | null => host?.labelKernel(kernelId) ?? null;
   const earlier = host !== null && inNotebook && fromEarlierKernel(payload, host.kernelOf(node));
   const checklist = (
-    <OomChecklist
+    <OomChecklistView
       payload={payload}
       trans={trans}
       ticks={ticks}

@@ -11,8 +11,8 @@
  */
 import * as React from 'react';
 
-import { type IOomChecklistProps, OomChecklist } from './checklist';
-import { type IOomOutputs, oomOutputs } from './reveal';
+import { type IOomChecklistProps, OomChecklistView } from './checklist';
+import type { IOomOutputs } from '../../tokens';
 
 /** How many of the steps that may help the panel shows (the diagnosis's cause's come first). */
 export const PANEL_STEPS = 3;
@@ -20,13 +20,13 @@ export const PANEL_STEPS = 3;
 export interface ILinkedOomChecklistProps extends IOomChecklistProps {
   /** The notebook the panel follows (null: a console, which has no output to link to). */
   readonly widgetId: string | null;
-  /** Where the outputs are (default: what the actions plugin registered). */
+  /** Where the outputs are (the `IOomOutputs` token; absent or null: the full checklist shows here). */
   readonly outputs?: IOomOutputs | null;
 }
 
 export function LinkedOomChecklist(props: ILinkedOomChecklistProps): JSX.Element {
   const { widgetId, outputs: given, ...checklist } = props;
-  const outputs = given !== undefined ? given : oomOutputs();
+  const outputs = given ?? null;
   const occurrence = checklist.payload.occurrence?.id ?? null;
   // The occurrence the user asked to see here in full, because its output had gone.
   const [inPanel, setInPanel] = React.useState<string | null>(null);
@@ -37,7 +37,7 @@ export function LinkedOomChecklist(props: ILinkedOomChecklistProps): JSX.Element
     inPanel !== occurrence &&
     outputs.has(widgetId, occurrence);
   if (!linked) {
-    return <OomChecklist {...checklist} />;
+    return <OomChecklistView {...checklist} />;
   }
   const open = (): void => {
     void outputs.reveal(widgetId, occurrence).then(shown => {
@@ -46,5 +46,5 @@ export function LinkedOomChecklist(props: ILinkedOomChecklistProps): JSX.Element
       }
     });
   };
-  return <OomChecklist {...checklist} brief={PANEL_STEPS} onOpenFull={open} />;
+  return <OomChecklistView {...checklist} brief={PANEL_STEPS} onOpenFull={open} />;
 }

@@ -4,18 +4,14 @@
  * (found by its occurrence id in the notebook's model, so a cell the notebook has not drawn yet — JupyterLab
  * draws only the cells in view — counts too), `reveal` scrolls to it, selects its cell and focuses it.
  *
- * The actions plugin registers the notebooks here (like ../inline.ts) because the panel's view is created
- * without the application; without it the panel shows the full checklist itself.
+ * The `jupyterlab-gpumem:oom-outputs` plugin provides `notebookOomOutputs` over the notebook tracker as the
+ * `IOomOutputs` token, and the panel plugin hands it to the panel; without it the panel shows the full
+ * checklist itself.
  */
+import type { IOomOutputs } from '../../tokens';
 import { OOM_MIME } from '../../wire/protocol';
 
-/** The open notebooks' OOM checklist outputs, as the panel sees them. */
-export interface IOomOutputs {
-  /** True when the notebook `widgetId` has a cell output with the checklist of occurrence `occurrenceId`. */
-  has(widgetId: string, occurrenceId: string): boolean;
-  /** Bring that output into view and focus it; false when the notebook no longer holds it. */
-  reveal(widgetId: string, occurrenceId: string): Promise<boolean>;
-}
+export type { IOomOutputs } from '../../tokens';
 
 /** The parts of a JupyterLab `Notebook` this module uses (the unit tests give a fake). */
 export interface INotebookLike {
@@ -38,18 +34,6 @@ export interface INotebookLike {
 export interface INotebookPanelLike {
   readonly content: INotebookLike;
   readonly isVisible: boolean;
-}
-
-let current: IOomOutputs | null = null;
-
-/** Register the notebooks' outputs (null: unregister). */
-export function setOomOutputs(outputs: IOomOutputs | null): void {
-  current = outputs;
-}
-
-/** The registered outputs, if any. */
-export function oomOutputs(): IOomOutputs | null {
-  return current;
 }
 
 function occurrenceOf(data: unknown): string | null {

@@ -8,6 +8,7 @@
  * restart dialog is not used: the caller confirms first, then restarts through the session context.
  */
 import { deviceKey } from '../../channel/sample';
+import type { IDeviceFreed, ILeftover, IRestartReport, RestartOutcome, RestartPhase } from '../../types';
 import type { IChildProcess, IHello, IProcessRef, IProcessState, ISample } from '../../wire/protocol';
 
 /** What one device said about the old kernel before the restart. */
@@ -38,70 +39,8 @@ export interface IRestartBefore {
   readonly children: ReadonlyArray<IChildProcess>;
 }
 
-/** The steps, for the panel's progress line. */
-export type RestartPhase = 'confirming' | 'recording' | 'restarting' | 'waiting' | 'checking' | 'done';
-
-/** How the restart ended. */
-export type RestartOutcome =
-  /** The old PID left NVML's lists: `devices` says what that freed. */
-  | 'freed'
-  /** No NVIDIA GPU visible: nothing to free on a GPU. */
-  | 'no-gpu'
-  /** NVML never listed the old kernel: it held no GPU memory. */
-  | 'nothing-held'
-  /** The old PID was still listed when the time ran out. */
-  | 'timeout'
-  /** The panel was not connected before (or after) the restart: no figures to compare. */
-  | 'unknown';
-
-/** Memory freed on one device. */
-export interface IDeviceFreed {
-  readonly label: string;
-  readonly name: string | null;
-  /** NVML's figure for the old PID before the restart. */
-  readonly before: number | null;
-  /** NVML's figure for the old PID now (0: no longer listed). */
-  readonly after: number | null;
-  readonly freed: number | null;
-  readonly deviceUsedBefore: number | null;
-  readonly deviceUsedAfter: number | null;
-}
-
-/** An old child that still runs after the restart (the same process: PID and start time match). */
-export interface ILeftover {
-  readonly pid: number;
-  readonly createTime: number;
-  readonly name: string | null;
-  readonly gpuUsed: number | null;
-  /** Set once the user ended it or the kernel refused to. */
-  readonly ended?: boolean;
-  readonly refused?: string;
-}
-
-/** What the panel shows after a restart-and-free. */
-export interface IRestartReport {
-  readonly outcome: RestartOutcome;
-  readonly oldPid: number | null;
-  readonly newPid: number | null;
-  readonly devices: ReadonlyArray<IDeviceFreed>;
-  /** Sum of `freed` over the devices (null when no device had a figure). */
-  readonly totalFreed: number | null;
-  readonly noGpuReason: string | null;
-  readonly waitedMs: number;
-  readonly timeoutMs: number;
-  readonly clearedOutputs: boolean;
-  /** Old children still running (only those: never other processes). */
-  readonly leftovers: ReadonlyArray<ILeftover>;
-  /** How many children the old kernel had. */
-  readonly childrenBefore: number;
-  /** Why the children could not be checked, if they could not. */
-  readonly childrenProblem: string | null;
-  /**
-   * After a timeout: whether the old kernel process itself still runs (true), has exited while the driver
-   * still lists its PID (false), or could not be asked (null).
-   */
-  readonly oldKernelAlive: boolean | null;
-}
+// Declared with the public interfaces' types (tokens.ts names the report and the phase).
+export type { IDeviceFreed, ILeftover, IRestartReport, RestartOutcome, RestartPhase } from '../../types';
 
 function deviceLabel(device: ISample['gpu']['devices'][number]): string {
   return device.cuda_index !== null ? `cuda:${device.cuda_index}` : `NVML ${device.nvml_index}`;

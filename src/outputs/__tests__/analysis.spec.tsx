@@ -21,7 +21,7 @@ import {
   gpumemRendererFactories,
   RENDERER_RANK
 } from '../renderers';
-import { type IInlineHost, setInlineHost } from '../../actions/inline';
+import type { IInlineHost } from '../../tokens';
 import {
   fixture,
   harness,
@@ -43,7 +43,6 @@ beforeEach(() => {
 
 afterEach(() => {
   h?.dispose();
-  setInlineHost(null);
 });
 
 async function show(data: unknown, withInsert = false): Promise<HTMLElement> {
@@ -271,13 +270,13 @@ describe('analysis: --memory 3GiB, fp16, target effective batch 2048, multiples 
     expect(code).toBe(written(p).accumulation_code); // the kernel's loop, verbatim
   });
 
-  it("uses the inline host's, registered later by a plugin (MIME extensions get no application)", async () => {
+  it("uses the inline host's, which the renderers' plugin hands over (the IInlineHost token)", async () => {
     const seen: string[] = [];
     // Only "Insert code" is asked of the host here.
-    setInlineHost({
+    const host = {
       insertCode: (_node: HTMLElement, code: string) => seen.push(code)
-    } as unknown as IInlineHost);
-    h = harness(ANALYSIS_MIME);
+    } as unknown as IInlineHost;
+    h = harness(ANALYSIS_MIME, { host });
     await h.render(p);
     const { act } = await import('react');
     act(() => (h.node.querySelector('.jp-GpuMem-insertCode') as HTMLButtonElement).click());

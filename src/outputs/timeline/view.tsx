@@ -9,7 +9,7 @@
 import * as React from 'react';
 
 import { RichBadge } from '../kit';
-import type { ITimelineFile, TimelineExportFormat } from '../../actions/inline';
+import type { ITimelineFile, TimelineExportFormat } from '../../tokens';
 import { formatBytes, formatCount, formatPercent } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 import type { ITimelineHolder, ITimelinePayload, ITimelineStack } from '../../wire/analysispayload';

@@ -5,7 +5,7 @@ import { createRoot, type Root } from 'react-dom/client';
 
 import { untranslated } from '../../ui/i18n';
 import { TickStore } from '../../actions/ticks';
-import type { IGpuMemActions } from '../../tokens';
+import type { IGpuMemActions, ISessionActions } from '../../tokens';
 import { IdleHoldersSection } from '../idle';
 import { idleHolders, IdleHoldersModel, type IServerKernel, parseServerKernels } from '../idleholders';
 import { GpuMemView } from '../view';
@@ -121,8 +121,10 @@ describe('the panel with idle GPU holders', () => {
     await idle.refresh();
     const actions: IGpuMemActions = {
       changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+      sessionChanged: new Signal<IGpuMemActions, ISessionActions>({} as IGpuMemActions),
       current: null,
       ticks: new TickStore(null),
+      forWidget: () => null,
       labelKernel: () => null,
       canShutDownKernel: () => true,
       shutDownKernel: async () => true

@@ -11,7 +11,7 @@ import { DEFAULT_SETTINGS, type IGpuMemSettings } from '../../settings';
 import { type IBridgeState, INITIAL_STATE, type StateName } from '../../channel/state';
 import { statusSummary } from '../statussummary';
 import { TickStore } from '../../actions/ticks';
-import type { IGpuMemActions, IGpuMemModel } from '../../tokens';
+import type { IGpuMemActions, IGpuMemModel, ISessionActions } from '../../tokens';
 import { GpuMemView } from '../view';
 import * as fx from '../../__tests__/fixtures';
 
@@ -371,8 +371,10 @@ describe('who holds my GPU', () => {
     const shutDown: string[] = [];
     const actions: IGpuMemActions = {
       changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+      sessionChanged: new Signal<IGpuMemActions, ISessionActions>({} as IGpuMemActions),
       current: null,
       ticks: new TickStore(null),
+      forWidget: () => null,
       labelKernel: () => null,
       canShutDownKernel: id => id === fx.OTHER_KERNEL_ID,
       shutDownKernel: async id => {

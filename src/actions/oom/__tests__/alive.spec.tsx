@@ -9,7 +9,7 @@ import { act } from 'react';
 import { createRoot, type Root } from 'react-dom/client';
 
 import { aliveSourceText, OomAlive, type IOomAlive } from '../alive';
-import { OomChecklist } from '../checklist';
+import { OomChecklistView } from '../checklist';
 import { untranslated } from '../../../ui/i18n';
 import { type IOomPayload, type IOomStep, isOomPayload, oomPayloadProblem } from '../../../wire/protocol';
 
@@ -111,7 +111,7 @@ describe('What was alive', () => {
 
   it('lists size, category and the allocating line, then the rest and the failed allocation', () => {
     const node = render(
-      <OomChecklist payload={withAlive()} trans={untranslated} ticks={null} onAction={() => undefined} />
+      <OomChecklistView payload={withAlive()} trans={untranslated} ticks={null} onAction={() => undefined} />
     );
     const section = node.querySelector('.jp-GpuMem-oomAlive');
     expect(section).not.toBeNull();
@@ -151,7 +151,9 @@ describe('What was alive', () => {
     const payload = withAlive();
     payload.alive!.holders[0].source = { file: HOSTILE, line: 1, name: HOSTILE, cell: null, user: true };
     payload.alive!.notes = [HOSTILE];
-    const node = render(<OomChecklist payload={payload} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(
+      <OomChecklistView payload={payload} trans={untranslated} ticks={null} onAction={null} />
+    );
     expect(node.querySelector('.jp-GpuMem-oomAlive img, .jp-GpuMem-oomAlive b')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-oomAliveNotes')?.textContent).toBe(HOSTILE);
     expect((window as { __gpumemXss?: number }).__gpumemXss).toBeUndefined();
@@ -159,7 +161,7 @@ describe('What was alive', () => {
 
   it('is left out of the brief checklist and of payloads without it', () => {
     const brief = render(
-      <OomChecklist
+      <OomChecklistView
         payload={withAlive()}
         trans={untranslated}
         ticks={null}
@@ -169,7 +171,9 @@ describe('What was alive', () => {
       />
     );
     expect(brief.querySelector('.jp-GpuMem-oomAlive')).toBeNull();
-    const none = render(<OomChecklist payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />);
+    const none = render(
+      <OomChecklistView payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />
+    );
     expect(none.querySelector('.jp-GpuMem-oomAlive')).toBeNull();
   });
 
@@ -212,7 +216,12 @@ describe('Re-run this cell with the timeline on', () => {
     payload.steps.splice(1, 0, rerunStep());
     const chosen: IOomStep[] = [];
     const node = render(
-      <OomChecklist payload={payload} trans={untranslated} ticks={new Set()} onAction={s => chosen.push(s)} />
+      <OomChecklistView
+        payload={payload}
+        trans={untranslated}
+        ticks={new Set()}
+        onAction={s => chosen.push(s)}
+      />
     );
     const item = node.querySelector('.jp-GpuMem-oomStep[data-step-id="timeline-rerun"]');
     expect(item?.querySelector('.jp-GpuMem-oomStepTitle')?.textContent).toBe(

@@ -9,10 +9,10 @@ import { act } from 'react';
 import { createRoot, type Root } from 'react-dom/client';
 
 import { ActionsSection } from '../../view';
-import { OomChecklist } from '../checklist';
+import { OomChecklistView } from '../checklist';
 import { ClearReport } from '../../clear/report';
 import { untranslated } from '../../../ui/i18n';
-import type { IInlineHost } from '../../inline';
+import type { IInlineHost } from '../../../tokens';
 import { GpuMemOutputView } from '../../../outputs/outputview';
 import { CLEAR_MIME, type IOomPayload, type IOomStep, OOM_MIME } from '../../../wire/protocol';
 import { RestartReport } from '../../restart/report';
@@ -63,10 +63,15 @@ function hostile(): IOomPayload {
   return p;
 }
 
-describe('OomChecklist', () => {
+describe('OomChecklistView', () => {
   it('renders every kernel string as text', () => {
     const node = render(
-      <OomChecklist payload={hostile()} trans={untranslated} ticks={new Set()} onAction={() => undefined} />
+      <OomChecklistView
+        payload={hostile()}
+        trans={untranslated}
+        ticks={new Set()}
+        onAction={() => undefined}
+      />
     );
     expect(node.querySelector('img, script, b, i')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-oomHeadline')?.textContent).toBe(HOSTILE);
@@ -83,7 +88,7 @@ describe('OomChecklist', () => {
   it('lists the steps in the payload’s order, each with its button', () => {
     const steps: IOomStep[] = [];
     const node = render(
-      <OomChecklist
+      <OomChecklistView
         payload={oomWithOtherKernel()}
         trans={untranslated}
         ticks={new Set(['restart'])}
@@ -107,7 +112,7 @@ describe('OomChecklist', () => {
 
   it('disables clear and restart while one runs, and a kernel of another server', () => {
     const node = render(
-      <OomChecklist
+      <OomChecklistView
         payload={oomWithOtherKernel()}
         trans={untranslated}
         ticks={null}
@@ -127,7 +132,9 @@ describe('OomChecklist', () => {
   });
 
   it('shows no action buttons without a way to run them', () => {
-    const node = render(<OomChecklist payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(
+      <OomChecklistView payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />
+    );
     expect(node.querySelector('.jp-GpuMem-oomAction')).toBeNull();
     expect(node.querySelectorAll('.jp-GpuMem-oomCode')).toHaveLength(4);
   });
@@ -137,7 +144,7 @@ describe('OomChecklist', () => {
     let copied = 0;
     let reset = 0;
     const node = render(
-      <OomChecklist
+      <OomChecklistView
         payload={oom2x()}
         trans={untranslated}
         ticks={new Set(['clear'])}
@@ -387,8 +394,10 @@ function stubActions(over: Partial<ISessionActions> = {}): ISessionActions & { c
 
 const manager: IGpuMemActions = {
   changed: new Signal<IGpuMemActions, void>({} as IGpuMemActions),
+  sessionChanged: new Signal<IGpuMemActions, ISessionActions>({} as IGpuMemActions),
   current: null,
   ticks: new TickStore(null),
+  forWidget: () => null,
   labelKernel: () => null,
   canShutDownKernel: () => false,
   shutDownKernel: async () => false
@@ -563,7 +572,7 @@ describe('an out-of-memory error in evaluation', () => {
     p.diagnosis.evaluation = `\`${HOSTILE}\` is decorated with \`@torch.no_grad()\` (In [3], line 2)`;
     const first = p.steps.find(s => s.id === 'eval-batch-size') as IOomStep;
     p.steps = [first, ...p.steps.filter(s => s !== first)];
-    const node = render(<OomChecklist payload={p} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(<OomChecklistView payload={p} trans={untranslated} ticks={null} onAction={null} />);
     expect(node.querySelector('img, script, b')).toBeNull();
     expect(node.querySelector('.jp-GpuMem-oomDiagnosis')?.textContent).toContain(
       `In evaluation (gradients off): \`${HOSTILE}\` is decorated with`
@@ -580,7 +589,7 @@ describe('the checklist header', () => {
   it('names the family of the out-of-memory error', () => {
     const p = oomWithOtherKernel();
     p.info.family = 'cudnn';
-    const node = render(<OomChecklist payload={p} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(<OomChecklistView payload={p} trans={untranslated} ticks={null} onAction={null} />);
     const header = node.querySelector('.jp-GpuMem-oomSummary > .jp-GpuMem-oomFamily');
     expect(header?.textContent).toBe('cuDNN could not allocate its workspace (GPU full)');
     expect(node.querySelector('.jp-GpuMem-oomChecklist')?.getAttribute('data-family')).toBe('cudnn');

@@ -11,7 +11,7 @@ import * as React from 'react';
 import { act } from 'react';
 import { createRoot, type Root } from 'react-dom/client';
 
-import { OomChecklist } from '../checklist';
+import { OomChecklistView } from '../checklist';
 import { LinkedOomChecklist, PANEL_STEPS } from '../linked';
 import { type INotebookLike, type IOomOutputs, notebookOomOutputs, oomOutputIndex } from '../reveal';
 import { checklistMarkdown, splitSteps } from '../text';
@@ -57,7 +57,7 @@ describe('the checklist in the kernel’s order', () => {
     const payload = fragmentation();
     expect(payload.diagnosis.causes?.[0]?.kind).toBe('fragmentation');
     const node = render(
-      <OomChecklist payload={payload} trans={untranslated} ticks={new Set()} onAction={null} />
+      <OomChecklistView payload={payload} trans={untranslated} ticks={new Set()} onAction={null} />
     );
     expect(stepIds(node, '.jp-GpuMem-oomSteps:not(details *) > .jp-GpuMem-oomStep')[0]).toBe(
       'expandable-segments'
@@ -75,13 +75,15 @@ describe('the checklist in the kernel’s order', () => {
     const payload = fragmentation();
     const { apply, folded } = splitSteps(payload);
     payload.steps = [...apply.reverse(), ...folded];
-    const node = render(<OomChecklist payload={payload} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(
+      <OomChecklistView payload={payload} trans={untranslated} ticks={null} onAction={null} />
+    );
     expect(stepIds(node)).toEqual(payload.steps.map(s => s.id));
   });
 
   it('folds the steps that cannot help, closed, with why, numbered after the others', () => {
     const node = render(
-      <OomChecklist
+      <OomChecklistView
         payload={fragmentation()}
         trans={untranslated}
         ticks={new Set()}
@@ -104,7 +106,9 @@ describe('the checklist in the kernel’s order', () => {
   });
 
   it('shows an output saved by an older kernel (no fold, no cause) as before', () => {
-    const node = render(<OomChecklist payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />);
+    const node = render(
+      <OomChecklistView payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />
+    );
     expect(node.querySelector('.jp-GpuMem-oomFolded')).toBeNull();
     expect(stepIds(node)).toEqual(oom2x().steps.map(s => s.id));
     expect(node.querySelector('.jp-GpuMem-oomStepsTitle')?.textContent).toBe('Checklist (cheapest first)');

@@ -12,7 +12,7 @@ import { act } from 'react';
 
 import { harness, HOSTILE, type IHarness, mutate } from '../../../__tests__/analysisfixtures';
 import { kernelRule } from '../../../wire/__tests__/schemaajv';
-import type { ITimelineFile } from '../../../actions/inline';
+import type { ITimelineFile } from '../../../tokens';
 import { type ITimelinePayload, TIMELINE_MIME, timelinePayloadProblem } from '../../../wire/analysispayload';
 import { bottomAt, timelineGeometry } from '../geometry';
 import { clampRange, eventTicks, LEFT, PLOT_H, PLOT_W, zoomed } from '../plot';
