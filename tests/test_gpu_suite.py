@@ -1,9 +1,9 @@
-"""The GPU suite of issue 10 (benchmarks/gpu): its harness, and on a real GPU each CUDA promise.
+"""The GPU suite (benchmarks/gpu): its harness, and on a real GPU each CUDA promise.
 
 Without a GPU: `python -m benchmarks.gpu --dry-run` runs every section's logic on the CPU with stand-ins;
 these tests check what it writes and prints (never a GPU figure: every file says dry_run and device cpu).
 With one (`pytest -m gpu`): the full suite runs once (about 9 minutes; or point $GPUMEM_GPU_RESULTS at the
-folder of a finished run) and each promise is asserted against the targets of issue 10.
+folder of a finished run) and each promise is asserted against its target (the figures benchmarks/README.md promises).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def test_torch_is_not_a_requirement() -> None:
 
 
 # The labextension's JavaScript, all chunks together: 243 KiB before the wire validators were generated and the
-# YAML writer moved to the kernel, 191 KiB after, 223 KiB with the lifecycle and checklist work of issue 12 (all
+# YAML writer moved to the kernel, 191 KiB after, 223 KiB with the kernel lifecycle and the checklist's actions (all
 # our own code), 256 KiB with the memory timeline, the idle list and the memory log's CSV (CSS minified at build).
 # A budget, so that growth is a decision, not an accident; the list below catches a library.
 BUNDLE_BUDGET = 320 * 1024

@@ -1,4 +1,4 @@
-"""Model memory analysis and batch-size recommendations: `analyze()`, and the seeds' print_memory_analysis()
+"""Model memory analysis and batch-size recommendations: `analyze()`, and the script API's print_memory_analysis()
 and recommend_batch_size() over it.
 
 Two engines, one report (see shared/notes/memory-estimation.md):
@@ -217,7 +217,7 @@ def analyze(
     # a model on the meta device (built by name) has no weights to run on a GPU: traced against it instead
     measured_on = None if step is not None or on_meta(model) else _measured_device(device, target, memory)
     try:
-        # the limit: a batch over it is replayed again under it, as the allocator frees its cache (issue 24)
+        # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
         traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
         current_trace = traced.point(batch_size, stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
@@ -383,7 +383,7 @@ def _torch_version() -> str:
     return str(torch.__version__)
 
 
-# --- the seeds' Python API over analyze() ---------------------------------------------------------------
+# --- the Python API for scripts over analyze() ----------------------------------------------------------
 
 
 def print_memory_analysis(

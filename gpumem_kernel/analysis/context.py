@@ -262,7 +262,7 @@ def estimate(f: ContextFactors, points: Sequence[Point] = CALIBRATION) -> Contex
         parts.append(ContextPart("torch build (eager)", image, f"every libtorch_cuda kernel loaded: {why}"))
     if _major(f.compute_capability) is None:
         notes.append("compute capability unknown: the generation figure is a guess")
-    # No published figure isolates the libraries' modules on the device (issue 24 counts them as missing):
+    # No published figure isolates the libraries' modules on the device (they are missing from the estimate):
     # named, not counted, and said so.
     parts += [
         ContextPart(lib, 0, "modules loaded at first use: no published figure, not counted") for lib in f.libraries
@@ -336,5 +336,5 @@ def nvml_driver_version() -> Optional[str]:
 
 
 def generation_estimate(compute_capability: Optional[str]) -> int:
-    """The lazy-loading figure by generation alone (what gpus.context_estimate returned before issue 24)."""
+    """The lazy-loading figure by generation alone (gpus.context_estimate without the modules)."""
     return lazy_core(compute_capability)

@@ -56,7 +56,7 @@ class _TracedEngine:
         return self.cache[batch]
 
     def _last_resort(self, point: _Point, saving: int) -> _Point:
-        """Issue 24: over the limit, replay the stream again with the device's limit, as the real allocator
+        """The last resort: over the limit, replay the stream again with the device's limit, as the real allocator
         frees its cached segments and retries before it raises (allocator.CachingAllocatorModel._make_room).
         It fits when that replay has no OOM: its figures replace the unlimited ones. The allocator may
         reserve the limit less the context, plus what sharding saves (footprint = reserved - saving + context)."""

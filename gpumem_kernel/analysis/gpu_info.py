@@ -1,4 +1,4 @@
-"""The seeds' get_gpu_info() and print_gpu_info(): the GPUs visible to this kernel, from NVML."""
+"""get_gpu_info() and print_gpu_info() of the Python API: the GPUs visible to this kernel, from NVML."""
 
 from __future__ import annotations
 

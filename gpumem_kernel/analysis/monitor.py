@@ -1,4 +1,4 @@
-"""The seeds' memory monitor: `with monitor_gpu_memory(0): ...` or `@monitor_gpu_memory(0)` reports a block's
+"""The memory monitor of the Python API: `with monitor_gpu_memory(0): ...` or `@monitor_gpu_memory(0)` reports a block's
 peak and delta on the GPU, or the host RSS delta where CUDA is not initialised."""
 
 from __future__ import annotations

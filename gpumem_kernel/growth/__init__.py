@@ -1,4 +1,4 @@
-"""Growth (issue 27, deliverable 2): which cell keeps growing this kernel's memory, and how fast a running cell
+"""Growth: which cell keeps growing this kernel's memory, and how fast a running cell
 grows it.
 
 After each cell where device memory is in use (the holders' switch, holders.collect.cuda_in_use), the hook

@@ -1,7 +1,7 @@
 """Why a cell grows memory each run: one classifier per known pattern, first match wins.
 
 Each rule reads what the holders' walk found (the holders that grew since the last run, what each holds now)
-and the cell's source, and names the fix. The patterns are the classic notebook leaks of issue 27:
+and the cell's source, and names the fix. The patterns are the classic notebook leaks:
 a loss kept with its autograd graph (`.item()`), outputs kept with their graphs (`with torch.no_grad()` for
 evaluation, `.detach()` in training), IPython's output cache, and an object re-created while the old one is
 still referenced (`del` it first).

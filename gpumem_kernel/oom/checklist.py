@@ -24,7 +24,8 @@ from gpumem_kernel.oom.steps_training import (
 )
 
 
-# Every step of the seeds' checklists, and the step that covers it (tests check each id appears):
+# Every step of the troubleshooting guides' checklists this one replaces (keyed by guide number and item), and the
+# step that covers it (tests check each id appears):
 SEED_STEPS: Dict[str, str] = {
     "001 #1 Jupyter 커널 재시작 (restart the kernel)": "restart",
     "001 #2 clear_gpu_memory() 실행": "clear",

@@ -1,4 +1,4 @@
-"""The status snapshot as a MIME bundle: text/plain in the seeds' console layout, and a static HTML table.
+"""The status snapshot as a MIME bundle: text/plain in the console layout of `print_status()`, and a static HTML table.
 
 Every string that comes from the system (device and process names, reasons, errors) is escaped in the
 HTML: a process name is chosen by whoever started the process.

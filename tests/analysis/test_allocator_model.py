@@ -137,7 +137,7 @@ def test_allocator_settings_are_read_as_torch_reads_them() -> None:
     )
 
 
-# --- the last resort under a device limit (issue 24: DeviceCachingAllocator::malloc, release_cached_blocks) ---
+# --- the last resort under a device limit (DeviceCachingAllocator::malloc, release_cached_blocks) -----------
 
 
 def _fragmented() -> list:

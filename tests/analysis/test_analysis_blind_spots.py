@@ -1,4 +1,4 @@
-"""Issue 9 §5, the traced estimator's blind spots: each case against the step the user actually runs.
+"""The traced estimator's blind spots: each case against the step the user actually runs.
 
 Every reference here is a trace of the model the user means (their eval-mode submodules, every block
 checkpointed by hand, the model's own loss, no KV cache), so a difference is the estimator's choice, not noise.

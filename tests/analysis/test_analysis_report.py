@@ -1,5 +1,5 @@
 """The report: schema-valid payloads, the MIME bundle (escaped HTML, the analysis guide's text), the batch-size search,
-recommendations, distributed figures and the seeds' Python API."""
+recommendations, distributed figures and the Python API for scripts."""
 
 import json
 from importlib import resources

@@ -1,4 +1,4 @@
-"""The evaluation step (issue 15, item 4): model.eval() under torch.no_grad(), forward only.
+"""The evaluation step: model.eval() under torch.no_grad(), forward only.
 
 The traced (fake) evaluation step against an independent StorageTracker on a real CPU evaluation loop, to the
 byte, for a CNN with BatchNorm, an MLP with dropout and a TransformerEncoder (dropout, eval fast path).

@@ -1,4 +1,4 @@
-"""Issue 24: a batch fits when the allocator's replay under the device's limit does, as the real allocator frees
+"""The last resort: a batch fits when the allocator's replay under the device's limit does, as the real allocator frees
 its cached segments and retries cudaMalloc before it raises (DeviceCachingAllocator::malloc)."""
 
 from typing import Any

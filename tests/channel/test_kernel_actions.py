@@ -1,4 +1,4 @@
-"""Issue 3 in a real ipykernel, driven as the browser drives it: the OOM checklist under a cell's traceback,
+"""The OOM actions in a real ipykernel, driven as the browser drives it: the OOM checklist under a cell's traceback,
 the main-thread actions as silent executes (frontend.py), and the comm's process actions."""
 
 from __future__ import annotations

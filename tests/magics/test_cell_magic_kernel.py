@@ -1,4 +1,4 @@
-"""`%%gpumem` in a real ipykernel: a failing cell fails exactly as it would without the magic (issue 9, 4)."""
+"""`%%gpumem` in a real ipykernel: a failing cell fails exactly as it would without the magic."""
 
 from __future__ import annotations
 

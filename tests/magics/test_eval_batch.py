@@ -1,4 +1,4 @@
-"""`--eval-batch N` (issue 15, item 4) in `%gpumem analyze` and `python -m gpumem_kernel analyze`: the evaluation
+"""`--eval-batch N` in `%gpumem analyze` and `python -m gpumem_kernel analyze`: the evaluation
 step's peak and the largest evaluation batch, in the text and the payload; bad values are one line."""
 
 from __future__ import annotations

@@ -387,7 +387,7 @@ def test_benchmark_bad_arguments_are_one_line(ip, line, message):
     assert captured.stderr.count("\n") == 1 and captured.outputs == []
 
 
-# --- one check of --device and the batch sizes in every command; echoed values are cut (issue 9, 4) ---------------
+# --- one check of --device and the batch sizes in every command; echoed values are cut ---------------------------
 
 HUGE = "x" * 20_000  # a pasted blob; any length past the bound shows the cut
 BIG = "99999999999999999999"

@@ -1,4 +1,4 @@
-"""diagnose → build_checklist → oom_bundle: ordering, computed values, runnable snippets, seed coverage, schema."""
+"""diagnose → build_checklist → oom_bundle: ordering, computed values, runnable snippets, guide steps, schema."""
 
 from __future__ import annotations
 

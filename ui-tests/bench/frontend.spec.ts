@@ -1,5 +1,5 @@
 /**
- * Frontend figures for benchmarks/README.md (issue 6, row 5), measured in Debian's Chromium:
+ * Frontend figures for benchmarks/README.md (its front-end row), measured in Debian's Chromium:
  * - the labextension's bundle size;
  * - time from opening a notebook to the first sample shown in the panel (kernel start included);
  * - panel render cost per update: Chromium's script + layout + style time (CDP Performance metrics) over
