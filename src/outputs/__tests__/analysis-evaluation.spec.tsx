@@ -2,7 +2,7 @@
  * @jest-environment jsdom
  * @jest-environment-options {"customExportConditions": ["node", "node-addons"]}
  *
- * `%gpumem analyze … --eval-batch N`: the evaluation step's line in the analysis view (issue 15, item 4), on a
+ * `%gpumem analyze … --eval-batch N`: the evaluation step's line in the analysis view, on a
  * real payload with the kernel's `evaluation` record added (the numbers of tests/magics/test_eval_batch.py's
  * shape); absent without one, and for outputs saved before the kernel wrote it.
  */

@@ -2,8 +2,8 @@
  * @jest-environment jsdom
  * @jest-environment-options {"customExportConditions": ["node", "node-addons"]}
  *
- * `%gpumem analyze hf:… --seq 128 --checkpointing --quantize nf4 --lora r=8 --search seq` (issue 25, deliverables 4
- * and 5) in the browser: the logits and loss line with its size, the attention implementation, what checkpointing
+ * `%gpumem analyze hf:… --seq 128 --checkpointing --quantize nf4 --lora r=8 --search seq` in the
+ * browser: the logits and loss line with its size, the attention implementation, what checkpointing
  * wrapped, the QLoRA lines, and the longest sequence at batches 1 and 4 with its picks, on the payload the kernel
  * wrote for a 2-layer Llama config with a 32,000-token vocabulary (scripts/make_renderer_fixtures.py).
  */

@@ -1,5 +1,5 @@
 /**
- * The language-model sections of the analysis output (issue 25): the logits and loss line (vocabulary × sequence ×
+ * The language-model sections of the analysis output: the logits and loss line (vocabulary × sequence ×
  * batch, the float32 copy), the attention implementation, what gradient checkpointing wrapped and a LoRA / QLoRA
  * plan's quantised weights, adapters and dequantisation transients, from the payload's `llm` and `figures`; and the
  * longest sequence that fits at each batch (`--search seq`, the payload's `sequence_search`) with its picks,

@@ -3,7 +3,7 @@
  * real analysis and benchmark outputs and for a crowded chart. The outputs: src/__tests__/fixtures, and here
  * `%gpumem analyze model --batch 2048 --input 3x224x224 --target "RTX 4080 Super" --amp bf16 --optimizer adamw`
  * on the small conv net of ui-tests/tests/analysis.spec.ts (analyze(...).to_payload()), as the kernel sends it
- * now (analysis_b2048.json) and as issue 12 saw it (analysis_b2048_issue.json, from the kernel of commit
+ * now (analysis_b2048.json) and as an older kernel sent it (analysis_b2048_issue.json, from the kernel of commit
  * 00a2331: the curve sampled from 256 to 4096, so that the "256" label sat on the device-limit label and the
  * safe pick, 128, floated left of the line).
  *
