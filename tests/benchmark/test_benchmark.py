@@ -115,7 +115,9 @@ def test_sweep_stops_at_the_oom_and_picks_agree_with_rows(tmp_path):
             assert r["peak_bytes"] <= CAP and r["gpu_util"] is None
             parts = r["io_ms"] + r["h2d_ms"] + r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"]
             assert parts <= r["total_ms"] * 1.05
-            assert r["samples_per_s"] == pytest.approx(1000 * r["batch_size"] / r["total_ms"], rel=1e-3)
+            # samples/s is kept to 2 decimals: on a loaded machine a slow step gives a few samples/s, where that
+            # rounding alone is more than 0.1 %
+            assert r["samples_per_s"] == pytest.approx(1000 * r["batch_size"] / r["total_ms"], rel=1e-3, abs=0.006)
     # the three picks, recomputed from the rows
     highest, efficient, recommended = recompute_picks(rows, CAP, 0.8)
     assert payload["picks"]["highest_throughput"]["row"] == highest
