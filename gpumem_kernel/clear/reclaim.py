@@ -6,7 +6,10 @@ safe clear drops exactly those hidden references, collects, and — only when th
 initialised CUDA — returns the allocator's cache to the driver. User variables are deleted only when
 named (`variables=[...]`) or with `all_cuda_vars=True`.
 
-Never imports torch and never initialises CUDA: what holds memory is probe.holders' walk of the namespace.
+What holds memory, what a dropped reference frees and which variables hold CUDA memory are read by the one walk
+over the namespace (holders.walk), the same the holders panel shows: a `trainer` object holding a model is listed
+here as it is there. A variable the walk cannot inspect is named in one note and never deleted unless named.
+Never imports torch and never initialises CUDA.
 """
 
 from __future__ import annotations
@@ -18,22 +21,27 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Sequence, Set, Tuple
 
-from gpumem_kernel.probe.holders import (
+from gpumem_kernel.holders.walk import (
     Holder,
-    TorchKinds,
-    exception_tracebacks,
+    Walker,
+    charge,
+    each_variable,
+    empty_holder,
     frame_holder,
-    has_cuda_tensor,
     holders,
+    looks,
+    memory_walker,
+    named_variable,
+)
+from gpumem_kernel.probe.holders import (
+    exception_tracebacks,
     is_ipython_name,
-    measure,
     namespace_of,
     resolve_shell,
     torch_kinds,
     traceback_frames,
-    user_variables,
 )
-from gpumem_kernel.probe.inspection import Skipped, type_name
+from gpumem_kernel.probe.inspection import Skipped
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, initialised_cuda
 from gpumem_kernel.render.units import human
@@ -96,15 +104,16 @@ class _CacheEntry:
     drops: List[Callable[[], None]] = field(default_factory=list)
 
 
-def _find_output_cache(shell: Any, kinds: TorchKinds) -> List[_CacheEntry]:
-    """Output-cache entries (Out[N], _N, _, __, ___, the last result) whose value holds torch objects."""
+def _find_output_cache(shell: Any, walker: Walker) -> List[_CacheEntry]:
+    """Output-cache entries (Out[N], _N, _, __, ___, the last result) whose value reaches a tensor's memory, by
+    the walk's rule (holders.walk): what the holders panel lists as IPython's output cache."""
     if shell is None:
         return []
     namespace, hidden = namespace_of(shell)
     entries: Dict[int, _CacheEntry] = {}
 
     def add(name: Optional[str], value: Any, drop: Callable[[], None]) -> None:
-        if not kinds.holds_torch(value):
+        if id(value) not in entries and walker.reach(value) is None:
             return
         entry = entries.setdefault(id(value), _CacheEntry([], value))
         if name is not None and name not in entry.names:
@@ -297,7 +306,7 @@ def clear_gpu_memory(
     shell = resolve_shell(shell)
     namespace, hidden = namespace_of(shell)
     to_delete = _check_variables(variables or [], namespace, hidden)
-    kinds = torch_kinds()
+    walks = _Walks()
     notes: List[str] = []
     before = _snapshot()
 
@@ -306,24 +315,13 @@ def clear_gpu_memory(
     frames = traceback_frames(refs.tracebacks)
     traceback_sources, frame_count = list(refs.sources), len(frames)
     if all_cuda_vars:
-        cuda_vars = _cuda_variables(shell, kinds, to_delete, skipped) if kinds is not None else []
+        cuda_vars = _cuda_variables(shell, walks, to_delete, skipped)
         if not cuda_vars:
             notes.append("no user variable holds CUDA memory: none to delete")
         to_delete += cuda_vars
-    cache = _find_output_cache(shell, kinds) if kinds is not None else []
-
-    # Charge each dropped reference only for what no remaining user variable keeps alive.
-    traceback_freed: Optional[Holder] = None
-    cache_holders: List[Holder] = []
-    deleted: List[Holder] = []
-    if kinds is not None:
-        kept: Set[Any] = set()
-        holders(shell, exclude=to_delete, seen=kept, skipped=skipped)
-        deleted = [_deleted(name, namespace[name], kinds, kept, skipped) for name in to_delete]
-        cache_holders = [measure(" / ".join(entry.names), entry.value, kinds, kept, keep_empty=True) for entry in cache]
-        traceback_freed = frame_holder(frames, kinds, kept) if frames else None
-    else:
-        deleted = [Holder(name, "other", type_name(type(namespace[name])), 0, {}, 0) for name in to_delete]
+    cache_walker = walks.start()
+    cache = _find_output_cache(shell, cache_walker) if cache_walker is not None else []
+    freed = _freed(shell, walks, to_delete, cache, frames, skipped)
     cache_names = sum(len(entry.names) for entry in cache)
 
     gc_collected: Optional[int] = None
@@ -339,25 +337,23 @@ def clear_gpu_memory(
         gc_collected = gc.collect()
         emptied = _empty_cuda_cache(notes)
         after = _snapshot()
-    if kinds is None:
+    if not walks.torch:
         notes.append("torch is not imported in this kernel: no tensors to free")
     elif not cuda_initialised():
         notes.append("CUDA is not initialised in this kernel: there is no GPU memory of this kernel to return")
 
-    still = holders(shell, exclude=to_delete if dry_run else (), skipped=skipped)
-    line = skipped.line()
-    if line is not None:
-        notes.append(line)
+    still = holders(shell, exclude=to_delete if dry_run else (), skipped=skipped, walker=walks.start())
+    notes += [line for line in (walks.note(), skipped.line()) if line is not None]
     return ClearReport(
         dry_run=dry_run,
-        torch_imported=kinds is not None,
+        torch_imported=walks.torch,
         cuda_initialized=cuda_initialised(),
         traceback_sources=traceback_sources,
         traceback_frames=frame_count,
-        traceback_freed=traceback_freed,
-        output_cache=cache_holders,
+        traceback_freed=freed.traceback,
+        output_cache=freed.cache,
         output_cache_entries=cache_names,
-        deleted=deleted,
+        deleted=freed.deleted,
         gc_collected=gc_collected,
         emptied_cache=emptied,
         devices=_device_table(before, after),
@@ -369,25 +365,76 @@ def clear_gpu_memory(
     )
 
 
-def _cuda_variables(shell: Any, kinds: TorchKinds, named: Sequence[str], skipped: Skipped) -> List[str]:
-    """The variables (other than `named`) that reach a CUDA tensor; one that cannot be inspected is never deleted."""
-    found = []
-    for name, value in user_variables(shell, skipped=skipped):
-        with skipped.guard(name):
-            if name not in named and has_cuda_tensor(value, kinds):
-                found.append(name)
-    return found
+class _Walks:
+    """The clear's walks of the namespace (holders.walk), each with its own object budget, so one pass cannot
+    spend the next one's; remembers whether any stopped at its budget, for one note."""
+
+    def __init__(self) -> None:
+        self.torch = torch_kinds() is not None  # without torch nothing holds a tensor: no walk at all
+        self.truncated = False
+        self._walkers: List[Walker] = []
+
+    def start(self) -> Optional[Walker]:
+        """A fresh walk; None without torch."""
+        walker = memory_walker()
+        if walker is not None:
+            self._walkers.append(walker)
+        return walker
+
+    def note(self) -> Optional[str]:
+        if not any(walker.truncated for walker in self._walkers):
+            return None
+        limit = self._walkers[0].limits.objects
+        return f"stopped after {limit:,} objects: variables reached only through more may be missing"
 
 
-def _deleted(name: str, value: Any, kinds: TorchKinds, kept: Set[Any], skipped: Skipped) -> Holder:
-    """What deleting a variable the user named frees; its name alone when it cannot be inspected (recorded in
-    `skipped`; it is deleted all the same: the user asked for it)."""
-    if skipped.accepts(name, value):
-        with skipped.guard(name):
-            holder = measure(name, value, kinds, kept, keep_empty=True)
-            if holder is not None:
-                return holder
-    return Holder(name, "other", type_name(type(value)), 0, {}, 0)
+@dataclass
+class _Freed:
+    """What each dropped reference and each deleted variable frees: only what no remaining variable keeps."""
+
+    traceback: Optional[Holder] = None
+    cache: List[Holder] = field(default_factory=list)
+    deleted: List[Holder] = field(default_factory=list)
+
+
+def _freed(
+    shell: Any, walks: _Walks, to_delete: List[str], cache: List[_CacheEntry], frames: List[Any], skipped: Skipped
+) -> _Freed:
+    """Charge each dropped reference only for what no remaining user variable keeps alive."""
+    namespace, _ = namespace_of(shell)
+    walker = walks.start()
+    if walker is None:
+        return _Freed(deleted=[empty_holder(name, namespace[name]) for name in to_delete])
+    kept: Set[Any] = set()
+    holders(shell, exclude=to_delete, seen=kept, skipped=skipped, walker=walker)
+    deleted = [_deleted(name, namespace[name], walker, kept, skipped) for name in to_delete]
+    cache_holders = [_cache_holder(entry, walker, kept) for entry in cache]
+    return _Freed(frame_holder(frames, walker, kept) if frames else None, cache_holders, deleted)
+
+
+def _cache_holder(entry: _CacheEntry, walker: Walker, kept: Set[Any]) -> Holder:
+    name = " / ".join(entry.names)
+    reach = walker.reach(entry.value)
+    held = charge(name, reach, looks(entry.value, walker.kinds), kept, keep_empty=True) if reach else None
+    return held or empty_holder(name, entry.value)
+
+
+def _cuda_variables(shell: Any, walks: _Walks, named: Sequence[str], skipped: Skipped) -> List[str]:
+    """The variables (other than `named`) that reach a CUDA tensor, by the walk's rule (a `trainer` holding a
+    model on the GPU is one); one that cannot be inspected is never returned, so never deleted."""
+    walker = walks.start()
+    if walker is None:
+        return []
+    reached = each_variable(shell, walker, skipped, lambda value, reach: None, exclude=named)
+    return [r.name for r in reached if any(str(key[0]).startswith("cuda") for key in r.reach.storages)]
+
+
+def _deleted(name: str, value: Any, walker: Walker, kept: Set[Any], skipped: Skipped) -> Holder:
+    """What deleting a variable the user named frees; its name alone when it reaches nothing or cannot be
+    inspected (recorded in `skipped`; it is deleted all the same: the user asked for it)."""
+    reached = named_variable(name, value, walker, skipped, lambda v, _: looks(v, walker.kinds))
+    held = charge(name, reached.reach, reached.read, kept, keep_empty=True) if reached is not None else None
+    return held or empty_holder(name, value)
 
 
 def _empty_cuda_cache(notes: List[str]) -> bool:

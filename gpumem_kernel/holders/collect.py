@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from gpumem_kernel.holders import describe
 from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
-from gpumem_kernel.holders.walk import ATOMS, Limits, OnDevice, OutOfTime, Reach, Walker
+from gpumem_kernel.holders.walk import Limits, OnDevice, OutOfTime, Reach, Walker, each_variable, frames_reach
 from gpumem_kernel.probe.inspection import Skipped
 from gpumem_kernel.probe.holders import (
     exception_tracebacks,
@@ -29,8 +29,6 @@ from gpumem_kernel.probe.holders import (
     resolve_shell,
     torch_kinds,
     traceback_frames,
-    user_variables,
-    walk_order,
 )
 
 DEFAULT_BUDGET_MS = 50.0  # after every cell: a cell's end must not feel slower
@@ -48,20 +46,11 @@ class _Root:
 
 
 def _variable_roots(shell: Any, walker: Walker, skipped: Skipped) -> List[_Root]:
-    """The variables reaching a storage, in charging order (walked in namespace order: sorting 10,000 names by
-    kind would cost more than skipping the numbers and strings among them). One that cannot be inspected, or
-    whose own reading raises, is recorded in `skipped`."""
+    """The variables reaching a storage, in charging order, each described while the walk has it; one that
+    cannot be inspected, or whose walk or description raises, is recorded in `skipped` (walk.each_variable)."""
     kinds = walker.kinds
-    found = []
-    for name, value in user_variables(shell, skip=ATOMS, skipped=skipped):
-        with skipped.guard(name, passes=(OutOfTime,)):
-            reach = walker.reach(value)
-            if walker.failed is not None:
-                skipped.add(name, walker.failed)
-            elif reach is not None:
-                root = _Root(name, "variable", describe.value(value, reach, kinds), reach)
-                found.append((walk_order((name, value), kinds), root))
-    return [root for _, root in sorted(found, key=lambda pair: pair[0])]
+    reached = each_variable(shell, walker, skipped, lambda value, reach: describe.value(value, reach, kinds))
+    return [_Root(r.name, "variable", r.read, r.reach) for r in reached]
 
 
 def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
@@ -79,7 +68,7 @@ def _out_root(shell: Any, walker: Walker) -> Optional[_Root]:
         reach = walker.reach(value)
         if reach is not None:
             labels.append(f"Out[{key}]" if isinstance(key, int) else key)
-            _merge(total, reach)
+            total.add(reach)
     if not total.storages:
         return None
     return _Root(OUT_ENTRY, "ipython", describe.output_cache(labels, total), total)
@@ -90,31 +79,15 @@ def _traceback_root(walker: Walker) -> Optional[_Root]:
     tracebacks = [sys.last_traceback] if getattr(sys, "last_traceback", None) is not None else []
     for attr in ("last_value", "last_exc"):
         tracebacks.extend(exception_tracebacks(getattr(sys, attr, None)))
-    total, functions = Reach(), []
-    for frame in traceback_frames(tracebacks):
-        if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
-            continue
-        # Two levels: a local and the containers in it. Deeper, IPython's own frames reach the shell and
-        # through it the whole namespace, which is the variables' memory, not the traceback's.
-        reach = walker.reach(list(frame.f_locals.values()), depth=2)
-        if reach is not None:
-            functions.append(frame.f_code.co_name)
-            _merge(total, reach)
+    total, functions = frames_reach(walker, traceback_frames(tracebacks))
     if not total.storages:
         return None
     return _Root(TRACEBACK_ENTRY, "traceback", describe.traceback(functions, total), total)
 
 
-def _merge(total: Reach, part: Reach) -> None:
-    total.storages.update(part.storages)
-    total.tensors += part.tensors
-    total.with_history += part.with_history
-    total.gradients += part.gradients
-
-
 def _device_of(key: Any, device_name: str) -> str:
-    """The device of a storage key (walk: (device, address)); `device_name` for a tensor without a storage."""
-    return key[0] if isinstance(key, tuple) and key and key[0] != "id" else device_name
+    """The device of a storage key (probe.holders.storage_identity puts it first); `device_name` for any other."""
+    return str(key[0]) if isinstance(key, tuple) and key else device_name
 
 
 def _entries(roots: List[_Root], device_name: str) -> List[HolderEntry]:

@@ -1,10 +1,16 @@
-"""The walk from one object to the device storages it keeps alive, bounded in depth, in objects and in time.
+"""The one walk from the user's variables to the device storages they keep alive, bounded in depth, in objects
+and in time. The holders (panel and `%gpumem holders`), the safe clear, the OOM checklist and the growth notice
+all read the namespace through it, so a variable holds the same memory in each of them.
 
-What counts as reaching a storage: a tensor (and its `.grad`), an nn.Module's parameters, gradients and
-buffers, an optimizer's state tensors and parameters, and the same through containers (list, tuple, set, dict,
-deque), dataclasses and other objects' `__dict__`, up to `Limits.depth` levels below the variable. Which
-tensors count is the caller's `on_device` predicate: the hook passes "is a CUDA tensor", tests pass "is a CPU
-tensor", so both run this same code.
+The rule: a tensor (and its `.grad`), an nn.Module's parameters, gradients and buffers, an optimizer's state
+tensors and parameters, and the same through containers (list, tuple, set, dict, deque), dataclasses and
+other objects' `__dict__`, up to `Limits.depth` levels below the variable (a `trainer` holding `.model` and
+`.optimizer` holds their memory). Which tensors count is the caller's `on_device` predicate: the hook passes
+"is a CUDA tensor", the clear "any tensor with memory", tests "is a CPU tensor", so all run this same code.
+
+The user's objects are never trusted (probe.inspection): `user_variables` leaves out a value whose `__class__`
+raises, what a value is comes from `type()`, and `each_variable` runs each variable's walk and reading under
+`Skipped.guard`, so one odd object costs its own entry and is named once, never the feature.
 
 Nothing here keeps a reference once a call returns: a Reach holds storage keys (device, address) and sizes only.
 Never imports torch: its classes come from probe.holders.torch_kinds (looked up in sys.modules).
@@ -17,17 +23,23 @@ import itertools
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Optional, Set
+from typing import Any, Callable, Dict, Generic, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
-from gpumem_kernel.probe.inspection import PROXIES, type_name
 from gpumem_kernel.probe.holders import (
     MAPPINGS,
     SEQUENCES,
     TorchKinds,
     container_values,
+    is_ipython_name,
     kept_grad,
+    kind_of,
+    namespace_of,
+    resolve_shell,
     storage_identity,
+    torch_kinds,
+    walk_order,
 )
+from gpumem_kernel.probe.inspection import PROXIES, Skipped, type_name
 
 OnDevice = Callable[[Any], bool]  # a tensor -> whether its memory is the memory being accounted
 
@@ -48,7 +60,7 @@ _OPAQUE = (
 _CHECK_EVERY = 256  # objects between two looks at the clock (perf_counter costs ~60 ns; an object ~1 µs)
 
 # What a value is to the walk, decided once per type: ATOM (holds nothing), the torch classes, the containers
-# probe.holders walks, LEAF (_OPAQUE, whose attributes are not data) or OBJECT (its __dict__ or dataclass fields).
+# probe.holders names, LEAF (_OPAQUE, whose attributes are not data) or OBJECT (its __dict__ or dataclass fields).
 ATOM, TENSOR, MODULE, OPTIMIZER, MAPPING, SEQUENCE, LEAF, OBJECT = range(8)
 _ATOM_TYPES = frozenset(ATOMS)  # exact types: the common elements of a list, told apart by one set lookup
 
@@ -76,6 +88,13 @@ class Reach:
     @property
     def bytes(self) -> int:
         return sum(self.storages.values())
+
+    def add(self, part: "Reach") -> None:
+        """Take in what another walk reached (a storage both reach counts once)."""
+        self.storages.update(part.storages)
+        self.tensors += part.tensors
+        self.with_history += part.with_history
+        self.gradients += part.gradients
 
 
 class Walker:
@@ -221,3 +240,225 @@ def _own(obj: Any, name: str) -> Any:
         return object.__getattribute__(obj, name)
     except AttributeError:
         return None
+
+
+# --- the user's variables: the one loop every feature reads them by ------------------------------------------
+
+T = TypeVar("T")
+# Not data: modules, classes, functions; and weak proxies, which keep nothing alive (what one points to is walked
+# under its own name).
+_NOT_VARIABLES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType) + PROXIES
+
+
+def user_variables(
+    shell: Any = None, skip: Tuple[type, ...] = (), skipped: Optional[Skipped] = None
+) -> List[Tuple[str, Any]]:
+    """The user's own variables: IPython's names, modules, classes and functions left out, and values of the
+    `skip` types (a type check before the names' checks: a namespace of 10,000 numbers costs 10,000 of them).
+    A value that cannot be inspected is left out too, and its name recorded in `skipped`."""
+    namespace, hidden = namespace_of(resolve_shell(shell))
+    record = Skipped() if skipped is None else skipped
+    found = []
+    for name, value in dict(namespace).items():  # a copy: reading a value's __class__ runs the user's code
+        cls = type(value)
+        if issubclass(cls, skip) or not issubclass(type(name), str) or is_ipython_name(name, value, hidden):
+            continue
+        if record.accepts(name, value) and not issubclass(cls, _NOT_VARIABLES):
+            found.append((name, value))
+    return found
+
+
+def read_variables(
+    shell: Any,
+    skipped: Skipped,
+    read: Callable[[str, Any], None],
+    skip: Tuple[type, ...] = (),
+    passes: Tuple[type, ...] = (),
+) -> None:
+    """`read(name, value)` for every user variable that can be inspected, each under its own guard: what one
+    raises (but `passes`, KeyboardInterrupt and SystemExit) records its name in `skipped` and ends only its part."""
+    for name, value in user_variables(shell, skip=skip, skipped=skipped):
+        with skipped.guard(name, passes=passes):
+            read(name, value)
+
+
+@dataclass
+class Reached(Generic[T]):
+    """A variable that reaches storages, and what its caller read from it while the walk had it (no value kept)."""
+
+    name: str
+    order: int  # probe.holders.walk_order: Modules first, optimizers last
+    reach: Reach
+    read: T
+
+
+def _reach(
+    name: str, value: Any, walker: Walker, skipped: Skipped, read: Callable[[Any, Reach], T]
+) -> Optional[Reached[T]]:
+    """The walk from one variable, and `read(value, reach)`; None when it reaches nothing or its own reading
+    raised (then `name` is recorded in `skipped`). Run under the caller's guard."""
+    reach = walker.reach(value)
+    if walker.failed is not None:
+        skipped.add(name, walker.failed)
+        return None
+    if reach is None:
+        return None
+    return Reached(name, walk_order((name, value), walker.kinds), reach, read(value, reach))
+
+
+def each_variable(
+    shell: Any,
+    walker: Walker,
+    skipped: Skipped,
+    read: Callable[[Any, Reach], T],
+    exclude: Sequence[str] = (),
+) -> List[Reached[T]]:
+    """Every user variable that reaches a storage, in charging order (walked in namespace order: sorting 10,000
+    names by kind would cost more than skipping the numbers and strings among them). One that cannot be
+    inspected, or whose walk or `read` raises, is recorded in `skipped` and never returned. Past the walker's
+    deadline, OutOfTime ends the whole walk."""
+    found: List[Reached[T]] = []
+
+    def one(name: str, value: Any) -> None:
+        if name not in exclude:
+            reached = _reach(name, value, walker, skipped, read)
+            if reached is not None:
+                found.append(reached)
+
+    read_variables(shell, skipped, one, skip=ATOMS, passes=(OutOfTime,))
+    return sorted(found, key=lambda reached: reached.order)
+
+
+def named_variable(
+    name: str, value: Any, walker: Walker, skipped: Skipped, read: Callable[[Any, Reach], T]
+) -> Optional[Reached[T]]:
+    """The walk from a variable the user named, by the same rules as `each_variable`; None when it reaches
+    nothing, or cannot be inspected (recorded in `skipped`)."""
+    if not skipped.accepts(name, value):
+        return None
+    with skipped.guard(name, passes=(OutOfTime,)):
+        return _reach(name, value, walker, skipped, read)
+    return None  # the guard recorded what reading it raised
+
+
+def frames_reach(walker: Walker, frames: Iterable[Any]) -> Tuple[Reach, List[str]]:
+    """What the locals of some frames reach, and the frames' function names. Module-level frames are the user
+    namespace itself and are skipped. Two levels: a local and what it holds. Deeper, IPython's own frames reach
+    the shell and through it the whole namespace, which is the variables' memory, not the frames'."""
+    total, functions = Reach(), []
+    for frame in frames:
+        try:
+            if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
+                continue
+            local_values = list(frame.f_locals.values())
+        except Exception:  # a frame whose locals cannot be read holds nothing we can name
+            continue
+        reach = walker.reach(local_values, depth=2)
+        del local_values
+        if reach is not None:
+            functions.append(frame.f_code.co_name)
+            total.add(reach)
+    return total, functions
+
+
+# --- what a variable frees: each storage charged once, on every device ---------------------------------------
+
+
+def any_memory(tensor: Any) -> bool:
+    """The clear's and the OOM checklist's predicate: every tensor with memory, on any device (a meta tensor has
+    none)."""
+    return bool(tensor.device.type != "meta")
+
+
+def memory_walker(limits: Optional[Limits] = None) -> Optional[Walker]:
+    """A walker over every device's tensors, bounded in objects but not in time (a command the user runs, not the
+    per-cell hook); None when torch is not imported (then nothing can hold a tensor)."""
+    kinds = torch_kinds()
+    return None if kinds is None else Walker(kinds, any_memory, limits or Limits(), None)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """What a holder is, read by type while the walk has it."""
+
+    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
+    type_name: str
+    shape: Optional[List[int]] = None
+    dtype: Optional[str] = None
+
+
+def looks(value: Any, kinds: TorchKinds) -> Looks:
+    kind = kind_of(value, kinds)
+    shape = dtype = None
+    if kind == "tensor":
+        try:
+            shape, dtype = [int(n) for n in value.shape], str(value.dtype).replace("torch.", "")
+        except Exception:  # a tensor subclass whose shape raises: its memory still counts
+            pass
+    return Looks(kind, type_name(type(value)), shape, dtype)
+
+
+@dataclass
+class Holder:
+    """A name that keeps tensors alive, and how much memory only it keeps (bytes per device)."""
+
+    name: str
+    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
+    type_name: str
+    bytes: int
+    by_device: Dict[str, int]
+    tensors: int  # storages only it keeps (views of one storage count once)
+    shape: Optional[List[int]] = None
+    dtype: Optional[str] = None
+
+    def on_cuda(self) -> int:
+        return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
+
+
+def charge(name: str, reach: Reach, what: Looks, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
+    """The storages `reach` holds that no earlier-charged holder (`seen`) already accounts for; None when there
+    are none, unless `keep_empty`."""
+    by_device: Dict[str, int] = {}
+    count = 0
+    for key, size in reach.storages.items():
+        if key in seen:
+            continue
+        seen.add(key)
+        count += 1
+        by_device[key[0]] = by_device.get(key[0], 0) + size  # probe.holders.storage_identity: device first
+    if count == 0 and not keep_empty:
+        return None
+    return Holder(name, what.kind, what.type_name, sum(by_device.values()), by_device, count, what.shape, what.dtype)
+
+
+def empty_holder(name: str, value: Any) -> Holder:
+    """A holder that frees nothing: its name and type only (read by type: it may be one that cannot be inspected)."""
+    return Holder(name, "other", type_name(type(value)), 0, {}, 0)
+
+
+def holders(
+    shell: Any = None,
+    exclude: Sequence[str] = (),
+    seen: Optional[Set[Any]] = None,
+    skipped: Optional[Skipped] = None,
+    walker: Optional[Walker] = None,
+) -> List[Holder]:
+    """Every user variable that keeps tensors alive, each storage charged to the first in charging order, largest
+    CUDA share first, then largest overall; a variable that cannot be inspected is recorded in `skipped`."""
+    walker = walker or memory_walker()
+    if walker is None:
+        return []
+    seen = set() if seen is None else seen
+    kinds = walker.kinds
+    reached = each_variable(
+        resolve_shell(shell), walker, Skipped() if skipped is None else skipped, lambda v, _: looks(v, kinds), exclude
+    )
+    found = [h for h in (charge(r.name, r.reach, r.read, seen) for r in reached) if h is not None]
+    return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
+
+
+def frame_holder(frames: Sequence[Any], walker: Walker, seen: Set[Any], name: str = "traceback") -> Holder:
+    """The tensors held only by the locals of some frames (not by what `seen` already charged)."""
+    reach, _ = frames_reach(walker, frames)
+    held = charge(name, reach, Looks("traceback", "traceback"), seen, keep_empty=True)
+    return held or Holder(name, "traceback", "traceback", 0, {}, 0)

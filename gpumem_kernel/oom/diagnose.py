@@ -21,7 +21,8 @@ from gpumem_kernel.oom.namespace import (
     scan_namespace,
 )
 from gpumem_kernel.oom.parse import MIB, OomInfo
-from gpumem_kernel.probe.holders import frame_holder, holders, resolve_shell, torch_kinds, traceback_frames
+from gpumem_kernel.holders.walk import frame_holder, holders, memory_walker
+from gpumem_kernel.probe.holders import resolve_shell, traceback_frames
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.units import human
 
@@ -180,14 +181,14 @@ def _bf16(info: OomInfo, sample: Optional[Mapping[str, Any]]) -> Optional[bool]:
 
 def _traceback_pin(shell: Any, tb: Any) -> Optional[TracebackPin]:
     """Tensors that only the failed call's frames keep alive (what the first checklist step frees)."""
-    kinds = torch_kinds()
+    walker = memory_walker()
     tracebacks = [tb] if tb is not None else [t for t in (getattr(sys, "last_traceback", None),) if t is not None]
-    if kinds is None or not tracebacks:
+    if walker is None or not tracebacks:
         return None
     frames = traceback_frames(tracebacks)
     seen: set = set()
-    holders(shell, seen=seen)  # what user variables keep alive is not freed by dropping the traceback
-    pinned = frame_holder(frames, kinds, seen)
+    holders(shell, seen=seen, walker=walker)  # what user variables keep alive is not freed by dropping the traceback
+    pinned = frame_holder(frames, walker, seen)
     return TracebackPin(len(frames), pinned.tensors, pinned.bytes, pinned.by_device)
 
 

@@ -1,6 +1,7 @@
 """What the user namespace says about the training setup: batch size, DataLoaders, workers, input size, the
-model, and the user's own names for the cells the checklist inserts. Read through probe.holders.user_variables,
-by type: a variable that cannot be inspected is named in `Scan.skipped`, never the end of the checklist."""
+model, and the user's own names for the cells the checklist inserts. Read through the one walk's loop over the
+user's variables (holders.walk.read_variables), by type: a variable that cannot be inspected is named in
+`Scan.skipped`, never the end of the checklist."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.diagnosis import CodeNames, InputSize, Loader, ModelInfo
-from gpumem_kernel.probe.holders import TorchKinds, torch_kinds, user_variables
+from gpumem_kernel.holders.walk import read_variables
+from gpumem_kernel.probe.holders import TorchKinds, torch_kinds
 from gpumem_kernel.probe.inspection import Skipped, is_fault, type_name
 
 
@@ -74,9 +76,7 @@ def scan_namespace(shell: Any) -> Scan:
     and named in `scan.skipped`."""
     scan = Scan()
     kinds = torch_kinds()
-    for name, value in user_variables(shell, skipped=scan.skipped):
-        with scan.skipped.guard(name):
-            _scan_one(scan, name, value, kinds)
+    read_variables(shell, scan.skipped, lambda name, value: _scan_one(scan, name, value, kinds))
     return scan
 
 

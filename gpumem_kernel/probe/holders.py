@@ -1,11 +1,9 @@
-"""Who holds GPU memory in the user's namespace: the user's variables and the tensors each keeps alive, the
-last error's traceback frames, IPython's own names. Read by the safe clear (what it drops, what still holds
-memory) and by the OOM checklist (what to free), never changing anything.
+"""The pieces the one walk over the user's variables (holders.walk) is built from: the torch classes a value is
+told apart by, looked up without importing torch; the containers walked; a storage's identity; the namespace
+and IPython's own names in it; the frames the last error keeps. Nothing here walks: the holders, the safe clear,
+the OOM checklist and the growth notice all read the namespace through holders.walk, by one rule.
 
-`user_variables` is the one way into the namespace for every feature that walks it: values that cannot be
-inspected (probe.inspection) are skipped there and recorded for the feature's one line. What a value is, is its
-`type()`, never its `__class__`, so a proxy or a Mock cannot pass for a tensor.
-
+What a value is, is its `type()`, never its `__class__`, so a proxy or a Mock cannot pass for a tensor.
 Never imports torch: its classes are looked up in `sys.modules` through probe.torchstats.
 """
 
@@ -15,27 +13,20 @@ import collections
 import itertools
 import re
 import sys
-import types
 from dataclasses import dataclass
 from typing import (
     Any,
     Dict,
     Iterable,
-    Iterator,
     List,
     Mapping,
     MutableMapping,
     Optional,
-    Sequence,
-    Set,
     Tuple,
 )
 
-from gpumem_kernel.probe.inspection import PROXIES, Skipped, type_name
 from gpumem_kernel.probe.torchstats import loaded_submodule, loaded_torch
 
-# Items looked at per list/dict: a million-element dataset list must not stall the kernel.
-_CONTAINER_LIMIT = 10_000
 # IPython's own names in user_ns: output cache, input history, helpers.
 _IPYTHON_NAMES = re.compile(r"^(_+|_\d+|_i+|_i\d+|_ih|_oh|_dh|In|Out|exit|quit|get_ipython)$")
 
@@ -51,15 +42,6 @@ class TorchKinds:
     module: Optional[type]
     optimizer: Optional[type]
 
-    def holds_torch(self, obj: Any) -> bool:
-        """A tensor, Module or Optimizer, itself or one level deep in a list/tuple/set/dict."""
-        if self._is_torch(obj):
-            return True
-        return any(self._is_torch(item) for item in container_items(obj) or ())
-
-    def _is_torch(self, obj: Any) -> bool:
-        return issubclass(type(obj), tuple(c for c in (self.tensor, self.module, self.optimizer) if c is not None))
-
 
 def torch_kinds() -> Optional[TorchKinds]:
     """The classes to look for, or None when torch is not imported (then nothing can hold a tensor)."""
@@ -74,7 +56,7 @@ def torch_kinds() -> Optional[TorchKinds]:
     )
 
 
-# --- walking objects to their tensors ----------------------------------------------------------------
+# --- what the walk (holders.walk) reads ----------------------------------------------------------------
 
 
 # The plain containers walked (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O).
@@ -82,18 +64,7 @@ MAPPINGS = (dict, collections.UserDict)
 SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 
 
-def container_items(obj: Any, limit: int = _CONTAINER_LIMIT) -> Optional[List[Any]]:
-    """Elements of a plain container (MAPPINGS' values, SEQUENCES' elements), at most `limit`; None when `obj`
-    is not one. Read by this walk; holders.walk, which knows the type already, reads container_values."""
-    cls = type(obj)
-    if issubclass(cls, MAPPINGS):
-        return container_values(obj, True, limit)
-    if issubclass(cls, SEQUENCES):
-        return container_values(obj, False, limit)
-    return None
-
-
-def container_values(obj: Any, mapping: bool, limit: int = _CONTAINER_LIMIT) -> List[Any]:
+def container_values(obj: Any, mapping: bool, limit: int) -> List[Any]:
     """At most `limit` values of a container known to be a mapping (its values) or a sequence (its elements)."""
     try:
         values: Iterable[Any] = obj.values() if mapping else obj
@@ -110,66 +81,18 @@ def kept_grad(tensor: Any) -> Any:
     return None
 
 
-def _tensors(obj: Any, kinds: TorchKinds, depth: int = 1) -> Iterator[Any]:
-    """Every tensor `obj` keeps alive: itself, a Module's parameters/gradients/buffers, an Optimizer's
-    state and parameters, or those of the elements of a container `depth` levels deep."""
-    cls = type(obj)
-    try:
-        if issubclass(cls, kinds.tensor):
-            yield obj
-            grad = kept_grad(obj)
-            if grad is not None:
-                yield grad
-            return
-        if kinds.module is not None and issubclass(cls, kinds.module):
-            for parameter in obj.parameters():
-                yield from _tensors(parameter, kinds, 0)
-            yield from obj.buffers()
-            return
-        if kinds.optimizer is not None and issubclass(cls, kinds.optimizer):
-            for state in list(obj.state.values()):
-                for value in state.values() if issubclass(type(state), dict) else ():
-                    if issubclass(type(value), kinds.tensor):
-                        yield value
-            for group in obj.param_groups:
-                for parameter in group.get("params", ()):
-                    yield from _tensors(parameter, kinds, 0)
-            return
-    except Exception:  # a half-built Module, a user subclass with odd attributes
-        return
-    if depth > 0:
-        for item in container_items(obj) or ():
-            yield from _tensors(item, kinds, depth - 1)
-
-
 def storage_identity(tensor: Any) -> Tuple[Any, int, str]:
-    """(identity of the memory, its size in bytes, device) — views of one storage count once."""
+    """(identity of the memory, its size in bytes, device) — views of one storage count once. The key's first
+    item is the device, so a walk that keeps only keys still knows where each storage is."""
     device = str(tensor.device)
     try:
         storage = tensor.untyped_storage()
         pointer = storage.data_ptr()
         size = int(storage.nbytes())
-        key: Any = (device, pointer) if pointer else ("id", id(tensor))
+        key: Any = (device, pointer) if pointer else (device, "id", id(tensor))
     except Exception:  # sparse and other layouts without a storage
-        key, size = ("id", id(tensor)), int(tensor.element_size() * tensor.nelement())
+        key, size = (device, "id", id(tensor)), int(tensor.element_size() * tensor.nelement())
     return key, size, device
-
-
-@dataclass
-class Holder:
-    """A name that keeps tensors alive, and how much memory only it keeps (bytes per device)."""
-
-    name: str
-    kind: str  # tensor | module | optimizer | list | tuple | dict | set | traceback | other
-    type_name: str
-    bytes: int
-    by_device: Dict[str, int]
-    tensors: int
-    shape: Optional[List[int]] = None
-    dtype: Optional[str] = None
-
-    def on_cuda(self) -> int:
-        return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
 
 
 def kind_of(obj: Any, kinds: TorchKinds) -> str:
@@ -193,42 +116,6 @@ def kind_of(obj: Any, kinds: TorchKinds) -> str:
         if issubclass(cls, container):
             return name
     return "other"
-
-
-def measure(name: str, obj: Any, kinds: TorchKinds, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
-    """The memory `obj` keeps alive that no earlier-measured object (`seen`) already accounts for."""
-    by_device: Dict[str, int] = {}
-    count = 0
-    for tensor in _tensors(obj, kinds):
-        try:
-            key, size, device = storage_identity(tensor)
-        except Exception:
-            continue
-        if device == "meta" or key in seen:
-            continue
-        seen.add(key)
-        count += 1
-        by_device[device] = by_device.get(device, 0) + size
-    if count == 0 and not keep_empty:
-        return None
-    kind = kind_of(obj, kinds)
-    shape = dtype = None
-    if kind == "tensor":
-        try:
-            shape, dtype = [int(n) for n in obj.shape], str(obj.dtype).replace("torch.", "")
-        except Exception:
-            pass
-    return Holder(name, kind, type_name(type(obj)), sum(by_device.values()), by_device, count, shape, dtype)
-
-
-def has_cuda_tensor(obj: Any, kinds: TorchKinds) -> bool:
-    for tensor in _tensors(obj, kinds):
-        try:
-            if str(tensor.device).startswith("cuda"):
-                return True
-        except Exception:
-            continue
-    return False
 
 
 # --- the namespace and IPython's hidden references ---------------------------------------------------
@@ -256,56 +143,9 @@ def is_ipython_name(name: str, value: Any, hidden: Mapping[str, Any]) -> bool:
     return bool(_IPYTHON_NAMES.match(name)) or name.startswith("__") or (name in hidden and hidden[name] is value)
 
 
-# Not data: modules, classes, functions; and weak proxies, which keep nothing alive (what one points to is walked
-# under its own name).
-_NOT_VARIABLES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType) + PROXIES
-
-
-def user_variables(
-    shell: Any = None, skip: Tuple[type, ...] = (), skipped: Optional[Skipped] = None
-) -> List[Tuple[str, Any]]:
-    """The user's own variables: IPython's names, modules, classes and functions left out, and values of the
-    `skip` types (a type check before the names' checks: a namespace of 10,000 numbers costs 10,000 of them).
-    A value that cannot be inspected is left out too, and its name recorded in `skipped`."""
-    namespace, hidden = namespace_of(resolve_shell(shell))
-    record = Skipped() if skipped is None else skipped
-    found = []
-    for name, value in dict(namespace).items():  # a copy: reading a value's __class__ runs the user's code
-        cls = type(value)
-        if issubclass(cls, skip) or not issubclass(type(name), str) or is_ipython_name(name, value, hidden):
-            continue
-        if record.accepts(name, value) and not issubclass(cls, _NOT_VARIABLES):
-            found.append((name, value))
-    return found
-
-
 def walk_order(item: Tuple[str, Any], kinds: TorchKinds) -> int:
     # Modules claim their parameters first, so an optimizer is charged only for its own state.
     return {"module": 0, "tensor": 1, "optimizer": 3}.get(kind_of(item[1], kinds), 2)
-
-
-def holders(
-    shell: Any = None,
-    exclude: Sequence[str] = (),
-    seen: Optional[Set[Any]] = None,
-    skipped: Optional[Skipped] = None,
-) -> List[Holder]:
-    """Every user variable that keeps tensors alive, largest CUDA share first, then largest overall; a variable
-    that cannot be inspected is recorded in `skipped` instead."""
-    kinds = torch_kinds()
-    if kinds is None:
-        return []
-    seen = set() if seen is None else seen
-    record = Skipped() if skipped is None else skipped
-    found = []
-    for name, value in sorted(user_variables(shell, skipped=record), key=lambda item: walk_order(item, kinds)):
-        if name in exclude:
-            continue
-        with record.guard(name):
-            holder = measure(name, value, kinds, seen)
-            if holder is not None:
-                found.append(holder)
-    return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
 
 
 def exception_tracebacks(value: Any, limit: int = 50) -> List[Any]:
@@ -330,25 +170,3 @@ def traceback_frames(tracebacks: Iterable[Any]) -> List[Any]:
             frames.setdefault(id(tb.tb_frame), tb.tb_frame)
             tb = tb.tb_next
     return list(frames.values())
-
-
-def frame_holder(frames: Sequence[Any], kinds: TorchKinds, seen: Set[Any], name: str = "traceback") -> Holder:
-    """The tensors held only by the local variables of some frames (module-level frames are the user
-    namespace itself and are skipped)."""
-    total = Holder(name, "traceback", "traceback", 0, {}, 0)
-    for frame in frames:
-        try:
-            if frame.f_code.co_name == "<module>" or frame.f_locals is frame.f_globals:
-                continue
-            local_values = list(frame.f_locals.values())
-        except Exception:
-            continue
-        for value in local_values:
-            part = measure(name, value, kinds, seen)
-            if part is not None:
-                total.tensors += part.tensors
-                for device, size in part.by_device.items():
-                    total.by_device[device] = total.by_device.get(device, 0) + size
-        del local_values
-    total.bytes = sum(total.by_device.values())
-    return total

@@ -31,6 +31,7 @@ OOM_TEXT = (
 @pytest.fixture
 def shell() -> Iterator[InteractiveShell]:
     with fresh_shell() as sh:
+        sh.InteractiveTB.tb = None  # an earlier test's failed cell in this process leaves its traceback there
         run(sh, "import gc, weakref\nimport torch")
         yield sh
 
