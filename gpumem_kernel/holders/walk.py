@@ -370,11 +370,11 @@ def any_memory(tensor: Any) -> bool:
     return bool(tensor.device.type != "meta")
 
 
-def memory_walker(limits: Optional[Limits] = None) -> Optional[Walker]:
-    """A walker over every device's tensors, bounded in objects but not in time (a command the user runs, not the
-    per-cell hook); None when torch is not imported (then nothing can hold a tensor)."""
+def memory_walker(on_device: OnDevice = any_memory, limits: Optional[Limits] = None) -> Optional[Walker]:
+    """A walker over the tensors `on_device` accepts (default: every device's), bounded in objects but not in time
+    (a command the user runs, not the per-cell hook); None when torch is not imported (nothing holds a tensor)."""
     kinds = torch_kinds()
-    return None if kinds is None else Walker(kinds, any_memory, limits or Limits(), None)
+    return None if kinds is None else Walker(kinds, on_device, limits or Limits(), None)
 
 
 @dataclass(frozen=True)

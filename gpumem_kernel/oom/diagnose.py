@@ -19,6 +19,7 @@ from gpumem_kernel.oom.namespace import (
     pick_batch,
     pick_workers,
     scan_namespace,
+    variables_note,
 )
 from gpumem_kernel.oom.parse import MIB, OomInfo
 from gpumem_kernel.holders.walk import frame_holder, holders, memory_walker
@@ -255,6 +256,9 @@ def diagnose(
     for note in (cause_note(info, diagnosis.causes, diagnosis), family_note(info)):  # the family's note ends up first
         if note is not None:
             notes.insert(0, note)
+    held = variables_note(shell)  # what to free that the checklist's clear step leaves
+    if held is not None:
+        notes.append(held)
     skipped = scan.skipped.line()  # the variables the scan could not inspect, named once
     if skipped is not None:
         notes.append(skipped)

@@ -11,11 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.diagnosis import CodeNames, InputSize, Loader, ModelInfo
-from gpumem_kernel.holders.walk import read_variables
+from gpumem_kernel.holders import collect
+from gpumem_kernel.holders.walk import holders, memory_walker, read_variables
 from gpumem_kernel.probe.holders import TorchKinds, torch_kinds
 from gpumem_kernel.probe.inspection import Skipped, is_fault, type_name
+from gpumem_kernel.render.units import human
 
 
+_HOLDERS_NAMED = 3  # the variables the "what to free" note names, largest first
 _BATCH_NAMES = {"batch_size", "bs", "batchsize", "train_batch_size", "per_device_train_batch_size"}
 _WORKER_NAMES = {"num_workers", "n_workers", "workers", "dataloader_num_workers"}
 _IMAGE_NAMES = {"img_size", "image_size", "imgsz", "img_res", "resolution", "input_size", "crop_size"}
@@ -220,3 +223,24 @@ def half_precision(scan: Scan, model_name: str) -> bool:
             except Exception:
                 return False
     return False
+
+
+def variables_note(shell: Any) -> Optional[str]:
+    """What to free that clearing leaves: the variables holding the most GPU memory, by the walk the holders panel
+    and the clear use (a `trainer` object holding a model on the GPU is one); None while no GPU memory is in use
+    (holders.collect.cuda_in_use, the holders' switch) or no variable holds any. Variables that cannot be
+    inspected are left out here: the scan's one line names them."""
+    in_use = collect.cuda_in_use()
+    walker = memory_walker(in_use[0]) if in_use is not None else None
+    if walker is None:
+        return None
+    held = holders(shell, walker=walker)
+    if not held:
+        return None
+    listed = ", ".join(f"`{h.name}` {human(h.bytes)}" for h in held[:_HOLDERS_NAMED])
+    more = f" and {len(held) - _HOLDERS_NAMED} more" if len(held) > _HOLDERS_NAMED else ""
+    command = _code_name([h.name for h in held], "NAME")
+    return (
+        f"What to free: your variables hold {human(sum(h.bytes for h in held))} of GPU memory that clearing "
+        f"leaves: {listed}{more}; del the ones you no longer need, or run %gpumem clear --vars {command}"
+    )
