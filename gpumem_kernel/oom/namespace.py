@@ -230,7 +230,10 @@ def variables_note(shell: Any) -> Optional[str]:
     and the clear use (a `trainer` object holding a model on the GPU is one); None while no GPU memory is in use
     (holders.collect.cuda_in_use, the holders' switch) or no variable holds any. Variables that cannot be
     inspected are left out here: the scan's one line names them."""
-    in_use = collect.cuda_in_use()
+    try:
+        in_use = collect.cuda_in_use()
+    except Exception:  # a torch.cuda that cannot say what it allocated: the checklist goes on without the note
+        return None
     walker = memory_walker(in_use[0]) if in_use is not None else None
     if walker is None:
         return None
