@@ -2,7 +2,7 @@
 
 import sys
 
-from gpumem_kernel.magics.cli import main
+from gpumem_kernel.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

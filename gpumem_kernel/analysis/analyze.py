@@ -23,19 +23,12 @@ assemble (the AnalysisReport of report.py).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis import gpus
 from gpumem_kernel.analysis.allocator import settings_from_env
-from gpumem_kernel.analysis.arguments import (
-    STRATEGIES,
-    _amp_mode,
-    _check_choice,
-    _check_model,
-    _optimizer_kind,
-    _positive_int,
-)
-from gpumem_kernel.analysis.assemble import _plan_notes, _report
+from gpumem_kernel.analysis.arguments import _check_model, _optimizer_kind
+from gpumem_kernel.analysis.assemble import Outcome, Setup, _plan_notes, _report, with_snippets
 from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, cuda_notes, device_limit
 from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
 from gpumem_kernel.analysis.evaluation import _evaluation
@@ -51,6 +44,7 @@ from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
+from gpumem_kernel.analysis.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.size_hints import check as check_size_hints
 from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
 from gpumem_kernel.analysis.seq_search import check_batches, model_context, resolve_multiple, search_sequences
@@ -63,46 +57,11 @@ from gpumem_kernel.analysis.user_step import optimizers_of
 from gpumem_kernel.probe.torchstats import cuda_initialised
 from gpumem_kernel.render.snippets import AMP_DTYPES
 
-SEARCHES = ("batch", "seq")  # what analyze searches besides the analysed step: the batch picks, or also the sequence
-
 
 @import_repair()  # a Ctrl-C in a lazy import leaves no half-imported module (analysis.import_guard)
-def analyze(
-    model: Any,
-    *,
-    batch_size: int,
-    input: Any = None,
-    loss: Optional[Callable[[Any, Any], Any]] = None,
-    optimizer: Any = "adamw",
-    amp: Any = None,
-    grad_accum: int = 1,
-    checkpointing: bool = False,
-    device: Any = None,
-    target: Optional[str] = None,
-    memory: Any = None,
-    world_size: int = 1,
-    strategy: Optional[str] = None,
-    multiple: Optional[int] = None,
-    effective_batch: Optional[int] = None,
-    reserve: Union[None, int, float] = None,
-    vocab_size: Optional[int] = None,
-    rounding: Any = None,
-    stack_hook: Optional[Callable[[], Any]] = None,
-    on_trace: Optional[Callable[[TraceResult], None]] = None,
-    eval_batch: Optional[int] = None,
-    step: Optional[Callable[[Any, Any, Any], Any]] = None,
-    keep_grads: bool = False,
-    torch_version: Optional[str] = None,
-    cuda_version: Optional[str] = None,
-    size_hints: Any = None,
-    seq: Optional[int] = None,
-    search: str = "batch",
-    seq_batches: Any = None,
-    seq_multiple: Optional[int] = None,
-    lora: Any = None,
-    quantize: Any = None,
-) -> AnalysisReport:
-    """Memory of one training step of `model` at `batch_size`, and the batch sizes that fit.
+def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: Any) -> AnalysisReport:
+    """Memory of one training step of `model` at `request.batch_size`, and the batch sizes that fit. The options
+    are an AnalysisRequest, or its fields as keywords (analyze(model, batch_size=32, input=...)):
 
     input: a shape without the batch ((3, 224, 224), '3x224x224', (512,) tokens for a model starting with
     an Embedding), a sample batch tensor (or tuple / dict of them), or a callable batch_size -> batch.
@@ -141,96 +100,57 @@ def analyze(
     """
     started = time.perf_counter()
     _check_model(model)
-    batch_size = _positive_int(batch_size, "batch_size")
-    grad_accum = _positive_int(grad_accum, "grad_accum")
-    world_size = _positive_int(world_size, "world_size")
-    if multiple is not None:
-        multiple = _positive_int(multiple, "multiple")
-    picks_rounding = resolve_rounding(rounding_from_options(rounding, multiple))
-    if effective_batch is not None:
-        effective_batch = _positive_int(effective_batch, "effective_batch")
-    if eval_batch is not None:
-        eval_batch = _positive_int(eval_batch, "eval_batch")
-    strategy = _check_choice(strategy, STRATEGIES, "strategy")
-    amp_mode = _amp_mode(amp)
-    kind = _step_optimizers(optimizer) if step is not None else _optimizer_kind(optimizer)
-    if step is not None and not callable(step):
-        raise ValueError("step must be a callable (model, optimizer, batch) that runs one training step")
-    if loss is not None and not callable(loss):
-        raise ValueError("loss must be a callable (output, batch) -> scalar")
-    input = at_sequence(model, input, None if seq is None else _positive_int(seq, "seq"), vocab_size)
-    sequences = _sequence_maker(model, input, vocab_size, search, seq_multiple)
-    fine = _fine_tune_plan(model, lora, quantize, kind)
+    request = request_of(request, keywords)
+    picks_rounding = resolve_rounding(
+        rounding_from_options(request.rounding, request.multiple), request.rounding_setting
+    )
+    optimizer = request.optimizer
+    kind = _step_optimizers(optimizer) if request.step is not None else _optimizer_kind(optimizer)
+    input = at_sequence(model, request.input, request.seq, request.vocab_size)
+    sequences = _sequence_maker(model, input, request)
+    fine = _fine_tune_plan(model, request.lora, request.quantize, kind)
     user_model, model = model, fine.model if fine else model
-    make_batch, input_text = batch_maker(model, input, vocab_size)
-    hints = check_size_hints(size_hints)
-    planned_torch = resolve_torch(torch_version)
-    stack = _planned_stack(planned_torch, torch_version, cuda_version)
+    make_batch, input_text = batch_maker(model, input, request.vocab_size)
+    hints = check_size_hints(request.size_hints)
+    planned_torch = resolve_torch(request.torch_version)
+    stack = _planned_stack(planned_torch, request.torch_version, request.cuda_version)
     # several optimizers (a step of the user's own): the state already on the device is each one's
     resident_opt = None if isinstance(kind, (tuple, list, dict)) else kind
     info = device_limit(
-        target=target,
-        memory=memory,
-        device=device,
-        reserve=reserve,
+        target=request.target,
+        memory=request.memory,
+        device=request.device,
+        reserve=request.reserve,
         model=user_model,
         optimizer=resident_opt,
         stack=stack,
     )
-    notes: List[str] = basis_notes(info, target, memory) + list(planned_torch.notes)
-    settings = settings_from_env()
-    plan = TracePlan(
-        model=model,
-        optimizer=kind,
-        make_batch=make_batch,
-        loss_fn=loss or default_loss,
-        amp=amp_mode,
-        grad_accum=grad_accum,
-        checkpointing=bool(checkpointing),
-        **gpus.blas_workspaces(info.compute_capability, stack[0] if stack else _torch_version()).plan_fields(),
-        expandable_segments=settings.expandable_segments,
-        keep_grads=bool(keep_grads),
-        step_fn=step,
-        torch_rules=planned_torch if planned_torch.rules else None,
-        size_hints=hints,
-        logits_vocab=output_vocabulary(model),
-        optimizer_replay=OptimizerReplay(),  # the search's traces replay the first one's optimizer steps
-    )
-    if step is not None:
-        notes.append(
-            f"your step {getattr(step, '__name__', 'function')}(model, optimizer, batch) traced on copies; "
-            "loss, grad_accum and keep_grads are its own"
-        )
-    elif keep_grads:
-        notes.append("gradients kept between steps (zero_grad(set_to_none=False)): allocated through each forward")
-    if settings.expandable_segments:
-        notes.append("expandable segments (allocator configuration): traced reserved figures model its 2/20 MiB pages")
-    if settings.note:
-        notes.append(settings.note)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    grads_total = unique_bytes(trainable)
-    sharding = _Sharding(world_size, strategy, _largest_layer(model)["bytes"], grads_total)
-    if strategy is None and world_size > 1:
-        sharding.strategy = "ddp"
-        notes.append("world_size > 1 without a strategy: DDP assumed")
-
+    rules = planned_torch if planned_torch.rules else None
+    plan, notes = _trace_plan(model, kind, make_batch, request, info, stack, hints, rules)
+    notes = basis_notes(info, request.target, request.memory) + list(planned_torch.notes) + notes
+    sharding = _sharding(model, request, notes)
+    batch_size = request.batch_size
     # a model on the meta device (built by name) has no weights to run on a GPU: traced against it instead
-    measured_on = None if step is not None or on_meta(model) else _measured_device(device, target, memory)
+    measured_on = (
+        None
+        if request.step is not None or on_meta(model)
+        else _measured_device(request.device, request.target, request.memory)
+    )
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
         traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
-        current_trace = traced.point(batch_size, stack_hook)
+        current_trace = traced.point(batch_size, request.stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
             raise TraceError(f"batch {batch_size} could not be traced")
-        if on_trace is not None:
-            on_trace(current_trace.trace)
+        if request.on_trace is not None:
+            request.on_trace(current_trace.trace)
         if measured_on is not None:
             states = _state_totals(current_trace.trace)
             engine: Any = _MeasuredEngine(plan, measured_on, sharding, states)
-            info = _measured_limit(info, measured_on, model, kind, reserve)
+            info = _measured_limit(info, measured_on, model, kind, request.reserve)
         else:
             engine = traced
-        notes += cuda_notes(info, cuda_version)
+        notes += cuda_notes(info, request.cuda_version)
         found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
         found = _with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
@@ -244,78 +164,120 @@ def analyze(
                 "measured",
             )
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
-        amp_saved = None
-        weights_dtype = _half_weights(model, amp_mode)
-        if weights_dtype is not None:
-            # without AMP this step runs in the weights' own precision, not fp32: no "vs fp32" figure to trace
-            notes.append(
-                f"AMP's saving is not traced: the weights are {weights_dtype} already, so without AMP the step "
-                f"runs in {weights_dtype}, not fp32"
-            )
-        elif amp_mode is not None and engine is traced:
-            plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
-            plain = _TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
-            plain_point = plain.point(batch_size)
-            amp_saved = plain_point.footprint - current_trace.footprint if plain_point else None
+        amp_saved = _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
         evaluation = None
-        if eval_batch is not None:
-            evaluation = _evaluation(plan, info, sharding, eval_batch, batch_size, engine is traced)
+        if request.eval_batch is not None:
+            evaluation = _evaluation(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
     notes += _retry_notes(current, found)
     trace = current_trace.trace
-    notes += trace.notes + _plan_notes(plan, info, trace, amp_mode, model)
+    notes += trace.notes + _plan_notes(plan, info, trace, plan.amp, model)
     recs = recommend(
         found.maximum,
         current,
         info.limit_bytes,
         info.reserve_bytes,
         batch_size=batch_size,
-        grad_accum=grad_accum,
-        effective_batch=effective_batch,
+        grad_accum=request.grad_accum,
+        effective_batch=request.effective_batch,
         rounding=picks_rounding[0],
         extrapolated=found.extrapolated,
         note=found.note,
     )
-    report = _report(
-        model,
-        kind,
-        plan,
-        info,
-        engine.name,
-        trace,
-        current,
-        found,
-        recs,
-        sharding,
-        amp_saved,
-        notes,
-        input_text,
-        batch_size,
-        target,
-        memory,
-        device,
-        picks_rounding,
-        time.perf_counter() - started,
-        evaluation,
-    )
+    setup = Setup(model, kind, plan, info, sharding, input_text, picks_rounding)
+    outcome = Outcome(engine.name, trace, current, found, recs, amp_saved, evaluation)
+    report = _report(request, setup, outcome, notes, time.perf_counter() - started)
     add_to_report(report, model, fine)
-    report.settings.update(seq=sequence_of(model, input, vocab_size), search=search)
+    report.settings.update(seq=sequence_of(model, input, request.vocab_size), search=request.search)
     report.llm = llm_facts(model, trace, batch_size, plan.checkpointing)
     if sequences is not None:
         report.sequence_search = search_sequences(
             plan,
             sequences,
-            check_batches(seq_batches),
-            resolve_multiple(seq_multiple),
+            check_batches(request.seq_batches),
+            resolve_multiple(request.seq_multiple, request.seq_multiple_setting),
             context_bytes=info.context_to_add,
             sharding=sharding,
             limit=info.limit_bytes,
             model_context=model_context(model),
         )
         report.elapsed_seconds = round(time.perf_counter() - started, 3)
-    return report
+    return with_snippets(report)
+
+
+def _trace_plan(
+    model: Any,
+    kind: Any,
+    make_batch: Any,
+    request: AnalysisRequest,
+    info: Any,
+    stack: Any,
+    hints: Any,
+    rules: Any,
+) -> Tuple[TracePlan, List[str]]:
+    """The plan every trace of this analysis runs, and the notes on how it differs from the built-in step."""
+    settings = settings_from_env()
+    plan = TracePlan(
+        model=model,
+        optimizer=kind,
+        make_batch=make_batch,
+        loss_fn=request.loss or default_loss,
+        amp=request.amp,
+        grad_accum=request.grad_accum,
+        checkpointing=bool(request.checkpointing),
+        **gpus.blas_workspaces(info.compute_capability, stack[0] if stack else _torch_version()).plan_fields(),
+        expandable_segments=settings.expandable_segments,
+        keep_grads=bool(request.keep_grads),
+        step_fn=request.step,
+        torch_rules=rules,
+        size_hints=hints,
+        logits_vocab=output_vocabulary(model),
+        optimizer_replay=OptimizerReplay(),  # the search's traces replay the first one's optimizer steps
+    )
+    notes: List[str] = []
+    if request.step is not None:
+        notes.append(
+            f"your step {getattr(request.step, '__name__', 'function')}(model, optimizer, batch) traced on copies; "
+            "loss, grad_accum and keep_grads are its own"
+        )
+    elif request.keep_grads:
+        notes.append("gradients kept between steps (zero_grad(set_to_none=False)): allocated through each forward")
+    if settings.expandable_segments:
+        notes.append("expandable segments (allocator configuration): traced reserved figures model its 2/20 MiB pages")
+    if settings.note:
+        notes.append(settings.note)
+    return plan, notes
+
+
+def _sharding(model: Any, request: AnalysisRequest, notes: List[str]) -> _Sharding:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    sharding = _Sharding(request.world_size, request.strategy, _largest_layer(model)["bytes"], unique_bytes(trainable))
+    if request.strategy is None and request.world_size > 1:
+        sharding.strategy = "ddp"
+        notes.append("world_size > 1 without a strategy: DDP assumed")
+    return sharding
+
+
+def _amp_saving(
+    plan: TracePlan, info: Any, sharding: _Sharding, current: _Point, traced: bool, notes: List[str]
+) -> Optional[int]:
+    """What autocast saves against the same step in fp32 (traced engine only); None when not traced."""
+    weights_dtype = _half_weights(plan.model, plan.amp)
+    if weights_dtype is not None:
+        # without AMP this step runs in the weights' own precision, not fp32: no "vs fp32" figure to trace
+        notes.append(
+            f"AMP's saving is not traced: the weights are {weights_dtype} already, so without AMP the step "
+            f"runs in {weights_dtype}, not fp32"
+        )
+        return None
+    if plan.amp is None or not traced:
+        return None
+    plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
+    plain = _TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
+    plain_point = plain.point(current.batch_size)
+    return plain_point.footprint - current.footprint if plain_point else None
 
 
 def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[str]:
@@ -334,17 +296,18 @@ def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any) -> Optional
 
 
 def _sequence_maker(
-    model: Any, input: Any, vocab_size: Optional[int], search: str, seq_multiple: Optional[int]
+    model: Any, input: Any, request: AnalysisRequest
 ) -> Optional[Callable[[int], Callable[[int, bool], Any]]]:
     """With search="seq": seq -> the batch maker at that length, checked once now, so that an input that is not
     token ids fails in one line before any trace; None for the batch search alone."""
-    if _check_choice(search, SEARCHES, "search") != "seq":
+    if not request.seq_search:
         return None
+    vocab_size = request.vocab_size
 
     def maker(length: int) -> Callable[[int, bool], Any]:
         return batch_maker(model, at_sequence(model, input, length, vocab_size, override=True), vocab_size)[0]
 
-    maker(resolve_multiple(seq_multiple)[0])
+    maker(resolve_multiple(request.seq_multiple, request.seq_multiple_setting)[0])
     return maker
 
 

@@ -3,6 +3,7 @@ engine produced each, the notes on how the step was traced, the per-rank figures
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Tuple
 
 from gpumem_kernel.analysis.engines import _Point
@@ -29,6 +30,8 @@ from gpumem_kernel.analysis.report import (
     Figure,
     Recommendations,
 )
+from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
+from gpumem_kernel.analysis.request import AnalysisRequest
 from gpumem_kernel.analysis.search import _Search
 from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult
 from gpumem_kernel.analysis.training_loop import default_loss
@@ -156,28 +159,40 @@ def _figures(
     ]
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What the analysis traced: the model (the planning copy), the optimizer kind, the plan, the device limit."""
+
+    model: Any
+    kind: Any
+    plan: TracePlan
+    info: DeviceInfo
+    sharding: _Sharding
+    input_text: str
+    picks_rounding: Tuple[Rounding, str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the engines found: the analysed step's trace and point, the search, the picks."""
+
+    engine: str
+    trace: TraceResult
+    point: _Point
+    found: _Search
+    recs: Recommendations
+    amp_saved: Optional[int]
+    evaluation: Optional[Evaluation] = None
+
+
 def _report(
-    model: Any,
-    kind: Any,
-    plan: TracePlan,
-    info: DeviceInfo,
-    engine: str,
-    trace: TraceResult,
-    point: _Point,
-    found: _Search,
-    recs: Recommendations,
-    sharding: _Sharding,
-    amp_saved: Optional[int],
-    notes: List[str],
-    input_text: str,
-    batch_size: int,
-    target: Any,
-    memory: Any,
-    device: Any,
-    picks_rounding: Tuple[Rounding, str],
-    elapsed: float,
-    evaluation: Optional[Evaluation] = None,
+    request: AnalysisRequest, setup: Setup, outcome: Outcome, notes: List[str], elapsed: float
 ) -> AnalysisReport:
+    model, kind, plan, info, sharding = setup.model, setup.kind, setup.plan, setup.info, setup.sharding
+    engine, trace, point, found, recs = outcome.engine, outcome.trace, outcome.point, outcome.found, outcome.recs
+    amp_saved, evaluation, picks_rounding = outcome.amp_saved, outcome.evaluation, setup.picks_rounding
+    input_text, batch_size, device = setup.input_text, request.batch_size, request.device
+    target, memory = request.target, request.memory
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
     several = optimizers_of(kind) if isinstance(kind, (tuple, list, dict)) else None
@@ -311,3 +326,9 @@ def _error_bound(engine: str, info: DeviceInfo, found: _Search) -> ErrorBound:
         if absolute:
             statement += f", plus ±{format_bytes(absolute, 'MiB', 0)} for the estimated CUDA context"
     return ErrorBound(relative, absolute, statement)
+
+
+def with_snippets(report: AnalysisReport) -> AnalysisReport:
+    """The complete report with what "Copy as YAML" copies and "Insert code" inserts, written from its payload."""
+    payload = report.to_payload()
+    return replace(report, config_yaml=analysis_yaml(payload), accumulation_code=accumulation_code(payload))

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from gpumem_kernel.analysis.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.sequence import TokenBatches, at_sequence
 
 HF_PREFIX = "hf:"
@@ -376,30 +377,34 @@ def _images(built: BuiltModel, shape: Optional[Tuple[int, ...]]) -> Tuple[Any, s
 
 def analyze_named(
     name: str,
+    request: Optional[AnalysisRequest] = None,
     *,
     task: Optional[str] = None,
     trust_remote_code: bool = False,
-    input: Any = None,
-    vocab_size: Optional[int] = None,
     run: Optional[Callable[..., Any]] = None,
-    **options: Any,
+    **keywords: Any,
 ) -> Any:
     """analyze() of the model `name` names, `hf:ORG/NAME[@revision]`, a config.json or a model directory, built on
-    the meta device and traced; `run` in place of analyze() (the predicted timeline's predict(): (report, history)).
+    the meta device and traced; `run` in place of analyze() (the predicted timeline's predict(): (report, history)),
+    called with the request's options as keywords. The options: a request, or its fields as keywords.
 
         gpumem_kernel.analyze_named("hf:Qwen/Qwen2.5-7B", batch_size=1, input=2048, target="H100", amp="bf16")
     """
-    device = options.get("device")
-    if device is not None and str(device).startswith("cuda"):
+    request = request_of(request, keywords)
+    if request.device is not None and str(request.device).startswith("cuda"):
         raise ValueError(f"{name}: a model built by name has no weights to measure on a GPU; drop --device (traced)")
     built = build(name, task, trust_remote_code)
-    input = at_sequence(built.model, input, options.get("seq"), vocab_size)  # --seq N: N tokens, or one line why not
+    vocab_size = request.vocab_size
+    input = at_sequence(built.model, request.input, request.seq, vocab_size)  # --seq N: N tokens, or one line why not
     batch, described, notes = default_input(built, input, vocab_size)
-    if not described:  # the user's own input: their --vocab applies as for any model
-        options["vocab_size"] = vocab_size
+    # the user's own input: their --vocab applies as for any model; the task's batch has its own ids
+    planned = replace(request, input=batch, vocab_size=None if described else vocab_size)
     if run is None:
-        from gpumem_kernel.analysis.analyze import analyze as run
-    result = run(built.model, input=batch, **options)
+        from gpumem_kernel.analysis.analyze import analyze
+
+        result = analyze(built.model, planned)
+    else:
+        result = run(built.model, **planned.options())
     report = result[0] if isinstance(result, tuple) else result
     report.notes[:0] = built.notes + notes
     if described:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Optional, Tuple, TypeVar
+from typing import Any, Optional, Tuple
 
-T = TypeVar("T")
 
 POW2, NONE = "pow2", "none"
 SOURCES = ("option", "setting", "default")  # the command's --round | the JupyterLab setting | neither
@@ -124,45 +122,15 @@ def from_options(rounding: Any, multiple: Optional[int]) -> Optional[Rounding]:
     return asked
 
 
-# --- the JupyterLab setting -----------------------------------------------------------------------------------
+# --- where the rounding comes from ---------------------------------------------------------------------------
 
 
-class BrowserSetting(Generic[T]):
-    """A JupyterLab setting the browser sends with `configure`, parsed: one per kernel (the last browser to send it
-    wins), read by the commands that default to it. The batch rounding here, the sequence multiple (seq_search)."""
-
-    def __init__(self, parse: Callable[[Any], T]) -> None:
-        self._parse = parse
-        self._lock = threading.Lock()
-        self._value: Optional[T] = None
-
-    def set(self, value: Any) -> Optional[T]:
-        """The value as the browser sent it (None forgets it); ValueError for a value it cannot be."""
-        parsed = None if value is None else self._parse(value)
-        with self._lock:
-            self._value = parsed
-        return parsed
-
-    def resolve(self, asked: Optional[T], default: T) -> Tuple[T, str]:
-        """(the value to use, where it came from: option | setting | default)."""
-        if asked is not None:
-            return asked, "option"
-        with self._lock:
-            value = self._value
-        return (value, "setting") if value is not None else (default, "default")
-
-
-_SETTING: BrowserSetting[Rounding] = BrowserSetting(parse_rounding)
-
-
-def set_setting(value: Optional[str]) -> Optional[Rounding]:
-    """The JupyterLab setting "Batch-size rounding" as the browser sent it (None forgets it)."""
-    return _SETTING.set(value)
-
-
-def resolve(asked: Optional[Rounding]) -> Tuple[Rounding, str]:
-    """(the rounding to use, where it came from: option | setting | default)."""
-    return _SETTING.resolve(asked, DEFAULT)
+def resolve(asked: Optional[Rounding], setting: Any = None) -> Tuple[Rounding, str]:
+    """(the rounding to use, where it came from: option | setting | default): the call's, else the JupyterLab
+    setting "Batch-size rounding" the caller passes on (the browser sends it with `configure`), else pow2."""
+    if asked is not None:
+        return asked, "option"
+    return (parse_rounding(setting), "setting") if setting is not None else (DEFAULT, "default")
 
 
 # --- captions ---------------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
 from gpumem_kernel.analysis.llm_facts import LlmFacts
-from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
 from gpumem_kernel.analysis.sequence import SequenceSearch
 
 
@@ -182,7 +181,8 @@ class AnalysisReport:
     notes: List[str] = field(default_factory=list)
     elapsed_seconds: float = 0.0
     version: int = 1
-    # written from the rest of the payload by to_payload: what "Copy as YAML" copies and "Insert code" inserts
+    # written from the rest once the analysis is complete (assemble.with_snippets): what "Copy as YAML" copies and
+    # "Insert code" inserts
     config_yaml: str = ""
     accumulation_code: Optional[str] = None
     evaluation: Optional[Evaluation] = None  # only with eval_batch=
@@ -190,7 +190,8 @@ class AnalysisReport:
     sequence_search: Optional[SequenceSearch] = None  # only with search="seq" (analysis.seq_search)
 
     def to_payload(self) -> Dict[str, Any]:
-        """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json)."""
+        """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json): the fields as they
+        are, the report unchanged."""
         data = asdict(self)
         model = {
             "name": data.pop("model_name"),
@@ -200,10 +201,7 @@ class AnalysisReport:
             "buffers_by_dtype": data.pop("buffers_by_dtype"),
             "largest_layer": data.pop("largest_layer"),
         }
-        payload = {"version": data.pop("version"), "model": model, **data}
-        self.config_yaml = payload["config_yaml"] = analysis_yaml(payload)
-        self.accumulation_code = payload["accumulation_code"] = accumulation_code(payload)
-        return payload
+        return {"version": data.pop("version"), "model": model, **data}
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
         from gpumem_kernel.analysis.render import analysis_bundle

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.engines import _Point, _TracedEngine
-from gpumem_kernel.analysis.picks import BrowserSetting, Rounding, picks_below
+from gpumem_kernel.analysis.picks import Rounding, picks_below
 from gpumem_kernel.analysis.search import MAX_BATCH, TRACED_RUNS, search_maximum
 from gpumem_kernel.analysis.sequence import SequencePicks, SequencePoint, SequenceSearch
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan
@@ -35,17 +35,12 @@ def parse_multiple(value: Any) -> int:
     return value
 
 
-_SETTING: BrowserSetting[int] = BrowserSetting(parse_multiple)
-
-
-def set_setting(value: Optional[Any]) -> Optional[int]:
-    """The JupyterLab setting "Sequence-length multiple" as the browser sent it (None forgets it)."""
-    return _SETTING.set(value)
-
-
-def resolve_multiple(asked: Optional[Any]) -> Tuple[int, str]:
-    """(the multiple to use, where it came from: option | setting | default)."""
-    return _SETTING.resolve(None if asked is None else parse_multiple(asked), DEFAULT_MULTIPLE)
+def resolve_multiple(asked: Optional[Any], setting: Optional[Any] = None) -> Tuple[int, str]:
+    """(the multiple to use, where it came from: option | setting | default): the call's, else the JupyterLab
+    setting "Sequence-length multiple" the caller passes on (the browser sends it with `configure`), else 64."""
+    if asked is not None:
+        return parse_multiple(asked), "option"
+    return (parse_multiple(setting), "setting") if setting is not None else (DEFAULT_MULTIPLE, "default")
 
 
 def check_batches(batches: Any) -> Tuple[int, ...]:

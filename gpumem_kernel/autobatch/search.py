@@ -308,15 +308,17 @@ def _predict(
     cap. CUDA: analyze() on the device (measured, with its safety reserve: a conservative start)."""
     from gpumem_kernel.analysis.analyze import analyze
     from gpumem_kernel.analysis.inputs import batch_maker
+    from gpumem_kernel.analysis.request import AnalysisRequest
     from gpumem_kernel.analysis.search import search_maximum
     from gpumem_kernel.analysis.trace_plan import TracePlan
     from gpumem_kernel.analysis.training_loop import default_loss
 
     try:
         if cap is None:
-            report = analyze(
-                model, batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device
+            asked = AnalysisRequest(
+                batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device
             )
+            report = analyze(model, asked)
             maximum = report.recommendations.maximum
             return maximum, f"analysis ({report.engine}) predicted {maximum}"
         make, _ = batch_maker(model, input)
@@ -383,10 +385,12 @@ def auto_select_batch_size(
     predict: bool = True,
     progress: Optional[Callable[[Trial], None]] = None,
     rounding: Any = None,
+    rounding_setting: Any = None,
 ) -> AutobatchResult:
     """The largest batch that runs `steps` full training steps on `device` without OOM, and a recommended
     batch `margin` below it, rounded down: `rounding` 'pow2', 'none' or N (a multiple of N; `multiple=N` says
-    the same); default: the JupyterLab setting "Batch-size rounding", else a power of two.
+    the same); default: `rounding_setting` (the JupyterLab setting "Batch-size rounding" the magic passes on), else a
+    power of two.
 
     input: shape without the batch ('3x224x224', (512,)), a sample batch, or a callable batch_size -> batch
     (as in analyze()). loss(output, batch) -> scalar; forward(model, batch) -> output (default: model(x),
@@ -402,7 +406,7 @@ def auto_select_batch_size(
 
     started = time.perf_counter()
     _check_args(model, margin, max_batch, steps, start_batch, multiple)
-    picks_rounding, round_source = resolve(from_options(rounding, multiple))
+    picks_rounding, round_source = resolve(from_options(rounding, multiple), rounding_setting)
     cap = parse_cap(simulate)
     amp_mode = _amp_mode(amp)
     kind = _optimizer_kind(optimizer)

@@ -32,6 +32,7 @@ def _trial_line(name: str, number: int, trial: Any, best: Optional[int], simulat
 
 def autobatch(shell: Any, rest: str) -> None:
     from gpumem_kernel.autobatch.search import auto_select_batch_size, autobatch_bundle
+    from gpumem_kernel.magics.analysis import browser_settings
 
     command = "autobatch"
     args = parse(autobatch_arguments, command, rest)
@@ -44,6 +45,7 @@ def autobatch(shell: Any, rest: str) -> None:
         margin=args.margin,
         multiple=args.multiple,
         rounding=args.round,
+        rounding_setting=browser_settings().get("rounding_setting"),
         max_batch=args.max,
         simulate=_memory(args.simulate, "--simulate", command),
         steps=args.steps,

@@ -1,5 +1,5 @@
 """The magic_arguments of `%gpumem analyze|recommend|autobatch|benchmark`: each command's options, their
---help text and examples."""
+--help text and examples; analyze's and recommend's from the option table of magics.shared_options."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ from typing import Any, Callable, List
 
 from IPython.core.magic_arguments import argument, kwds, magic_arguments
 
-from gpumem_kernel.analysis.lora import LORA_HELP
-from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
-from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS, memory_size
+from gpumem_kernel.magics.shared_options import MAGIC, TIMELINE_OPTIONS, options_of
 
 
 # --- analyze and recommend -----------------------------------------------------------------------------------
@@ -31,133 +29,8 @@ examples:
   %gpumem analyze model -b 64 --input make_batch --step train_step --optimizer opt --target "RTX 3090"
   %gpumem analyze model -b 32 --input 3x224x224 --timeline --save step.pickle"""
 
-_ANALYSIS_ARGUMENTS = [
-    argument(
-        "model",
-        metavar="MODEL",
-        help="name of a torch.nn.Module in this kernel (model, trainer.model), or a model by name built on the meta "
-        "device from its config: hf:ORG/NAME[@REVISION], a config.json or a model directory (needs transformers)",
-    ),
-    argument(
-        "--task",
-        choices=("causal-lm", "seq-cls", "token-cls", "masked-lm", "seq2seq-lm", "image-cls", "base"),
-        help="with a model by name: its head (default causal-lm); the batch carries labels for it",
-    ),
-    argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="with a model by name: run the model code its repository ships (auto_map); off by default",
-    ),
-    argument(
-        "-b", "--batch", type=argcheck.count, default=32, metavar="N", help="the batch size to analyse (default 32)"
-    ),
-    argument(
-        "--input",
-        metavar="SHAPE|VAR|FUNC",
-        help="one sample's shape without the batch (3x224x224; 512 tokens for a model starting with an "
-        "Embedding), a variable holding a sample batch (tensor, tuple or dict of tensors), or a "
-        "variable holding a function batch_size -> batch (default: from a first Linear layer)",
-    ),
-    argument(
-        "--vocab",
-        type=argcheck.count,
-        metavar="N",
-        help="with a token shape: token ids below N (default: the first Embedding's size)",
-    ),
-    argument(
-        "--loss",
-        metavar="VAR",
-        help="a function (output, batch) -> scalar loss (default: mean of squares of the output)",
-    ),
-    argument(
-        "--optimizer",
-        default="adamw",
-        metavar="KIND|VAR",
-        help="adamw (default), adam, sgd, sgd-momentum, adam8bit, adamw8bit, paged-adamw8bit, paged-adamw "
-        "(bitsandbytes' state, modelled without it), adafactor (these names first), or your optimizer variable "
-        "(its class, settings and state are used)",
-    ),
-    argument(
-        "--step",
-        metavar="FUNC",
-        help="your own training step, a function (model, optimizer, batch) traced on copies instead of the built-in "
-        "one; --optimizer may then name a tuple, list or dict of your optimizers",
-    ),
-    argument(
-        "--keep-grads",
-        action="store_true",
-        help="zero_grad(set_to_none=False): gradients stay allocated between steps (the default before torch 2.0)",
-    ),
-    argument("--lora", metavar="r=N[,targets=..]", help=LORA_HELP),
-    argument("--quantize", metavar="nf4|fp4|int8", help=QUANTIZE_HELP),
-    argument(
-        "--torch",
-        metavar="VERSION",
-        help="plan for this torch, e.g. 1.10: its memory rules (softmax's saved input before 1.11, ...), "
-        "workspaces and context (default: this kernel's torch)",
-    ),
-    argument(
-        "--cuda",
-        metavar="VERSION",
-        help="plan the CUDA context of a --target or --memory GPU for this CUDA runtime, e.g. 11.2 (eager loading "
-        "before 11.7): the build of --torch, or of this kernel's torch without it (a context measured on this "
-        "machine's GPU is not planned: it is what it is)",
-    ),
-    argument(
-        "--size-hint",
-        type=float,
-        metavar="F",
-        help="sizes that depend on tensor values (nonzero, boolean masks, unique): the fraction selected or distinct, "
-        "e.g. 0.1 (default 1: every element, an upper bound)",
-    ),
-    argument("--amp", default="off", choices=("off", "fp16", "bf16"), help="autocast mode (default off)"),
-    argument("--accum", type=int, default=1, metavar="N", help="gradient accumulation steps (default 1)"),
-    argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks"),
-    argument(
-        "--device",
-        metavar="D",
-        type=argcheck.device(CPU, CUDA, INDEX),
-        help="cpu, cuda, cuda:N or N: measure on this GPU (default: the GPU CUDA already uses, else traced)",
-    ),
-    argument(
-        "--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, H100 (traced engine)'
-    ),
-    argument(
-        "--memory",
-        type=memory_size,
-        metavar="SIZE",
-        help="plan for this much device memory, e.g. 16GiB or 24GB; with --target, that GPU within this memory "
-        "(a MIG slice, a share)",
-    ),
-    argument(
-        "--round",
-        type=argcheck.rounding,
-        metavar="pow2|N|none",
-        help="round the recommended and safe picks down to a power of two (pow2), a multiple of N (e.g. 8) or "
-        'only to a whole batch (none); default: the JupyterLab setting "Batch-size rounding", else pow2',
-    ),
-    argument("--multiple", type=argcheck.count, metavar="N", help="same as --round N"),
-    *[argument(*option.flags, **option.settings) for option in SEQUENCE_OPTIONS],
-    argument(
-        "--effective-batch",
-        type=argcheck.count,
-        metavar="N",
-        help="target effective batch: accumulation steps per pick",
-    ),
-    argument(
-        "--eval-batch",
-        type=argcheck.count,
-        metavar="N",
-        help="also the evaluation step at batch N (model.eval(), no gradients) and the largest evaluation batch",
-    ),
-    argument("--world-size", type=int, default=1, metavar="N", help="ranks of data-parallel training"),
-    argument(
-        "--strategy",
-        choices=("ddp", "fsdp", "zero1", "zero2", "zero3"),
-        help="how model states are sharded over --world-size ranks",
-    ),
-    argument("--json", action="store_true", help="print the raw payload as JSON instead of the report"),
-]
+_ANALYSIS_ARGUMENTS = [argument(*o.flags_for(MAGIC), **o.keywords(MAGIC)) for o in options_of(MAGIC, timeline=False)]
+_TIMELINE_ARGUMENTS = [argument(*o.flags_for(MAGIC), **o.keywords(MAGIC)) for o in TIMELINE_OPTIONS]
 
 
 def _with(arguments: List[Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -167,22 +40,6 @@ def _with(arguments: List[Any]) -> Callable[[Callable[..., Any]], Callable[..., 
         return function
 
     return apply
-
-
-_TIMELINE_ARGUMENTS = [
-    argument(
-        "--timeline",
-        action="store_true",
-        help="also show the predicted memory timeline of the step: what is alive when, and which line of your "
-        "code allocated it (from the trace, also when a GPU measures the analysis)",
-    ),
-    argument(
-        "--save",
-        metavar="FILE",
-        help="with --timeline: write its full history, FILE.pickle (PyTorch's memory snapshot, for "
-        "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
-    ),
-]
 
 
 @magic_arguments("gpumem analyze")

@@ -135,7 +135,7 @@ def test_an_optimizer_object_cannot_step_the_planned_copy() -> None:
 
 
 def test_the_cli_says_a_bad_lora_in_one_line(capsys: Any) -> None:
-    from gpumem_kernel.magics import cli
+    from gpumem_kernel import cli
 
     code = cli.main(["analyze", "--model", str(CONFIGS / "llama"), "-b", "2", "--input", "16", "--lora", "r=abc"])
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ the figures a user reads twice agree (no raw byte counts in notes)."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -17,14 +17,6 @@ from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
 from gpumem_kernel.analysis.picks import Rounding, parse_rounding, percent  # noqa: E402
 from gpumem_kernel.analysis.render import analysis_bundle, render_html, render_text  # noqa: E402
 from gpumem_kernel.autobatch.search import auto_select_batch_size, autobatch_bundle  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def no_setting() -> Iterator[None]:
-    """Each test starts without a JupyterLab setting, and leaves none behind."""
-    picks.set_setting(None)
-    yield
-    picks.set_setting(None)
 
 
 def _mlp() -> Any:
@@ -148,16 +140,17 @@ def test_the_payload_says_which_rounding_made_the_picks(planned: Any) -> None:
 
 def test_the_jupyterlab_setting_is_the_default_and_the_option_wins() -> None:
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
-    picks.set_setting("8")
-    by_setting = analyze(model, batch_size=32, memory="2GiB").to_payload()
+    by_setting = analyze(model, batch_size=32, memory="2GiB", rounding_setting="8").to_payload()
     assert (by_setting["settings"]["round"], by_setting["settings"]["round_source"]) == ("8", "setting")
     assert by_setting["recommendations"]["recommended"] % 8 == 0
     assert "Pick Rounding:    multiple of 8 (JupyterLab setting)" in analysis_bundle(by_setting)["text/plain"]
-    by_option = analyze(model, batch_size=32, memory="2GiB", rounding="pow2").to_payload()
+    by_option = analyze(model, batch_size=32, memory="2GiB", rounding="pow2", rounding_setting="8").to_payload()
     assert (by_option["settings"]["round"], by_option["settings"]["round_source"]) == ("pow2", "option")
     torch.manual_seed(0)
     small = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
-    result = auto_select_batch_size(small, input=(32,), simulate="1MiB", start_batch=8, predict=False)
+    result = auto_select_batch_size(
+        small, input=(32,), simulate="1MiB", start_batch=8, predict=False, rounding_setting="8"
+    )
     assert (result.round, result.round_source, result.rounding) == ("8", "setting", "multiple of 8")
     assert result.recommended == Rounding(multiple=8).apply(result.maximum * 0.9)
 
@@ -188,10 +181,10 @@ def test_the_browser_sends_the_setting_over_the_channel(make_prober: Any) -> Non
     try:
         comm.browser_sends({"type": "request", "id": "r-1", "action": "configure", "args": {"rounding": "8"}})
         assert comm.sent[-1]["type"] == "reply"
-        assert picks.resolve(None) == (Rounding(multiple=8), "setting")
+        assert picks.resolve(None, channel.settings.rounding) == (Rounding(multiple=8), "setting")
         comm.browser_sends({"type": "request", "id": "r-2", "action": "configure", "args": {"rounding": "2^"}})
         assert comm.sent[-1]["type"] == "error" and comm.sent[-1]["code"] == "bad-request"
-        assert picks.resolve(None) == (Rounding(multiple=8), "setting")
+        assert picks.resolve(None, channel.settings.rounding) == (Rounding(multiple=8), "setting")
     finally:
         channel.unregister()
 

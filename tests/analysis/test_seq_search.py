@@ -97,15 +97,11 @@ def test_an_input_that_is_not_token_ids_is_one_line():
 
 
 def test_the_multiple_is_the_options_else_the_jupyterlab_settings_else_64():
-    try:
-        assert seq_search.resolve_multiple(None) == (64, "default")
-        seq_search.set_setting("128")
-        assert seq_search.resolve_multiple(None) == (128, "setting")
-        assert seq_search.resolve_multiple(32) == (32, "option")
-        with pytest.raises(ValueError, match="seq_multiple must be a whole number of tokens"):
-            seq_search.set_setting("sixty-four")
-    finally:
-        seq_search.set_setting(None)
+    assert seq_search.resolve_multiple(None) == (64, "default")
+    assert seq_search.resolve_multiple(None, "128") == (128, "setting")
+    assert seq_search.resolve_multiple(32, "128") == (32, "option")
+    with pytest.raises(ValueError, match="seq_multiple must be a whole number of tokens"):
+        seq_search.resolve_multiple(None, "sixty-four")
     assert seq_search.check_batches(None) == (1, 4, 8) and seq_search.check_batches("8, 1") == (1, 8)
 
 
@@ -130,7 +126,6 @@ def test_the_browser_sends_the_multiple_with_configure(make_prober):
         for request, value in ((128, 128), (0, 128), ("64", 128)):  # a bad value is refused and changes nothing
             comm.browser_sends({"type": "request", "id": "r", "action": "configure", "args": {"seq_multiple": request}})
             assert comm.sent[-1]["type"] == ("reply" if request == 128 else "error")
-            assert seq_search.resolve_multiple(None) == (value, "setting")
+            assert seq_search.resolve_multiple(None, channel.settings.seq_multiple) == (value, "setting")
     finally:
-        seq_search.set_setting(None)
         channel.unregister()

@@ -10,7 +10,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.magics import cli  # noqa: E402
+from gpumem_kernel import cli  # noqa: E402
 
 
 def test_cuda_without_torch_plans_the_context_for_that_runtime():

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
 from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
-from gpumem_kernel.magics import cli  # noqa: E402
+from gpumem_kernel import cli  # noqa: E402
 from gpumem_kernel.wire.protocol import load_payload_schema  # noqa: E402
 
 import jsonschema  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from gpumem_kernel.magics import cli
+from gpumem_kernel import cli
 from gpumem_kernel.magics.options import analyze_arguments
 from gpumem_kernel.magics.parsing import attach_negative_values, parse
 

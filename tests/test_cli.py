@@ -12,7 +12,7 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.magics import cli  # noqa: E402
+from gpumem_kernel import cli  # noqa: E402
 
 MODELS = """\
 import torch
@@ -282,7 +282,7 @@ def test_module_entry_point_info_without_a_gpu(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(cli.__file__).resolve().parents[2]
+    root = Path(cli.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(
         [sys.executable, "-m", "gpumem_kernel", "info"],
@@ -430,8 +430,8 @@ def test_analyze_takes_the_magics_sequence_options(capsys, monkeypatch):
 
     seen = {}
 
-    def analyze_named(source, **options):
-        seen.update(options, source=source)
+    def analyze_named(source, request, **named):
+        seen.update(request.options(), source=source)
         return "the report"
 
     monkeypatch.setattr(model_source, "analyze_named", analyze_named)

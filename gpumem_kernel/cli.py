@@ -25,12 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from gpumem_kernel.analysis.arguments import OPTIMIZERS
-from gpumem_kernel.analysis.lora import LORA_HELP
-from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
 from gpumem_kernel.magics.parsing import attach_negative_values
-from gpumem_kernel.magics.shared_options import SEQUENCE_OPTIONS, memory_size
+from gpumem_kernel.magics.shared_options import CLI, add_options, request_fields
 from gpumem_kernel.render.text import one_line
 
 PROG = "python -m gpumem_kernel"
@@ -393,98 +391,12 @@ def _run_info(args: argparse.Namespace) -> int:
 
 
 def _configure_analyze(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--model",
-        required=True,
-        metavar="MODULE:FACTORY|hf:ORG/NAME",
-        help="importable factory (or class, or module instance) of the model, or a model by name built on the meta "
-        "device from its config: hf:ORG/NAME[@REVISION], a config.json or a model directory (needs transformers)",
-    )
-    parser.add_argument(
-        "--task",
-        choices=("causal-lm", "seq-cls", "token-cls", "masked-lm", "seq2seq-lm", "image-cls", "base"),
-        help="with a model by name: its head (default causal-lm)",
-    )
-    parser.add_argument(
-        "--trust-remote-code", action="store_true", help="with a model by name: run its repository's model code"
-    )
-    parser.add_argument("-b", "--batch", type=argcheck.count, default=32, help="the batch size to analyse (default 32)")
-    parser.add_argument(
-        "--input",
-        metavar="SHAPE",
-        help="one sample's shape without the batch: 3x224x224, or 512 "
-        "tokens for a model starting with an Embedding (default: from a first Linear layer)",
-    )
-    parser.add_argument("--vocab", type=argcheck.count, help="with a token shape: token ids below N")
-    parser.add_argument(
-        "--classes",
-        type=argcheck.count,
-        help="cross-entropy over this many classes (default: mean of squares of the output)",
-    )
-    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
-    parser.add_argument("--amp", default="off", choices=("off", "fp16", "bf16"))
-    parser.add_argument("--accum", type=int, default=1, help="gradient accumulation steps")
-    parser.add_argument("--checkpointing", action="store_true", help="gradient checkpointing of the model's blocks")
-    parser.add_argument("--lora", metavar="r=N[,targets=..]", help=LORA_HELP)
-    parser.add_argument("--quantize", metavar="nf4|fp4|int8", help=QUANTIZE_HELP)
-    parser.add_argument("--torch", metavar="VERSION", help="plan for this torch, e.g. 1.10 (its memory rules)")
-    parser.add_argument(
-        "--cuda",
-        metavar="VERSION",
-        help="plan the CUDA context of a --target or --memory GPU for this CUDA runtime, e.g. 11.2: the build of "
-        "--torch, or of this torch without it",
-    )
-    parser.add_argument(
-        "--device",
-        type=argcheck.device(CPU, CUDA, INDEX),
-        help="cuda, cuda:N or N: measure on this GPU; cpu: traced (default: traced)",
-    )
-    parser.add_argument("--target", metavar="GPU", help='plan for this GPU, e.g. "RTX 4080 Super", A100-80GB, V100')
-    parser.add_argument(
-        "--memory",
-        type=memory_size,
-        metavar="SIZE",
-        help="plan for this much device memory, e.g. 16GiB; with --target, that GPU within this memory (MIG, a share)",
-    )
-    parser.add_argument(
-        "--round",
-        type=argcheck.rounding,
-        metavar="pow2|N|none",
-        help="round the recommended and safe picks down to a power of two (default), a multiple of N (e.g. 8) "
-        "or a whole batch",
-    )
-    parser.add_argument("--multiple", type=argcheck.count, help="same as --round N")
-    for option in SEQUENCE_OPTIONS:  # the magic's own definitions
-        option.add_to(parser)
-    parser.add_argument(
-        "--effective-batch", type=argcheck.count, help="target effective batch: accumulation steps per pick"
-    )
-    parser.add_argument(
-        "--eval-batch",
-        type=argcheck.count,
-        metavar="N",
-        help="also the evaluation step at batch N (model.eval(), no gradients) and the largest evaluation batch",
-    )
-    parser.add_argument("--world-size", type=int, default=1)
-    parser.add_argument("--strategy", choices=("ddp", "fsdp", "zero1", "zero2", "zero3"))
-    parser.add_argument(
-        "--format", default="text", choices=("text", "json"), help="text: the analysis block; json: the payload"
-    )
-    parser.add_argument(
-        "--timeline",
-        action="store_true",
-        help="also the predicted memory timeline of the step (text: its peak and what is alive there, by line)",
-    )
-    parser.add_argument(
-        "--save",
-        metavar="FILE",
-        help="with --timeline: write its full history, FILE.pickle (PyTorch's memory snapshot, for "
-        "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
-    )
+    add_options(parser, CLI)
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
     from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.request import AnalysisRequest
     from gpumem_kernel.timeline.predicted import option_problem, predict
 
     problem = option_problem(
@@ -500,41 +412,19 @@ def _run_analyze(args: argparse.Namespace) -> int:
 
     by_name = is_model_source(args.model)
     model = None if by_name else load_model(args.model)
-    options: Dict[str, Any] = dict(
-        batch_size=args.batch,
-        input=args.input,
-        loss=_cross_entropy(args.classes) if args.classes else None,
-        optimizer=args.optimizer,
-        amp=None if args.amp == "off" else args.amp,
-        grad_accum=args.accum,
-        checkpointing=args.checkpointing,
-        device=args.device,
-        target=args.target,
-        memory=args.memory,
-        world_size=args.world_size,
-        strategy=args.strategy,
-        multiple=args.multiple,
-        rounding=args.round,
-        effective_batch=args.effective_batch,
-        vocab_size=args.vocab,
-        eval_batch=args.eval_batch,
-        torch_version=args.torch,
-        cuda_version=args.cuda,
-        lora=args.lora,
-        quantize=args.quantize,
-        seq=args.seq,
-        search=args.search,
-        seq_batches=args.seq_batches,
-        seq_multiple=args.seq_multiple,
+    options = request_fields(args, CLI)
+    options.update(
+        loss=_cross_entropy(args.classes) if args.classes else None, amp=None if args.amp == "off" else args.amp
     )
+    request = AnalysisRequest(**options)
     if by_name:  # built on the meta device from its config (analysis.model_source)
         named = dict(task=args.task, trust_remote_code=args.trust_remote_code, run=predict if args.timeline else None)
-        result = analyze_named(args.model, **named, **options)
+        result = analyze_named(args.model, request, **named)
         report, history = result if args.timeline else (result, None)
     elif args.timeline:
-        report, history = predict(model, **options)
+        report, history = predict(model, **request.options())
     else:
-        report, history = analyze(model, **options), None
+        report, history = analyze(model, request), None
     print(json.dumps(report.to_payload(), indent=2) if args.format == "json" else str(report))
     if history is not None:
         _timeline_out(history, args.save, text=args.format == "text")
