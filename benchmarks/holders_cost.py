@@ -23,8 +23,8 @@ from typing import Any, Dict, List
 import torch
 
 from _common import write_result
-from gpumem_kernel.holders import hook
-from gpumem_kernel.holders.collect import DEFAULT_BUDGET_MS, collect
+from gpumem_kernel.heldby import hook
+from gpumem_kernel.heldby.collect import DEFAULT_BUDGET_MS, collect
 
 
 @dataclasses.dataclass

@@ -673,7 +673,7 @@ def row_holders(r: Optional[Dict[str, Any]]) -> str:
     )
     load_average = ", ".join(f"{n:g}" for n in r.get("load_average", []))
     text = (
-        "The post_run_cell hook walks the user's variables where CUDA is in use (gpumem_kernel/holders). The "
+        "The post_run_cell hook walks the user's variables where CUDA is in use (gpumem_kernel/heldby). The "
         f"namespace: {r['objects']:,} variables (numbers and strings, small lists and dicts, dataclasses, plain "
         f"objects, a hundredth lists of tensors) and a decoder of {r['model_parameters']:,} parameters "
         f"({r['model_tensors']} tensors) on the meta device with Adam-shaped state: the cost is in the objects, "

@@ -81,7 +81,8 @@ def print_status() -> None:
     _print_status()
 
 
-# The seeds' Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap.
+# The Python API for scripts, imported on first use (PEP 562): `import gpumem_kernel` stays cheap. Each name is
+# a plain function or class of the module it maps to.
 _LAZY = {
     "analyze": "analysis.analyze",
     "trace_step": "analysis.analyze",
@@ -100,18 +101,14 @@ _LAZY = {
     "predict_timeline": "timeline.predicted",
     "log_gpu_memory": "log.csvlog",
     "MemoryLog": "log.csvlog",
+    "holders": "heldby.collect",
+    "watch": "watchwidget",
 }
-
-
-# Subpackages that are also the API (callable: `gpumem_kernel.holders()`); importing one binds its name here.
-_CALLABLE_PACKAGES = ("holders", "watch")
 
 
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in _CALLABLE_PACKAGES:
-        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'gpumem_kernel' has no attribute {name!r}")
@@ -128,5 +125,4 @@ __all__ = [
     "load_ipython_extension",
     "unload_ipython_extension",
     *_LAZY,
-    *_CALLABLE_PACKAGES,
 ]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from gpumem_kernel.growth import hook as growth_hook
-from gpumem_kernel.holders import hook as holders_hook
+from gpumem_kernel.heldby import hook as holders_hook
 from gpumem_kernel.oom import handler as oom
 from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.probe.lineage import Lineage
@@ -19,7 +19,7 @@ from gpumem_kernel.probe.prober import default_prober
 from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.sampler import Sampler
 from gpumem_kernel.timeline import capture
-from gpumem_kernel.watch import registry as watches
+from gpumem_kernel.watchwidget import registry as watches
 
 
 @dataclass
@@ -61,7 +61,7 @@ def load(ip: Any, version: str) -> Loaded:
         # The OOM capture (setting "oomTimeline", off by default): a bounded allocator history while cells run.
         ip.events.register("pre_run_cell", capture.pre_run_cell)
         ip.events.register("post_run_cell", capture.post_run_cell)
-        # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: holders.hook); the
+        # Which variables hold GPU memory, after each cell where CUDA is in use (bounded: heldby.hook); the
         # panel's "Held by" gets each cell's `holders` message.
         holders_hook.install(ip, channel.broadcast)
         # Which cell keeps growing memory run after run, and the running cell's trend (after the holders' hook:

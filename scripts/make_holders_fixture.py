@@ -8,7 +8,7 @@ switch), with the device named cuda:0 as on a GPU. Run from the repository root:
 import json
 import os
 
-from gpumem_kernel.holders import collect, hook
+from gpumem_kernel.heldby import collect, hook
 from gpumem_kernel.wire.protocol import validate
 from ipython_shell import fresh_shell
 

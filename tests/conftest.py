@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from fake_nvml import FakeGpu, FakeNvml
-from gpumem_kernel.holders import hook as holders_hook
+from gpumem_kernel.heldby import hook as holders_hook
 from gpumem_kernel.probe.host import CgroupReader, HostReader
 from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober

@@ -73,7 +73,7 @@ def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
         assert f"gpumem_kernel/{module}.py" in names
     assert "gpumem_kernel/oom/patterns.json" in names  # the OOM patterns the browser bundle was built from
     # `%gpumem watch`: anywidget serves the widget's front end from the package itself (no labextension)
-    assert {"gpumem_kernel/watch/static/watch.js", "gpumem_kernel/watch/static/watch.css"} <= set(names)
+    assert {"gpumem_kernel/watchwidget/static/watch.js", "gpumem_kernel/watchwidget/static/watch.css"} <= set(names)
     for schema in ("open", "request", "hello", "history", "sample", "reply", "error", "oom", "clear"):
         assert f"gpumem_kernel/wire/schemas/{schema}.schema.json" in names
 

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from gpumem_kernel.holders import hook as holders_hook
+from gpumem_kernel.heldby import hook as holders_hook
 from gpumem_kernel.probe import processes
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.wire.protocol import (

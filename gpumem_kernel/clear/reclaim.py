@@ -7,7 +7,7 @@ initialised CUDA — returns the allocator's cache to the driver. User variables
 named (`variables=[...]`) or with `all_cuda_vars=True`.
 
 What holds memory, what a dropped reference frees and which variables hold CUDA memory are read by the one walk
-over the namespace (holders.walk), the same the holders panel shows: a `trainer` object holding a model is listed
+over the namespace (heldby.walk), the same the holders panel shows: a `trainer` object holding a model is listed
 here as it is there. A variable the walk cannot inspect is named in one note and never deleted unless named.
 Never imports torch and never initialises CUDA.
 """
@@ -21,7 +21,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Sequence, Set, Tuple
 
-from gpumem_kernel.holders.walk import (
+from gpumem_kernel.heldby.walk import (
     Holder,
     Walker,
     charge,
@@ -106,7 +106,7 @@ class _CacheEntry:
 
 def _find_output_cache(shell: Any, walker: Walker) -> List[_CacheEntry]:
     """Output-cache entries (Out[N], _N, _, __, ___, the last result) whose value reaches a tensor's memory, by
-    the walk's rule (holders.walk): what the holders panel lists as IPython's output cache."""
+    the walk's rule (heldby.walk): what the holders panel lists as IPython's output cache."""
     if shell is None:
         return []
     namespace, hidden = namespace_of(shell)
@@ -366,7 +366,7 @@ def clear_gpu_memory(
 
 
 class _Walks:
-    """The clear's walks of the namespace (holders.walk), each with its own object budget, so one pass cannot
+    """The clear's walks of the namespace (heldby.walk), each with its own object budget, so one pass cannot
     spend the next one's; remembers whether any stopped at its budget, for one note."""
 
     def __init__(self) -> None:

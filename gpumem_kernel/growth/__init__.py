@@ -1,7 +1,7 @@
 """Growth: which cell keeps growing this kernel's memory, and how fast a running cell
 grows it.
 
-After each cell where device memory is in use (the holders' switch, holders.collect.cuda_in_use), the hook
+After each cell where device memory is in use (the holders' switch, heldby.collect.cuda_in_use), the hook
 (growth.hook) records this kernel's allocated and reserved bytes per device before and after the cell; when
 re-running the same cell leaves allocated higher by a consistent step (growth.reruns), the cell's output and the
 panel get one notice per run, with the holders that grew between runs and the fix for the pattern found

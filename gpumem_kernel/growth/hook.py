@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol
 from gpumem_kernel.growth import memory, reruns, rules
 from gpumem_kernel.growth.report import Growth, RerunGrowth, rerun_bundle
 from gpumem_kernel.growth.trend import RunningTrend
-from gpumem_kernel.holders import hook as holders_hook
-from gpumem_kernel.holders.report import HoldersReport
+from gpumem_kernel.heldby import hook as holders_hook
+from gpumem_kernel.heldby.report import HoldersReport
 
 log = logging.getLogger("gpumem_kernel")
 Send = Callable[[Dict[str, Any]], None]

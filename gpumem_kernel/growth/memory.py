@@ -1,6 +1,6 @@
 """This kernel's allocated and reserved bytes per device, read only where device memory is in use.
 
-"In use" is the holders' switch (holders.collect.cuda_in_use: the user's code initialised CUDA), so the tests'
+"In use" is the holders' switch (heldby.collect.cuda_in_use: the user's code initialised CUDA), so the tests'
 switch that lets the holders walk CPU tensors lets this run on CPU too. CUDA devices are read from torch's
 allocator counters (probe.torchstats, never creating a context); under the tests' switch, with no CUDA
 initialised, the C allocator's bytes in use (glibc's mallinfo2) stand in for one "cpu" device: what the
@@ -13,7 +13,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from gpumem_kernel.holders import collect
+from gpumem_kernel.heldby import collect
 from gpumem_kernel.probe.torchstats import allocator_stats, initialised_cuda
 
 

@@ -16,7 +16,7 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.growth.memory import Reading, Readings
 from gpumem_kernel.growth.report import GrowingHolder
-from gpumem_kernel.holders.report import UNREACHABLE, HoldersReport
+from gpumem_kernel.heldby.report import UNREACHABLE, HoldersReport
 
 MIN_RUNS = 3  # consecutive runs with the same step before saying so
 MIN_STEP = 1 << 20  # 1 MiB: below it, allocator rounding and one-off caches

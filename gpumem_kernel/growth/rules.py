@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
 from gpumem_kernel.growth.report import GrowingHolder
-from gpumem_kernel.holders.report import OUT_ENTRY, HoldersReport
+from gpumem_kernel.heldby.report import OUT_ENTRY, HoldersReport
 
 PATTERNS = ("loss_with_graph", "eval_with_graph", "outputs_with_graph", "output_cache", "kept_old_object")
-_HISTORY = "grad history"  # what holders.describe writes of tensors that keep their autograd graph
+_HISTORY = "grad history"  # what heldby.describe writes of tensors that keep their autograd graph
 _SCALAR_BYTES = 8  # a 0-d tensor's storage: one float32/float64 (4/8 bytes)
 _TRAINS = re.compile(r"\.backward\(|\.step\(|autograd\.grad\(")
 _NO_GRAD = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")

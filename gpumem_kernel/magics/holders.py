@@ -7,8 +7,8 @@ from typing import Any
 
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from gpumem_kernel.holders import collect
-from gpumem_kernel.holders.report import text
+from gpumem_kernel.heldby import collect
+from gpumem_kernel.heldby.report import text
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.parsing import parse as _parse
 

@@ -93,7 +93,7 @@ _current: Optional[Keeper] = None
 
 
 def attach(keeper: Keeper) -> None:
-    """The loaded extension's log keeper (extension.load), as watch.registry is attached."""
+    """The loaded extension's log keeper (extension.load), as watchwidget.registry is attached."""
     global _current
     _current = keeper
 

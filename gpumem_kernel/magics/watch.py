@@ -7,7 +7,7 @@ from typing import Any
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from gpumem_kernel.magics.parsing import parse as _parse
-from gpumem_kernel.watch import live
+from gpumem_kernel.watchwidget import live
 
 
 @magic_arguments("gpumem watch")

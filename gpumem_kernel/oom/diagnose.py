@@ -22,7 +22,7 @@ from gpumem_kernel.oom.namespace import (
     variables_note,
 )
 from gpumem_kernel.oom.parse import MIB, OomInfo
-from gpumem_kernel.holders.walk import frame_holder, holders, memory_walker
+from gpumem_kernel.heldby.walk import frame_holder, holders, memory_walker
 from gpumem_kernel.probe.holders import resolve_shell, traceback_frames
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.units import human

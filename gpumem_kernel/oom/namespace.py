@@ -1,6 +1,6 @@
 """What the user namespace says about the training setup: batch size, DataLoaders, workers, input size, the
 model, and the user's own names for the cells the checklist inserts. Read through the one walk's loop over the
-user's variables (holders.walk.read_variables), by type: a variable that cannot be inspected is named in
+user's variables (heldby.walk.read_variables), by type: a variable that cannot be inspected is named in
 `Scan.skipped`, never the end of the checklist."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.diagnosis import CodeNames, InputSize, Loader, ModelInfo
-from gpumem_kernel.holders import collect
-from gpumem_kernel.holders.walk import holders, memory_walker, read_variables
+from gpumem_kernel.heldby import collect
+from gpumem_kernel.heldby.walk import holders, memory_walker, read_variables
 from gpumem_kernel.probe.holders import TorchKinds, torch_kinds
 from gpumem_kernel.probe.inspection import Skipped, is_fault, type_name
 from gpumem_kernel.render.units import human
@@ -228,7 +228,7 @@ def half_precision(scan: Scan, model_name: str) -> bool:
 def variables_note(shell: Any) -> Optional[str]:
     """What to free that clearing leaves: the variables holding the most GPU memory, by the walk the holders panel
     and the clear use (a `trainer` object holding a model on the GPU is one); None while no GPU memory is in use
-    (holders.collect.cuda_in_use, the holders' switch) or no variable holds any. Variables that cannot be
+    (heldby.collect.cuda_in_use, the holders' switch) or no variable holds any. Variables that cannot be
     inspected are left out here: the scan's one line names them."""
     try:
         in_use = collect.cuda_in_use()

@@ -1,7 +1,7 @@
-"""The pieces the one walk over the user's variables (holders.walk) is built from: the torch classes a value is
+"""The pieces the one walk over the user's variables (heldby.walk) is built from: the torch classes a value is
 told apart by, looked up without importing torch; the containers walked; a storage's identity; the namespace
 and IPython's own names in it; the frames the last error keeps. Nothing here walks: the holders, the safe clear,
-the OOM checklist and the growth notice all read the namespace through holders.walk, by one rule.
+the OOM checklist and the growth notice all read the namespace through heldby.walk, by one rule.
 
 What a value is, is its `type()`, never its `__class__`, so a proxy or a Mock cannot pass for a tensor.
 Never imports torch: its classes are looked up in `sys.modules` through probe.torchstats.
@@ -56,7 +56,7 @@ def torch_kinds() -> Optional[TorchKinds]:
     )
 
 
-# --- what the walk (holders.walk) reads ----------------------------------------------------------------
+# --- what the walk (heldby.walk) reads ----------------------------------------------------------------
 
 
 # The plain containers walked (not arbitrary Mappings: walking h5py/zarr/shelve objects does I/O).

@@ -3,7 +3,7 @@
 A value whose `__class__` raises (a dead weakref.proxy, a class whose `__getattribute__` raises) breaks isinstance,
 which asks `__class__`; one whose `__class__` lies (a Mock given a spec, a proxy claiming what it wraps) makes
 isinstance answer for something else. So the walk decides what a value is by `type(value)`, which no class can
-override, and the one loop over the user's variables (holders.walk, which the holders, the clear, the OOM
+override, and the one loop over the user's variables (heldby.walk, which the holders, the clear, the OOM
 checklist and the growth notice all read them by) asks `problem()` first and skips a value that raises, and runs
 each variable's work under `Skipped.guard`: one odd object costs its own entry, never the feature.
 `Skipped.line()` then names the skipped variables once.

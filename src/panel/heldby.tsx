@@ -1,6 +1,6 @@
 /**
  * "Held by" in a device's section of the panel: which of the user's variables hold this GPU's memory after the last
- * cell (the kernel's `holders` message, gpumem_kernel/holders): the largest holders with their bytes on this device
+ * cell (the kernel's `holders` message, gpumem_kernel/heldby): the largest holders with their bytes on this device
  * and what they are ("losses: list of 40 tensors with grad history", "shared with `opt`"), what IPython holds, and
  * the remainder no variable reaches; or the kernel's note when the walk was skipped (over its per-cell budget).
  *

@@ -1,5 +1,5 @@
 /**
- * The output-area watch's front end, an anywidget ES module (built into gpumem_kernel/watch/static/watch.js by
+ * The output-area watch's front end, an anywidget ES module (built into gpumem_kernel/watchwidget/static/watch.js by
  * `jlpm build:watch`): anywidget serves it from the kernel's package, so it needs no labextension of ours.
  *
  * One state per widget model, shared by its views (an output shown twice); the model's custom messages are the

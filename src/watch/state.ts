@@ -16,7 +16,7 @@ import {
   type IWatchEvent
 } from '../wire/protocol';
 
-/** The chart's span in seconds (the kernel sends this much history: gpumem_kernel/watch/session.py). */
+/** The chart's span in seconds (the kernel sends this much history: gpumem_kernel/watchwidget/session.py). */
 export const CHART_SECONDS = 300;
 
 /** One point of a device's chart. */

@@ -23,7 +23,7 @@ pytestmark = [
 ]
 
 SWITCH = (
-    "import gpumem_kernel.holders.collect as _collect, gpumem_kernel.holders.hook as _hook\n"
+    "import gpumem_kernel.heldby.collect as _collect, gpumem_kernel.heldby.hook as _hook\n"
     "_on_cpu = ((lambda tensor: tensor.device.type == 'cpu'), 0)\n"
     "_collect.cuda_in_use = _hook.cuda_in_use = lambda: _on_cpu\n"
 )

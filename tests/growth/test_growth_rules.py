@@ -11,7 +11,7 @@ import pytest
 from gpumem_kernel.growth import reruns, rules
 from gpumem_kernel.growth.report import GrowingHolder, RerunGrowth, headline, rerun_bundle, running_text
 from gpumem_kernel.growth.trend import RunningTrend, claim
-from gpumem_kernel.holders.report import OUT_ENTRY, HolderEntry, HoldersReport
+from gpumem_kernel.heldby.report import OUT_ENTRY, HolderEntry, HoldersReport
 from gpumem_kernel.wire.protocol import validate
 
 MiB = 1 << 20

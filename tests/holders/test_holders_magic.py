@@ -13,8 +13,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import gpumem_kernel
-from gpumem_kernel.holders import collect, hook
-from gpumem_kernel.holders.collect import NO_CUDA
+from gpumem_kernel.heldby import collect, hook
+from gpumem_kernel.heldby.collect import NO_CUDA
 from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")
@@ -95,7 +95,7 @@ def test_the_python_api_is_callable_before_and_after_the_package_is_imported():
     code = (
         "import gpumem_kernel\n"
         "first = gpumem_kernel.holders()\n"  # through gpumem_kernel.__getattr__
-        "import gpumem_kernel.holders.hook\n"  # the import binds the package itself
+        "import gpumem_kernel.heldby.hook\n"  # the import binds the package itself
         "print(first.note == gpumem_kernel.holders().note, 'torch' in __import__('sys').modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

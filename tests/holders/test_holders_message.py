@@ -11,8 +11,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpumem_kernel import extension
-from gpumem_kernel.holders import collect, hook
-from gpumem_kernel.holders.message import holders_message
+from gpumem_kernel.heldby import collect, hook
+from gpumem_kernel.heldby.message import holders_message
 from gpumem_kernel.wire.protocol import validate
 from fake_comm import FakeComm, open_msg
 from ipython_shell import fresh_shell

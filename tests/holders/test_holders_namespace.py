@@ -10,10 +10,10 @@ from typing import Dict, Iterator
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpumem_kernel.holders import hook
-from gpumem_kernel.holders.collect import collect
-from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, text
-from gpumem_kernel.holders.walk import Limits
+from gpumem_kernel.heldby import hook
+from gpumem_kernel.heldby.collect import collect
+from gpumem_kernel.heldby.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, text
+from gpumem_kernel.heldby.walk import Limits
 from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")

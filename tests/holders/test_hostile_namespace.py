@@ -24,9 +24,9 @@ from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_gpu_memory  # noqa: E4
 from gpumem_kernel.growth import hook as growth_hook  # noqa: E402
 from gpumem_kernel.growth import memory  # noqa: E402
 from gpumem_kernel.growth.memory import Reading  # noqa: E402
-from gpumem_kernel.holders import collect  # noqa: E402
-from gpumem_kernel.holders import hook as holders_hook  # noqa: E402
-from gpumem_kernel.holders.report import text  # noqa: E402
+from gpumem_kernel.heldby import collect  # noqa: E402
+from gpumem_kernel.heldby import hook as holders_hook  # noqa: E402
+from gpumem_kernel.heldby.report import text  # noqa: E402
 from gpumem_kernel.oom.bundle import OOM_MIME  # noqa: E402
 from gpumem_kernel.oom.handler import install_oom_handler, last_oom  # noqa: E402
 from gpumem_kernel.oom.namespace import scan_namespace  # noqa: E402
@@ -372,7 +372,7 @@ def _torch_in_kernel_python() -> bool:
 
 
 SWITCH = (
-    "import functools, gpumem_kernel.holders.collect as _collect, gpumem_kernel.holders.hook as _hook\n"
+    "import functools, gpumem_kernel.heldby.collect as _collect, gpumem_kernel.heldby.hook as _hook\n"
     "_on_cpu = ((lambda tensor: tensor.device.type == 'cpu'), 0)\n"
     "_collect.cuda_in_use = _hook.cuda_in_use = lambda: _on_cpu\n"
     "_hook.after_cell = functools.partial(_hook.after_cell, budget_ms=None)\n"

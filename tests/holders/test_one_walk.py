@@ -14,7 +14,7 @@ from IPython.utils.capture import CapturedIO, capture_output
 torch = pytest.importorskip("torch")
 
 from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_gpu_memory  # noqa: E402
-from gpumem_kernel.holders import collect  # noqa: E402
+from gpumem_kernel.heldby import collect  # noqa: E402
 from gpumem_kernel.oom.bundle import OOM_MIME  # noqa: E402
 from gpumem_kernel.oom.handler import install_oom_handler  # noqa: E402
 from ipython_shell import fresh_shell  # noqa: E402

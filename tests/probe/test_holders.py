@@ -1,4 +1,4 @@
-"""Who holds tensors: the walk over the user's variables (holders.walk) never makes torch warn in the user's cell."""
+"""Who holds tensors: the walk over the user's variables (heldby.walk) never makes torch warn in the user's cell."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from gpumem_kernel.holders.walk import holders
+from gpumem_kernel.heldby.walk import holders
 from ipython_shell import fresh_shell
 
 torch = pytest.importorskip("torch")

@@ -14,8 +14,8 @@ import pytest
 
 from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.probe.sampler import Sampler
-from gpumem_kernel.watch import registry as watches
-from gpumem_kernel.watch.session import (
+from gpumem_kernel.watchwidget import registry as watches
+from gpumem_kernel.watchwidget.session import (
     MAX_LIVE,
     STOPPED_BY_USER,
     STOPPED_DETACHED,
@@ -179,7 +179,7 @@ def test_clear_from_the_widget_answers_with_the_clear_report(registry, monkeypat
 
 def test_the_real_widget_shows_a_snapshot_where_no_front_end_renders_widgets(make_prober):
     from gpumem_kernel.probe.sampler import Sampler as _Sampler
-    from gpumem_kernel.watch.widget import ESM, OFFLINE_LINE, widget_class
+    from gpumem_kernel.watchwidget.widget import ESM, OFFLINE_LINE, widget_class
 
     sample = _Sampler(make_prober([FakeGpu(name="Tesla T4", uuid="GPU-t4", total=15 * GiB, used=GiB)])).snapshot()
     widget = widget_class()(fallback=sample, compact=True)
@@ -195,7 +195,7 @@ def test_the_real_widget_shows_a_snapshot_where_no_front_end_renders_widgets(mak
 
 
 def test_100_real_widgets_opened_and_closed_leave_no_listener(registry, sampler, make_prober):
-    from gpumem_kernel.watch.widget import widget_class
+    from gpumem_kernel.watchwidget.widget import widget_class
 
     fallback = sampler.snapshot()
     for _ in range(100):

@@ -26,8 +26,8 @@ from gpumem_kernel.benchmark import config as benchmark_config
 from gpumem_kernel.benchmark import result as benchmark_result
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.growth import report as growth_report
-from gpumem_kernel.holders import message as holders_message
-from gpumem_kernel.watch import session as watch_session
+from gpumem_kernel.heldby import message as holders_message
+from gpumem_kernel.watchwidget import session as watch_session
 from gpumem_kernel.oom import diagnosis as oom_diagnosis
 from gpumem_kernel.oom import parse as oom_parse
 from gpumem_kernel.oom import step as oom_step

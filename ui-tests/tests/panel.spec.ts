@@ -96,7 +96,7 @@ test.describe('GPU Memory panel', () => {
     // CPU tensors stand in for CUDA ones through the holders' test switch, as in tests/growth/test_growth_kernel.py:
     // each run keeps a loss with its autograd graph (a 1024 x 1024 activation, 4 MiB).
     const setup = [
-      'import torch, gpumem_kernel.holders.collect as _collect, gpumem_kernel.holders.hook as _hook',
+      'import torch, gpumem_kernel.heldby.collect as _collect, gpumem_kernel.heldby.hook as _hook',
       "_on_cpu = ((lambda tensor: tensor.device.type == 'cpu'), 0)",
       '_collect.cuda_in_use = _hook.cuda_in_use = lambda: _on_cpu',
       'model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1))',

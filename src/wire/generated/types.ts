@@ -913,7 +913,7 @@ export interface IChildren {
   uss_growth_per_min?: number | null;
 }
 /**
- * Which of the user's variables hold GPU memory (gpumem_kernel/holders), for the panel's "Held by": sent after each cell that ends with CUDA in use, and the last one again when a comm opens. Names, sizes and descriptions only.
+ * Which of the user's variables hold GPU memory (gpumem_kernel/heldby), for the panel's "Held by": sent after each cell that ends with CUDA in use, and the last one again when a comm opens. Names, sizes and descriptions only.
  */
 export interface IHoldersMessage {
   type: 'holders';
@@ -1686,7 +1686,7 @@ export interface ITimelineFailed {
   stack: number | null;
 }
 /**
- * What a `%gpumem watch` widget is told besides the panel's `history` and `sample` messages (gpumem_kernel/watch/session.py): exactly one of its fields is set.
+ * What a `%gpumem watch` widget is told besides the panel's `history` and `sample` messages (gpumem_kernel/watchwidget/session.py): exactly one of its fields is set.
  */
 export interface IWatchEvent {
   type: 'watch_event';

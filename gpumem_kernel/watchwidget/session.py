@@ -7,7 +7,7 @@ a cell runs; the front end's requests (the history, "Clear GPU memory") arrive o
 where touching the user's objects is safe.
 
 Nothing here imports anywidget: `Widget` is any object with `send(content)` and `on_msg(callback)`, so the
-listener's bookkeeping is tested without a front end (watch.widget builds the real one).
+listener's bookkeeping is tested without a front end (watchwidget.widget builds the real one).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from gpumem_kernel.clear import reclaim
 from gpumem_kernel.oom import handler as oom_handler
-from gpumem_kernel.watch.session import (
+from gpumem_kernel.watchwidget.session import (
     MAX_LIVE,
     STOPPED_BY_USER,
     STOPPED_REPLACED,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-from gpumem_kernel.holders.report import HolderEntry, HoldersReport
+from gpumem_kernel.heldby.report import HolderEntry, HoldersReport
 
 TOP = 5  # entries per device in the panel; the rest are counted in `more`
 

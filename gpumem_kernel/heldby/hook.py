@@ -1,6 +1,6 @@
 """After each cell, where the user's code has initialised CUDA: which variables hold GPU memory, within
 DEFAULT_BUDGET_MS. The last report is kept (strings and sizes only) for `last()`, and sent to the browser as the
-`holders` message (holders.message) for the panel's "Held by", whose last copy a newly opened comm gets; a
+`holders` message (heldby.message) for the panel's "Held by", whose last copy a newly opened comm gets; a
 kernel without CUDA in use pays one sys.modules look per cell."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from gpumem_kernel.holders.collect import DEFAULT_BUDGET_MS, allocated_by_device, collect, cuda_in_use
-from gpumem_kernel.holders.message import holders_message
-from gpumem_kernel.holders.report import HoldersReport
+from gpumem_kernel.heldby.collect import DEFAULT_BUDGET_MS, allocated_by_device, collect, cuda_in_use
+from gpumem_kernel.heldby.message import holders_message
+from gpumem_kernel.heldby.report import HoldersReport
 
 log = logging.getLogger("gpumem_kernel")
 Send = Callable[[Dict[str, Any]], None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, List, Optional, Sequence, Tuple
 
-from gpumem_kernel.holders.walk import Reach
+from gpumem_kernel.heldby.walk import Reach
 from gpumem_kernel.probe.holders import TorchKinds, kind_of
 from gpumem_kernel.probe.inspection import type_name
 

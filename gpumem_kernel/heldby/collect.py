@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from gpumem_kernel.holders import describe
-from gpumem_kernel.holders.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
-from gpumem_kernel.holders.walk import Limits, OnDevice, OutOfTime, Reach, Walker, each_variable, frames_reach
+from gpumem_kernel.heldby import describe
+from gpumem_kernel.heldby.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
+from gpumem_kernel.heldby.walk import Limits, OnDevice, OutOfTime, Reach, Walker, each_variable, frames_reach
 from gpumem_kernel.probe.inspection import Skipped
 from gpumem_kernel.probe.holders import (
     exception_tracebacks,

@@ -7,9 +7,9 @@ from typing import Any, Optional
 from IPython.display import display
 
 from gpumem_kernel.probe.snapshot import sample_now
-from gpumem_kernel.watch import registry
-from gpumem_kernel.watch.session import STOPPED_BY_USER
-from gpumem_kernel.watch.widget import WatchUnavailable, offline_bundle, widget_class
+from gpumem_kernel.watchwidget import registry
+from gpumem_kernel.watchwidget.session import STOPPED_BY_USER
+from gpumem_kernel.watchwidget.widget import WatchUnavailable, offline_bundle, widget_class
 
 
 def _watches(shell: Any) -> Optional[registry.Registry]:
