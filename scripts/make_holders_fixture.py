@@ -31,11 +31,11 @@ collect.cuda_in_use = lambda: on_cpu
 hook.cuda_in_use = lambda: on_cpu
 hook.allocated_by_device = lambda: {"cpu": ALLOCATED}
 with fresh_shell() as shell:
-    hook.install(shell)
+    last = hook.LastHolders()
     for cell in CELLS:
-        shell.run_cell(cell, store_history=True)
-    message = hook.last_message()
-    hook.uninstall(shell)
+        result = shell.run_cell(cell, store_history=True)
+        hook.HoldersHook(shell, last).after_cell(result)  # what the extension's cell-end step runs
+    message = last.last_message()
 assert message is not None and not message["skipped"], message
 for device in message["devices"]:
     device["device"] = "cuda:0"

@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 
 from fake_nvml import FakeGpu, FakeNvml
-from gpumem_kernel.heldby import hook as holders_hook
 from gpumem_kernel.probe.host import CgroupReader, HostReader
 from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober
@@ -96,15 +95,3 @@ def gpumem_shell(names: Optional[Dict[str, Any]] = None) -> Iterator[Any]:
         shell.extension_manager.unload_extension("gpumem_kernel")
         for name in set(shell.user_ns) - before:
             del shell.user_ns[name]
-        if hasattr(shell, "_gpumem_last_recommendation"):
-            del shell._gpumem_last_recommendation
-
-
-@pytest.fixture(autouse=True)
-def no_last_holders() -> Iterator[None]:
-    """Every test starts and ends without a last holders report: the hook's module state is the kernel's, and a
-    comm opened by a later test (tests/channel, tests/wire) would otherwise get a stale `holders` message. (Here,
-    not in a tests/holders/conftest.py: a second conftest module would shadow this one for `from conftest import`.)"""
-    holders_hook.forget()
-    yield
-    holders_hook.forget()

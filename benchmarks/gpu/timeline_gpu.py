@@ -131,16 +131,18 @@ def _by_category(payload: Dict[str, Any]) -> Dict[str, int]:
 def oom_capture(dry: bool) -> Dict[str, Any]:
     from gpumem_kernel.timeline import capture
 
+    cap = capture.Capture()  # a kernel's capture, as the loaded extension owns one
+
     if dry:
         pending = json.loads(FIXTURE.read_text())
-        capture.set_enabled(True)
-        capture.STATE.recording = True
-        capture.STATE.pending = capture.Pending(pending, 0, 8 << 30, 300 << 20, time.time(), "observer")
+        cap.set_enabled(True)
+        cap.recording = True
+        cap.pending = capture.Pending(pending, 0, 8 << 30, 300 << 20, time.time(), "observer")
         try:
-            alive = capture.alive_at_oom(8 << 30, 0, "dry run")
+            alive = cap.alive_at_oom(8 << 30, 0, "dry run")
         finally:
-            capture.STATE.recording = False
-            capture.set_enabled(False)
+            cap.recording = False
+            cap.set_enabled(False)
         return {"status": "dry run", "stand_in": str(FIXTURE.relative_to(REPO)), "alive": alive}
     import torch
 
@@ -148,8 +150,8 @@ def oom_capture(dry: bool) -> Dict[str, Any]:
     # starts CUDA itself), and this section's process has not touched CUDA yet
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
-    capture.set_enabled(True)
-    capture.pre_run_cell()
+    cap.set_enabled(True)
+    cap.pre_run_cell()
     ballast = None
     alive: Optional[Dict[str, Any]] = None
     allocated_at_error: Optional[int] = None
@@ -164,10 +166,10 @@ def oom_capture(dry: bool) -> Dict[str, Any]:
                 raise
             error = one_line(exc)
             allocated_at_error = torch.cuda.memory_allocated()
-            alive = capture.alive_at_oom(2 * total, 0, "provoked OOM")
+            alive = cap.alive_at_oom(2 * total, 0, "provoked OOM")
     finally:
-        capture.post_run_cell()
-        capture.set_enabled(False)
+        cap.post_run_cell()
+        cap.set_enabled(False)
         del ballast
         torch.cuda.empty_cache()
     observer = hasattr(torch._C, "_cuda_attach_out_of_memory_observer")

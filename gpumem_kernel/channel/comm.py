@@ -13,7 +13,6 @@ At most MAX_COMMS comms are served; a new one beyond that replaces the one heard
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 import logging
 import os
 import platform
@@ -23,7 +22,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from gpumem_kernel.heldby import hook as holders_hook
+from gpumem_kernel.holders.hook import LastHolders
+from gpumem_kernel.timeline.capture import Capture
 from gpumem_kernel.probe import processes
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.wire.protocol import (
@@ -161,15 +161,6 @@ class _Connection:
         self.send(to_json(Error(id=error.request_id, code=error.code, message=bounded(str(error)))), parent)
 
 
-@dataclass(frozen=True)
-class BrowserSettings:
-    """The JupyterLab settings the browser sends with `configure` that `%gpumem analyze|recommend|autobatch`
-    default to, checked: one per kernel, the last browser to send them wins."""
-
-    rounding: Any = None  # "Batch-size rounding": analysis.picks.Rounding
-    seq_multiple: Optional[int] = None  # "Sequence-length multiple": tokens
-
-
 class Channel:
     """Registers the comm target with the kernel and serves every comm opened on it."""
 
@@ -180,8 +171,12 @@ class Channel:
         clock: Optional[IdleClock] = None,
         now: Callable[[], float] = time.monotonic,
         lineage: Optional[Lineage] = None,
+        holders: Optional[LastHolders] = None,
+        capture: Optional[Capture] = None,
     ) -> None:
         self._sampler = sampler
+        self._holders = holders  # the last cell's `holders` message, for a comm opened since
+        self._capture = capture  # the OOM capture the setting "oomTimeline" turns on
         self.lineage = lineage  # this kernel's predecessors in the notebook: whose orphans `terminate` may end
         self._version = version
         self._config_lock = threading.Lock()  # guards _connections and the sampler's settings
@@ -193,8 +188,6 @@ class Channel:
         # What the sampler does with no comm open: the settings it was created with.
         self._base = (sampler.interval, sampler.history_seconds)
         self._pins: Dict[str, float] = {}  # other listeners' intervals (the output-area watch), by owner
-        # the browser's settings the magics default to; replaced whole by `configure`, read by the main thread
-        self.settings = BrowserSettings()
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -337,7 +330,7 @@ class Channel:
         with connection.lock:
             history = self._sampler.subscribe(connection.listener)
             connection.publish(to_json(History(samples=history)))
-            holders = holders_hook.last_message()  # the panel's "Held by" until the next cell ends
+            holders = self._holders.last_message() if self._holders is not None else None  # till the next cell
             if holders is not None:
                 connection.publish(holders)
 
@@ -425,12 +418,11 @@ class Channel:
             if unknown:
                 raise ProtocolError("bad-request", f"configure does not take {', '.join(unknown)}", request.id)
             if "rounding" in request.args:
-                self.settings = replace(self.settings, rounding=_rounding(request.args["rounding"], request.id))
+                _set_rounding(request.args["rounding"], request.id)
             if "oom_timeline" in request.args:
-                _set_oom_timeline(request.args["oom_timeline"], request.id)
+                _set_oom_timeline(request.args["oom_timeline"], request.id, self._capture)
             if "seq_multiple" in request.args:
-                multiple = _seq_multiple(request.args["seq_multiple"], request.id)
-                self.settings = replace(self.settings, seq_multiple=multiple)
+                _set_seq_multiple(request.args["seq_multiple"], request.id)
             try:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
@@ -463,21 +455,21 @@ def _timeline_export(request: Request) -> Dict[str, Any]:
         raise ProtocolError("bad-request", str(error), request.id) from None
 
 
-def _set_oom_timeline(value: Any, request_id: str) -> None:
+def _set_oom_timeline(value: Any, request_id: str, capture: Optional[Capture]) -> None:
     """The JupyterLab setting "oomTimeline": record a bounded allocator history while cells run and attach
     what was alive to the OOM checklist (timeline.capture; one per kernel: the last browser to send it wins).
-    Only a flag: the recording starts at the next cell's start (pre_run_cell), on the main thread."""
-    from gpumem_kernel.timeline import capture
-
+    Only a flag: the recording starts at the next cell's start (pre_run_cell), on the main thread. A channel
+    without a capture (tests) checks the value only."""
     if not isinstance(value, bool):
         raise ProtocolError("bad-request", "configure: oom_timeline must be true or false", request_id)
-    capture.set_enabled(value)
+    if capture is not None:
+        capture.set_enabled(value)
 
 
-def _rounding(value: Any, request_id: str) -> Any:
-    """The JupyterLab setting "Batch-size rounding", checked: the default of this kernel's analyze/autobatch picks
+def _set_rounding(value: Any, request_id: str) -> None:
+    """The JupyterLab setting "Batch-size rounding": the default of this kernel's analyze/autobatch picks
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, parse_rounding
+    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, set_setting
 
     if not isinstance(value, str):
         raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
@@ -489,7 +481,7 @@ def _rounding(value: Any, request_id: str) -> Any:
             request_id,
         )
     try:
-        return parse_rounding(value)
+        set_setting(value)
     except ValueError as error:
         raise ProtocolError("bad-request", f"configure: {error}", request_id) from None
 
@@ -501,10 +493,10 @@ def _number_shown(value: int) -> str:
     return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
 
 
-def _seq_multiple(value: Any, request_id: str) -> int:
-    """The JupyterLab setting "Sequence-length multiple", checked: the default step of this kernel's sequence search
+def _set_seq_multiple(value: Any, request_id: str) -> None:
+    """The JupyterLab setting "Sequence-length multiple": the default step of this kernel's sequence search
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, parse_multiple
+    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, set_setting
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError("bad-request", "configure: seq_multiple must be a whole number of tokens", request_id)
@@ -516,6 +508,6 @@ def _seq_multiple(value: Any, request_id: str) -> int:
             request_id,
         )
     try:
-        return parse_multiple(value)
+        set_setting(value)
     except ValueError as error:
         raise ProtocolError("bad-request", f"configure: {error}", request_id) from None

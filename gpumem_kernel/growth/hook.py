@@ -1,7 +1,8 @@
 """The cell hooks of growth: before and after each cell (IPython's pre_run_cell / post_run_cell), read this kernel's
 memory where it is in use, record the run's change under its cell, and when re-running the cell keeps leaving a
 consistent step, show the notice in the cell's output and send it to the browser; meanwhile the running cell's
-trend follows the sampler. Registered after the holders' hook, so the holders walked after this cell are known.
+trend follows the sampler. At each cell's end the holders' walk (heldby.hook) runs first, in `cell_ended`, so the
+notice can name the holders that grew in the cell that just ended.
 
 Nothing is read in a kernel where device memory is not in use (one sys.modules look per cell), and nothing that
 goes wrong here reaches the user's cell output: a post_run_cell error would print after every cell.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Protocol
+from typing import Any, Callable, Dict, Optional, Protocol
 
 from gpumem_kernel.growth import memory, reruns, rules
 from gpumem_kernel.growth.report import Growth, RerunGrowth, rerun_bundle
 from gpumem_kernel.growth.trend import RunningTrend
-from gpumem_kernel.heldby import hook as holders_hook
+from gpumem_kernel.heldby.hook import HoldersHook
 from gpumem_kernel.heldby.report import HoldersReport
 
 log = logging.getLogger("gpumem_kernel")
@@ -34,8 +35,11 @@ class Samples(Protocol):
 class CellGrowth:
     """One shell's hooks: the readings before the running cell, the ledger of re-runs, the running trend."""
 
-    def __init__(self, shell: Any, send: Send, samples: Optional[Samples] = None) -> None:
+    def __init__(
+        self, shell: Any, send: Send, samples: Optional[Samples] = None, holders: Optional[HoldersHook] = None
+    ) -> None:
         self.shell = shell
+        self.holders = holders  # walked at each cell's end before growth reads it (cell_ended)
         self._send = send
         self.samples = samples  # the trend listens to it while a cell runs only: an idle kernel pays nothing
         self.ledger = reruns.Ledger()
@@ -51,13 +55,23 @@ class CellGrowth:
             return
         try:
             self._before = memory.read()
-            self._holders_before = holders_hook.last()
+            self._holders_before = self._last_holders()
             self.trend.start(getattr(self.shell, "execution_count", None))
             if self.samples is not None:
                 self.samples.add_listener(self.trend)
         except Exception:
             log.debug("gpumem: growth skipped a cell's start", exc_info=True)
             self._before = None
+
+    def _last_holders(self) -> Optional[HoldersReport]:
+        return self.holders.last.last() if self.holders is not None else None
+
+    def cell_ended(self, result: Any = None) -> None:
+        """IPython's post_run_cell: the holders' walk, then growth, in that order (growth's notice names the
+        holders that grew in this cell). The walk runs after nested cells too, as the panel's "Held by" does."""
+        if self.holders is not None:
+            self.holders.after_cell(result)
+        self.post_run_cell(result)
 
     def post_run_cell(self, result: Any = None) -> None:
         self._depth = max(0, self._depth - 1)
@@ -85,7 +99,7 @@ class CellGrowth:
         info = getattr(result, "info", None)
         source = str(getattr(info, "raw_cell", "") or "")
         cell_id = getattr(info, "cell_id", None)
-        holders = holders_hook.last()
+        holders = self._last_holders()
         fresh = holders if holders is not None and holders is not self._holders_before else None
         self.uninspected = fresh.uninspected if fresh is not None else None
         cell, previous = self.ledger.add(reruns.cell_key(cell_id, source), reruns.change(self._before, after), fresh)
@@ -109,32 +123,22 @@ class CellGrowth:
         )
 
 
-_installed: Dict[int, CellGrowth] = {}
-
-
-def install(shell: Any, send: Send, samples: Optional[Samples] = None) -> CellGrowth:
-    """Register the cell hooks (once per shell); while a cell runs, the trend follows `samples`."""
-    if id(shell) in _installed:
-        return _installed[id(shell)]
-    hooks = CellGrowth(shell, send, samples)
-    _installed[id(shell)] = hooks
+def install(
+    shell: Any, send: Send, samples: Optional[Samples] = None, holders: Optional[HoldersHook] = None
+) -> CellGrowth:
+    """Register the cell hooks on `shell`; while a cell runs, the trend follows `samples`; at each cell's end
+    `holders` walks first. Returns the hooks, for `uninstall`."""
+    hooks = CellGrowth(shell, send, samples, holders)
     shell.events.register("pre_run_cell", hooks.pre_run_cell)
-    shell.events.register("post_run_cell", hooks.post_run_cell)
+    shell.events.register("post_run_cell", hooks.cell_ended)
     return hooks
 
 
-def uninstall(shell: Any) -> Optional[CellGrowth]:
-    hooks = _installed.pop(id(shell), None)
-    if hooks is not None:
-        if hooks.samples is not None:
-            hooks.samples.remove_listener(hooks.trend)
-        for event, callback in (("pre_run_cell", hooks.pre_run_cell), ("post_run_cell", hooks.post_run_cell)):
-            try:
-                shell.events.unregister(event, callback)
-            except ValueError:
-                pass  # already gone
-    return hooks
-
-
-def installed() -> List[CellGrowth]:
-    return list(_installed.values())
+def uninstall(hooks: CellGrowth) -> None:
+    if hooks.samples is not None:
+        hooks.samples.remove_listener(hooks.trend)
+    for event, callback in (("pre_run_cell", hooks.pre_run_cell), ("post_run_cell", hooks.cell_ended)):
+        try:
+            hooks.shell.events.unregister(event, callback)
+        except ValueError:
+            pass  # already gone

@@ -250,7 +250,7 @@ class MemoryLog:
         self._restore_interval: Optional[float] = None
         if sampler is None:
             sampler = snapshot.running_sampler()
-        if sampler is None:  # no extension loaded: a sampler of our own, shared with `sample_now` meanwhile
+        if sampler is None:  # no extension loaded: a sampler of our own, over a prober of our own
             from gpumem_kernel.probe.prober import default_prober
 
             sampler = Sampler(default_prober(), interval=self.interval, history_seconds=60)
@@ -263,7 +263,6 @@ class MemoryLog:
         self._writer.start()
         sampler.add_listener(self._on_sample)
         if self._own_sampler:
-            snapshot.attach(sampler)
             sampler.start()
 
     # --- the sampler's thread: nothing but a put --------------------------------------------------
@@ -354,7 +353,6 @@ class MemoryLog:
             self._released = True
         self._sampler.remove_listener(self._on_sample)
         if self._own_sampler:
-            snapshot.detach(self._sampler)
             self._sampler.stop()
         elif self._restore_interval is not None and self._sampler.interval == self.interval:
             self._sampler.configure(interval=self._restore_interval)

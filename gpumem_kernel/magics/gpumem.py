@@ -93,8 +93,9 @@ def oom(shell: Any, rest: str) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    run: Callable[[Any, str], None]  # (shell, the rest of the line)
+    run: Callable[[Any, str], None]  # (shell, the rest of the line), or (kernel, ...) with `kernel`
     spec: Callable[..., Any]  # its magic_arguments function: the parser and --help text
+    kernel: bool = False  # run gets the loaded Kernel (extension.Kernel), whose parts it uses, not the shell
 
 
 COMMANDS: Dict[str, Command] = {
@@ -105,7 +106,7 @@ COMMANDS: Dict[str, Command] = {
     "recommend": Command(magics_analysis.recommend, magics_options.recommend_arguments),
     "autobatch": Command(magics_autobatch.autobatch, magics_options.autobatch_arguments),
     "benchmark": Command(magics_benchmark.benchmark, magics_options.benchmark_arguments),
-    "log": Command(magics_log.log, magics_log.log_arguments),
+    "log": Command(magics_log.log, magics_log.log_arguments, kernel=True),
     "holders": Command(magics_holders.holders, magics_holders.holders_arguments),
     "watch": Command(magics_watch.watch, magics_watch.watch_arguments),
 }
@@ -364,6 +365,10 @@ def _wants_help(rest: str) -> bool:
 
 @magics_class
 class GpumemMagics(Magics):
+    def __init__(self, shell: Any, kernel: magics_log.Logging) -> None:
+        super().__init__(shell)
+        self.kernel = kernel  # extension.Kernel: the running parts the commands share (the memory log)
+
     @line_cell_magic
     def gpumem(self, line: str, cell: Optional[str] = None) -> None:
         """GPU memory of this kernel. Commands: status; clear; oom; analyze MODEL; recommend MODEL; autobatch
@@ -386,4 +391,4 @@ class GpumemMagics(Magics):
         if _wants_help(rest):
             print(help_text(command))
             return
-        command.run(self.shell, rest)
+        command.run(self.kernel if command.kernel else self.shell, rest)

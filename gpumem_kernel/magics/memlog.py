@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 from IPython.core.magic_arguments import argument, magic_arguments
 
@@ -21,7 +21,7 @@ Broadcast = Callable[[Mapping[str, Any]], None]
 
 
 class Keeper:
-    """Owned by the loaded extension (extension.load): the one log of `%gpumem log`, and the saying, once, that
+    """Owned by the loaded extension (extension.Kernel.memlog): the one log of `%gpumem log`, and the saying, once, that
     it stopped by itself (a failed write): at once to every open panel (an `error` with id null, shown among
     the kernel's notes), and at the top of the next cell's output (IPython's pre_run_cell)."""
 
@@ -89,28 +89,10 @@ class Keeper:
             self._hooked = False
 
 
-_current: Optional[Keeper] = None
+class Logging(Protocol):
+    """The loaded Kernel (extension.Kernel), as far as `%gpumem log` needs it: its one keeper."""
 
-
-def attach(keeper: Keeper) -> None:
-    """The loaded extension's log keeper (extension.load), as watchwidget.registry is attached."""
-    global _current
-    _current = keeper
-
-
-def detach() -> None:
-    global _current
-    if _current is not None:
-        _current.close()
-    _current = None
-
-
-def _keeper(shell: Any) -> Keeper:
-    """The extension's keeper; without the extension (the magic called directly), one for this shell."""
-    if _current is None:
-        attach(Keeper(shell))
-    assert _current is not None
-    return _current
+    memlog: Keeper
 
 
 @magic_arguments("gpumem log")
@@ -125,9 +107,9 @@ def log_arguments(line: str) -> None:
     says so once. `stop` ends it; no action shows its status."""
 
 
-def log(shell: Any, rest: str) -> None:
+def log(kernel: Logging, rest: str) -> None:
     args = _parse(log_arguments, "log", rest)
-    keeper = _keeper(shell)
+    keeper = kernel.memlog
     if args.action == "start":
         if not args.file:
             raise _fail("log", "start needs a file: %gpumem log start FILE.csv [--interval 1s]")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
+from gpumem_kernel import current
 from gpumem_kernel.probe.descendants import Descendants
 from gpumem_kernel.probe.devices import MigInstance, Visible, device_order, visible_devices
 from gpumem_kernel.probe.host import HostReader
@@ -422,15 +423,11 @@ def _kernel_total(devices: Sequence[Device]) -> Optional[int]:
     return sum(figures) if figures else None
 
 
-_default: Optional[Prober] = None
-
-
 def default_prober() -> Prober:
-    """The kernel's shared Prober (one NVML session, one set of caches)."""
-    global _default
-    if _default is None:
-        _default = Prober()
-    return _default
+    """The loaded extension's Prober (one NVML session, one set of caches, sampled by its sampler's thread), else a
+    new one for this caller alone: without the extension nothing else samples through it."""
+    kernel = current.kernel()
+    return kernel.prober if kernel is not None else Prober()
 
 
 def probe(
@@ -439,7 +436,8 @@ def probe(
     host: Optional[HostReader] = None,
     pid: Optional[int] = None,
 ) -> Sample:
-    """Take one sample now. With no arguments it uses the kernel's shared Prober and its caches."""
+    """Take one sample now. With no arguments it uses the loaded extension's Prober and its caches (a new Prober
+    without the extension)."""
     if nvml is None and env is None and host is None and pid is None:
         return default_prober()()
     return Prober(nvml=nvml, env=env, host=host, pid=pid)()

@@ -1,43 +1,25 @@
-"""One sample of GPU and host memory, from whoever owns the shared prober.
+"""One sample of GPU and host memory, from whoever owns the prober.
 
-When the extension is loaded its sampler thread owns the shared prober (whose caches are single-threaded), so
-a sample goes through the sampler's lock; otherwise the prober is asked directly. The extension registers its
-sampler here (`attach`/`detach`), so the layers that need a sample (clear, the OOM checklist, `%gpumem status`,
-the argument checks) never import the extension, which imports them.
+When the extension is loaded its sampler thread owns the Kernel's prober (whose caches are single-threaded), so a
+sample goes through the sampler's lock; otherwise a prober of the caller's own is asked. The layers that need a
+sample (clear, the OOM checklist, `%gpumem status`, the argument checks) find the loaded Kernel through
+gpumem_kernel.current, never through the extension, which imports them.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Optional
 
+from gpumem_kernel import current
 from gpumem_kernel.probe.sampler import Sampler
 
 SampleDict = Dict[str, Any]
 
-_lock = threading.Lock()
-_running: Optional[Sampler] = None
-
-
-def attach(sampler: Sampler) -> None:
-    """The loaded extension's sampler: samples go through it from now on."""
-    global _running
-    with _lock:
-        _running = sampler
-
-
-def detach(sampler: Sampler) -> None:
-    """The extension unloads: back to the prober itself (a sampler that was replaced is left alone)."""
-    global _running
-    with _lock:
-        if _running is sampler:
-            _running = None
-
 
 def running_sampler() -> Optional[Sampler]:
     """The loaded extension's sampler, or None."""
-    with _lock:
-        return _running
+    kernel = current.kernel()
+    return kernel.sampler if kernel is not None else None
 
 
 def sample_now() -> SampleDict:

@@ -38,7 +38,10 @@ class Pending:
     where: str  # "observer" | "exception"
 
 
-class _State:
+class Capture:
+    """One kernel's capture (owned by the loaded extension): the setting, the recording, the pending snapshot.
+    Its cell hooks run on the main thread; the comm sets `enabled` from its own thread."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.enabled = False
@@ -48,114 +51,128 @@ class _State:
         self.problem: Optional[str] = None  # why nothing is recorded although enabled (one line)
         self.depth = 0  # cells running: a magic's nested run_cell (%%gpumem) must not stop the outer recording
 
+    def set_enabled(self, on: bool) -> None:
+        """The setting: a flag only (the comm may call this on its own thread while a cell runs); the recording
+        starts at the next cell's start and a running one stops at its cell's end, both on the main thread."""
+        self.enabled = bool(on)
+        if not on:
+            self.pending = None
 
-STATE = _State()
+    def pre_run_cell(self, *_: Any) -> None:
+        """IPython hook: start the bounded history for this cell (only when on and CUDA is already in use). A
+        cell run inside a cell (a cell magic's run_cell) changes nothing."""
+        self.depth += 1
+        if self.depth > 1 or not self.enabled or self.recording:
+            return
+        torch = _torch()
+        if torch is None:
+            self.problem = "CUDA was not in use when the cell started"
+            return
+        self.problem = recorded.history_api(torch)
+        if self.problem is not None:
+            return
+        if recorded.history_enabled(torch):  # the user records the allocator history: not ours to restart or stop
+            self.problem = "PyTorch's allocator history is already recording (yours)"
+            return
+        try:
+            recorded.start_history(torch, MAX_ENTRIES, clear=True)
+            self.recording = True
+        except Exception as exc:
+            self.problem = f"could not start the allocator history: {type(exc).__name__}: {exc}".splitlines()[0]
+            return
+        self._attach_observer(torch)
 
+    def post_run_cell(self, *_: Any) -> None:
+        """IPython hook: stop the history at the outermost cell's end (no cost between cells)."""
+        self.depth = max(0, self.depth - 1)
+        if self.depth > 0:
+            return
+        self.pending = None  # an OOM the cell caught itself: its snapshot is no later error's
+        if not self.recording:
+            return
+        self.recording = False
+        torch = loaded_torch()
+        if torch is not None:
+            try:
+                recorded.stop_history(torch)
+            except Exception:
+                pass
 
-def set_enabled(on: bool) -> None:
-    """The setting: a flag only (the comm may call this on its own thread while a cell runs); the recording
-    starts at the next cell's start and a running one stops at its cell's end, both on the main thread."""
-    STATE.enabled = bool(on)
-    if not on:
-        STATE.pending = None
+    def close(self) -> None:
+        """The extension unloads: a recording the capture started ends with it, even inside a running cell."""
+        self.depth = 1
+        self.post_run_cell()
 
+    def pause(self) -> Optional[Callable[[], None]]:
+        """A recorder takes the history over for its block (recorded.PAUSERS): returns what resumes the
+        capture's own recording afterwards (None when the capture is not recording)."""
+        if not self.recording:
+            return None
+        torch = loaded_torch()
 
-def enabled() -> bool:
-    return STATE.enabled
+        def resume() -> None:
+            if self.recording and torch is not None:
+                try:
+                    recorded.start_history(torch, MAX_ENTRIES, clear=False)
+                except Exception:
+                    self.recording = False
+
+        return resume
+
+    def _attach_observer(self, torch: Any) -> None:
+        if self.observer:
+            return
+        attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            return
+        try:
+            attach(self._on_oom)
+            self.observer = True
+        except Exception:
+            pass
+
+    def _on_oom(self, device: Any, alloc: Any, device_allocated: Any = None, device_free: Any = None) -> None:
+        """PyTorch's OOM observer: called by the allocator when it gives up, before the exception unwinds (the
+        allocator's lock is released first, so taking a snapshot here is allowed, as PyTorch's docs show)."""
+        if not (self.enabled and self.recording):
+            return
+        torch = loaded_torch()
+        if torch is None:
+            return
+        try:
+            snapshot = torch.cuda.memory._snapshot()
+        except Exception:
+            return
+        self.pending = Pending(snapshot, _int(device), _int(alloc), _int(device_free), time.time(), "observer")
+
+    def _take(self, tried: Optional[int], device: Optional[int]) -> Optional[Pending]:
+        """The snapshot of this error: the observer's, else one taken now (the handler runs while the traceback
+        still holds the failed call's tensors)."""
+        pending, self.pending = self.pending, None
+        if pending is not None and time.time() - pending.time <= PENDING_SECONDS:
+            return pending
+        torch = _torch()
+        if torch is None or not self.recording:
+            return None
+        try:
+            snapshot = torch.cuda.memory._snapshot()
+        except Exception:
+            return None
+        return Pending(snapshot, device, tried, None, time.time(), "exception")
+
+    def alive_at_oom(
+        self, tried: Optional[int] = None, device: Optional[int] = None, title: str = ""
+    ) -> Optional[Dict[str, Any]]:
+        """The OOM checklist's `alive` field (oom.schema.json), or None when the capture is off or recorded
+        nothing for this error. Keeps the full History in the timeline store under the returned `timeline_id`."""
+        if not self.enabled:
+            return None
+        pending = self._take(tried, device)
+        return None if pending is None else _alive(pending, title)
 
 
 def _torch() -> Any:
     return loaded_torch() if cuda_initialised() else None
-
-
-def pre_run_cell(*_: Any) -> None:
-    """IPython hook: start the bounded history for this cell (only when on and CUDA is already in use). A cell
-    run inside a cell (a cell magic's run_cell) changes nothing."""
-    STATE.depth += 1
-    if STATE.depth > 1 or not STATE.enabled or STATE.recording:
-        return
-    torch = _torch()
-    if torch is None:
-        STATE.problem = "CUDA was not in use when the cell started"
-        return
-    STATE.problem = recorded.history_api(torch)
-    if STATE.problem is not None:
-        return
-    if recorded.history_enabled(torch):  # the user records the allocator history: not ours to restart or stop
-        STATE.problem = "PyTorch's allocator history is already recording (yours)"
-        return
-    try:
-        recorded.start_history(torch, MAX_ENTRIES, clear=True)
-        STATE.recording = True
-    except Exception as exc:
-        STATE.problem = f"could not start the allocator history: {type(exc).__name__}: {exc}".splitlines()[0]
-        return
-    _attach_observer(torch)
-
-
-def post_run_cell(*_: Any) -> None:
-    """IPython hook: stop the history at the outermost cell's end (no cost between cells)."""
-    STATE.depth = max(0, STATE.depth - 1)
-    if STATE.depth > 0:
-        return
-    STATE.pending = None  # an OOM the cell caught itself: its snapshot is no later error's
-    if not STATE.recording:
-        return
-    STATE.recording = False
-    torch = loaded_torch()
-    if torch is not None:
-        try:
-            recorded.stop_history(torch)
-        except Exception:
-            pass
-
-
-def pause() -> Optional[Callable[[], None]]:
-    """A recorder takes the history over for its block: returns what resumes the capture's own recording
-    afterwards (None when the capture is not recording)."""
-    if not STATE.recording:
-        return None
-    torch = loaded_torch()
-
-    def resume() -> None:
-        if STATE.recording and torch is not None:
-            try:
-                recorded.start_history(torch, MAX_ENTRIES, clear=False)
-            except Exception:
-                STATE.recording = False
-
-    return resume
-
-
-recorded.PAUSERS[:] = [pause]
-
-
-def _attach_observer(torch: Any) -> None:
-    if STATE.observer:
-        return
-    attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
-    if attach is None:
-        return
-    try:
-        attach(_on_oom)
-        STATE.observer = True
-    except Exception:
-        pass
-
-
-def _on_oom(device: Any, alloc: Any, device_allocated: Any = None, device_free: Any = None) -> None:
-    """PyTorch's OOM observer: called by the allocator when it gives up, before the exception unwinds (the
-    allocator's lock is released first, so taking a snapshot here is allowed, as PyTorch's docs show)."""
-    if not (STATE.enabled and STATE.recording):
-        return
-    torch = loaded_torch()
-    if torch is None:
-        return
-    try:
-        snapshot = torch.cuda.memory._snapshot()
-    except Exception:
-        return
-    STATE.pending = Pending(snapshot, _int(device), _int(alloc), _int(device_free), time.time(), "observer")
 
 
 def _int(value: Any) -> Optional[int]:
@@ -163,22 +180,6 @@ def _int(value: Any) -> Optional[int]:
         return int(value)
     except (TypeError, ValueError):
         return None
-
-
-def _take(tried: Optional[int], device: Optional[int]) -> Optional[Pending]:
-    """The snapshot of this error: the observer's, else one taken now (the handler runs while the traceback
-    still holds the failed call's tensors)."""
-    pending, STATE.pending = STATE.pending, None
-    if pending is not None and time.time() - pending.time <= PENDING_SECONDS:
-        return pending
-    torch = _torch()
-    if torch is None or not STATE.recording:
-        return None
-    try:
-        snapshot = torch.cuda.memory._snapshot()
-    except Exception:
-        return None
-    return Pending(snapshot, device, tried, None, time.time(), "exception")
 
 
 def _frame_json(frame: Optional[RawFrame]) -> Optional[Dict[str, Any]]:
@@ -200,16 +201,8 @@ def _source(frames: Any) -> Optional[Dict[str, Any]]:
     return source
 
 
-def alive_at_oom(
-    tried: Optional[int] = None, device: Optional[int] = None, title: str = ""
-) -> Optional[Dict[str, Any]]:
-    """The OOM checklist's `alive` field (oom.schema.json), or None when the capture is off or recorded
-    nothing for this error. Keeps the full History in the timeline store under the returned `timeline_id`."""
-    if not STATE.enabled:
-        return None
-    pending = _take(tried, device)
-    if pending is None:
-        return None
+def _alive(pending: Pending, title: str) -> Dict[str, Any]:
+    """The `alive` field of one error's snapshot; its full History goes to the timeline store."""
     from gpumem_kernel.timeline.store import STORE
 
     index = recorded.pick_device(pending.snapshot, pending.device)

@@ -42,7 +42,7 @@ def shell(monkeypatch) -> Iterator[InteractiveShell]:
         try:
             yield sh, hooks, sent
         finally:
-            hook.uninstall(sh)
+            hook.uninstall(hooks)
 
 
 def run(sh: InteractiveShell, code: str, cell_id: str = "cell-a") -> str:
@@ -110,5 +110,5 @@ def test_the_running_trend_listens_to_the_sampler_only_while_a_cell_runs():
         try:
             sh.run_cell("samples.during.append(len(samples.listeners))")
         finally:
-            hook.uninstall(sh)
+            hook.uninstall(hooks)
     assert samples.during == [1] and samples.listeners == [] and hooks.trend not in samples.listeners

@@ -13,6 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import gpumem_kernel
+from gpumem_kernel import extension
 from gpumem_kernel.heldby import collect, hook
 from gpumem_kernel.heldby.collect import NO_CUDA
 from ipython_shell import fresh_shell
@@ -58,14 +59,14 @@ def test_the_table_json_and_top(ip, cpu_as_cuda):
 
 def test_the_hook_keeps_the_last_cells_report(ip, cpu_as_cuda):
     run(ip, SETUP)
-    last = hook.last()
+    last = extension.current().holders.last()
     assert last is not None and {e.name for e in last.entries} == {"a", "b", "c"}
     assert last.budget_ms == collect.DEFAULT_BUDGET_MS
 
 
 def test_without_cuda_one_line_and_the_hook_walks_nothing(ip):
     run(ip, SETUP)
-    assert hook.last() is None
+    assert extension.current().holders.last() is None
     assert run(ip, "%gpumem holders").stdout.strip() == f"CUDA memory held by your variables: {NO_CUDA}"
     assert gpumem_kernel.holders().note == NO_CUDA  # the Python API
 

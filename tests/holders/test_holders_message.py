@@ -76,7 +76,7 @@ def test_a_comm_opened_later_gets_the_last_cells_holders(ip):
     comm = open_comm("comm-2")
     kinds = [m["type"] for m in comm.sent]
     assert kinds[:3] == ["hello", "history", "holders"]
-    assert holders(comm)[0] == hook.last_message()
+    assert holders(comm)[0] == extension.current().holders.last_message()
 
 
 def test_past_the_budget_the_message_is_a_skip_with_its_note():

@@ -128,8 +128,9 @@ def test_no_user_object_outlives_the_walk(shell, monkeypatch):
     run(shell, "held = {'x': torch.ones(4000)}")
     ref = weakref.ref(shell.user_ns["held"]["x"])
     monkeypatch.setattr(hook, "cuda_in_use", lambda: ((lambda t: t.device.type == "cpu"), 0))
-    report = hook.after_cell(shell)
-    assert report is not None and hook.last() is report and "held" in {e.name for e in report.entries}
+    last = hook.LastHolders()
+    report = hook.after_cell(shell, keep=last)
+    assert report is not None and last.last() is report and "held" in {e.name for e in report.entries}
     run(shell, "del held")
     gc.collect()
     assert ref() is None

@@ -19,6 +19,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
+from gpumem_kernel import extension  # noqa: E402
 from gpumem_kernel.channel import frontend  # noqa: E402
 from gpumem_kernel.clear.reclaim import CLEAR_MIME, clear_gpu_memory  # noqa: E402
 from gpumem_kernel.growth import hook as growth_hook  # noqa: E402
@@ -127,7 +128,7 @@ def test_holders_magic_and_hook(shell, cpu_as_cuda):
     try:
         _, captured = run(shell, "%gpumem holders")
         data = json.loads(run(shell, "%gpumem holders --json")[1].stdout)
-        message = holders_hook.last_message()
+        message = extension.current().holders.last_message()
     finally:
         shell.extension_manager.unload_extension("gpumem_kernel")
 
@@ -294,13 +295,12 @@ def test_a_growing_cell_is_named_with_its_growing_variable(shell, cpu_as_cuda, m
     define(shell, "w = torch.ones(4, requires_grad=True)\nlosses = []")
     shell.user_ns["allocator"] = allocator
     sent: List[dict] = []
-    holders_hook.install(shell)
-    growth_hook.install(shell, sent.append)
+    walk = holders_hook.HoldersHook(shell, holders_hook.LastHolders())
+    hooks = growth_hook.install(shell, sent.append, holders=walk)  # the walk, then growth, at each cell's end
     try:
         outputs = [run(shell, "losses.append((w * 2).sum())\nallocator.grow()")[1] for _ in range(3)]
     finally:
-        growth_hook.uninstall(shell)
-        holders_hook.uninstall(shell)
+        growth_hook.uninstall(hooks)
 
     assert [o.outputs for o in outputs[:2]] == [[], []]
     (notice,) = outputs[2].outputs

@@ -146,14 +146,15 @@ def test_a_failed_write_stops_the_log_gives_the_sampler_back_and_says_so_once(tm
 def test_a_disk_that_fills_while_logging_stops_the_magics_log_and_tells_the_panel_and_the_next_cell(tmp_path, capsys):
     with tiny_disk(tmp_path / "disk") as disk, gpumem_shell() as shell:
         sent: List[dict] = []
-        memlog.attach(memlog.Keeper(shell, sent.append))  # what the channel would broadcast to every panel
-        sampler = gpumem_kernel.extension.current().sampler
+        kernel = gpumem_kernel.extension.current()
+        kernel.memlog = memlog.Keeper(shell, sent.append)  # what the channel would broadcast to every panel
+        sampler = kernel.sampler
         before = sampler.interval
         path = disk / "m.csv"
         fill(disk, leave=4096)  # one page: the header and a few dozen rows
         shell.run_line_magic("gpumem", f"log start {path} --interval 50ms")
         assert f"logging GPU memory to {path} every 0.05 s" in capsys.readouterr().out
-        log = memlog._current.current
+        log = kernel.memlog.current
         wait_until(lambda: not log.running, "the disk fills and the log stops")
         assert sampler.interval == before
 
@@ -178,11 +179,11 @@ def test_a_disk_that_fills_while_logging_stops_the_magics_log_and_tells_the_pane
 
 @needs_dev_full
 def test_the_magic_says_a_full_disk_in_one_usage_line(capsys):
-    with gpumem_shell() as shell:
+    with gpumem_shell():
         from IPython.core.error import UsageError
 
         with pytest.raises(UsageError) as error:
-            memlog.log(shell, f"start {DEV_FULL}")
+            memlog.log(gpumem_kernel.extension.current(), f"start {DEV_FULL}")
     assert str(error.value) == f"gpumem log: cannot write to {DEV_FULL}: No space left on device"
 
 

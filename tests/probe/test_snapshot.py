@@ -1,11 +1,13 @@
-"""A sample goes through the loaded extension's sampler (its lock owns the shared prober), else the prober."""
+"""A sample goes through the loaded extension's sampler (its lock owns the Kernel's prober), else a prober."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, Dict
 
 import pytest
 
+from gpumem_kernel import current
 from gpumem_kernel.probe import snapshot
 
 
@@ -24,10 +26,11 @@ class FakeSampler:
 
 @pytest.fixture
 def attached():
+    """A loaded Kernel (extension.Kernel) whose sampler is the fake."""
     sampler = FakeSampler()
-    snapshot.attach(sampler)
+    current.set_kernel(SimpleNamespace(prober=None, sampler=sampler, watches=None, recommendation=None))
     yield sampler
-    snapshot.detach(sampler)
+    current.set_kernel(None)
 
 
 def test_samples_go_through_the_attached_sampler(attached):
@@ -37,8 +40,7 @@ def test_samples_go_through_the_attached_sampler(attached):
     assert attached.calls == ["snapshot", "latest", "snapshot"]
 
 
-def test_detaching_another_sampler_changes_nothing(attached):
-    snapshot.detach(FakeSampler())
+def test_the_loaded_kernels_sampler_is_the_running_one(attached):
     assert snapshot.running_sampler() is attached
 
 

@@ -36,19 +36,25 @@ def _validate(payload: Dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch):
+def cap() -> capture.Capture:
+    """A kernel's capture, as the loaded extension owns one."""
+    return capture.Capture()
+
+
+@pytest.fixture
+def captured(cap: capture.Capture, monkeypatch: pytest.MonkeyPatch):
     """The capture on, recording, with the observer's snapshot of the fixture pending."""
     from test_recorded import load
 
-    monkeypatch.setattr(capture.STATE, "enabled", True)
-    monkeypatch.setattr(capture.STATE, "recording", True)
+    monkeypatch.setattr(cap, "enabled", True)
+    monkeypatch.setattr(cap, "recording", True)
     pending = capture.Pending(load(), 0, 8 << 30, 300 * MiB, __import__("time").time(), "observer")
-    monkeypatch.setattr(capture.STATE, "pending", pending)
+    monkeypatch.setattr(cap, "pending", pending)
     return pending
 
 
-def test_alive_at_oom_lists_the_top_holders_with_their_lines(captured) -> None:
-    alive = capture.alive_at_oom(8 << 30, 0, "In [12], out of memory")
+def test_alive_at_oom_lists_the_top_holders_with_their_lines(cap: capture.Capture, captured) -> None:
+    alive = cap.alive_at_oom(8 << 30, 0, "In [12], out of memory")
     assert alive is not None
     assert alive["allocated"] == 18 * MiB + 1024 and alive["blocks"] == 5 and alive["device"] == 0
     sizes = [h["size"] for h in alive["holders"]]
@@ -66,11 +72,11 @@ def test_alive_at_oom_lists_the_top_holders_with_their_lines(captured) -> None:
     assert alive["failed"]["source"]["line"] == 7
     history = STORE.get(alive["timeline_id"])
     assert history is not None and history.failed is not None and history.title == "In [12], out of memory"
-    assert capture.STATE.pending is None  # one error, one snapshot
+    assert cap.pending is None  # one error, one snapshot
 
 
-def test_the_checklist_carries_alive_and_no_rerun_step(captured) -> None:
-    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL)
+def test_the_checklist_carries_alive_and_no_rerun_step(cap: capture.Capture, captured) -> None:
+    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
     payload = bundle[OOM_MIME]
     _validate(payload)
     assert payload["alive"]["allocated"] == 18 * MiB + 1024
@@ -79,9 +85,11 @@ def test_the_checklist_carries_alive_and_no_rerun_step(captured) -> None:
     assert "What was alive at the error" in bundle["text/html"]
 
 
-def test_without_a_capture_the_rerun_step_copies_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(capture.STATE, "enabled", False)
-    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=capture.alive_at_oom, cell=CELL)
+def test_without_a_capture_the_rerun_step_copies_the_cell(
+    cap: capture.Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cap, "enabled", False)
+    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
     payload = bundle[OOM_MIME]
     _validate(payload)
     assert "alive" not in payload
@@ -103,27 +111,29 @@ def test_the_rerun_code() -> None:
     assert timeline_rerun_code("x\n" * 20_000) is None
 
 
-def test_an_old_observer_snapshot_is_not_this_errors(captured, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_old_observer_snapshot_is_not_this_errors(
+    cap: capture.Capture, captured, monkeypatch: pytest.MonkeyPatch
+) -> None:
     captured.time -= capture.PENDING_SECONDS + 1
     monkeypatch.setattr(capture, "_torch", lambda: None)  # and none can be taken now (no CUDA here)
-    assert capture.alive_at_oom(1, 0) is None
+    assert cap.alive_at_oom(1, 0) is None
 
 
-def test_off_or_without_cuda_the_hooks_record_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(capture.STATE, "enabled", True)
-    monkeypatch.setattr(capture.STATE, "depth", 0)
+def test_off_or_without_cuda_the_hooks_record_nothing(cap: capture.Capture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cap, "enabled", True)
+    monkeypatch.setattr(cap, "depth", 0)
     monkeypatch.setattr(capture, "cuda_initialised", lambda: False)
-    capture.pre_run_cell()
-    assert not capture.STATE.recording and capture.STATE.problem == "CUDA was not in use when the cell started"
-    capture.post_run_cell()
-    capture.set_enabled(False)
-    capture.pre_run_cell()
-    assert not capture.STATE.recording and capture.alive_at_oom(1, 0) is None
-    capture.post_run_cell()
-    assert capture.STATE.depth == 0
+    cap.pre_run_cell()
+    assert not cap.recording and cap.problem == "CUDA was not in use when the cell started"
+    cap.post_run_cell()
+    cap.set_enabled(False)
+    cap.pre_run_cell()
+    assert not cap.recording and cap.alive_at_oom(1, 0) is None
+    cap.post_run_cell()
+    assert cap.depth == 0
 
 
-def _fake_cuda(monkeypatch: pytest.MonkeyPatch, history_on: bool = False):
+def _fake_cuda(cap: capture.Capture, monkeypatch: pytest.MonkeyPatch, history_on: bool = False):
     from test_recorded import FakeMemory, fake_torch, load
 
     memory = FakeMemory(load())
@@ -131,40 +141,42 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, history_on: bool = False):
     torch._C._cuda_isHistoryEnabled = lambda: history_on
     monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
     monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
-    monkeypatch.setattr(capture.STATE, "observer", True)
-    monkeypatch.setattr(capture.STATE, "enabled", True)
-    monkeypatch.setattr(capture.STATE, "depth", 0)
+    monkeypatch.setattr(cap, "observer", True)
+    monkeypatch.setattr(cap, "enabled", True)
+    monkeypatch.setattr(cap, "depth", 0)
     return memory, torch
 
 
-def test_a_cell_run_inside_a_cell_does_not_stop_the_recording(monkeypatch: pytest.MonkeyPatch) -> None:
-    memory, _ = _fake_cuda(monkeypatch)
-    capture.pre_run_cell()  # the cell
-    capture.pre_run_cell()  # %%gpumem's nested run_cell
-    capture.post_run_cell()
-    assert capture.STATE.recording and [c["enabled"] for c in memory.calls] == ["all"]
-    capture.post_run_cell()
-    assert not capture.STATE.recording and memory.calls[-1] == {"enabled": None}
-    capture.set_enabled(False)
+def test_a_cell_run_inside_a_cell_does_not_stop_the_recording(
+    cap: capture.Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory, _ = _fake_cuda(cap, monkeypatch)
+    cap.pre_run_cell()  # the cell
+    cap.pre_run_cell()  # %%gpumem's nested run_cell
+    cap.post_run_cell()
+    assert cap.recording and [c["enabled"] for c in memory.calls] == ["all"]
+    cap.post_run_cell()
+    assert not cap.recording and memory.calls[-1] == {"enabled": None}
+    cap.set_enabled(False)
 
 
-def test_the_users_own_recording_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_users_own_recording_is_left_alone(cap: capture.Capture, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpumem_kernel.timeline import recorded
 
-    memory, torch = _fake_cuda(monkeypatch, history_on=True)
-    capture.pre_run_cell()
-    assert not capture.STATE.recording and "already recording" in (capture.STATE.problem or "")
-    capture.post_run_cell()
+    memory, torch = _fake_cuda(cap, monkeypatch, history_on=True)
+    cap.pre_run_cell()
+    assert not cap.recording and "already recording" in (cap.problem or "")
+    cap.post_run_cell()
     monkeypatch.setattr(recorded, "cuda_initialised", lambda: True)
     monkeypatch.setattr(recorded, "loaded_torch", lambda: torch)
     lines = []
     with recorded.TimelineRecorder(printer=lines.append) as rec:
         pass
     assert lines == [recorded.ALREADY] and rec.history is None and memory.calls == []
-    capture.set_enabled(False)
+    cap.set_enabled(False)
 
 
-def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hooks_start_and_stop_a_bounded_history(cap: capture.Capture, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_recorded import FakeMemory, fake_torch, load
 
     memory = FakeMemory(load())
@@ -173,18 +185,18 @@ def test_the_hooks_start_and_stop_a_bounded_history(monkeypatch: pytest.MonkeyPa
     torch._C._cuda_attach_out_of_memory_observer = attached.append
     monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
     monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
-    monkeypatch.setattr(capture.STATE, "observer", False)
-    monkeypatch.setattr(capture.STATE, "enabled", True)
-    monkeypatch.setattr(capture.STATE, "depth", 0)
-    capture.pre_run_cell()
-    assert capture.STATE.recording and memory.calls[-1]["max_entries"] == capture.MAX_ENTRIES
-    assert memory.calls[-1]["clear_history"] is True and attached == [capture._on_oom]
-    capture._on_oom(0, 8 << 30, 0, 300 * MiB)  # what the allocator calls before raising
-    assert capture.STATE.pending is not None and capture.STATE.pending.size == 8 << 30
-    capture.post_run_cell()  # the cell caught that OOM itself: its snapshot ends with the cell
-    assert not capture.STATE.recording and memory.calls[-1] == {"enabled": None}
-    assert capture.STATE.pending is None
-    capture.set_enabled(False)
+    monkeypatch.setattr(cap, "observer", False)
+    monkeypatch.setattr(cap, "enabled", True)
+    monkeypatch.setattr(cap, "depth", 0)
+    cap.pre_run_cell()
+    assert cap.recording and memory.calls[-1]["max_entries"] == capture.MAX_ENTRIES
+    assert memory.calls[-1]["clear_history"] is True and attached == [cap._on_oom]
+    cap._on_oom(0, 8 << 30, 0, 300 * MiB)  # what the allocator calls before raising
+    assert cap.pending is not None and cap.pending.size == 8 << 30
+    cap.post_run_cell()  # the cell caught that OOM itself: its snapshot ends with the cell
+    assert not cap.recording and memory.calls[-1] == {"enabled": None}
+    assert cap.pending is None
+    cap.set_enabled(False)
 
 
 @pytest.mark.kernel
@@ -194,7 +206,7 @@ def test_the_setting_travels_through_configure_into_a_real_kernel() -> None:
         comm_id = kernel.open_comm({"type": "open", "protocol": 1, "client": "pytest"})
         hello = kernel.wait_comm(comm_id, "hello")
         assert "oom_timeline" in hello["capabilities"]
-        state = "__import__('gpumem_kernel.timeline.capture').timeline.capture.STATE.enabled"
+        state = "__import__('gpumem_kernel.extension').extension.current().capture.enabled"
         assert kernel.evaluate(state) is False  # off by default
 
         def configure(args: Dict[str, Any], request_id: str) -> Dict[str, Any]:

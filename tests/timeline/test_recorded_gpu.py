@@ -72,10 +72,12 @@ def test_the_oom_capture_says_what_was_alive_at_a_provoked_oom() -> None:
 
     from gpumem_kernel.timeline import capture
 
+    cap = capture.Capture()  # a kernel's capture, as the loaded extension owns one
+
     torch.cuda.init()
-    capture.set_enabled(True)
-    capture.pre_run_cell()
-    assert capture.STATE.recording, capture.STATE.problem
+    cap.set_enabled(True)
+    cap.pre_run_cell()
+    assert cap.recording, cap.problem
     ballast = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
     total = torch.cuda.get_device_properties(0).total_memory
     alive = None
@@ -83,10 +85,10 @@ def test_the_oom_capture_says_what_was_alive_at_a_provoked_oom() -> None:
         with pytest.raises(torch.OutOfMemoryError):
             torch.empty(2 * total, dtype=torch.uint8, device="cuda")
         allocated = torch.cuda.memory_allocated()
-        alive = capture.alive_at_oom(2 * total, 0, "provoked")
+        alive = cap.alive_at_oom(2 * total, 0, "provoked")
     finally:
-        capture.post_run_cell()
-        capture.set_enabled(False)
+        cap.post_run_cell()
+        cap.set_enabled(False)
     assert alive is not None
     assert alive["allocated"] == allocated
     assert alive["failed"] is not None and alive["failed"]["size"] >= 2 * total

@@ -109,13 +109,16 @@ def test_with_the_oom_capture_on_the_cell_records_its_own_and_the_capture_resume
     torch = recorded.loaded_torch()
     monkeypatch.setattr(capture, "cuda_initialised", lambda: True)
     monkeypatch.setattr(capture, "loaded_torch", lambda: torch)
-    monkeypatch.setattr(capture.STATE, "observer", True)
-    monkeypatch.setattr(capture.STATE, "depth", 0)
-    capture.set_enabled(True)
+    from gpumem_kernel import extension
+
+    cap = extension.current().capture
+    monkeypatch.setattr(cap, "observer", True)
+    monkeypatch.setattr(cap, "depth", 0)
+    cap.set_enabled(True)
     try:
         result, captured = run(ip, "%%gpumem --timeline\nprint('step')")
     finally:
-        capture.set_enabled(False)
+        cap.set_enabled(False)
     assert result.success and len([o for o in captured.outputs if TIMELINE_MIME in o.data]) == 1
     calls = [(c["enabled"], c.get("max_entries"), c.get("clear_history")) for c in memory.calls]
     assert calls == [
@@ -125,4 +128,4 @@ def test_with_the_oom_capture_on_the_cell_records_its_own_and_the_capture_resume
         ("all", capture.MAX_ENTRIES, False),  # the capture resumes
         (None, None, None),  # and stops at the cell's end
     ]
-    assert not capture.STATE.recording and capture.STATE.depth == 0
+    assert not cap.recording and cap.depth == 0

@@ -75,5 +75,4 @@ def test_the_watch_is_live_during_a_cell_and_answers_between_cells():
         said = kernel.wait_for(lambda r: r.msg_type == "stream" and r.parent_id == stopped["msg_id"], timeout=10)
         assert said.content["text"].strip() == "stopped 1 live watch"
         assert custom(kernel.messages(), comm_id)[-1]["stopped"].startswith("stopped")
-        live = "len(__import__('sys').modules['gpumem_kernel.watchwidget.registry'].current().live)"
-        assert kernel.evaluate(live) == 0
+        assert kernel.evaluate("len(__import__('gpumem_kernel.extension').extension.current().watches.live)") == 0
