@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from gpumem_kernel.holders.hook import LastHolders
+from gpumem_kernel.heldby.hook import LastHolders
 from gpumem_kernel.timeline.capture import Capture
 from gpumem_kernel.probe import processes
 from gpumem_kernel.probe.lineage import Lineage

@@ -1,13 +1,17 @@
 """After each cell, where the user's code has initialised CUDA: which variables hold GPU memory, within
-DEFAULT_BUDGET_MS. The last report is kept (strings and sizes only) for `last()`, and sent to the browser as the
-`holders` message (heldby.message) for the panel's "Held by", whose last copy a newly opened comm gets; a
-kernel without CUDA in use pays one sys.modules look per cell."""
+DEFAULT_BUDGET_MS. The last report is kept (strings and sizes only) by the kernel's `LastHolders`, and sent to the
+browser as the `holders` message (heldby.message) for the panel's "Held by", whose last copy a newly opened comm
+gets; a kernel without CUDA in use pays one sys.modules look per cell.
+
+The walk is run by the cell-end step of growth.hook, before growth reads it: the growth notice names the holders
+that grew in the cell that just ended."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
 from gpumem_kernel.heldby.collect import DEFAULT_BUDGET_MS, allocated_by_device, collect, cuda_in_use
@@ -17,18 +21,45 @@ from gpumem_kernel.heldby.report import HoldersReport
 log = logging.getLogger("gpumem_kernel")
 Send = Callable[[Dict[str, Any]], None]
 
-_lock = threading.Lock()
-_last: Optional[HoldersReport] = None
-_last_message: Optional[Dict[str, Any]] = None
-_installed: Dict[int, Callable[..., None]] = {}  # id(shell) -> its callback, to unregister the same one
+
+@dataclass
+class LastHolders:
+    """The report and `holders` message of the last cell that ended with CUDA in use (one per loaded kernel):
+    read by growth on the main thread and by a comm opening on the comm's thread."""
+
+    report: Optional[HoldersReport] = None
+    message: Optional[Dict[str, Any]] = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def keep(self, report: HoldersReport, message: Dict[str, Any]) -> None:
+        with self._lock:
+            self.report, self.message = report, message
+
+    def last(self) -> Optional[HoldersReport]:
+        """The report of the last cell that ended with CUDA in use, or None."""
+        with self._lock:
+            return self.report
+
+    def last_message(self) -> Optional[Dict[str, Any]]:
+        """The `holders` message of that cell (what a panel opened since should show), or None."""
+        with self._lock:
+            return self.message
+
+    def forget(self) -> None:
+        """Drop the last report and message (unloading the extension)."""
+        with self._lock:
+            self.report = self.message = None
 
 
 def after_cell(
-    shell: Any, budget_ms: float = DEFAULT_BUDGET_MS, send: Optional[Send] = None, cell: Optional[int] = None
+    shell: Any,
+    budget_ms: float = DEFAULT_BUDGET_MS,
+    send: Optional[Send] = None,
+    cell: Optional[int] = None,
+    keep: Optional[LastHolders] = None,
 ) -> Optional[HoldersReport]:
-    """Walk now if CUDA is in use; keep and return the report (None without CUDA: nothing is walked), and send
-    its `holders` message when `send` is given."""
-    global _last, _last_message
+    """Walk now if CUDA is in use; return the report (None without CUDA: nothing is walked), kept in `keep`
+    when given, and send its `holders` message when `send` is given."""
     in_use = cuda_in_use()
     if in_use is None:
         return None
@@ -39,8 +70,8 @@ def after_cell(
     except Exception:  # a post_run_cell error would print in every cell: never worth it for a report
         log.debug("gpumem: holders skipped a cell", exc_info=True)
         return None
-    with _lock:
-        _last, _last_message = report, message
+    if keep is not None:
+        keep.keep(report, message)
     if send is not None:
         try:
             send(message)
@@ -49,40 +80,14 @@ def after_cell(
     return report
 
 
-def last() -> Optional[HoldersReport]:
-    """The report of the last cell that ended with CUDA in use, or None."""
-    return _last
+@dataclass
+class HoldersHook:
+    """One shell's walk at each cell's end, its result kept in `last` and sent with `send`."""
 
+    shell: Any
+    last: LastHolders
+    send: Optional[Send] = None
 
-def last_message() -> Optional[Dict[str, Any]]:
-    """The `holders` message of that cell (what a panel opened since should show), or None."""
-    return _last_message
-
-
-def install(shell: Any, send: Optional[Send] = None) -> None:
-    """Register the post_run_cell callback (once per shell); `send` gets each cell's `holders` message."""
-    if id(shell) in _installed:
-        return
-
-    def post_run_cell(result: Any = None, *_: Any) -> None:
-        after_cell(shell, send=send, cell=getattr(result, "execution_count", None))
-
-    _installed[id(shell)] = post_run_cell
-    shell.events.register("post_run_cell", post_run_cell)
-
-
-def uninstall(shell: Any) -> None:
-    callback = _installed.pop(id(shell), None)
-    if callback is not None:
-        try:
-            shell.events.unregister("post_run_cell", callback)
-        except ValueError:
-            pass  # already gone
-    forget()
-
-
-def forget() -> None:
-    """Drop the last report and message (unloading the extension; tests)."""
-    global _last, _last_message
-    with _lock:
-        _last = _last_message = None
+    def after_cell(self, result: Any = None) -> Optional[HoldersReport]:
+        # through the module's `after_cell`, looked up at each cell: the tests' switches replace it
+        return after_cell(self.shell, send=self.send, cell=getattr(result, "execution_count", None), keep=self.last)

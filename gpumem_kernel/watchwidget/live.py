@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 from IPython.display import display
 
+from gpumem_kernel import current
 from gpumem_kernel.probe.snapshot import sample_now
 from gpumem_kernel.watchwidget import registry
 from gpumem_kernel.watchwidget.session import STOPPED_BY_USER
@@ -14,9 +15,14 @@ from gpumem_kernel.watchwidget.widget import WatchUnavailable, offline_bundle, w
 
 def _watches(shell: Any) -> Optional[registry.Registry]:
     """The loaded extension's watches, loading it into `shell` first when needed (the Python API may come first)."""
-    if registry.current() is None and shell is not None:
+    if current.kernel() is None and shell is not None:
         shell.extension_manager.load_extension("gpumem_kernel")
-    return registry.current()
+    return _loaded_watches()
+
+
+def _loaded_watches() -> Optional[registry.Registry]:
+    kernel = current.kernel()
+    return kernel.watches if kernel is not None else None
 
 
 def start(shell: Any = None, compact: bool = False) -> Optional[str]:
@@ -42,7 +48,7 @@ def start(shell: Any = None, compact: bool = False) -> Optional[str]:
 
 def stop() -> str:
     """Stop every live watch of this kernel (each keeps its last picture, marked stopped)."""
-    watches = registry.current()
+    watches = _loaded_watches()
     count = watches.stop_all(STOPPED_BY_USER) if watches is not None else 0
     if count == 0:
         return "no live watch in this kernel"

@@ -22,7 +22,7 @@ PIN_KEY = "watch"
 
 
 class Registry:
-    """Owned by the loaded extension (extension.Loaded): the watches of this kernel."""
+    """Owned by the loaded extension (extension.Kernel.watches): the watches of this kernel."""
 
     def __init__(self, shell: Any, sampler: Any, channel: Any, front_end: bool) -> None:
         self.front_end = front_end  # False outside a kernel (terminal IPython): nothing to keep live
@@ -97,6 +97,11 @@ class Registry:
         self._shell.events.register("post_run_cell", self._after_cell)
         self._hooked = True
 
+    def close(self) -> None:
+        """The extension unloads: every watch stops, and nothing stays hooked to the shell."""
+        self.stop_all()
+        self.unhook()
+
     def unhook(self) -> None:
         with self._lock:
             if self._hooked:
@@ -117,24 +122,3 @@ class Registry:
 
 def _no_pin(_key: str, _interval: Optional[float]) -> None:
     """A channel without pinning (tests): the sampler keeps its own rhythm."""
-
-
-_current: Optional[Registry] = None
-
-
-def attach(registry: Registry) -> None:
-    """The loaded extension's watches (extension.load), as probe.snapshot is attached to its sampler."""
-    global _current
-    _current = registry
-
-
-def detach() -> None:
-    global _current
-    if _current is not None:
-        _current.stop_all()
-        _current.unhook()
-    _current = None
-
-
-def current() -> Optional[Registry]:
-    return _current
