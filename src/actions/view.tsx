@@ -28,7 +28,7 @@ export interface IActionsSectionProps {
   readonly unit: SizeUnit;
   readonly trans: Trans;
   readonly onCopy: (text: string) => void;
-  /** Where the full OOM checklists are, for the brief one's link (absent: the full checklist shows here). */
+  /** Where the full OOM checklists are, which the panel's short checklist links to (absent: the full one shows here). */
   readonly oomOutputs?: IOomOutputs | null;
 }
 
