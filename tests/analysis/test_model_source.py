@@ -111,7 +111,9 @@ def test_an_8b_config_builds_on_meta_in_seconds_with_its_parameter_count():
     built = build(str(CONFIGS / "llama3_8b" / "config.json"))
     elapsed = time.perf_counter() - started
 
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    print(f"an 8B config built in {elapsed:.1f} s")
+    # on the meta device: no weight is materialised (the time, a few seconds, belongs in benchmarks/)
+    assert {p.device.type for p in built.model.parameters()} == {"meta"}
     assert sum(p.numel() for p in built.model.parameters()) == 8_030_261_248
     assert {p.dtype for p in built.model.parameters()} == {torch.bfloat16}
 
