@@ -13,6 +13,7 @@ At most MAX_COMMS comms are served; a new one beyond that replaces the one heard
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 import logging
 import os
 import platform
@@ -161,6 +162,15 @@ class _Connection:
         self.send(to_json(Error(id=error.request_id, code=error.code, message=bounded(str(error)))), parent)
 
 
+@dataclass(frozen=True)
+class BrowserSettings:
+    """The JupyterLab settings the browser sends with `configure` that `%gpumem analyze|recommend|autobatch`
+    default to, checked: one per kernel, the last browser to send them wins."""
+
+    rounding: Any = None  # "Batch-size rounding": analysis.picks.Rounding
+    seq_multiple: Optional[int] = None  # "Sequence-length multiple": tokens
+
+
 class Channel:
     """Registers the comm target with the kernel and serves every comm opened on it."""
 
@@ -188,6 +198,8 @@ class Channel:
         # What the sampler does with no comm open: the settings it was created with.
         self._base = (sampler.interval, sampler.history_seconds)
         self._pins: Dict[str, float] = {}  # other listeners' intervals (the output-area watch), by owner
+        # the browser's settings the magics default to; replaced whole by `configure`, read by the main thread
+        self.settings = BrowserSettings()
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -418,11 +430,12 @@ class Channel:
             if unknown:
                 raise ProtocolError("bad-request", f"configure does not take {', '.join(unknown)}", request.id)
             if "rounding" in request.args:
-                _set_rounding(request.args["rounding"], request.id)
+                self.settings = replace(self.settings, rounding=_rounding(request.args["rounding"], request.id))
             if "oom_timeline" in request.args:
                 _set_oom_timeline(request.args["oom_timeline"], request.id, self._capture)
             if "seq_multiple" in request.args:
-                _set_seq_multiple(request.args["seq_multiple"], request.id)
+                multiple = _seq_multiple(request.args["seq_multiple"], request.id)
+                self.settings = replace(self.settings, seq_multiple=multiple)
             try:
                 return self._configure(connection, request.args.get("interval"), request.args.get("history_seconds"))
             except ProtocolError as error:
@@ -466,10 +479,10 @@ def _set_oom_timeline(value: Any, request_id: str, capture: Optional[Capture]) -
         capture.set_enabled(value)
 
 
-def _set_rounding(value: Any, request_id: str) -> None:
-    """The JupyterLab setting "Batch-size rounding": the default of this kernel's analyze/autobatch picks
+def _rounding(value: Any, request_id: str) -> Any:
+    """The JupyterLab setting "Batch-size rounding", checked: the default of this kernel's analyze/autobatch picks
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, set_setting
+    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, parse_rounding
 
     if not isinstance(value, str):
         raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
@@ -481,7 +494,7 @@ def _set_rounding(value: Any, request_id: str) -> None:
             request_id,
         )
     try:
-        set_setting(value)
+        return parse_rounding(value)
     except ValueError as error:
         raise ProtocolError("bad-request", f"configure: {error}", request_id) from None
 
@@ -493,10 +506,10 @@ def _number_shown(value: int) -> str:
     return f"a number of about {int(value.bit_length() * 0.30103) + 1:,} digits"
 
 
-def _set_seq_multiple(value: Any, request_id: str) -> None:
-    """The JupyterLab setting "Sequence-length multiple": the default step of this kernel's sequence search
+def _seq_multiple(value: Any, request_id: str) -> int:
+    """The JupyterLab setting "Sequence-length multiple", checked: the default step of this kernel's sequence search
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, set_setting
+    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, parse_multiple
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError("bad-request", "configure: seq_multiple must be a whole number of tokens", request_id)
@@ -508,6 +521,6 @@ def _set_seq_multiple(value: Any, request_id: str) -> None:
             request_id,
         )
     try:
-        set_setting(value)
+        return parse_multiple(value)
     except ValueError as error:
         raise ProtocolError("bad-request", f"configure: {error}", request_id) from None

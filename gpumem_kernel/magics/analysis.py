@@ -13,8 +13,10 @@ from IPython.display import display
 from gpumem_kernel import current
 from gpumem_kernel.analysis.import_guard import import_repair
 from gpumem_kernel.analysis.model_source import is_model_source
+from gpumem_kernel.analysis.request import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
+from gpumem_kernel.magics.shared_options import MAGIC, request_fields
 from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer, _step, _target
 from gpumem_kernel.render.text import shown
 
@@ -37,6 +39,15 @@ def remember(shell: Any, report: Any) -> None:
 # --- analyze and recommend -----------------------------------------------------------------------------------
 
 
+def browser_settings() -> Dict[str, Any]:
+    """The JupyterLab settings the loaded channel holds (channel.comm.BrowserSettings), as the request's fields:
+    the defaults of --round and --seq-multiple. None of them without a loaded extension."""
+    settings = getattr(getattr(current.kernel(), "channel", None), "settings", None)
+    if settings is None:
+        return {}
+    return {"rounding_setting": settings.rounding, "seq_multiple_setting": settings.seq_multiple}
+
+
 @import_repair()  # a model by name imports its library (transformers) before analyze() begins
 def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
@@ -45,45 +56,27 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
 
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
     model = None if by_name else _module(shell, args.model, command)
-    options = dict(
-        batch_size=args.batch,
+    options = request_fields(args, MAGIC)
+    options.update(  # the options that name the user's objects, looked up in the namespace in this order
         input=_input(shell, args.input, command),
         loss=_loss(shell, args.loss, command),
         optimizer=_optimizer(shell, args.optimizer, command, several=args.step is not None),
         step=_step(shell, args.step, command),
-        keep_grads=args.keep_grads,
-        lora=args.lora,
-        quantize=args.quantize,
-        torch_version=args.torch,
-        cuda_version=args.cuda,
-        size_hints=args.size_hint,
         amp=_amp(args.amp),
-        grad_accum=args.accum,
-        checkpointing=args.checkpointing,
-        device=args.device,
         target=_target(args.target, command),
         memory=_memory(args.memory, "--memory", command),
-        world_size=args.world_size,
-        strategy=args.strategy,
-        multiple=args.multiple,
-        rounding=args.round,
-        effective_batch=args.effective_batch,
-        vocab_size=args.vocab,
-        eval_batch=args.eval_batch,
-        seq=args.seq,
-        search=args.search,
-        seq_batches=args.seq_batches,
-        seq_multiple=args.seq_multiple,
+        **browser_settings(),
     )
     try:
+        request = AnalysisRequest(**options)
         if by_name:
-            report, history = _by_name(args, options, timeline)
+            report, history = _by_name(args, request, timeline)
         elif timeline:
             from gpumem_kernel.timeline.predicted import predict
 
-            report, history = predict(model, **options)
+            report, history = predict(model, **request.options())
         else:
-            report, history = analyze(model, **options), None
+            report, history = analyze(model, request), None
     except ValueError as exc:
         if _debug():
             raise
@@ -92,14 +85,14 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
     return (report, history) if timeline else report
 
 
-def _by_name(args: Any, options: Dict[str, Any], timeline: bool) -> Any:
+def _by_name(args: Any, request: AnalysisRequest, timeline: bool) -> Any:
     """(report, history or None) of a model built on the meta device from its config (analysis.model_source)."""
     from gpumem_kernel.analysis.model_source import analyze_named
 
     run = None
     if timeline:
         from gpumem_kernel.timeline.predicted import predict as run
-    result = analyze_named(args.model, task=args.task, trust_remote_code=args.trust_remote_code, run=run, **options)
+    result = analyze_named(args.model, request, task=args.task, trust_remote_code=args.trust_remote_code, run=run)
     return result if timeline else (result, None)
 
 
