@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from benchmarks._common import write_result  # noqa: E402
 from benchmarks.gpu import models  # noqa: E402
-from gpumem_kernel.analysis.cuda_kernels import cuda_kernels  # noqa: E402
+from gpumem_kernel.analysis import cuda_kernels  # noqa: E402
 
 Out = Tuple[str, Tuple[int, ...]]
 Op = Tuple[str, Tuple[Out, ...]]

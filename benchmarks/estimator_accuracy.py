@@ -40,11 +40,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
+from gpumem_kernel.analysis import run_trace  # noqa: E402
 
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis import TracePlan, TraceResult  # noqa: E402
 
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis import default_loss  # noqa: E402
 
 # --- the zoo ----------------------------------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ def _error(predicted: int, measured: int) -> float:
 def _gpu_columns(plan: TracePlan, batch: int, traced: TraceResult) -> Dict[str, Any]:
     if not torch.cuda.is_available():
         return {"gpu": "not measured"}
-    from gpumem_kernel.analysis.measure import measure_step_peaks
+    from gpumem_kernel.analysis import measure_step_peaks
 
     device = torch.device("cuda", torch.cuda.current_device())
     measured = measure_step_peaks(plan, batch, device)
@@ -582,7 +582,7 @@ def allocator_peak(case: Case, user_model: nn.Module, steps: int = 2) -> int:
     dropout kernels), so both sides compute the same step and the check stays one of bookkeeping."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
+    from gpumem_kernel.analysis import cuda_kernels
 
     with cuda_kernels(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = case.prepare(copy.deepcopy(user_model))

@@ -24,19 +24,15 @@ TARGET = "T4"
 
 
 def _plan(entry: Any, model: Any, replay: bool) -> Dict[str, Any]:
-    from gpumem_kernel.analysis import analyze as analyze_module
-    from gpumem_kernel.analysis.optimizer_replay import OptimizerReplay
+    from gpumem_kernel.analysis import analyze
 
-    analyze_module.OptimizerReplay = OptimizerReplay if replay else (lambda: None)  # type: ignore[assignment]
     started = time.perf_counter()
     try:
-        report = analyze_module.analyze(
-            model, batch_size=entry.batch, input=entry.input, loss=entry.loss, target=TARGET
+        report = analyze(
+            model, batch_size=entry.batch, input=entry.input, loss=entry.loss, target=TARGET, replay_optimizer=replay
         )
     except Exception as error:  # recorded: the same error both ways is the same answer
         return {"error": str(error).strip().splitlines()[0][:200], "seconds": round(time.perf_counter() - started, 2)}
-    finally:
-        analyze_module.OptimizerReplay = OptimizerReplay
     return {
         "curve": [[p.batch_size, p.peak_bytes] for p in report.curve],
         "maximum": report.recommendations.maximum,

@@ -97,10 +97,10 @@ def _child(what: str, config: str, variant: str) -> Dict[str, Any]:
         replicate.MIN_AUTO_RUN = 10**9  # the automatic choice never replicates: the full trace
     if what == "analyze":
         return _analyze(config, variant, started)
-    from gpumem_kernel.analysis.model_source import build, default_input
-    from gpumem_kernel.analysis.trace import run_trace
-    from gpumem_kernel.analysis.trace_plan import TracePlan
-    from gpumem_kernel.analysis.training_loop import default_loss
+    from gpumem_kernel.analysis import build_named_model as build, default_input
+    from gpumem_kernel.analysis import run_trace
+    from gpumem_kernel.analysis import TracePlan
+    from gpumem_kernel.analysis import default_loss
 
     built = build(config)
     make, _, _ = default_input(built, TOKENS, None)
@@ -128,12 +128,10 @@ def _analyze(config: str, variant: str, started: float) -> Dict[str, Any]:
 
     getattr(transformers, json.loads(Path(config).read_text())["architectures"][0])  # its module, as loading does
     libraries_done = time.perf_counter()
-    from gpumem_kernel.analysis import analyze as analyze_module
-    from gpumem_kernel.analysis.model_source import analyze_named
+    from gpumem_kernel.analysis import analyze_named
 
-    if variant == "steps_run":
-        analyze_module.OptimizerReplay = lambda: None  # type: ignore[assignment]  # every trace runs its steps
-    report = analyze_named(config, **OPTIONS)
+    # steps_run: every trace runs its own optimizer steps
+    report = analyze_named(config, **OPTIONS, replay_optimizer=variant != "steps_run")
     done = time.perf_counter()
     notes = [n for n in report.notes if "replicated" in n or "full trace of every block" in n]
     return {

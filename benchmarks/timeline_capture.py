@@ -28,10 +28,10 @@ import torch  # noqa: E402
 
 from benchmarks._common import write_result  # noqa: E402
 from benchmarks.estimator_accuracy import ZOO  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis import analyze  # noqa: E402
+from gpumem_kernel.analysis import run_trace  # noqa: E402
+from gpumem_kernel.analysis import TracePlan  # noqa: E402
+from gpumem_kernel.analysis import default_loss  # noqa: E402
 from gpumem_kernel.timeline.export import export  # noqa: E402
 from gpumem_kernel.timeline.payload import build_payload  # noqa: E402
 from gpumem_kernel.timeline.predicted import predict_timeline, stack_hook  # noqa: E402

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from gpumem_kernel.analysis.arguments import OPTIMIZERS
+from gpumem_kernel.analysis import OPTIMIZERS
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import AUTO, CPU, CUDA, INDEX
 from gpumem_kernel.magics.parsing import attach_negative_values
@@ -395,8 +395,8 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    from gpumem_kernel.analysis.analyze import analyze
-    from gpumem_kernel.analysis.request import AnalysisRequest
+    from gpumem_kernel.analysis import analyze
+    from gpumem_kernel.analysis import AnalysisRequest
     from gpumem_kernel.timeline.predicted import option_problem, predict
 
     problem = option_problem(
@@ -408,7 +408,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     )
     if problem is not None:
         raise CliError(problem)
-    from gpumem_kernel.analysis.model_source import analyze_named, is_model_source
+    from gpumem_kernel.analysis import analyze_named, is_model_source
 
     by_name = is_model_source(args.model)
     model = None if by_name else load_model(args.model)

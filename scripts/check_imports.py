@@ -10,6 +10,10 @@ not seen.
 
     python scripts/check_imports.py          # prints the layers, bottom first; exit status 1 on a circle
 
+One more rule, the analysis's entry point: outside gpumem_kernel/analysis/ (the rest of the package and the
+benchmarks/ scripts) code imports only the package `gpumem_kernel.analysis` (its `__all__`), never one of its
+modules nor a `_private` name, so that the estimator's inside can move without its users changing.
+
 tests/test_layers.py runs the same check in the test command.
 """
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -185,19 +189,55 @@ def layers(graph: Graph) -> List[List[str]]:
     return [sorted(nodes) for nodes in result]
 
 
+# --- the analysis is imported through its package only ------------------------------------------------------
+
+ENTRY = f"{PACKAGE}.analysis"  # the package whose inside only its own modules import
+ENTRY_USERS = ("benchmarks",)  # folders beside the package that must use the entry point too
+
+
+def _entry_breaches(path: Path, shown: str) -> Iterator[str]:
+    """`shown:line: what` for each import of an analysis module, or of a _private name of the package."""
+    tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(ENTRY + "."):
+                    yield f"{shown}:{node.lineno}: import {alias.name} (import from {ENTRY} instead)"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith(ENTRY + "."):
+                yield f"{shown}:{node.lineno}: from {node.module} import ... (import from {ENTRY} instead)"
+            elif node.module == ENTRY:
+                for alias in node.names:
+                    if alias.name.startswith("_"):
+                        yield f"{shown}:{node.lineno}: {alias.name} is private to {ENTRY}"
+
+
+def entry_breaches(root: Path, package: str = PACKAGE) -> List[str]:
+    """Imports outside gpumem_kernel/analysis/ that reach past `gpumem_kernel.analysis` into its modules."""
+    inside = root / package / "analysis"
+    paths = [m.path for m in find_modules(root, package).values() if inside not in m.path.parents]
+    for folder in ENTRY_USERS:
+        paths += sorted((root / folder).rglob("*.py")) if (root / folder).is_dir() else []
+    found: List[str] = []
+    for path in paths:
+        found += _entry_breaches(path, str(path.relative_to(root)))
+    return found
+
+
 @dataclass
 class Report:
     module_cycles: List[List[str]]
     folder_cycles: List[List[str]]
     module_layers: List[List[str]]
     folder_layers: List[List[str]]
+    entry_breaches: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.module_cycles and not self.folder_cycles
+        return not self.module_cycles and not self.folder_cycles and not self.entry_breaches
 
     def text(self) -> str:
-        lines = []
+        lines = [f"past the analysis's entry point: {breach}" for breach in self.entry_breaches]
         for title, cycles in (("module", self.module_cycles), ("folder", self.folder_cycles)):
             for cycle in cycles:
                 lines.append(f"import circle between {title}s: " + " -> ".join(map(_short, cycle)))
@@ -224,6 +264,7 @@ def check(root: Path, package: str = PACKAGE) -> Report:
         folder_cycles,
         layers(graph) if not module_cycles else [],
         layers(folders) if not folder_cycles else [],
+        entry_breaches(root, package),
     )
 
 

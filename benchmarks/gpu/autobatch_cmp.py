@@ -50,7 +50,7 @@ def device_guard(cap: Optional[int], model: Any, optimizer: Any, data: Any = Non
     if cap is None:
         yield
         return
-    from gpumem_kernel.analysis.storage import SimulatedOOM, make_tracker, register_states
+    from gpumem_kernel.analysis import SimulatedOOM, make_tracker, register_states
 
     tracker = make_tracker(cap)
     register_states(tracker, model, optimizer)

@@ -225,10 +225,10 @@ def write_result(ctx: Context, name: str, data: Dict[str, Any], nvml: Optional[N
 def planned_for(name: Optional[str], memory: Any) -> Dict[str, Any]:
     """analyze()'s keyword for planning a traced step on this GPU: its table entry (compute capability, hence its
     cuBLAS workspaces) when the table knows the name, else its memory with the default workspace rules."""
-    from gpumem_kernel.analysis import gpus
+    from gpumem_kernel.analysis import gpu_lookup
 
     try:
-        return {"target": gpus.lookup(name).name} if name else {"memory": memory}
+        return {"target": gpu_lookup(name).name} if name else {"memory": memory}
     except ValueError:
         return {"memory": memory}
 

@@ -60,7 +60,7 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
     """Three wrapped AdamW steps; CUDA peaks of steps 2-3 over the baseline (None on the CPU)."""
     import torch
 
-    from gpumem_kernel.analysis.measure import clear_cublas_workspaces
+    from gpumem_kernel.analysis import clear_cublas_workspaces
 
     cuda = device.type == "cuda"
     if cuda:
@@ -89,7 +89,7 @@ def _steps(built: Any, batch: int, strategy: str, device: Any) -> Optional[Dict[
 
 
 def _predict(built: Any, batch: int, strategy: str, gpu: Dict[str, Any]) -> Dict[str, Any]:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis import analyze
 
     where = planned_for(gpu.get("name"), gpu.get("memory_total") or "80GiB")
     report = analyze(

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.gpus import BlasWorkspaces
+from gpumem_kernel.analysis import BlasWorkspaces
 
 from benchmarks.gpu.common import (
     REPO,
@@ -93,7 +93,7 @@ def configs(arch: str, dry: bool) -> List[Config]:
 
 def _plan(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Tuple[Any, int]:
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis.trace_plan import TracePlan
+    from gpumem_kernel.analysis import TracePlan
 
     built = models.build(arch, dry)
     plan = TracePlan(
@@ -119,7 +119,7 @@ def _pool_init() -> None:
 
 
 def predict(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Dict[str, Any]:
-    from gpumem_kernel.analysis.trace import run_trace
+    from gpumem_kernel.analysis import run_trace
 
     plan, batch = _plan(arch, dry, cfg, blas)
     started = time.perf_counter()
@@ -149,7 +149,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
     """Peaks of steps 2-3 over an emptied baseline, and NVML's process figure before the cache is emptied."""
     import torch
 
-    from gpumem_kernel.analysis.measure import clear_cublas_workspaces, run_real_steps
+    from gpumem_kernel.analysis import clear_cublas_workspaces, run_real_steps
 
     device = torch.device("cuda", torch.cuda.current_device())
 
@@ -191,7 +191,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
 
 def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
     """Dry-run stand-in: live bytes of a real CPU step, replayed through the allocator model."""
-    from gpumem_kernel.analysis.trace import run_trace
+    from gpumem_kernel.analysis import run_trace
 
     tracked = run_trace(plan, batch, fake=False)
     return {
@@ -207,8 +207,8 @@ def cpu_truth(plan: Any, batch: int) -> Dict[str, Any]:
 def measured_engine(arch: str, dry: bool, cfg: Config) -> Dict[str, Any]:
     """analyze() end to end at `cfg`: on CUDA the measured engine; on the CPU whichever engine it picks."""
     from benchmarks.gpu import models
-    from gpumem_kernel.analysis.analyze import analyze
-    from gpumem_kernel.analysis.measure import clear_cublas_workspaces
+    from gpumem_kernel.analysis import analyze
+    from gpumem_kernel.analysis import clear_cublas_workspaces
 
     built = models.build(arch, dry)
     batch = built.batches[cfg.batch_index]
@@ -404,11 +404,11 @@ def _in_process(
 def _device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], BlasWorkspaces, int]:
     import torch
 
-    from gpumem_kernel.analysis import gpus
+    from gpumem_kernel.analysis import blas_workspaces, context_estimate
 
     facts = nvml.facts().get("gpus") or [{}]
     cc = facts[0].get("compute_capability")
-    return cc, gpus.blas_workspaces(cc, torch.__version__), gpus.context_estimate(cc)
+    return cc, blas_workspaces(cc, torch.__version__), context_estimate(cc)
 
 
 def run(ctx: Context) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.estimator_accuracy import BERT, CNN, GPT, LSTMLM, MLP, ViT, ResNet, UNet
-from gpumem_kernel.analysis.training_loop import default_loss
+from gpumem_kernel.analysis import default_loss
 
 MakeBatch = Callable[[int, bool], Any]
 

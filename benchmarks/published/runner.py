@@ -51,14 +51,14 @@ def optimizer(kind: str, model: Any) -> Any:
         # Trainer.create_optimizer for optim="adafactor": scale_parameter=False, relative_step=False
         return Adafactor(params, lr=LR, scale_parameter=False, relative_step=False)
     if kind == "Adam8bit":
-        from gpumem_kernel.analysis.optimizers import BnbSettings, planned_bitsandbytes
+        from gpumem_kernel.analysis import BnbSettings, planned_bitsandbytes
 
         return planned_bitsandbytes(params, BnbSettings(**BNB_OF_THAT_TIME), "Adam8bit", LR, 0.0)
     raise ValueError(f"unknown optimizer {kind!r}")
 
 
 def analyse(model: Any, row: hf.Row, vocab: int, sequence: int = hf.SEQUENCE) -> Any:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis import analyze
 
     return analyze(
         model,
@@ -126,7 +126,7 @@ def run_seminar(rows: List[Any]) -> List[Dict[str, Any]]:
     import torch
 
     from benchmarks.published import source_seminar as sem
-    from gpumem_kernel.analysis.analyze import trace_step
+    from gpumem_kernel.analysis import trace_step
 
     out = []
     for row in rows:

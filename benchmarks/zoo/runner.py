@@ -33,7 +33,7 @@ def one_line(error: BaseException) -> str:
 
 
 def _analyse(entry: Entry, model: Any, eval_batch: Optional[int]) -> Any:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis import analyze
 
     return analyze(model, batch_size=entry.batch, input=entry.input, loss=entry.loss, eval_batch=eval_batch)
 

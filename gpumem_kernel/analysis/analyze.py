@@ -27,11 +27,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis import gpus
 from gpumem_kernel.analysis.allocator import settings_from_env
-from gpumem_kernel.analysis.arguments import _check_model, _optimizer_kind
-from gpumem_kernel.analysis.assemble import Outcome, Setup, _plan_notes, _report, with_snippets
-from gpumem_kernel.analysis.device import _measured_device, _measured_limit, basis_notes, cuda_notes, device_limit
-from gpumem_kernel.analysis.engines import _MeasuredEngine, _Point, _TracedEngine, retry_note
-from gpumem_kernel.analysis.evaluation import _evaluation
+from gpumem_kernel.analysis.arguments import check_model, optimizer_kind
+from gpumem_kernel.analysis.assemble import Outcome, Setup, plan_notes, build_report, with_snippets
+from gpumem_kernel.analysis.device import measured_device, measured_limit, basis_notes, cuda_notes, device_limit
+from gpumem_kernel.analysis.engines import MeasuredEngine, Point, TracedEngine, retry_note
+from gpumem_kernel.analysis.evaluation import evaluate
 from gpumem_kernel.analysis.fine_tune import FineTunePlan, add_to_report, planned_model
 from gpumem_kernel.analysis.fine_tune import check as check_fine_tune
 from gpumem_kernel.analysis.gpus import GiB
@@ -39,14 +39,14 @@ from gpumem_kernel.analysis.import_guard import import_repair
 from gpumem_kernel.analysis.inputs import batch_maker
 from gpumem_kernel.analysis.llm_facts import llm_facts, output_vocabulary
 from gpumem_kernel.analysis.optimizer_replay import OptimizerReplay
-from gpumem_kernel.analysis.model_states import _largest_layer, _Sharding, on_meta, unique_bytes
+from gpumem_kernel.analysis.model_states import largest_layer_of, Sharding, on_meta, unique_bytes
 from gpumem_kernel.analysis.picks import from_options as rounding_from_options
 from gpumem_kernel.analysis.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.recommendations import recommend
 from gpumem_kernel.analysis.report import AnalysisReport
 from gpumem_kernel.analysis.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.size_hints import check as check_size_hints
-from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, _with_analysed_batch, search_maximum
+from gpumem_kernel.analysis.search import MEASURED_RUNS, TRACED_RUNS, with_analysed_batch, search_maximum
 from gpumem_kernel.analysis.seq_search import check_batches, model_context, resolve_multiple, search_sequences
 from gpumem_kernel.analysis.sequence import at_sequence, sequence_of
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
@@ -99,13 +99,13 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
-    _check_model(model)
+    check_model(model)
     request = request_of(request, keywords)
     picks_rounding = resolve_rounding(
         rounding_from_options(request.rounding, request.multiple), request.rounding_setting
     )
     optimizer = request.optimizer
-    kind = _step_optimizers(optimizer) if request.step is not None else _optimizer_kind(optimizer)
+    kind = _step_optimizers(optimizer) if request.step is not None else optimizer_kind(optimizer)
     input = at_sequence(model, request.input, request.seq, request.vocab_size)
     sequences = _sequence_maker(model, input, request)
     fine = _fine_tune_plan(model, request.lora, request.quantize, kind)
@@ -134,11 +134,11 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     measured_on = (
         None
         if request.step is not None or on_meta(model)
-        else _measured_device(request.device, request.target, request.memory)
+        else measured_device(request.device, request.target, request.memory)
     )
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
-        traced = _TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
+        traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
         current_trace = traced.point(batch_size, request.stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
             raise TraceError(f"batch {batch_size} could not be traced")
@@ -146,17 +146,17 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
             request.on_trace(current_trace.trace)
         if measured_on is not None:
             states = _state_totals(current_trace.trace)
-            engine: Any = _MeasuredEngine(plan, measured_on, sharding, states)
-            info = _measured_limit(info, measured_on, model, kind, request.reserve)
+            engine: Any = MeasuredEngine(plan, measured_on, sharding, states)
+            info = measured_limit(info, measured_on, model, kind, request.reserve)
         else:
             engine = traced
         notes += cuda_notes(info, request.cuda_version)
         found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
-        found = _with_analysed_batch(engine, found, batch_size, info.limit_bytes)
+        found = with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
         if current is None:  # the user's batch ran out of memory on the GPU itself
             over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
-            current = _Point(
+            current = Point(
                 batch_size,
                 current_trace.allocated,
                 current_trace.reserved,
@@ -167,13 +167,13 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
         amp_saved = _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
         evaluation = None
         if request.eval_batch is not None:
-            evaluation = _evaluation(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
+            evaluation = evaluate(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
     notes += _retry_notes(current, found)
     trace = current_trace.trace
-    notes += trace.notes + _plan_notes(plan, info, trace, plan.amp, model)
+    notes += trace.notes + plan_notes(plan, info, trace, plan.amp, model)
     recs = recommend(
         found.maximum,
         current,
@@ -188,7 +188,7 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     )
     setup = Setup(model, kind, plan, info, sharding, input_text, picks_rounding)
     outcome = Outcome(engine.name, trace, current, found, recs, amp_saved, evaluation)
-    report = _report(request, setup, outcome, notes, time.perf_counter() - started)
+    report = build_report(request, setup, outcome, notes, time.perf_counter() - started)
     add_to_report(report, model, fine)
     report.settings.update(seq=sequence_of(model, input, request.vocab_size), search=request.search)
     report.llm = llm_facts(model, trace, batch_size, plan.checkpointing)
@@ -234,7 +234,8 @@ def _trace_plan(
         torch_rules=rules,
         size_hints=hints,
         logits_vocab=output_vocabulary(model),
-        optimizer_replay=OptimizerReplay(),  # the search's traces replay the first one's optimizer steps
+        # the search's traces replay the first one's optimizer steps (unless the request asks each to run its own)
+        optimizer_replay=OptimizerReplay() if request.replay_optimizer else None,
     )
     notes: List[str] = []
     if request.step is not None:
@@ -251,9 +252,9 @@ def _trace_plan(
     return plan, notes
 
 
-def _sharding(model: Any, request: AnalysisRequest, notes: List[str]) -> _Sharding:
+def _sharding(model: Any, request: AnalysisRequest, notes: List[str]) -> Sharding:
     trainable = [p for p in model.parameters() if p.requires_grad]
-    sharding = _Sharding(request.world_size, request.strategy, _largest_layer(model)["bytes"], unique_bytes(trainable))
+    sharding = Sharding(request.world_size, request.strategy, largest_layer_of(model)["bytes"], unique_bytes(trainable))
     if request.strategy is None and request.world_size > 1:
         sharding.strategy = "ddp"
         notes.append("world_size > 1 without a strategy: DDP assumed")
@@ -261,7 +262,7 @@ def _sharding(model: Any, request: AnalysisRequest, notes: List[str]) -> _Shardi
 
 
 def _amp_saving(
-    plan: TracePlan, info: Any, sharding: _Sharding, current: _Point, traced: bool, notes: List[str]
+    plan: TracePlan, info: Any, sharding: Sharding, current: Point, traced: bool, notes: List[str]
 ) -> Optional[int]:
     """What autocast saves against the same step in fp32 (traced engine only); None when not traced."""
     weights_dtype = _half_weights(plan.model, plan.amp)
@@ -275,7 +276,7 @@ def _amp_saving(
     if plan.amp is None or not traced:
         return None
     plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
-    plain = _TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
+    plain = TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
     plain_point = plain.point(current.batch_size)
     return plain_point.footprint - current.footprint if plain_point else None
 
@@ -311,7 +312,7 @@ def _sequence_maker(
     return maker
 
 
-def _retry_notes(current: _Point, found: Any) -> List[str]:
+def _retry_notes(current: Point, found: Any) -> List[str]:
     """The analysed batch's and the maximum's, when they fit only after the allocator frees its cache."""
     points = [current] + [p for p in found.points if p.batch_size == found.maximum and p is not current]
     return [note for note in (retry_note(p) for p in points) if note is not None]
@@ -400,9 +401,9 @@ def _step_optimizers(optimizer: Any) -> Any:
         if not values or any(isinstance(v, str) for v in values):
             raise ValueError("optimizer: with step=, a tuple, list or dict of your optimizer objects")
         for value in values:
-            _optimizer_kind(value)
+            optimizer_kind(value)
         return optimizer
-    return _optimizer_kind(optimizer)
+    return optimizer_kind(optimizer)
 
 
 def trace_step(

@@ -31,7 +31,7 @@ STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 AMP_MODES = ("fp16", "bf16")
 
 
-def _check_model(model: Any) -> None:
+def check_model(model: Any) -> None:
     import torch
 
     if not isinstance(model, torch.nn.Module):
@@ -40,7 +40,7 @@ def _check_model(model: Any) -> None:
         raise ValueError(f"{type(model).__name__} has no parameters: nothing to train")
 
 
-def _positive_int(value: Any, name: str) -> int:
+def positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
@@ -68,7 +68,7 @@ def parse_shape(value: Any) -> Tuple[int, ...]:
     return tuple(value)
 
 
-def _check_choice(value: Optional[str], choices: Sequence[str], name: str) -> Optional[str]:
+def check_choice(value: Optional[str], choices: Sequence[str], name: str) -> Optional[str]:
     if value is None:
         return None
     text = str(value).lower()
@@ -77,16 +77,16 @@ def _check_choice(value: Optional[str], choices: Sequence[str], name: str) -> Op
     return text
 
 
-def _amp_mode(amp: Any) -> Optional[str]:
+def amp_mode_of(amp: Any) -> Optional[str]:
     if amp in (None, False, "off", "none", "fp32"):
         return None
     if amp is True:
         return "fp16"
     text = str(amp).lower().replace("float16", "fp16").replace("bfloat16", "bf16")
-    return _check_choice(text, AMP_MODES, "amp mode")
+    return check_choice(text, AMP_MODES, "amp mode")
 
 
-def _optimizer_kind(optimizer: Any) -> Union[str, Any]:
+def optimizer_kind(optimizer: Any) -> Union[str, Any]:
     import torch
 
     if isinstance(optimizer, torch.optim.Optimizer):

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Tuple
 
-from gpumem_kernel.analysis.engines import _Point
+from gpumem_kernel.analysis.engines import Point
 from gpumem_kernel.analysis.gpus import MiB
 from gpumem_kernel.analysis.model_states import (
     OptimizerModel,
-    _largest_layer,
-    _optimizer_settings,
-    _Sharding,
-    _unique,
+    largest_layer_of,
+    optimizer_settings,
+    Sharding,
+    unique_tensors,
     bytes_by_dtype,
     model_optimizer_state,
     read_optimizer_state,
@@ -32,7 +32,7 @@ from gpumem_kernel.analysis.report import (
 )
 from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml
 from gpumem_kernel.analysis.request import AnalysisRequest
-from gpumem_kernel.analysis.search import _Search
+from gpumem_kernel.analysis.search import Search
 from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult
 from gpumem_kernel.analysis.training_loop import default_loss
 from gpumem_kernel.analysis.user_step import optimizers_of
@@ -43,7 +43,7 @@ TRACED_RELATIVE_ERROR = 0.10  # CPU-validated 5% on live bytes + GPU kernels and
 CONTEXT_UNCERTAINTY = 160 * MiB
 
 
-def _plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Optional[str], model: Any) -> List[str]:
+def plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Optional[str], model: Any) -> List[str]:
     notes: List[str] = []
     if amp is not None:
         notes.append(
@@ -93,7 +93,7 @@ def _figures(
     info: DeviceInfo,
     user_opt: Optional[Tuple[int, int]],
     modelled: OptimizerModel,
-    point: _Point,
+    point: Point,
     plan: TracePlan,
 ) -> List[Figure]:
     act_engine = "traced"
@@ -167,7 +167,7 @@ class Setup:
     kind: Any
     plan: TracePlan
     info: DeviceInfo
-    sharding: _Sharding
+    sharding: Sharding
     input_text: str
     picks_rounding: Tuple[Rounding, str]
 
@@ -178,14 +178,14 @@ class Outcome:
 
     engine: str
     trace: TraceResult
-    point: _Point
-    found: _Search
+    point: Point
+    found: Search
     recs: Recommendations
     amp_saved: Optional[int]
     evaluation: Optional[Evaluation] = None
 
 
-def _report(
+def build_report(
     request: AnalysisRequest, setup: Setup, outcome: Outcome, notes: List[str], elapsed: float
 ) -> AnalysisReport:
     model, kind, plan, info, sharding = setup.model, setup.kind, setup.plan, setup.info, setup.sharding
@@ -202,7 +202,7 @@ def _report(
     else:
         user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
         modelled = model_optimizer_state(trainable, kind)
-        opt_name, _ = _optimizer_settings(kind)
+        opt_name, _ = optimizer_settings(kind)
     settings = {
         "batch_size": batch_size,
         "input": input_text,
@@ -235,11 +235,11 @@ def _report(
     return AnalysisReport(
         engine=engine,
         model_name=type(model).__name__,
-        parameter_count=sum(p.numel() for p in _unique(params)),
-        trainable_parameter_count=sum(p.numel() for p in _unique(trainable)),
+        parameter_count=sum(p.numel() for p in unique_tensors(params)),
+        trainable_parameter_count=sum(p.numel() for p in unique_tensors(trainable)),
         parameters_by_dtype=bytes_by_dtype(params),
         buffers_by_dtype=bytes_by_dtype(list(model.buffers())),
-        largest_layer=_largest_layer(model),
+        largest_layer=largest_layer_of(model),
         settings=settings,
         parameters_bytes=unique_bytes(params),
         buffers_bytes=unique_bytes(list(model.buffers())),
@@ -286,7 +286,7 @@ def _loss_setting(plan: TracePlan, trace: TraceResult) -> str:
     return "the model's own (output.loss)" if trace.loss_source == "model" else "default"
 
 
-def _distributed(sharding: _Sharding, trace: TraceResult, point: _Point, recs: Recommendations) -> Distributed:
+def _distributed(sharding: Sharding, trace: TraceResult, point: Point, recs: Recommendations) -> Distributed:
     fp, fg, fo = sharding.factors()
     extra, extra_note = sharding.extra()
     note = (
@@ -307,7 +307,7 @@ def _distributed(sharding: _Sharding, trace: TraceResult, point: _Point, recs: R
     )
 
 
-def _error_bound(engine: str, info: DeviceInfo, found: _Search) -> ErrorBound:
+def _error_bound(engine: str, info: DeviceInfo, found: Search) -> ErrorBound:
     residual = found.fit.max_relative_residual if found.fit and found.fit.max_relative_residual else 0.0
     absolute = CONTEXT_UNCERTAINTY if info.context_source == "estimate" else 0
     if engine == "measured":

@@ -41,7 +41,7 @@ def repeated_blocks(model: Any) -> List[Tuple[str, Any]]:
     return [(name, m) for name, m in model.named_modules() if id(m) in members and id(m) not in nested]
 
 
-def _name_span(names: Sequence[str]) -> str:
+def name_span(names: Sequence[str]) -> str:
     """['layer1.0', 'layer1.1', 'layer2.0'] -> 'layer1.0-1, layer2.0': consecutive indices of one parent."""
     runs: List[List[str]] = []  # [parent, first, last]
     for name in names:
@@ -70,7 +70,7 @@ def checkpoint_blocks(model: Any) -> List[str]:
 
         block.forward = forward
     kind = type(blocks[0][1]).__name__  # one class: repeated_blocks picks one group
-    notes = [f"checkpointing: wrapped {len(blocks)} {kind} blocks ({_name_span([n for n, _ in blocks])})"]
+    notes = [f"checkpointing: wrapped {len(blocks)} {kind} blocks ({name_span([n for n, _ in blocks])})"]
     if _disable_kv_cache(model):
         notes.append(
             "checkpointing: use_cache turned off on the copy, as Hugging Face's gradient checkpointing "

@@ -206,7 +206,7 @@ def _limit_info(
     )
 
 
-def _measured_device(device: Any, target: Optional[str], memory: Any) -> Optional[Any]:
+def measured_device(device: Any, target: Optional[str], memory: Any) -> Optional[Any]:
     """The CUDA device to measure on, or None: only if the user initialised CUDA or named a CUDA device."""
     if target is not None or memory is not None:
         return None
@@ -222,7 +222,7 @@ def _measured_device(device: Any, target: Optional[str], memory: Any) -> Optiona
     return None
 
 
-def _measured_limit(
+def measured_limit(
     info: DeviceInfo, device: Any, model: Any, optimizer: Any, reserve: Union[None, int, float]
 ) -> DeviceInfo:
     """On the GPU itself: free memory after emptying the cache, plus the model states already there."""

@@ -10,13 +10,13 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from gpumem_kernel.analysis.allocator import replay
 from gpumem_kernel.analysis.measure import measure_step_peaks
-from gpumem_kernel.analysis.model_states import _Sharding
+from gpumem_kernel.analysis.model_states import Sharding
 from gpumem_kernel.analysis.trace import run_trace
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult
 
 
 @dataclass
-class _Point:
+class Point:
     batch_size: int
     allocated: int
     reserved: Optional[int]
@@ -26,16 +26,16 @@ class _Point:
     retries: int = 0  # the allocator freed its cache this many times to fit the device (last resort)
 
 
-class _TracedEngine:
+class TracedEngine:
     name = "traced"
 
-    def __init__(self, plan: TracePlan, context: int, sharding: _Sharding, limit: Optional[int] = None) -> None:
+    def __init__(self, plan: TracePlan, context: int, sharding: Sharding, limit: Optional[int] = None) -> None:
         self.plan, self.context, self.sharding = plan, context, sharding
         self.limit = limit  # the device limit the search uses (None: the replay is never limited)
-        self.cache: Dict[int, Optional[_Point]] = {}
+        self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
 
-    def point(self, batch: int, stack_hook: Optional[Callable[[], Any]] = None) -> Optional[_Point]:
+    def point(self, batch: int, stack_hook: Optional[Callable[[], Any]] = None) -> Optional[Point]:
         if batch not in self.cache:
             plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
             try:
@@ -50,12 +50,12 @@ class _TracedEngine:
             saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
             allocated = trace.device.peak_allocated - saving
             reserved = trace.device.peak_reserved - saving
-            point = _Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
+            point = Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
             self.cache[batch] = self._last_resort(point, saving)
             trace.device.events = []  # the stream is only needed here: do not keep it for every cached point
         return self.cache[batch]
 
-    def _last_resort(self, point: _Point, saving: int) -> _Point:
+    def _last_resort(self, point: Point, saving: int) -> Point:
         """The last resort: over the limit, replay the stream again with the device's limit, as the real allocator
         frees its cached segments and retries before it raises (allocator.CachingAllocatorModel._make_room).
         It fits when that replay has no OOM: its figures replace the unlimited ones. The allocator may
@@ -74,16 +74,16 @@ class _TracedEngine:
         )
 
 
-class _MeasuredEngine:
+class MeasuredEngine:
     """Real steps on a copy of the model on the GPU. Written for CUDA builds; tested with the `gpu` marker."""
 
     name = "measured"
 
-    def __init__(self, plan: TracePlan, device: Any, sharding: _Sharding, states: Tuple[int, int, int]) -> None:
+    def __init__(self, plan: TracePlan, device: Any, sharding: Sharding, states: Tuple[int, int, int]) -> None:
         self.plan, self.device, self.sharding, self.states = plan, device, sharding, states
-        self.cache: Dict[int, Optional[_Point]] = {}
+        self.cache: Dict[int, Optional[Point]] = {}
 
-    def point(self, batch: int) -> Optional[_Point]:
+    def point(self, batch: int) -> Optional[Point]:
         if batch not in self.cache:
             measured = measure_step_peaks(self.plan, batch, self.device)
             if measured is None:
@@ -91,11 +91,11 @@ class _MeasuredEngine:
             else:
                 allocated, reserved = measured
                 saving = self.sharding.saving(*self.states)
-                self.cache[batch] = _Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
+                self.cache[batch] = Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
         return self.cache[batch]
 
 
-def retry_note(point: _Point) -> Optional[str]:
+def retry_note(point: Point) -> Optional[str]:
     """The report's line for a batch that fits only through the allocator's last resort."""
     if not point.retries:
         return None

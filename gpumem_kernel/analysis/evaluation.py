@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpumem_kernel.analysis.engines import _TracedEngine
-from gpumem_kernel.analysis.model_states import _Sharding
+from gpumem_kernel.analysis.engines import TracedEngine
+from gpumem_kernel.analysis.model_states import Sharding
 from gpumem_kernel.analysis.report import DeviceInfo, Evaluation
 from gpumem_kernel.analysis.search import search_maximum
 from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan
@@ -14,12 +14,12 @@ from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan
 EVAL_RULE_OF_THUMB = 1.3  # the guides' evaluation batch: at most 1.3 x the training batch unless measured
 
 
-def _evaluation(
-    plan: TracePlan, info: DeviceInfo, sharding: _Sharding, eval_batch: int, batch_size: int, traced: bool
+def evaluate(
+    plan: TracePlan, info: DeviceInfo, sharding: Sharding, eval_batch: int, batch_size: int, traced: bool
 ) -> Evaluation:
     """The evaluation step on the traced engine (its own plan: evaluation=True) and the same batch search."""
     eval_plan = replace(plan, evaluation=True, stack_hook=None)
-    engine = _TracedEngine(eval_plan, info.context_to_add, sharding, info.limit_bytes)  # the allocator's last resort
+    engine = TracedEngine(eval_plan, info.context_to_add, sharding, info.limit_bytes)  # the allocator's last resort
     try:
         point = engine.point(eval_batch)
     except TraceError as exc:

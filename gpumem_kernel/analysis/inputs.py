@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from gpumem_kernel.analysis.arguments import _positive_int, parse_shape
+from gpumem_kernel.analysis.arguments import positive_int, parse_shape
 
 
 def first_leaf(model: Any) -> Any:
@@ -106,7 +106,7 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tup
     if vocab_size is None and len(shape) == 1 and isinstance(leaf, torch.nn.Embedding):
         vocab_size = leaf.num_embeddings
     if vocab_size is not None:
-        vocab = _positive_int(vocab_size, "vocab_size")
+        vocab = positive_int(vocab_size, "vocab_size")
         return (
             (lambda b, fake: torch.randint(0, vocab, (b,) + shape, device="cpu")),
             f"tokens {shape} (vocab {vocab})",

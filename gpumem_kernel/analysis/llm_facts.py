@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from gpumem_kernel.analysis.checkpointing import _name_span, repeated_blocks
+from gpumem_kernel.analysis.checkpointing import name_span, repeated_blocks
 
 # ops whose vocabulary-wide output is the lm_head's (nn.Linear reaches the dispatcher as one of these)
 _HEAD_OPS = frozenset({"mm", "addmm", "bmm", "matmul", "linear", "baddbmm"})
@@ -165,7 +165,7 @@ def checkpointed(model: Any, checkpointing: bool) -> Optional[Checkpointed]:
     blocks = repeated_blocks(model) if checkpointing else []
     if not blocks:
         return None
-    return Checkpointed(len(blocks), type(blocks[0][1]).__name__, _name_span([name for name, _ in blocks]))
+    return Checkpointed(len(blocks), type(blocks[0][1]).__name__, name_span([name for name, _ in blocks]))
 
 
 def _bytes_per_value(dtype: str) -> int:

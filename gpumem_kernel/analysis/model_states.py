@@ -41,7 +41,7 @@ def on_meta(model: Any) -> bool:
     return first is not None and first.device.type == "meta"
 
 
-def _largest_layer(model: Any) -> Dict[str, Any]:
+def largest_layer_of(model: Any) -> Dict[str, Any]:
     """The module with the most parameter bytes of its own (what ZeRO-3/FSDP gathers at once, roughly)."""
     best_name, best = "", 0
     for name, module in model.named_modules():
@@ -61,7 +61,7 @@ class OptimizerModel:
     known: bool = True
 
 
-def _optimizer_settings(optimizer: Any) -> Tuple[str, List[Dict[str, Any]]]:
+def optimizer_settings(optimizer: Any) -> Tuple[str, List[Dict[str, Any]]]:
     """(kind, param groups) for a kind string or an optimizer object (groups keep their own settings)."""
     import torch
 
@@ -90,7 +90,7 @@ def model_optimizer_state(params: Sequence[Any], optimizer: Any) -> OptimizerMod
     """
     import torch
 
-    kind, groups = _optimizer_settings(optimizer)
+    kind, groups = optimizer_settings(optimizer)
     if isinstance(optimizer, str):
         param_groups = [list(params)]
     else:
@@ -146,7 +146,7 @@ def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
     return unique_bytes(on_device), unique_bytes(on_host)
 
 
-def _unique(params: Sequence[Any]) -> List[Any]:
+def unique_tensors(params: Sequence[Any]) -> List[Any]:
     keep: List[Any] = []
     seen, result = set(), []
     for p in params:
@@ -161,7 +161,7 @@ def _unique(params: Sequence[Any]) -> List[Any]:
 
 
 @dataclass
-class _Sharding:
+class Sharding:
     world_size: int
     strategy: Optional[str]
     largest_layer: int

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.replicate import Alloc, Free, Window, _emit
+from gpumem_kernel.analysis.replicate import Alloc, Free, Window, emit_region
 from gpumem_kernel.analysis.trace_plan import TraceError
 
 REPLAYED_KINDS = ("adamw", "adam", "sgd", "sgd-momentum")  # analysis.model_copy.make_optimizer's torch optimizers
@@ -86,7 +86,7 @@ class Stepper:
         if index >= len(self.recording.windows) or self.recording.signatures[index] != grads:
             raise OptimizerReplayMismatch(f"step {index + 1}'s gradients are not the recorded step's")
         bound = {("o", k): sid for k, sid in enumerate(self.born)}
-        self.born += _emit(self.tracker, self.recording.windows[index], bound, None, _no_tensor)
+        self.born += emit_region(self.tracker, self.recording.windows[index], bound, None, _no_tensor)
 
     def release(self) -> None:
         """Just before the copy is deleted: let it go (its state is freed by its deletion, as in any trace), and

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Optional
 
-from gpumem_kernel.analysis.engines import _Point
+from gpumem_kernel.analysis.engines import Point
 from gpumem_kernel.analysis.picks import Rounding, picks_below
 from gpumem_kernel.analysis.report import Accumulation, Current, LrScaling, Recommendations
 
@@ -15,7 +15,7 @@ TIGHT_SHARE = 0.9  # a current batch above 90% of the usable memory is "tight"
 
 def recommend(
     maximum: Optional[int],
-    current: _Point,
+    current: Point,
     limit: Optional[int],
     reserve: Optional[int],
     *,

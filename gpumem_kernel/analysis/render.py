@@ -36,7 +36,7 @@ def _figure(payload: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return {"name": name, "bytes": None, "engine": "n/a", "note": ""}
 
 
-def _title(payload: Mapping[str, Any]) -> str:
+def title_of(payload: Mapping[str, Any]) -> str:
     device = payload["device"]
     if device["source"] == "nvml":
         index = payload["settings"].get("device") or "GPU 0"
@@ -203,7 +203,7 @@ def rounding_text(payload: Mapping[str, Any]) -> str:
     return _rounding_text(payload["recommendations"]["rounding"], payload["settings"].get("round_source"))
 
 
-def _recommendation_block(payload: Mapping[str, Any]) -> List[str]:
+def recommendation_block(payload: Mapping[str, Any]) -> List[str]:
     recs = payload["recommendations"]
     current = recs["current"]
     notes = pick_notes(payload)
@@ -315,13 +315,13 @@ def render_text(payload: Mapping[str, Any]) -> str:
         _batch_block(payload),
         _usage_block(payload),
         _distributed_block(payload),
-        _recommendation_block(payload),
+        recommendation_block(payload),
         sequence_block(payload),
         _evaluation_block(payload),
         llm_block(payload),
         _settings_block(payload),
     ]
-    lines = [BANNER, _title(payload), BANNER, ""]
+    lines = [BANNER, title_of(payload), BANNER, ""]
     for block in blocks:
         if block:
             lines += block + [""]
@@ -440,15 +440,15 @@ def accumulation_code(payload: Mapping[str, Any]) -> Optional[str]:
 # --- HTML --------------------------------------------------------------------------------------------------
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    th = "".join(f"<th style='text-align:left'>{_e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows)
+def html_table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    th = "".join(f"<th style='text-align:left'>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return (
-        f"<table class='gpumem-analysis'><caption style='text-align:left'><b>{_e(caption)}</b></caption>"
+        f"<table class='gpumem-analysis'><caption style='text-align:left'><b>{esc(caption)}</b></caption>"
         f"<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
     )
 
@@ -481,17 +481,17 @@ def render_html(payload: Mapping[str, Any]) -> str:
     ]
     device = payload["device"]
     parts = [
-        f"<p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}</b>; model "
-        f"{_e(payload['model']['name'])} ({payload['model']['parameter_count']:,} parameters); usable "
-        f"{_e(human(device['limit_bytes']))} of {_e(human(device['total_bytes']))} ({_e(device['source'])})</p>",
-        _table("Memory of one training step", ("figure", "size", "engine", "note"), figures),
-        _table("Batch sizes", ("pick", "batch", "note"), picks),
-        _table("Predicted peak against batch size", ("batch", "peak", "allocated", "reserved", "engine"), curve),
-        *(_table(*table) for table in llm_tables(payload)),
-        f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(payload['error_bound']['statement'])}</i></p>",
+        f"<p><b>{esc(title_of(payload))}</b> — engine <b>{esc(payload['engine'])}</b>; model "
+        f"{esc(payload['model']['name'])} ({payload['model']['parameter_count']:,} parameters); usable "
+        f"{esc(human(device['limit_bytes']))} of {esc(human(device['total_bytes']))} ({esc(device['source'])})</p>",
+        html_table("Memory of one training step", ("figure", "size", "engine", "note"), figures),
+        html_table("Batch sizes", ("pick", "batch", "note"), picks),
+        html_table("Predicted peak against batch size", ("batch", "peak", "allocated", "reserved", "engine"), curve),
+        *(html_table(*table) for table in llm_tables(payload)),
+        f"<p>{esc(recs['lr']['hint'])}</p><p><i>{esc(payload['error_bound']['statement'])}</i></p>",
     ]
     if payload["notes"]:
-        parts.append("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in payload["notes"]) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in payload["notes"]) + "</ul>")
     return "<div class='gpumem-analysis'>" + "".join(parts) + "</div>"
 
 

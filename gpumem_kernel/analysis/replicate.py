@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from gpumem_kernel.analysis.autocast_policy import cpu_autocast_on
-from gpumem_kernel.analysis.checkpointing import _name_span, repeated_blocks
+from gpumem_kernel.analysis.checkpointing import name_span, repeated_blocks
 from gpumem_kernel.analysis.trace_tracker import Marker
 
 MIN_AUTO_RUN = 8  # fewer identical blocks in a row (auto mode): a small model, traced in full in a few seconds
@@ -270,7 +270,7 @@ class Replicator:
     def info(self) -> Replication:
         replayed = sum(p.replayed for p in self.passes.values())
         blocks = sum(len(run) for run in self.runs)
-        names = ", ".join(_name_span([n for n, _ in run]) for run in self.runs)
+        names = ", ".join(name_span([n for n, _ in run]) for run in self.runs)
         kind = type(self.runs[0][0][1]).__name__ if self.runs else ""
         unsupported = sorted({p.unsupported for p in self.passes.values() if p.unsupported} | self.skipped)
         reason = "; ".join(unsupported) if not replayed else ""
@@ -605,7 +605,7 @@ class _Replayed:
             outputs[tag[1]] = t
             return t
 
-        self.forward_local = _emit(self.tracker, state.forward, self.bound, None, make)  # type: ignore[arg-type]
+        self.forward_local = emit_region(self.tracker, state.forward, self.bound, None, make)  # type: ignore[arg-type]
         for k, t in outputs.items():
             self.bound[("out", k)] = _sid(self.tracker, t)  # type: ignore[assignment]
             if _use_count(t) < state.out_counts[k]:
@@ -631,7 +631,7 @@ class _Replayed:
             return made[tag]
 
         forward = {("f", k): sid for k, sid in enumerate(self.forward_local)}
-        _emit(self.tracker, backward.window, self.bound, forward, make)
+        emit_region(self.tracker, backward.window, self.bound, forward, make)
         for (kind, m), t in made.items():
             if kind == "grad":
                 self.params[m].grad = t
@@ -642,7 +642,7 @@ class _Replayed:
         return [gin if wants else None for wants in self.wanting]
 
 
-def _emit(
+def emit_region(
     tracker: Any, window: Window, bound: Dict[Ref, int], outer: Optional[Dict[Ref, int]], make: Callable[[Ref], Any]
 ) -> List[int]:
     """Append `window`'s events (and markers) to the tracker with fresh storage ids; allocs tagged as leaving

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, Optional, Union
 
-from gpumem_kernel.analysis.arguments import STRATEGIES, _amp_mode, _check_choice, _positive_int
+from gpumem_kernel.analysis.arguments import STRATEGIES, amp_mode_of, check_choice, positive_int
 
 SEARCHES = ("batch", "seq")  # what analyze searches besides the analysed step: the batch picks, or also the sequence
 
@@ -49,6 +49,9 @@ class AnalysisRequest:
     # the defaults of `rounding` and `seq_multiple` when the call gives none
     rounding_setting: Any = None
     seq_multiple_setting: Optional[int] = None
+    # False: every trace of the search runs its own optimizer steps instead of replaying the first one's (the
+    # benchmark of that replay compares both)
+    replay_optimizer: bool = True
     # the predicted timeline's hooks (timeline.predicted): stack_hook at each storage birth of the trace of
     # batch_size, on_trace with that trace, its events kept
     stack_hook: Optional[Callable[[], Any]] = field(default=None, compare=False)
@@ -56,19 +59,19 @@ class AnalysisRequest:
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "world_size"):
-            self._set(name, _positive_int(getattr(self, name), name))
+            self._set(name, positive_int(getattr(self, name), name))
         for name in ("multiple", "effective_batch", "eval_batch"):
             if getattr(self, name) is not None:
-                self._set(name, _positive_int(getattr(self, name), name))
-        self._set("strategy", _check_choice(self.strategy, STRATEGIES, "strategy"))
-        self._set("amp", _amp_mode(self.amp))
+                self._set(name, positive_int(getattr(self, name), name))
+        self._set("strategy", check_choice(self.strategy, STRATEGIES, "strategy"))
+        self._set("amp", amp_mode_of(self.amp))
         if self.step is not None and not callable(self.step):
             raise ValueError("step must be a callable (model, optimizer, batch) that runs one training step")
         if self.loss is not None and not callable(self.loss):
             raise ValueError("loss must be a callable (output, batch) -> scalar")
         if self.seq is not None:
-            self._set("seq", _positive_int(self.seq, "seq"))
-        _check_choice(self.search, SEARCHES, "search")
+            self._set("seq", positive_int(self.seq, "seq"))
+        check_choice(self.search, SEARCHES, "search")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one while built

@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from gpumem_kernel.analysis.engines import _Point
+from gpumem_kernel.analysis.engines import Point
 from gpumem_kernel.analysis.report import Fit
 
 MAX_BATCH = 1 << 20  # search cap: past this the answer is "at least"
 
 
-def _fit(points: Sequence[_Point]) -> Optional[Fit]:
+def _fit(points: Sequence[Point]) -> Optional[Fit]:
     """Least-squares line of footprint against batch size, with the worst relative residual."""
     xs = [p.batch_size for p in points]
     if len(set(xs)) < 2:
@@ -31,8 +31,8 @@ def _fit(points: Sequence[_Point]) -> Optional[Fit]:
 
 
 @dataclass
-class _Search:
-    points: List[_Point]
+class Search:
+    points: List[Point]
     maximum: Optional[int]
     extrapolated: bool
     note: str
@@ -46,7 +46,7 @@ TRACED_RUNS = 40  # traces a search may make (fake tensors: tens of milliseconds
 MEASURED_RUNS = 14  # real three-step runs a search may make on the GPU
 
 
-def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -> _Search:
+def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -> Search:
     """The largest batch whose footprint fits `limit`, found the same way whatever batch the user analyses.
 
     From batch SEED it grows (along the line through the two largest fitting batches, at most GROWTH-fold;
@@ -58,11 +58,11 @@ def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -
     that fit; if nothing has gone over by then, the line through the largest runs is extrapolated and the
     answer says so."""
     if limit is None:
-        return _Search([], None, False, "no device limit: pass target= or memory= to get batch sizes", None)
+        return Search([], None, False, "no device limit: pass target= or memory= to get batch sizes", None)
     bracket = _Bracket(engine, limit)
     maximum, extrapolated = bracket.close(runs)
     ordered = sorted(bracket.points.values(), key=lambda p: p.batch_size)
-    return _Search(ordered, maximum, extrapolated, bracket.note(maximum, extrapolated, runs), _fit(ordered))
+    return Search(ordered, maximum, extrapolated, bracket.note(maximum, extrapolated, runs), _fit(ordered))
 
 
 class _Bracket:
@@ -70,7 +70,7 @@ class _Bracket:
 
     def __init__(self, engine: Any, limit: int) -> None:
         self.engine, self.limit = engine, limit
-        self.points: Dict[int, _Point] = {}
+        self.points: Dict[int, Point] = {}
         self.failed: set = set()
         self.runs = 0
         self.last_was_secant = False
@@ -84,7 +84,7 @@ class _Bracket:
         else:
             self.points[batch] = point
 
-    def lo(self) -> Optional[_Point]:
+    def lo(self) -> Optional[Point]:
         fits = [p for p in self.points.values() if p.footprint <= self.limit]
         return max(fits, key=lambda p: p.batch_size) if fits else None
 
@@ -108,7 +108,7 @@ class _Bracket:
                 return self._out_of_runs(lo, hi)
             self.run(self._candidate(lo, hi))
 
-    def _candidate(self, lo: Optional[_Point], hi: Optional[int]) -> int:
+    def _candidate(self, lo: Optional[Point], hi: Optional[int]) -> int:
         if lo is None:  # nothing fits yet: halve
             return max(1, (hi or 2) // 2)
         if hi is None:  # nothing over yet: grow
@@ -122,12 +122,12 @@ class _Bracket:
         candidate = secant if secant is not None else (lo.batch_size + hi) // 2
         return min(max(candidate, lo.batch_size + 1), hi - 1)
 
-    def _line_above(self, lo: _Point) -> Optional[int]:
+    def _line_above(self, lo: Point) -> Optional[int]:
         """Where the line through the two largest fitting batches meets the limit (None while it is flat)."""
         fits = sorted((p for p in self.points.values() if p.footprint <= self.limit), key=lambda p: p.batch_size)
         return _line_solve(fits[-2], lo, self.limit) if len(fits) >= 2 else None
 
-    def _out_of_runs(self, lo: Optional[_Point], hi: Optional[int]) -> Tuple[int, bool]:
+    def _out_of_runs(self, lo: Optional[Point], hi: Optional[int]) -> Tuple[int, bool]:
         if lo is None:
             return 0, False
         if hi is None:
@@ -155,14 +155,14 @@ class _Bracket:
         return ""
 
 
-def _line_solve(a: _Point, b: _Point, limit: int) -> Optional[int]:
+def _line_solve(a: Point, b: Point, limit: int) -> Optional[int]:
     if b.batch_size == a.batch_size or b.footprint <= a.footprint:
         return None
     slope = (b.footprint - a.footprint) / (b.batch_size - a.batch_size)
     return int(math.floor(a.batch_size + (limit - a.footprint) / slope))
 
 
-def _with_analysed_batch(engine: Any, found: _Search, batch_size: int, limit: Optional[int]) -> _Search:
+def with_analysed_batch(engine: Any, found: Search, batch_size: int, limit: Optional[int]) -> Search:
     """The search's points plus the analysed batch's (and, without a device limit, twice it, for the slope),
     for the curve and the fit; the maximum is the search's alone."""
     batches = [batch_size] if limit is not None else [batch_size, 2 * batch_size]
@@ -172,4 +172,4 @@ def _with_analysed_batch(engine: Any, found: _Search, batch_size: int, limit: Op
         if point is not None:
             points[batch] = point
     ordered = sorted(points.values(), key=lambda p: p.batch_size)
-    return _Search(ordered, found.maximum, found.extrapolated, found.note, _fit(ordered))
+    return Search(ordered, found.maximum, found.extrapolated, found.note, _fit(ordered))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from gpumem_kernel.analysis.engines import _Point, _TracedEngine
+from gpumem_kernel.analysis.engines import Point, TracedEngine
 from gpumem_kernel.analysis.picks import Rounding, picks_below
 from gpumem_kernel.analysis.search import MAX_BATCH, TRACED_RUNS, search_maximum
 from gpumem_kernel.analysis.sequence import SequencePicks, SequencePoint, SequenceSearch
@@ -81,13 +81,13 @@ class _SequenceEngine:
     ) -> None:
         self.plan, self.maker, self.batch, self.multiple = plan, maker, batch, multiple
         self.context, self.sharding, self.limit = context, sharding, limit
-        self.cache: Dict[int, Optional[_Point]] = {}
+        self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
 
-    def point(self, k: int) -> Optional[_Point]:
+    def point(self, k: int) -> Optional[Point]:
         if k not in self.cache:
             seq = k * self.multiple
-            engine = _TracedEngine(
+            engine = TracedEngine(
                 replace(self.plan, make_batch=self.maker(seq)), self.context, self.sharding, self.limit
             )
             try:

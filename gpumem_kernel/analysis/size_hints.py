@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.library_reads import select_cap, valid_batch_answer
 from gpumem_kernel.analysis.mask_counts import MaskCounts
-from gpumem_kernel.analysis.value_reads import _OUTSIDE, _short
+from gpumem_kernel.analysis.value_reads import OUTSIDE, short_path
 
 SizeHintsArg = Union[None, float, int, Mapping[str, float]]
 
@@ -97,14 +97,14 @@ def _fraction(value: Any, label: str) -> float:
 def _user_frame() -> Any:
     """The innermost frame outside torch and this package (the line that asked), or None."""
     frame: Any = sys._getframe(1)
-    while frame is not None and any(p in frame.f_code.co_filename for p in _OUTSIDE):
+    while frame is not None and any(p in frame.f_code.co_filename for p in OUTSIDE):
         frame = frame.f_back
     return frame
 
 
 def _location(frame: Any) -> str:
     """'file.py:NN' of a frame (the line that asked), '?' for None."""
-    return f"{_short(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
+    return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else "?"
 
 
 def _user_location() -> str:
@@ -149,7 +149,7 @@ class SizeHints:
             return out
         except DataDependentOutputException:
             frame = _user_frame()
-            answer = None if frame is None else valid_batch_answer(frame, _short)
+            answer = None if frame is None else valid_batch_answer(frame, short_path)
             if answer is None:
                 raise
             return answer
@@ -256,7 +256,7 @@ class SizeHints:
         if fraction is not None:
             chosen = f"{_percent(fraction)} of the elements selected (size_hints)"
         caps = [] if bound is None else [(bound, "the elements set in the mask it selects from (as the trace made it)")]
-        library = select_cap(frame, _short) if frame is not None else None
+        library = select_cap(frame, short_path) if frame is not None else None
         caps += [] if library is None else [library]
         cap, text = min(caps, default=(k, ""))
         if cap < k:

@@ -127,7 +127,7 @@ def replay_device(
     addmm with a bias (kept per thread, or around each call, by torch version) and a cuDNN workspace around
     each convolution (an estimate, capped). The second value is the workspaces kept for good. With `log`,
     every malloc and free is appended to it in order (the predicted timeline). The result keeps the stream it
-    replayed (`events`) for the replay under the device's limit (engines._TracedEngine)."""
+    replayed (`events`) for the replay under the device's limit (engines.TracedEngine)."""
     model = CachingAllocatorModel(plan.expandable_segments)
     stream: List[Event] = []
 

@@ -16,15 +16,15 @@ _KINDS = {
     "DynamicOutputShapeException": "output size depends on tensor values",
     "DataDependentOutputException": "a Python value read from a tensor",
 }
-_OUTSIDE = ("/torch/", "/gpumem_kernel/")
+OUTSIDE = ("/torch/", "/gpumem_kernel/")
 
 
 def _user_frame(exc: BaseException) -> Optional[traceback.FrameSummary]:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not any(p in f.filename for p in _OUTSIDE)]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not any(p in f.filename for p in OUTSIDE)]
     return frames[-1] if frames else None
 
 
-def _short(filename: str) -> str:
+def short_path(filename: str) -> str:
     """The path from its package down (site-packages/ultralytics/utils/loss.py -> ultralytics/utils/loss.py)."""
     parts = PurePath(filename).parts
     for marker in ("site-packages", "dist-packages", ".packages"):
@@ -41,5 +41,5 @@ def describe(exc: BaseException) -> Optional[str]:
     text = str(exc).strip()
     op = text.splitlines()[0].removesuffix(".default") if text else type(exc).__name__
     frame = _user_frame(exc)
-    where = f" at {_short(frame.filename)}:{frame.lineno} in {frame.name}" if frame else ""
+    where = f" at {short_path(frame.filename)}:{frame.lineno} in {frame.name}" if frame else ""
     return f"{op} ({kind}){where}"

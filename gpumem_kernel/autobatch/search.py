@@ -25,11 +25,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from gpumem_kernel.analysis.import_guard import import_repair, interrupts_held
-from gpumem_kernel.analysis.step_error import StepError
-from gpumem_kernel.analysis.storage import NullTracker, interrupts_at_operators, make_tracker, register_states
-from gpumem_kernel.analysis.training_loop import autocast_factory
-from gpumem_kernel.analysis.workbench import (
+from gpumem_kernel.analysis import import_repair, interrupts_held
+from gpumem_kernel.analysis import StepError
+from gpumem_kernel.analysis import NullTracker, interrupts_at_operators, make_tracker, register_states
+from gpumem_kernel.analysis import autocast_factory
+from gpumem_kernel.analysis import (
     RngSnapshot,
     Workbench,
     clean_allocator,
@@ -283,9 +283,9 @@ class _LiveBytesEngine:
         self.cache: Dict[int, Any] = {}
 
     def point(self, batch: int) -> Any:
-        from gpumem_kernel.analysis.engines import _Point
-        from gpumem_kernel.analysis.trace import run_trace
-        from gpumem_kernel.analysis.trace_plan import TraceError
+        from gpumem_kernel.analysis import Point
+        from gpumem_kernel.analysis import run_trace
+        from gpumem_kernel.analysis import TraceError
 
         if batch not in self.cache:
             try:
@@ -295,7 +295,7 @@ class _LiveBytesEngine:
                     raise
                 self.cache[batch] = None
                 return None
-            self.cache[batch] = _Point(batch, live, None, live, "traced")
+            self.cache[batch] = Point(batch, live, None, live, "traced")
         return self.cache[batch]
 
 
@@ -306,12 +306,12 @@ def _predict(
 
     Simulated: analysis.search_maximum over fake traces (a few, each ~50 ms for small models) against the
     cap. CUDA: analyze() on the device (measured, with its safety reserve: a conservative start)."""
-    from gpumem_kernel.analysis.analyze import analyze
-    from gpumem_kernel.analysis.inputs import batch_maker
-    from gpumem_kernel.analysis.request import AnalysisRequest
-    from gpumem_kernel.analysis.search import search_maximum
-    from gpumem_kernel.analysis.trace_plan import TracePlan
-    from gpumem_kernel.analysis.training_loop import default_loss
+    from gpumem_kernel.analysis import analyze
+    from gpumem_kernel.analysis import batch_maker
+    from gpumem_kernel.analysis import AnalysisRequest
+    from gpumem_kernel.analysis import search_maximum
+    from gpumem_kernel.analysis import TracePlan
+    from gpumem_kernel.analysis import default_loss
 
     try:
         if cap is None:
@@ -341,18 +341,18 @@ def _cuda_limit(device: Any) -> int:
 def _check_args(
     model: Any, margin: float, max_batch: int, steps: int, start_batch: Optional[int], multiple: Optional[int]
 ) -> None:
-    from gpumem_kernel.analysis.arguments import _check_model, _positive_int
+    from gpumem_kernel.analysis import check_model, positive_int
 
-    _check_model(model)
+    check_model(model)
     if not isinstance(margin, (int, float)) or isinstance(margin, bool) or not 0 <= margin < 1:
         raise ValueError(f"margin must be a fraction in [0, 1), got {margin!r}")
-    _positive_int(max_batch, "max_batch")
-    if _positive_int(steps, "steps") < 2:
+    positive_int(max_batch, "max_batch")
+    if positive_int(steps, "steps") < 2:
         raise ValueError("steps must be at least 2: the optimizer state appears at the first step")
     if start_batch is not None:
-        _positive_int(start_batch, "start_batch")
+        positive_int(start_batch, "start_batch")
     if multiple is not None:
-        _positive_int(multiple, "multiple")
+        positive_int(multiple, "multiple")
 
 
 def _optimizer_name(optimizer: Any) -> str:
@@ -360,7 +360,7 @@ def _optimizer_name(optimizer: Any) -> str:
 
 
 def _batch_source(model: Any, input: Any) -> Callable[[int], Any]:
-    from gpumem_kernel.analysis.inputs import batch_maker
+    from gpumem_kernel.analysis import batch_maker
 
     make, _ = batch_maker(model, input)
     return lambda b: make(b, False)
@@ -400,16 +400,16 @@ def auto_select_batch_size(
     `interrupted`. The model, optimizer and RNG states are restored exactly in every case.
     """
 
-    from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
-    from gpumem_kernel.analysis.picks import from_options, resolve
-    from gpumem_kernel.analysis.training_loop import default_loss, feed
+    from gpumem_kernel.analysis import amp_mode_of, optimizer_kind
+    from gpumem_kernel.analysis import rounding_from_options as from_options, resolve_rounding as resolve
+    from gpumem_kernel.analysis import default_loss, feed
 
     started = time.perf_counter()
     _check_args(model, margin, max_batch, steps, start_batch, multiple)
     picks_rounding, round_source = resolve(from_options(rounding, multiple), rounding_setting)
     cap = parse_cap(simulate)
-    amp_mode = _amp_mode(amp)
-    kind = _optimizer_kind(optimizer)
+    amp_mode = amp_mode_of(amp)
+    kind = optimizer_kind(optimizer)
     if loss is not None and not callable(loss):
         raise ValueError("loss must be a callable (output, batch) -> scalar")
     target = resolve_device(device, model, cap is not None)
@@ -507,15 +507,17 @@ def scan_batch_sizes(
 ) -> List[Trial]:
     """Brute force: one trial per batch size, no search (the reference the search is checked against)."""
 
-    from gpumem_kernel.analysis.arguments import _amp_mode, _optimizer_kind
-    from gpumem_kernel.analysis.training_loop import default_loss, feed
+    from gpumem_kernel.analysis import amp_mode_of, optimizer_kind
+    from gpumem_kernel.analysis import default_loss, feed
 
     _check_args(model, 0.0, max(batch_sizes), steps, None, None)
     cap = parse_cap(simulate)
     target = resolve_device(device, model, cap is not None)
     rng = RngSnapshot.take(target.type == "cuda" or cuda_initialised())
-    bench = Workbench(model, _optimizer_kind(optimizer), target)
-    plan = _Plan(bench, _batch_source(model, input), forward or feed, loss or default_loss, _amp_mode(amp), steps, cap)
+    bench = Workbench(model, optimizer_kind(optimizer), target)
+    plan = _Plan(
+        bench, _batch_source(model, input), forward or feed, loss or default_loss, amp_mode_of(amp), steps, cap
+    )
     try:
         return [run_trial(plan, b, "scan") for b in batch_sizes]
     finally:
@@ -534,7 +536,7 @@ def _label(payload: Dict[str, Any]) -> str:
 def recommended_note(payload: Mapping[str, Any]) -> str:
     """What the recommended batch is: how far below the maximum, computed from the two numbers shown, and
     the margin and rounding that made it (the one wording of the text, the HTML and the YAML comment)."""
-    from gpumem_kernel.analysis.picks import below_caption
+    from gpumem_kernel.analysis import below_caption
 
     if not payload["maximum"]:
         return "n/a: not even batch 1 ran"
@@ -542,7 +544,7 @@ def recommended_note(payload: Mapping[str, Any]) -> str:
 
 
 def _rounding_text(payload: Mapping[str, Any]) -> str:
-    from gpumem_kernel.analysis.picks import rounding_text
+    from gpumem_kernel.analysis import rounding_text
 
     return rounding_text(payload["rounding"], payload.get("round_source"))
 

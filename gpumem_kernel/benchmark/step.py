@@ -8,18 +8,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
-from gpumem_kernel.analysis.import_guard import interrupts_held
-from gpumem_kernel.analysis.step_error import StepError
-from gpumem_kernel.analysis.storage import NullTracker, interrupts_at_operators, make_tracker, register_states
-from gpumem_kernel.analysis.training_loop import autocast_factory
-from gpumem_kernel.analysis.workbench import (
-    Workbench,
-    clean_allocator,
-    first_line,
-    grad_scaler,
-    optimizer_step,
-    to_device,
-)
+from gpumem_kernel.analysis import interrupts_held
+from gpumem_kernel.analysis import StepError
+from gpumem_kernel.analysis import NullTracker, interrupts_at_operators, make_tracker, register_states
+from gpumem_kernel.analysis import autocast_factory
+from gpumem_kernel.analysis import Workbench, clean_allocator, first_line, grad_scaler, optimizer_step, to_device
 from gpumem_kernel.benchmark.config import BenchmarkConfig
 from gpumem_kernel.benchmark.data import Batches, loader_maker
 from gpumem_kernel.benchmark.result import BenchmarkRow

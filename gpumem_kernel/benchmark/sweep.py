@@ -25,8 +25,8 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from gpumem_kernel.analysis.import_guard import import_repair, interrupts_held
-from gpumem_kernel.analysis.workbench import RngSnapshot, Workbench, clean_allocator, parse_cap, resolve_device
+from gpumem_kernel.analysis import import_repair, interrupts_held
+from gpumem_kernel.analysis import RngSnapshot, Workbench, clean_allocator, parse_cap, resolve_device
 from gpumem_kernel.benchmark.config import BenchmarkConfig, load_config, with_overrides
 from gpumem_kernel.benchmark.data import SyntheticDataset, default_forward, default_loss
 from gpumem_kernel.benchmark.diagnostics import diagnose
@@ -129,10 +129,10 @@ def run_benchmark(
     Ctrl-C returns the partial table flagged `interrupted`; the model, optimizer and RNG are restored.
     """
 
-    from gpumem_kernel.analysis.arguments import _check_model, _optimizer_kind, parse_shape
+    from gpumem_kernel.analysis import check_model, optimizer_kind, parse_shape
 
     started = time.perf_counter()
-    _check_model(model)
+    check_model(model)
     cfg = with_overrides(
         load_config(config),
         batch_sizes=batch_sizes,
@@ -154,7 +154,7 @@ def run_benchmark(
         raise ValueError("num_classes goes with synthetic_shape")
     data = SyntheticDataset(shape, num_classes) if shape is not None else dataset
     cap = parse_cap(simulate)
-    kind = _optimizer_kind(optimizer)
+    kind = optimizer_kind(optimizer)
     target = resolve_device(device, model, cap is not None)
     cuda = target.type == "cuda"
     info, limit, memory_source = _device_info(target, cap)

@@ -482,7 +482,7 @@ def _set_oom_timeline(value: Any, request_id: str, capture: Optional[Capture]) -
 def _rounding(value: Any, request_id: str) -> Any:
     """The JupyterLab setting "Batch-size rounding", checked: the default of this kernel's analyze/autobatch picks
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.picks import MAX_MULTIPLE, parse_rounding
+    from gpumem_kernel.analysis import MAX_ROUNDING_MULTIPLE as MAX_MULTIPLE, parse_rounding
 
     if not isinstance(value, str):
         raise ProtocolError("bad-request", "configure: rounding must be a string (pow2, none or N)", request_id)
@@ -509,7 +509,7 @@ def _number_shown(value: int) -> str:
 def _seq_multiple(value: Any, request_id: str) -> int:
     """The JupyterLab setting "Sequence-length multiple", checked: the default step of this kernel's sequence search
     (one per kernel: the last browser to send it wins)."""
-    from gpumem_kernel.analysis.seq_search import MAX_MULTIPLE, parse_multiple
+    from gpumem_kernel.analysis import MAX_SEQ_MULTIPLE as MAX_MULTIPLE, parse_multiple
 
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError("bad-request", "configure: seq_multiple must be a whole number of tokens", request_id)

@@ -11,9 +11,9 @@ from typing import Any, Dict, Optional
 from IPython.display import display
 
 from gpumem_kernel import current
-from gpumem_kernel.analysis.import_guard import import_repair
-from gpumem_kernel.analysis.model_source import is_model_source
-from gpumem_kernel.analysis.request import AnalysisRequest
+from gpumem_kernel.analysis import import_repair
+from gpumem_kernel.analysis import is_model_source
+from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
 from gpumem_kernel.magics.shared_options import MAGIC, request_fields
@@ -52,7 +52,7 @@ def browser_settings() -> Dict[str, Any]:
 def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
     (report, the History of its traced step)."""
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis import analyze
 
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
     model = None if by_name else _module(shell, args.model, command)
@@ -87,7 +87,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
 
 def _by_name(args: Any, request: AnalysisRequest, timeline: bool) -> Any:
     """(report, history or None) of a model built on the meta device from its config (analysis.model_source)."""
-    from gpumem_kernel.analysis.model_source import analyze_named
+    from gpumem_kernel.analysis import analyze_named
 
     run = None
     if timeline:
@@ -97,7 +97,7 @@ def _by_name(args: Any, request: AnalysisRequest, timeline: bool) -> Any:
 
 
 def analyze(shell: Any, rest: str) -> None:
-    from gpumem_kernel.analysis.render import analysis_bundle
+    from gpumem_kernel.analysis import analysis_bundle
     from gpumem_kernel.timeline.predicted import option_problem
 
     args = parse(analyze_arguments, "analyze", rest)
@@ -139,17 +139,17 @@ def _show_timeline(history: Any, save: Optional[str], show: bool = True) -> None
 
 def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
     """The picks of an analysis payload: text/plain (the analysis guide's recommendation block) and text/html."""
-    from gpumem_kernel.analysis.render import BANNER, _e, _recommendation_block, _table, _title, pick_rows
+    from gpumem_kernel.analysis import BANNER, esc, recommendation_block, html_table, title_of, pick_rows
 
     recs = payload["recommendations"]
     bound = payload["error_bound"]["statement"]
-    text = [BANNER, _title(payload), BANNER] + _recommendation_block(payload)
+    text = [BANNER, title_of(payload), BANNER] + recommendation_block(payload)
     text += ["", f"Engine: {payload['engine']}; error bound: {bound}", BANNER]
     html = (
-        f"<div class='gpumem-recommend'><p><b>{_e(_title(payload))}</b> — engine <b>{_e(payload['engine'])}"
-        f"</b>; model {_e(payload['model']['name'])}</p>"
-        + _table("Batch sizes", ("pick", "batch", "note"), pick_rows(payload))
-        + f"<p>{_e(recs['lr']['hint'])}</p><p><i>{_e(bound)}</i></p></div>"
+        f"<div class='gpumem-recommend'><p><b>{esc(title_of(payload))}</b> — engine <b>{esc(payload['engine'])}"
+        f"</b>; model {esc(payload['model']['name'])}</p>"
+        + html_table("Batch sizes", ("pick", "batch", "note"), pick_rows(payload))
+        + f"<p>{esc(recs['lr']['hint'])}</p><p><i>{esc(bound)}</i></p></div>"
     )
     return {"text/plain": "\n".join(text), "text/html": html}
 

@@ -36,7 +36,7 @@ def count(text: str) -> int:
 def rounding(text: str) -> str:
     """argparse type of `--round`: pow2, none or N (a multiple of N), as analysis.picks reads it; the value
     normalised (`8`, `pow2`, `none`)."""
-    from gpumem_kernel.analysis.picks import parse_rounding
+    from gpumem_kernel.analysis import parse_rounding
 
     try:
         return parse_rounding(text).code

@@ -15,7 +15,7 @@ from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, 
 def engine_error(command: str, exc: BaseException) -> UsageError:
     """The one line of an engine's error; a failed training step (StepError) as it says, with the type the step
     raised (a user's ValueError is not taken for a bad option), and where its traceback is."""
-    from gpumem_kernel.analysis.step_error import StepError
+    from gpumem_kernel.analysis import StepError
 
     if isinstance(exc, StepError):
         return _fail(command, f"{exc} (check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)")

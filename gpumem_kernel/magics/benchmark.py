@@ -19,7 +19,7 @@ def _rows_text(rows: List[Dict[str, Any]], engine: str) -> str:
 
 
 def benchmark(shell: Any, rest: str) -> None:
-    from gpumem_kernel.analysis.arguments import parse_shape
+    from gpumem_kernel.analysis import parse_shape
     from gpumem_kernel.benchmark.config import check_value, load_config
     from gpumem_kernel.benchmark.report import benchmark_bundle
     from gpumem_kernel.benchmark.sweep import run_benchmark

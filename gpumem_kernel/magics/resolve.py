@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from gpumem_kernel.analysis.arguments import OPTIMIZER_ALIASES, OPTIMIZERS
+from gpumem_kernel.analysis import OPTIMIZER_ALIASES, OPTIMIZERS
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.parsing import _fail
 from gpumem_kernel.probe.inspection import is_fault, type_name
@@ -68,7 +68,7 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
                 f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
             )
         return lookup(shell, text, command, "--input", containers=True)
-    from gpumem_kernel.analysis.arguments import parse_shape
+    from gpumem_kernel.analysis import parse_shape
 
     try:
         parse_shape(text)
@@ -123,7 +123,7 @@ def _amp(value: Optional[str]) -> Optional[str]:
 def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
     if value is None:
         return None
-    from gpumem_kernel.analysis.gpus import parse_memory
+    from gpumem_kernel.analysis import parse_memory
 
     try:
         parse_memory(value)
@@ -135,7 +135,7 @@ def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
 def _target(value: Optional[str], command: str) -> Optional[str]:
     if value is None:
         return None
-    from gpumem_kernel.analysis.gpus import lookup as gpu_lookup
+    from gpumem_kernel.analysis import gpu_lookup
 
     try:
         gpu_lookup(value)

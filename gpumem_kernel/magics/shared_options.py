@@ -8,9 +8,9 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from gpumem_kernel.analysis.arguments import OPTIMIZERS
-from gpumem_kernel.analysis.lora import LORA_HELP
-from gpumem_kernel.analysis.quantize import QUANTIZE_HELP
+from gpumem_kernel.analysis import OPTIMIZERS
+from gpumem_kernel.analysis import LORA_HELP
+from gpumem_kernel.analysis import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 
@@ -45,7 +45,7 @@ class Option:
 
 def memory_size(text: str) -> str:
     """--memory's SIZE, checked as the line is read (one line: "must be positive"), and kept as written."""
-    from gpumem_kernel.analysis.gpus import parse_memory  # the GPU table loads only for a command that needs it
+    from gpumem_kernel.analysis import parse_memory  # the GPU table loads only for a command that needs it
 
     try:
         parse_memory(text)

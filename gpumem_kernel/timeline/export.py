@@ -18,7 +18,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.allocator import CachingAllocatorModel
+from gpumem_kernel.analysis import CachingAllocatorModel
 from gpumem_kernel.probe.cells import cell_of
 from gpumem_kernel.timeline.history import Alloc, History, RawFrame
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from gpumem_kernel.analysis.trace_plan import TraceEvents, TraceResult
+from gpumem_kernel.analysis import TraceEvents, TraceResult
 
-from gpumem_kernel.analysis.training_loop import train_steps
+from gpumem_kernel.analysis import train_steps
 from gpumem_kernel.render.text import shown
 from gpumem_kernel.render.units import format_bytes
 from gpumem_kernel.timeline.frames import capture_stack
@@ -206,7 +206,7 @@ def notes_for(report: Any, trace: TraceResult, peak: int) -> List[str]:
 
 def predict(model: Any, **analyze_kwargs: Any) -> Tuple[Any, History]:
     """(the analysis report, the History of its traced step at `batch_size`)."""
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis import analyze
 
     kept: List[TraceResult] = []
     report = analyze(model, stack_hook=stack_hook(), on_trace=kept.append, **analyze_kwargs)

@@ -14,7 +14,7 @@ nn = torch.nn
 from gpumem_kernel.analysis import device as analysis_device  # noqa: E402
 from gpumem_kernel.analysis import gpu_info, gpus, recommendations  # noqa: E402
 from gpumem_kernel.analysis.analyze import analyze, print_memory_analysis, recommend_batch_size  # noqa: E402
-from gpumem_kernel.analysis.engines import _Point  # noqa: E402
+from gpumem_kernel.analysis.engines import Point  # noqa: E402
 from gpumem_kernel.analysis.monitor import monitor_gpu_memory  # noqa: E402
 from gpumem_kernel.analysis.report import AnalysisReport  # noqa: E402
 from gpumem_kernel.analysis.search import search_maximum  # noqa: E402
@@ -160,12 +160,12 @@ class _Synthetic:
     def __init__(self, footprint: Callable[[int], int], oom_above: Optional[int] = None) -> None:
         self.footprint, self.oom_above, self.calls = footprint, oom_above, []
 
-    def point(self, batch: int) -> Optional[_Point]:
+    def point(self, batch: int) -> Optional[Point]:
         self.calls.append(batch)
         if self.oom_above is not None and batch > self.oom_above:
             return None
         value = self.footprint(batch)
-        return _Point(batch, value, value, value, "traced")
+        return Point(batch, value, value, value, "traced")
 
 
 def test_search_finds_the_maximum_of_a_line_and_of_a_convex_curve() -> None:
@@ -211,7 +211,7 @@ def test_rounding_recommendations_and_status() -> None:
     assert [Rounding().apply(v) for v in (307.2, 205, 1.5, 0.4)] == [256, 128, 1, 0]
     assert [Rounding(multiple=8).apply(v) for v in (307.2, 205, 5)] == [304, 200, 5]
     assert [Rounding(exact=True).apply(v) for v in (307.2, 205, 1.5, 0.4)] == [307, 205, 1, 0]
-    current = _Point(64, 0, 0, 95 * GiB // 10, "traced")
+    current = Point(64, 0, 0, 95 * GiB // 10, "traced")
     recs = recommendations.recommend(
         512,
         current,

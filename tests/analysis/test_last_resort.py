@@ -10,9 +10,9 @@ nn = torch.nn
 
 from gpumem_kernel.analysis import gpus  # noqa: E402
 from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.engines import _TracedEngine  # noqa: E402
+from gpumem_kernel.analysis.engines import TracedEngine  # noqa: E402
 from gpumem_kernel.analysis.inputs import batch_maker  # noqa: E402
-from gpumem_kernel.analysis.model_states import _Sharding  # noqa: E402
+from gpumem_kernel.analysis.model_states import Sharding  # noqa: E402
 from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
 from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
 from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
@@ -47,9 +47,9 @@ def test_a_fragmented_step_over_the_card_unlimited_fits_after_the_release() -> N
 
 def test_a_step_that_does_not_fit_even_after_the_release_keeps_its_unlimited_figures() -> None:
     plan = _plan(_mlp())
-    sharding = _Sharding(1, None, 0, 0)
-    free = _TracedEngine(plan, CONTEXT, sharding).point(BATCH)
-    tight = _TracedEngine(plan, CONTEXT, sharding, CONTEXT + 300 * MiB).point(BATCH)
+    sharding = Sharding(1, None, 0, 0)
+    free = TracedEngine(plan, CONTEXT, sharding).point(BATCH)
+    tight = TracedEngine(plan, CONTEXT, sharding, CONTEXT + 300 * MiB).point(BATCH)
     assert free is not None and tight is not None
     assert (tight.reserved, tight.footprint, tight.retries) == (free.reserved, free.footprint, 0)
     assert tight.footprint > CONTEXT + 300 * MiB

@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 nn = torch.nn
 
-from gpumem_kernel.analysis import analyze as analyze_module  # noqa: E402
 from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
 from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
 from gpumem_kernel.analysis.lora import parse_lora  # noqa: E402
@@ -158,8 +157,7 @@ def test_an_analysis_gives_the_same_report_with_and_without_replayed_steps(monke
     ones real steps give."""
     options = dict(batch_size=4, target="T4", optimizer="adamw", amp="bf16")
     replayed = analyze(_cnn(), input=(3, 32, 32), **options)
-    monkeypatch.setattr(analyze_module, "OptimizerReplay", lambda: None)
-    real = analyze(_cnn(), input=(3, 32, 32), **options)
+    real = analyze(_cnn(), input=(3, 32, 32), replay_optimizer=False, **options)
     assert [(p.batch_size, p.peak_bytes) for p in replayed.curve] == [(p.batch_size, p.peak_bytes) for p in real.curve]
     assert len(replayed.curve) >= 4  # a search of several traces, all but the first replaying its steps
     assert replayed.recommendations == real.recommendations

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.model_states import _Sharding  # noqa: E402
+from gpumem_kernel.analysis.model_states import Sharding  # noqa: E402
 
 NOTE = "ZeRO-3 at world size 1 shards nothing"
 
@@ -30,6 +30,6 @@ def test_zero3_at_world_size_1_is_noted_in_the_report():
     ],
 )
 def test_only_a_sharding_strategy_on_one_rank_gets_the_note(world_size, strategy, noted):
-    notes = _Sharding(world_size, strategy, largest_layer=0, gradients_total=0).notes()
+    notes = Sharding(world_size, strategy, largest_layer=0, gradients_total=0).notes()
     assert bool(notes) is noted
     assert all("at world size 1 shards nothing" in note for note in notes)
