@@ -234,11 +234,16 @@ def _live(pids: Sequence[int]) -> Tuple[List[psutil.Process], int]:
 class HostReader:
     """Reads the `host` part of a sample for one process (the kernel by default)."""
 
-    def __init__(self, pid: Optional[int] = None, cgroup: Optional[CgroupReader] = None) -> None:
+    def __init__(
+        self,
+        pid: Optional[int] = None,
+        cgroup: Optional[CgroupReader] = None,
+        descendants: Optional[Descendants] = None,
+    ) -> None:
         self.pid = os.getpid() if pid is None else pid
         self._process = psutil.Process(self.pid)
         self._cgroup = cgroup or CgroupReader()
-        self._descendants = Descendants()
+        self._descendants = descendants or Descendants()
         self.uss = UssTracker()
 
     def children(self) -> Children:

@@ -122,7 +122,10 @@ class Prober:
         self.nvml = nvml or Nvml()
         self._env = env  # None: read os.environ each time (users set CUDA_VISIBLE_DEVICES in a cell)
         self.pid = os.getpid() if pid is None else pid
-        self._host = host or HostReader(self.pid)
+        # one lookup of this kernel's descendants for the host's workers and the GPU's notebook processes: where
+        # it is a walk over every process, one walk within its budget serves both
+        walk = Descendants()
+        self._host = host or HostReader(self.pid, descendants=walk)
         self._names = ProcessNames()
         self._handles: Optional[List[Any]] = None
         self._static: Dict[str, _StaticFacts] = {}
@@ -131,7 +134,7 @@ class Prober:
         self._power = PowerReader(self.nvml)
         # who NVML's host PIDs are (a container lists them, not this namespace's): learned sample by sample
         self.hostpids = HostPids(self.pid, view)
-        self._descendants = descendants or Descendants().of
+        self._descendants = descendants or walk.of
         # the kernel's own prober tells the Jupyter server what it learned (no file outside an ipykernel)
         self._record = record or (
             HostPidRecord.for_this_kernel(self.pid, _create_time(self.pid)) if pid is None else None
