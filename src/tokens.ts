@@ -173,7 +173,31 @@ export interface IOomRun extends IKernelRunTag {
   readonly payload: IOomPayload | null;
   /** Why there is no checklist, when phase is 'failed'. */
   readonly problem: string | null;
+  /** A later run of the failing cell that ended without error (absent or null: none yet). */
+  readonly resolved?: IOomResolution | null;
 }
+
+/** A later run of the cell that ran out of memory, which ended without error. */
+export interface IOomResolution {
+  /** Its execution count ("In [N]"), null when the kernel sent none. */
+  readonly executionCount: number | null;
+  /** When it ended (ms since the epoch). */
+  readonly time: number;
+}
+
+/** A clear (any: the panel's, a checklist step's, `%gpumem clear`) that ticked the OOM checklist's clear step. */
+export interface IClearTick {
+  /** The occurrence (`occurrenceKey`) and the step it ticked. */
+  readonly key: string;
+  readonly stepId: string;
+  /** What the clear reported (what it freed). */
+  readonly report: IClearPayload;
+  /** When it came back (ms since the epoch). */
+  readonly time: number;
+}
+
+/** The panel's cards of one session: the OOM checklist, the clear report and the restart report. */
+export type ActionCard = 'oom' | 'clear' | 'restart';
 
 /** What the user can do to one notebook's (or console's) kernel, and what came of it. */
 export interface ISessionActions {
@@ -191,6 +215,10 @@ export interface ISessionActions {
   readonly clearRun: IClearRun | null;
   readonly restartRun: IRestartRun | null;
   readonly oomRun: IOomRun | null;
+  /** The last clear that ticked a step of the checklist shown (absent or null: none). */
+  readonly clearTick?: IClearTick | null;
+  /** The cards there are, newest first (absent: the panel's fixed order). */
+  readonly cards?: ReadonlyArray<ActionCard>;
   /** True while a clear or a restart is under way (their buttons are disabled). */
   readonly busy: boolean;
   readonly clearing: boolean;

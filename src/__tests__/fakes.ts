@@ -86,6 +86,8 @@ export class FakeKernel {
   answer: Answer;
   executed: Array<Record<string, unknown>> = [];
   comms: FakeComm[] = [];
+  /** Every message sent or received, as JupyterLab's kernel connection reports it (`Kernel.IAnyMessageArgs`). */
+  readonly anyMessage = new Signal<this, unknown>(this);
 
   requestExecute(content: Record<string, unknown>): { done: Promise<{ content: unknown }> } {
     this.executed.push(content);
