@@ -7,7 +7,7 @@ interval). When the log asks for a shorter interval than the sampler's, the samp
 log runs and goes back to its interval at the end (unless the panel changed it meanwhile). Without the
 extension loaded (a script), the log runs its own sampler.
 
-The columns are the panel's "Download CSV" columns too (src/panel/timelinecsv.ts).
+The columns are the panel's "Download CSV" columns too (src/panel/samplescsv.ts).
 """
 
 from __future__ import annotations

@@ -139,8 +139,8 @@ export class KernelBridge implements IDisposable {
   }
 
   /** The samples of the last `historyMinutes`, oldest first. */
-  get history(): ReadonlyArray<ISample> {
-    return this._router.history.toArray();
+  get samples(): ReadonlyArray<ISample> {
+    return this._router.samples.toArray();
   }
 
   /** Recent problems the kernel side reported, oldest first. */
@@ -176,7 +176,7 @@ export class KernelBridge implements IDisposable {
   updateSettings(settings: IGpuMemSettings): void {
     const old = this._settings;
     this._settings = settings;
-    this._router.history.windowSeconds = settings.historyMinutes * 60;
+    this._router.samples.windowSeconds = settings.historyMinutes * 60;
     const samplerChanged =
       old.interval !== settings.interval || historySeconds(old) !== historySeconds(settings);
     if (samplerChanged && this._comm !== null && this._isConnectedState()) {

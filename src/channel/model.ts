@@ -80,7 +80,7 @@ export class GpuMemModel implements IGpuMemModel, IDisposable {
   }
 
   get history(): ReadonlyArray<ISample> {
-    return this._bridge?.history ?? [];
+    return this._bridge?.samples ?? [];
   }
 
   get problems(): ReadonlyArray<IKernelProblem> {

@@ -1,10 +1,10 @@
 /**
  * Message routing for the bridge: every message of the `gpumem` comm is validated, then goes where it belongs —
  * a hello, the history and samples into what the router keeps of the kernel (its hello, the newest sample, the
- * sample history, the problems it reported), replies and errors to the requests they answer, anything the
+ * sample buffer, the problems it reported), replies and errors to the requests they answer, anything the
  * wire format does not allow to the state machine (or, from a kernel of another protocol, to a stop).
  */
-import { SampleHistory } from './history';
+import { SampleBuffer } from './samplebuffer';
 import { type PendingRequests, RequestError } from './requests';
 import type { BridgeEvent } from './state';
 import { isRecord } from '../wire/keywords';
@@ -47,11 +47,11 @@ export namespace MessageRouter {
 export class MessageRouter {
   constructor(options: MessageRouter.IOptions) {
     this._options = options;
-    this.history = new SampleHistory(options.historySeconds);
+    this.samples = new SampleBuffer(options.historySeconds);
   }
 
-  /** The samples of the history window. */
-  readonly history: SampleHistory;
+  /** The samples of the window the panel's chart shows. */
+  readonly samples: SampleBuffer;
 
   /** The kernel's `hello`, once the comm is open. */
   get hello(): IHello | null {
@@ -80,7 +80,7 @@ export class MessageRouter {
 
   /** Forget everything the kernel said (another kernel process: the old samples describe something else). */
   forget(): void {
-    this.history.clear();
+    this.samples.clear();
     this._latest = null;
     this._hello = null;
     this._problems = [];
@@ -110,13 +110,13 @@ export class MessageRouter {
         options.greeted();
         break;
       case 'history':
-        this.history.merge(message.samples);
-        if (this._latest === null || (this.history.latest?.time ?? 0) > this._latest.time) {
-          this._latest = this.history.latest;
+        this.samples.merge(message.samples);
+        if (this._latest === null || (this.samples.latest?.time ?? 0) > this._latest.time) {
+          this._latest = this.samples.latest;
         }
         break;
       case 'sample':
-        this.history.push(message);
+        this.samples.push(message);
         this._latest = message;
         for (const text of message.errors) {
           this._addProblem(message.time, text);

@@ -22,7 +22,7 @@ import { HostSection } from './host';
 import { IdleHoldersSection } from './idle';
 import type { IdleHoldersModel } from './idleholders';
 import { StateMessage } from './statemessage';
-import { Timeline } from './timeline';
+import { SampleChart } from './samplechart';
 
 export interface IGpuMemViewProps {
   readonly model: IGpuMemModel;
@@ -241,7 +241,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
             <GrowthSection growth={model.growth} unit={settings.units} trans={trans} />
           )}
           {primary !== null && (
-            <Timeline
+            <SampleChart
               samples={model.history}
               deviceKey={deviceKey(primary)}
               windowSeconds={settings.historyMinutes * 60}

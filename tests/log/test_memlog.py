@@ -138,11 +138,11 @@ def test_a_log_without_the_extension_runs_its_own_sampler_and_ends_it(tmp_path):
 
 
 def test_the_panels_download_csv_names_the_same_columns():
-    """src/panel/timelinecsv.ts writes the panel timeline's CSV in the log's columns: the same list, in order."""
+    """src/panel/samplescsv.ts writes the panel sample chart's CSV in the log's columns: the same list, in order."""
     import re
     from pathlib import Path
 
-    source = (Path(__file__).resolve().parents[2] / "src" / "panel" / "timelinecsv.ts").read_text("utf-8")
+    source = (Path(__file__).resolve().parents[2] / "src" / "panel" / "samplescsv.ts").read_text("utf-8")
     listed = re.search(r"CSV_COLUMNS: ReadonlyArray<string> = \[(.*?)\];", source, re.S)
     assert listed is not None
     assert tuple(re.findall(r"'([a-z_]+)'", listed.group(1))) == csvlog.COLUMNS

@@ -159,7 +159,7 @@ test('hero: a training notebook on an A100 with the panel and an inline analysis
   // The fake survived the run (still sampled, still live) and the panel's timeline has samples.
   await expect(panel.locator('.jp-GpuMem-root[data-state="live"]')).toBeVisible();
   await expect(device.locator('.jp-GpuMem-deviceTitle')).toContainText('A100-SXM4-80GB');
-  await expect(panel.locator('svg.jp-GpuMem-timeline, .jp-GpuMem-timeline svg').first()).toBeVisible();
+  await expect(panel.locator('svg.jp-GpuMem-sampleChart, .jp-GpuMem-sampleChart svg').first()).toBeVisible();
   await expect(page.locator('.jp-GpuMem-statusItem')).toContainText('/ 80.0 GiB');
 
   // No cell shows the test double or a path of this machine.

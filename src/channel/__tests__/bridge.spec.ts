@@ -88,7 +88,7 @@ describe('KernelBridge: connecting', () => {
 
     comm.receive(fx.history());
     comm.receive(fx.sample(42, 1763855000.12));
-    expect(bridge.history.map(s => s.seq)).toEqual([40, 41, 42]);
+    expect(bridge.samples.map(s => s.seq)).toEqual([40, 41, 42]);
     expect(bridge.latest?.seq).toBe(42);
     expect(states).toEqual(['waiting:bootstrapping', 'waiting:opening', 'live']);
   });
@@ -271,7 +271,7 @@ describe('KernelBridge: following the kernel', () => {
     ctx.kernel.comm.receive(fx.hello);
     expect(bridge.state.name).toBe('live');
     // Same kernel id: the history before the restart is kept for the timeline.
-    expect(bridge.history.length).toBe(2);
+    expect(bridge.samples.length).toBe(2);
   });
 
   it('keeps how the kernel ended through SessionContext.restartKernel()’s "change" to the same kernel', async () => {
@@ -380,7 +380,7 @@ describe('KernelBridge: following the kernel', () => {
     await flush();
     expect(oldComm.closed).toBe(true);
     expect(bridge.state.name).toBe('waiting');
-    expect(bridge.history).toEqual([]);
+    expect(bridge.samples).toEqual([]);
     expect(bridge.hello).toBeNull();
     expect(next.comms).toHaveLength(1);
     oldComm.receive(fx.sample(7, 1763855200));

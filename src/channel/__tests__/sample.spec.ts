@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { SampleHistory } from '../history';
+import { SampleBuffer } from '../samplebuffer';
 import {
   ambiguousPids,
   barTotal,
@@ -150,9 +150,9 @@ describe('primaryDevice', () => {
   });
 });
 
-describe('SampleHistory', () => {
+describe('SampleBuffer', () => {
   it('keeps the window and merges overlapping history', () => {
-    const h = new SampleHistory(10);
+    const h = new SampleBuffer(10);
     expect(h.merge([fx.sample(1, 100), fx.sample(2, 101)])).toBe(2);
     expect(h.push(fx.sample(2, 101))).toBe(false); // duplicate
     expect(h.merge([fx.sample(1, 100), fx.sample(2, 101), fx.sample(3, 102)])).toBe(1);
@@ -163,14 +163,14 @@ describe('SampleHistory', () => {
   });
 
   it('keeps samples across a restart (seq starts again, time does not)', () => {
-    const h = new SampleHistory(600);
+    const h = new SampleBuffer(600);
     h.push(fx.sample(500, 1000));
     h.push(fx.sample(0, 1003));
     expect(h.length).toBe(2);
   });
 
   it('caps its length and compacts', () => {
-    const h = new SampleHistory(1e9, 100);
+    const h = new SampleBuffer(1e9, 100);
     for (let i = 0; i < 5000; i++) {
       h.push(fx.sample(i, i));
     }
@@ -184,7 +184,7 @@ describe('SampleHistory', () => {
   });
 
   it('returns the same array until something changes', () => {
-    const h = new SampleHistory(60);
+    const h = new SampleBuffer(60);
     h.push(fx.sample(1, 1));
     const a = h.toArray();
     expect(h.toArray()).toBe(a);

@@ -139,7 +139,7 @@ describe('GpuMemView', () => {
       ['external', 'PID 4567 · not visible here', 'n/a']
     ]);
 
-    const timeline = node.querySelector('.jp-GpuMem-timeline');
+    const timeline = node.querySelector('.jp-GpuMem-sampleChart');
     expect(timeline?.querySelectorAll('polyline.jp-GpuMem-line-used')).toHaveLength(1);
     expect(timeline?.querySelectorAll('polyline.jp-GpuMem-line-peak')).toHaveLength(1);
     expect(timeline?.textContent).toContain('Last 10 min · cuda:0');
@@ -170,7 +170,7 @@ describe('GpuMemView', () => {
       'No NVIDIA GPU visible to this kernel: NVIDIA driver library (libnvidia-ml.so.1) not found'
     );
     expect(node.querySelector('.jp-GpuMem-device')).toBeNull();
-    expect(node.querySelector('.jp-GpuMem-timeline')).toBeNull();
+    expect(node.querySelector('.jp-GpuMem-sampleChart')).toBeNull();
     const host = node.querySelector('.jp-GpuMem-host');
     expect(host?.textContent).toContain('Container limit');
     expect(host?.textContent).toContain('2.00 / 8.00 GiB (25.0%)');

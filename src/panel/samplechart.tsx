@@ -11,7 +11,7 @@ import { formatBytes, formatDuration, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { deviceKey } from '../channel/sample';
 import type { IDevice, ISample } from '../wire/protocol';
-import { downloadTimelineCsv } from './timelinecsv';
+import { downloadSamplesCsv } from './samplescsv';
 
 /** One line of the chart. */
 export type SeriesKey = 'used' | 'reserved' | 'allocated' | 'peak';
@@ -67,7 +67,7 @@ function seriesLabel(key: SeriesKey, trans: Trans): string {
   }
 }
 
-export interface ITimelineProps {
+export interface ISampleChartProps {
   readonly samples: ReadonlyArray<ISample>;
   /** Which device (its `deviceKey`). */
   readonly deviceKey: string;
@@ -78,15 +78,15 @@ export interface ITimelineProps {
   readonly trans: Trans;
   /** The device's name for the caption ("cuda:0"). */
   readonly caption: string;
-  /** "Download CSV" of the samples held (every device); default: a Blob download (timelinecsv.ts). */
+  /** "Download CSV" of the samples held (every device); default: a Blob download (samplescsv.ts). */
   readonly downloadCsv?: (samples: ReadonlyArray<ISample>) => void;
 }
 
 /**
- * `<figure class="jp-GpuMem-chart jp-GpuMem-timeline">`: the last minutes up to now, from 0 to the device's total;
+ * `<figure class="jp-GpuMem-chart jp-GpuMem-sampleChart">`: the last minutes up to now, from 0 to the device's total;
  * under it, "Download CSV" of the samples held.
  */
-export function Timeline(props: ITimelineProps): JSX.Element {
+export function SampleChart(props: ISampleChartProps): JSX.Element {
   const { samples, windowSeconds, unit, trans } = props;
   const key = props.deviceKey;
   const last = samples.length > 0 ? samples[samples.length - 1] : null;
@@ -95,18 +95,18 @@ export function Timeline(props: ITimelineProps): JSX.Element {
   const heading = trans.__('Last %1 · %2', formatDuration(windowSeconds), props.caption);
   if (last === null || samples.length < 2 || total <= 0) {
     return (
-      <figure className="jp-GpuMem-chart jp-GpuMem-timeline">
+      <figure className="jp-GpuMem-chart jp-GpuMem-sampleChart">
         <figcaption className="jp-GpuMem-chartCaption">{heading}</figcaption>
         <p className="jp-GpuMem-muted">{trans.__('Collecting samples…')}</p>
       </figure>
     );
   }
   const start = last.time - windowSeconds;
-  const download = props.downloadCsv ?? downloadTimelineCsv;
+  const download = props.downloadCsv ?? downloadSamplesCsv;
   return (
     <>
       <Chart
-        className="jp-GpuMem-timeline"
+        className="jp-GpuMem-sampleChart"
         caption={heading}
         ariaLabel={trans.__('GPU memory over time')}
         frame={SIDEBAR_FRAME}

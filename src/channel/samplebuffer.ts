@@ -1,5 +1,5 @@
 /**
- * The last N minutes of samples of one kernel, for the timeline.
+ * The last N minutes of samples of one kernel, for the panel's sample chart.
  *
  * A sample arrives every second (or faster) for as long as the notebook is open, so the buffer drops samples
  * older than the window and caps its length; it accepts a sample only if it is newer than the newest one it
@@ -11,7 +11,7 @@ import type { ISample } from '../wire/protocol';
 /** Upper bound on the number of samples kept, whatever the window (60 min at 0.1 s). */
 export const MAX_SAMPLES = 36000;
 
-export class SampleHistory {
+export class SampleBuffer {
   /**
    * @param windowSeconds - how far back to keep samples, measured from the newest sample.
    * @param maxLength - hard cap on the number of samples.

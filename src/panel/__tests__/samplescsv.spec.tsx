@@ -5,8 +5,8 @@ import { createRoot } from 'react-dom/client';
 import { untranslated } from '../../ui/i18n';
 import { deviceKey } from '../../channel/sample';
 import type { ISample } from '../../wire/protocol';
-import { Timeline } from '../timeline';
-import { CSV_COLUMNS, csvFilename, downloadTimelineCsv, sampleRows, timelineCsv } from '../timelinecsv';
+import { SampleChart } from '../samplechart';
+import { CSV_COLUMNS, csvFilename, downloadSamplesCsv, sampleRows, samplesCsv } from '../samplescsv';
 import * as fx from '../../__tests__/fixtures';
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
@@ -16,10 +16,10 @@ function noGpu(time: number): ISample {
   return { ...s, gpu: { ...s.gpu, available: false, reason: 'no NVML', devices: [] } };
 }
 
-describe('the timeline CSV', () => {
+describe('the samples CSV', () => {
   it('has the kernel log columns and one row per sample and device', () => {
     const samples = [fx.sample(1, 1700000000.1234), fx.sample(2, 1700000001.5)];
-    const lines = timelineCsv(samples).split('\n');
+    const lines = samplesCsv(samples).split('\n');
     expect(lines[0]).toBe(CSV_COLUMNS.join(','));
     expect(lines).toHaveLength(1 + 2 * 2 + 1); // header, 2 samples × 2 devices, the final newline
     expect(lines[lines.length - 1]).toBe('');
@@ -106,7 +106,7 @@ describe('the timeline CSV', () => {
     const samples = [fx.sample(1, 1700000000.5), fx.sample(2, 1700000001.5)];
     jest.useFakeTimers();
     try {
-      downloadTimelineCsv(samples);
+      downloadSamplesCsv(samples);
       jest.runOnlyPendingTimers(); // the object URL's revocation
     } finally {
       jest.useRealTimers();
@@ -121,10 +121,10 @@ describe('the timeline CSV', () => {
       reader.onload = () => resolve(String(reader.result));
       reader.readAsText(created[0]);
     });
-    expect(text).toBe(timelineCsv(samples));
+    expect(text).toBe(samplesCsv(samples));
   });
 
-  it('is a button under the panel timeline that hands over the samples it holds', () => {
+  it('is a button under the panel sample chart that hands over the samples it holds', () => {
     const samples = [fx.sample(1, 1700000000), fx.sample(2, 1700000001), fx.sample(3, 1700000002)];
     const got: Array<ReadonlyArray<ISample>> = [];
     const host = document.createElement('div');
@@ -139,12 +139,12 @@ describe('the timeline CSV', () => {
       caption: 'cuda:0',
       downloadCsv: (s: ReadonlyArray<ISample>) => got.push(s)
     };
-    act(() => root.render(<Timeline samples={samples} {...props} />));
+    act(() => root.render(<SampleChart samples={samples} {...props} />));
     const button = host.querySelector<HTMLButtonElement>('button.jp-GpuMem-downloadCsv');
     expect(button?.textContent).toBe('Download CSV');
     act(() => button?.click());
     expect(got).toEqual([samples]);
-    act(() => root.render(<Timeline samples={samples.slice(0, 1)} {...props} />));
+    act(() => root.render(<SampleChart samples={samples.slice(0, 1)} {...props} />));
     expect(host.querySelector('button.jp-GpuMem-downloadCsv')).toBeNull(); // "Collecting samples…"
     act(() => root.unmount());
     host.remove();

@@ -1,5 +1,5 @@
 /**
- * The panel timeline's "Download CSV": the samples the panel holds, one row per sample and device, in the
+ * The panel sample chart's "Download CSV": the samples the panel holds, one row per sample and device, in the
  * columns of the kernel's memory log (`%gpumem log`, gpumem_kernel/log/csvlog.py; tests/log checks that both
  * name the same columns). A figure that was not measured is an empty cell; power and energy are NVML's
  * milliwatts and millijoules written as watts and joules with three decimals.
@@ -67,7 +67,7 @@ export function sampleRows(sample: ISample): string[][] {
 }
 
 /** The CSV text of the samples, oldest first, with the header line. No cell needs quoting. */
-export function timelineCsv(samples: ReadonlyArray<ISample>): string {
+export function samplesCsv(samples: ReadonlyArray<ISample>): string {
   const lines = [CSV_COLUMNS.join(',')];
   for (const sample of samples) {
     for (const row of sampleRows(sample)) {
@@ -84,8 +84,8 @@ export function csvFilename(samples: ReadonlyArray<ISample>): string {
 }
 
 /** Save the samples as a CSV file through a temporary link to a Blob. */
-export function downloadTimelineCsv(samples: ReadonlyArray<ISample>): void {
-  const url = URL.createObjectURL(new Blob([timelineCsv(samples)], { type: 'text/csv' }));
+export function downloadSamplesCsv(samples: ReadonlyArray<ISample>): void {
+  const url = URL.createObjectURL(new Blob([samplesCsv(samples)], { type: 'text/csv' }));
   const link = document.createElement('a');
   link.href = url;
   link.download = csvFilename(samples);
