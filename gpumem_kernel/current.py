@@ -18,7 +18,7 @@ class Loaded(Protocol):
     prober: Any  # probe.prober.Prober: its caches belong to the sampler's thread
     sampler: Any  # probe.sampler.Sampler: a sample goes through its lock
     watches: Any  # watch.registry.Registry, or None before it is made
-    recommendation: Optional[int]  # the last %gpumem analyze/recommend pick, for the OOM checklist
+    analyzed: Any  # oom.analyzed.AnalyzedModel or None: the last %gpumem analyze/recommend, for the OOM checklist
 
 
 _kernel: Optional[Loaded] = None

@@ -14,6 +14,7 @@ from gpumem_kernel.channel.comm import Channel
 from gpumem_kernel.growth import hook as growth_hook
 from gpumem_kernel.heldby.hook import HoldersHook, LastHolders
 from gpumem_kernel.oom import handler as oom
+from gpumem_kernel.oom.analyzed import AnalyzedModel
 from gpumem_kernel.probe.lineage import Lineage
 from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.probe.prober import Prober
@@ -41,7 +42,7 @@ class Kernel:
     memlog: Keeper  # `%gpumem log`: its one log; a failed write reaches the panel
     growth: Optional[growth_hook.CellGrowth] = None  # the cell hooks: holders' walk, then growth, per cell
     watches: Optional[watch_registry.Registry] = None  # `%gpumem watch` and gpumem_kernel.watch()
-    recommendation: Optional[int] = None  # the last %gpumem analyze/recommend pick, for the OOM checklist
+    analyzed: Optional[AnalyzedModel] = None  # the last %gpumem analyze/recommend: its model and pick (OOM checklist)
     _registered: List[Tuple[str, Callable[..., Any]]] = field(default_factory=list, repr=False)  # to unregister
 
     def on(self, event: str, callback: Callable[..., Any]) -> None:
@@ -102,11 +103,10 @@ def _start(ip: Any, version: str) -> Kernel:
     # the panel gets each cell's `holders` message. While a cell runs, its trend follows the sampler.
     kernel.growth = growth_hook.install(ip, channel.broadcast, sampler, HoldersHook(ip, holders, channel.broadcast))
     # The checklist's probe goes through the sampler: its lock keeps the shared prober single-threaded.
-    # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick.
+    # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick when it was for the
+    # model that failed.
     # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
-    oom.install_oom_handler(
-        ip, probe=sampler.snapshot, recommendation=lambda: kernel.recommendation, capture=capture.alive_at_oom
-    )
+    oom.install_oom_handler(ip, probe=sampler.snapshot, analyzed=lambda: kernel.analyzed, capture=capture.alive_at_oom)
     sampler.start()
     kernel.watches = watch_registry.Registry(ip, sampler, channel, front_end=comm_target)  # `%gpumem watch`
     atexit.unregister(shutdown)  # once per process, however often the extension is loaded again

@@ -26,14 +26,18 @@ from gpumem_kernel.render.text import shown
 def last_recommendation(shell: Any) -> Optional[int]:
     """The `recommended` batch of this kernel's last `%gpumem analyze` / `recommend`, or None."""
     kernel = current.kernel()
-    return kernel.recommendation if kernel is not None else None
+    analyzed = kernel.analyzed if kernel is not None else None
+    return analyzed.recommended if analyzed is not None else None
 
 
-def remember(shell: Any, report: Any) -> None:
-    """Kept by the loaded Kernel (extension.Kernel.recommendation), which hands it to the OOM handler."""
+def remember(shell: Any, report: Any, model: Any = None) -> None:
+    """Kept by the loaded Kernel (extension.Kernel.analyzed) with the model it is for (`model`, held weakly; None
+    for a model by name), which hands it to the OOM handler: the checklist offers it for that model only."""
+    from gpumem_kernel.oom.analyzed import AnalyzedModel
+
     kernel = current.kernel()
     if kernel is not None:
-        kernel.recommendation = report.recommendations.recommended
+        kernel.analyzed = AnalyzedModel.of(model, report)
 
 
 # --- analyze and recommend -----------------------------------------------------------------------------------
@@ -81,7 +85,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         if _debug():
             raise
         raise _fail(command, _one_line(exc)) from None
-    remember(shell, report)
+    remember(shell, report, model)
     return (report, history) if timeline else report
 
 

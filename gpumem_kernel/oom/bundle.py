@@ -9,6 +9,7 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
+from gpumem_kernel.oom.analyzed import AnalyzedModel
 from gpumem_kernel.oom.checklist import build_checklist
 from gpumem_kernel.oom.classify import is_oom, oom_error_name, oom_in_chain
 from gpumem_kernel.oom.diagnose import diagnose
@@ -72,7 +73,7 @@ def oom_report(
     *,
     sample: Optional[Mapping[str, Any]] = None,
     tb: Any = None,
-    last_recommendation: Optional[int] = None,
+    analyzed: Optional[AnalyzedModel] = None,
     batch_size: Optional[int] = None,
     env: Optional[Mapping[str, str]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
@@ -81,6 +82,8 @@ def oom_report(
     """One call for the handler and the comm: parse an exception or message text, probe, diagnose and
     return the checklist bundle; None when `source` is not an out-of-memory error.
 
+    `analyzed`: what the last `%gpumem analyze` was for; its batch is offered only when it is for the model that
+    failed (oom.analyzed);
     `capture(tried, device, title)`: what the OOM capture (setting "oomTimeline", timeline.capture.alive_at_oom)
     found alive at this error, or None; the extension passes it to the handler;
     `cell`: the failed cell's source, for the step "Re-run this cell with the timeline on" (offered when no
@@ -101,8 +104,8 @@ def oom_report(
         title = f"In [{count}], out of memory" if isinstance(count, int) else "out of memory"
         alive = capture(info.tried_to_allocate, info.device, title)
     sample = take_sample() if sample is None else sample
-    diagnosis = diagnose(info, sample, shell, tb=tb, env=env)
-    steps = build_checklist(info, diagnosis, last_recommendation, batch_size, sample)
+    diagnosis = diagnose(info, sample, shell, tb=tb, env=env, analyzed=analyzed)
+    steps = build_checklist(info, diagnosis, None, batch_size, sample)
     rerun = timeline_rerun_step(cell) if alive is None else None
     if rerun is not None:
         steps = with_rerun_step(steps, rerun)

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from gpumem_kernel.oom.analyzed import AnalyzedModel, batch_pick, failed_model
 from gpumem_kernel.oom.causes import cause_note, cause_threshold, find_causes
 from gpumem_kernel.oom.diagnosis import Diagnosis, Fragmentation, HostMemory, OtherProcess, TracebackPin
 from gpumem_kernel.oom.evaluation import evaluation_evidence
@@ -23,7 +24,7 @@ from gpumem_kernel.oom.namespace import (
 )
 from gpumem_kernel.oom.parse import MIB, OomInfo
 from gpumem_kernel.heldby.walk import frame_holder, holders, memory_walker
-from gpumem_kernel.probe.holders import resolve_shell, traceback_frames
+from gpumem_kernel.probe.holders import resolve_shell, torch_kinds, traceback_frames
 from gpumem_kernel.probe.torchstats import cuda_initialised, loaded_torch
 from gpumem_kernel.render.units import human
 
@@ -200,17 +201,21 @@ def diagnose(
     *,
     tb: Any = None,
     env: Optional[Mapping[str, str]] = None,
+    analyzed: Optional[AnalyzedModel] = None,
 ) -> Diagnosis:
     """What the message, a fresh probe `sample` (wire format dict) and the user namespace say about the OOM.
 
     `tb`: the failed call's traceback (the handler passes it; default sys.last_traceback).
+    `analyzed`: what the last `%gpumem analyze` was for; its batch is used only for the model that failed.
     """
     shell = resolve_shell(shell)
     env = os.environ if env is None else env
     notes: List[str] = []
     scan = scan_namespace(shell)
+    failed = failed_model(scan.models, tb if tb is not None else getattr(sys, "last_traceback", None), torch_kinds())
     models = sorted((model_info(name, value) for name, value in scan.models), key=lambda m: -m.bytes)
-    model = models[0] if models else None
+    # the model the error failed in, else the largest: its names go into the inserted cells
+    model = model_info(failed.name, failed.value) if failed is not None else (models[0] if models else None)
     batch, batch_source = pick_batch(scan)
     var, conf, expandable_on = _alloc_conf(info.backend, env)
     limit = min(v for v in (info.total_capacity, info.allowed) if v) if (info.total_capacity or info.allowed) else None
@@ -251,6 +256,7 @@ def diagnose(
         notes=notes,
         evaluation=evaluation_evidence(tb),
         this_kernel_pids=mine,
+        batch_pick=batch_pick(analyzed, failed, batch),
     )
     diagnosis.causes = find_causes(info, diagnosis)
     for note in (cause_note(info, diagnosis.causes, diagnosis), family_note(info)):  # the family's note ends up first

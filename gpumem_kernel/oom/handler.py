@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from gpumem_kernel.oom.analyzed import AnalyzedModel
 from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
 from gpumem_kernel.oom.classify import is_oom
 from gpumem_kernel.oom.rerun import failing_cell
@@ -23,7 +24,7 @@ class _HandlerState:
     previous_handler: Any  # the shell's CustomTB before ours (a bound method), or None
     installed_handler: Any = None
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None
-    recommendation: Optional[Callable[[], Optional[int]]] = None
+    analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None  # what the last analysis was for
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None  # the OOM capture's alive_at_oom
     last: Optional[Dict[str, Any]] = None  # the last OOM payload, for the panel
     last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
@@ -41,13 +42,13 @@ def _handle(
         return stb
     try:
         sample = state.probe() if state.probe else None
-        recommendation = state.recommendation() if state.recommendation else None
+        analyzed = state.analyzed() if state.analyzed else None
         bundle = oom_report(
             value,
             shell,
             sample=sample,
             tb=tb,
-            last_recommendation=recommendation,
+            analyzed=analyzed,
             capture=state.capture,
             cell=failing_cell(shell),
         )
@@ -65,11 +66,12 @@ def install_oom_handler(
     shell: Any,
     *,
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
-    recommendation: Optional[Callable[[], Optional[int]]] = None,
+    analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
 ) -> str:
     """Show the OOM checklist under the traceback of every out-of-memory error (any family). Returns one line
     saying what was done. A custom handler the user already set keeps running first for its exceptions.
+    `analyzed()`: what the last `%gpumem analyze` was for (its batch is offered for that model only).
     `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None."""
     if getattr(shell, _STATE, None) is not None:
         return "the OOM checklist is already installed"
@@ -78,7 +80,7 @@ def install_oom_handler(
         previous,
         shell.CustomTB if previous else None,
         probe=probe or take_sample,
-        recommendation=recommendation,
+        analyzed=analyzed,
         capture=capture,
     )
 

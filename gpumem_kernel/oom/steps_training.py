@@ -30,7 +30,11 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
-def batch_steps(d: Diagnosis, new_batch: Optional[int], why: str, batch: Optional[int]) -> List[Step]:
+def batch_steps(
+    d: Diagnosis, new_batch: Optional[int], why: str, batch: Optional[int], hint: Optional[str] = None
+) -> List[Step]:
+    """The batch size and the evaluation batch. `hint`: with no analysis for the model that failed, the magic
+    that computes the batch that fits it."""
     if new_batch is None:
         title, detail = "Halve the batch size", "Half of your current batch is a good first try."
     elif batch is not None and batch <= 1:
@@ -44,6 +48,8 @@ def batch_steps(d: Diagnosis, new_batch: Optional[int], why: str, batch: Optiona
                 f" Or step down by a quarter at a time: {batch} → {max(1, batch * 3 // 4)} → {max(1, batch // 2)}."
             )
     detail += " Rebuild the DataLoader with the new batch_size; drop_last=True keeps every batch the same size."
+    if hint is not None and (batch is None or batch > 1):
+        detail += f" {hint}"
     return [Step("batch-size", title, detail, None), _eval_batch_step(d, new_batch, batch)]
 
 

@@ -276,7 +276,9 @@ def test_the_oom_checklist_uses_the_last_recommendation(ip):
         "1.10 GiB is free. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 120.00 MiB is "
         "reserved by PyTorch but unallocated."
     )
-    captured = run(ip, f"batch_size = {recommended * 4}\nraise RuntimeError({oom_text!r})")
+    # the error in a step that runs the analysed model: the analysis is for the model that failed
+    step = f"def train_step(model):\n    raise RuntimeError({oom_text!r})\n"
+    captured = run(ip, f"batch_size = {recommended * 4}\n{step}train_step(wide)")
 
     steps = {s["id"]: s for s in captured.outputs[0].data[OOM_MIME]["steps"]}
     assert steps["batch-size"]["title"] == f"Reduce the batch size to {recommended}"

@@ -28,7 +28,7 @@ class FakeSampler:
 def attached():
     """A loaded Kernel (extension.Kernel) whose sampler is the fake."""
     sampler = FakeSampler()
-    current.set_kernel(SimpleNamespace(prober=None, sampler=sampler, watches=None, recommendation=None))
+    current.set_kernel(SimpleNamespace(prober=None, sampler=sampler, watches=None, analyzed=None))
     yield sampler
     current.set_kernel(None)
 
