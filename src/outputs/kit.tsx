@@ -1,9 +1,11 @@
 /**
- * Pieces shared by the analysis, autobatch and benchmark outputs: the "Copy as YAML" button, badges, cards.
- * Their numbers are formatted by ui/format.ts.
+ * Pieces shared by the analysis, autobatch and benchmark outputs: the "Copy as YAML" button, badges, cards,
+ * the ticks of a batch-size axis. Their numbers are formatted by ui/format.ts.
  */
 import * as React from 'react';
 
+import type { IChartTick } from '../ui/charttypes';
+import { formatCount } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 
 /** Copies text to the system clipboard (the renderer factory may inject JupyterLab's). */
@@ -171,4 +173,60 @@ export function TextList(props: {
       </ul>
     </div>
   );
+}
+
+/** Integer tick steps: batch sizes are whole numbers, so a tick at 2.5 would be labelled "3" off its place. */
+const BATCH_STEPS = [1, 2, 5];
+
+/** The smallest round integer step (1, 2, 5, 10, 20, …) that gives at most `count` steps up to `hi`. */
+function integerStep(hi: number, count: number): number {
+  for (let magnitude = 1; ; magnitude *= 10) {
+    const step = BATCH_STEPS.map(m => m * magnitude).find(s => hi / s <= count);
+    if (step !== undefined) {
+      return step;
+    }
+  }
+}
+
+/**
+ * The x ticks of a batch-size axis between `lo` and `hi`: whole batch sizes at their own positions (round
+ * integer steps from 0 on a linear axis, powers of two from 1 on a log axis), each label once, and every
+ * value of `exact` (the maximum pick) a tick of its own, listed first so that its label is the one kept when
+ * labels would overlap; the regular ticks within half a step of it (or at half a step) go.
+ */
+export function batchSizeTicks(
+  lo: number,
+  hi: number,
+  log: boolean,
+  exact: ReadonlyArray<number> = [],
+  count = 5
+): IChartTick[] {
+  const position = log ? Math.log2 : (v: number): number => v;
+  let values: number[] = [];
+  let halfStep: number;
+  if (log) {
+    const first = Math.max(0, Math.ceil(Math.log2(Math.max(lo, 1))));
+    const last = Math.floor(Math.log2(Math.max(hi, 1)));
+    const stride = Math.max(1, Math.ceil((last - first + 1) / count));
+    for (let e = first; e <= last; e += stride) {
+      values.push(2 ** e);
+    }
+    halfStep = stride / 2;
+  } else {
+    const step = integerStep(hi, count);
+    for (let v = 0; v <= hi; v += step) {
+      values.push(v);
+    }
+    halfStep = step / 2;
+  }
+  const kept = exact.filter(v => Number.isInteger(v) && v >= Math.max(lo, 0) && v <= hi);
+  values = values.filter(v => kept.every(k => v === k || Math.abs(position(v) - position(k)) > halfStep));
+  const ticks = new Map<string, IChartTick>();
+  for (const value of [...kept, ...values]) {
+    const label = formatCount(value);
+    if (!ticks.has(label)) {
+      ticks.set(label, { value, label });
+    }
+  }
+  return [...ticks.values()];
 }

@@ -11,6 +11,7 @@ import { act } from 'react';
 
 import { type IBenchmarkPayload, PICK_KINDS } from '../../wire/analysispayload';
 import { benchmarkChartData, pickRows } from '../benchmark/view';
+import { formatCount, formatMs } from '../../ui/format';
 import { untranslated } from '../../ui/i18n';
 import { BENCHMARK_MIME } from '../renderers';
 import {
@@ -119,6 +120,52 @@ describe('benchmark: a full simulated sweep', () => {
     expect(texts(node, '.jp-GpuMem-benchmarkChart .jp-GpuMem-chartLegendItem')).toContain(
       '0 workers · fp32: samples/s'
     );
+  });
+
+  it('fits its output: the step\'s phases are the columns that give way, and "Step ms" lists them', async () => {
+    const node = await show(p);
+    expect(texts(node, '.jp-GpuMem-benchmarkTable thead th.jp-GpuMem-phaseCell')).toEqual([
+      'I/O wait ms',
+      'H2D ms',
+      'Forward ms',
+      'Backward ms',
+      'Optimizer ms'
+    ]);
+    expect(texts(node, '.jp-GpuMem-benchmarkTable thead th:not(.jp-GpuMem-phaseCell)')).toContain(
+      'Samples/s'
+    );
+    const row = node.querySelector('.jp-GpuMem-benchmarkTable tbody tr') as HTMLElement;
+    expect(row.querySelectorAll('td.jp-GpuMem-phaseCell')).toHaveLength(5);
+    const step = row.querySelectorAll('td')[9];
+    expect(step.textContent).toBe(formatMs(p.rows[0].total_ms));
+    expect(step.getAttribute('title')).toBe(
+      `I/O wait ${formatMs(p.rows[0].io_ms)} · H2D ${formatMs(p.rows[0].h2d_ms)} · forward ${formatMs(
+        p.rows[0].forward_ms
+      )} · backward ${formatMs(p.rows[0].backward_ms)} · optimizer ${formatMs(p.rows[0].optimizer_ms)} ms`
+    );
+  });
+
+  it('keeps the recommended pick off the memory-limit line and names it on the plot', async () => {
+    // The highest throughput recommended: the top of the samples/s axis, where the limit line lay when both
+    // axes had the same headroom.
+    const top = p.picks.highest_throughput;
+    const node = await show(mutate(p, 'picks.recommended', { ...top, kind: 'recommended' }));
+    const svg = node.querySelector('.jp-GpuMem-benchmarkChart svg') as SVGElement;
+    const marker = svg.querySelector('.jp-GpuMem-chartMarker[data-kind="recommended"]') as SVGElement;
+    const limit = svg.querySelector('[data-rule="limit"] line') as SVGElement;
+    const apart = Math.abs(Number(marker.getAttribute('data-y')) - Number(limit.getAttribute('y1')));
+    expect(apart).toBeGreaterThan(12);
+    expect(marker.querySelector('text')?.textContent).toBe('recommended');
+  });
+
+  it('labels batch sizes as whole numbers, each once', async () => {
+    const node = await show(p);
+    const ticks = [...node.querySelectorAll('.jp-GpuMem-benchmarkChart line.jp-GpuMem-chartTick')];
+    const labels = ticks.map(t => t.parentElement?.querySelector('text')?.textContent ?? '').filter(l => l);
+    expect(labels.length).toBeGreaterThanOrEqual(3);
+    expect(labels.every(l => /^[\d,]+$/.test(l))).toBe(true);
+    expect(labels).toEqual([...new Set(labels)]);
+    expect(labels).toContain(formatCount(p.picks.recommended?.batch_size ?? NaN));
   });
 
   it('says simulated, lists the diagnostics and notes', async () => {

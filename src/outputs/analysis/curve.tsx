@@ -5,6 +5,7 @@
 import * as React from 'react';
 
 import { size } from './figures';
+import { batchSizeTicks } from '../kit';
 import type { IAnalysisPayload } from '../../wire/analysispayload';
 import { Chart } from '../../ui/chart';
 import { byteAxis } from '../../ui/chartscales';
@@ -150,7 +151,12 @@ export function CurveChart(props: { payload: IAnalysisPayload; trans: Trans }): 
       ariaLabel={trans.__(
         'Predicted peak memory against batch size, with the device limit and the batch-size picks'
       )}
-      x={{ label: trans.__('batch size'), format: v => formatCount(v), log }}
+      x={{
+        label: trans.__('batch size'),
+        format: v => formatCount(v),
+        log,
+        ticks: (lo, hi) => batchSizeTicks(lo, hi, log, recs.maximum !== null ? [recs.maximum] : [])
+      }}
       left={byteAxis(trans.__('memory'))}
       series={series}
       rules={

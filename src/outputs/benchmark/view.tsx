@@ -8,7 +8,7 @@
  */
 import * as React from 'react';
 
-import { Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
+import { batchSizeTicks, Card, configYaml, type CopyText, CopyYamlButton, RichBadge, TextList } from '../kit';
 import {
   type IBenchmarkPayload,
   type IBenchmarkPick,
@@ -189,6 +189,8 @@ export function benchmarkChartData(payload: IBenchmarkPayload, trans: Trans): IB
       axis: 'left',
       shape: PICK_SHAPES[kind],
       className: `jp-GpuMem-pick-${kind}`,
+      // The pick the YAML copies is named on the plot, so that it reads as a point, not as part of a line.
+      short: kind === 'recommended' ? trans.__('recommended') : undefined,
       label: trans.__(
         '%1: batch %2, %3, %4 samples/s',
         pickTitle(kind, trans),
@@ -218,6 +220,19 @@ export function benchmarkChartData(payload: IBenchmarkPayload, trans: Trans): IB
   return { series, markers, rules };
 }
 
+/**
+ * The memory axis' range, from 0: with a memory limit, 30% above it (or above the largest peak), so that the
+ * limit line sits well below the top of the samples/s axis (8% above its largest value). Both axes share the
+ * plot's height, so with the same headroom the pick of the highest throughput would lie on the limit line.
+ */
+export function memoryDomain(payload: IBenchmarkPayload): readonly [number, number] | undefined {
+  if (payload.limit_bytes === null) {
+    return undefined;
+  }
+  const peaks = payload.rows.map(r => r.peak_bytes ?? 0);
+  return [0, Math.max(payload.limit_bytes, ...peaks) * 1.3];
+}
+
 function BenchmarkChart(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element | null {
   const { payload, trans } = props;
   if (payload.rows.length === 0) {
@@ -226,6 +241,7 @@ function BenchmarkChart(props: { payload: IBenchmarkPayload; trans: Trans }): JS
   const { series, markers, rules } = benchmarkChartData(payload, trans);
   const xs = payload.rows.map(r => r.batch_size);
   const log = Math.max(...xs) / Math.min(...xs) >= 8;
+  const recommended = payload.picks.recommended?.batch_size;
   return (
     <Chart
       className="jp-GpuMem-benchmarkChart"
@@ -233,9 +249,14 @@ function BenchmarkChart(props: { payload: IBenchmarkPayload; trans: Trans }): JS
       ariaLabel={trans.__(
         'Samples per second and peak memory against batch size, one line per workers and AMP combination'
       )}
-      x={{ label: trans.__('batch size'), format: v => formatCount(v), log }}
+      x={{
+        label: trans.__('batch size'),
+        format: v => formatCount(v),
+        log,
+        ticks: (lo, hi) => batchSizeTicks(lo, hi, log, recommended !== undefined ? [recommended] : [])
+      }}
       left={{ label: trans.__('samples/s'), format: v => formatCount(v) }}
-      right={byteAxis(trans.__('peak memory'))}
+      right={{ ...byteAxis(trans.__('peak memory')), domain: memoryDomain(payload) }}
       series={series}
       markers={markers}
       rules={rules}
@@ -309,6 +330,30 @@ function PickCards(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Ele
   );
 }
 
+const PHASE_CELL = 'jp-GpuMem-num jp-GpuMem-phaseCell';
+
+function cellClass(numeric: boolean, phase: boolean): string | undefined {
+  return phase ? PHASE_CELL : numeric ? 'jp-GpuMem-num' : undefined;
+}
+
+/**
+ * The step's phases in one line: the tooltip of "Step ms", what a narrow output shows of them; none for a row
+ * that measured no step (out of memory).
+ */
+export function phasesTitle(row: IBenchmarkRow, trans: Trans): string | undefined {
+  if (row.total_ms === null) {
+    return undefined;
+  }
+  return trans.__(
+    'I/O wait %1 · H2D %2 · forward %3 · backward %4 · optimizer %5 ms',
+    formatMs(row.io_ms),
+    formatMs(row.h2d_ms),
+    formatMs(row.forward_ms),
+    formatMs(row.backward_ms),
+    formatMs(row.optimizer_ms)
+  );
+}
+
 function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.Element {
   const { payload, trans } = props;
   const rowsOfPicks = pickRows(payload);
@@ -316,31 +361,33 @@ function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.
   const energy = measuredEnergy(payload);
   const yes = trans.__('yes');
   const no = trans.__('no');
+  // [label, numeric, one of the step's phases]: the phases give way first where the output is narrow
+  // (style/analysis.css); "Step ms" is their sum and its tooltip lists them.
   const head = [
-    [trans.__('Batch'), true],
-    [trans.__('Workers'), true],
-    [trans.__('AMP'), false],
-    [trans.__('Pin memory'), false],
-    [trans.__('I/O wait ms'), true],
-    [trans.__('H2D ms'), true],
-    [trans.__('Forward ms'), true],
-    [trans.__('Backward ms'), true],
-    [trans.__('Optimizer ms'), true],
-    [trans.__('Step ms'), true],
-    [trans.__('Samples/s'), true],
-    [trans.__('GPU util'), true],
-    [trans.__('Peak memory'), true],
-    ...(energy ? ([[trans.__('Energy/sample'), true]] as const) : []),
-    [trans.__('Status'), false],
-    [trans.__('Pick'), false]
+    [trans.__('Batch'), true, false],
+    [trans.__('Workers'), true, false],
+    [trans.__('AMP'), false, false],
+    [trans.__('Pin memory'), false, false],
+    [trans.__('I/O wait ms'), true, true],
+    [trans.__('H2D ms'), true, true],
+    [trans.__('Forward ms'), true, true],
+    [trans.__('Backward ms'), true, true],
+    [trans.__('Optimizer ms'), true, true],
+    [trans.__('Step ms'), true, false],
+    [trans.__('Samples/s'), true, false],
+    [trans.__('GPU util'), true, false],
+    [trans.__('Peak memory'), true, false],
+    ...(energy ? ([[trans.__('Energy/sample'), true, false]] as const) : []),
+    [trans.__('Status'), false, false],
+    [trans.__('Pick'), false, false]
   ] as const;
   return (
     <table className="jp-GpuMem-richTable jp-GpuMem-benchmarkTable">
       <caption>{trans.__('Summary (times per step, after warm-up)')}</caption>
       <thead>
         <tr>
-          {head.map(([label, numeric]) => (
-            <th key={label} className={numeric ? 'jp-GpuMem-num' : undefined}>
+          {head.map(([label, numeric, phase]) => (
+            <th key={label} className={cellClass(numeric, phase)}>
               {label}
             </th>
           ))}
@@ -365,12 +412,14 @@ function SummaryTable(props: { payload: IBenchmarkPayload; trans: Trans }): JSX.
               <td className="jp-GpuMem-num">{row.num_workers}</td>
               <td>{row.amp ? yes : no}</td>
               <td>{row.pin_memory ? yes : no}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.io_ms)}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.h2d_ms)}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.forward_ms)}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.backward_ms)}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.optimizer_ms)}</td>
-              <td className="jp-GpuMem-num">{formatMs(row.total_ms)}</td>
+              <td className={PHASE_CELL}>{formatMs(row.io_ms)}</td>
+              <td className={PHASE_CELL}>{formatMs(row.h2d_ms)}</td>
+              <td className={PHASE_CELL}>{formatMs(row.forward_ms)}</td>
+              <td className={PHASE_CELL}>{formatMs(row.backward_ms)}</td>
+              <td className={PHASE_CELL}>{formatMs(row.optimizer_ms)}</td>
+              <td className="jp-GpuMem-num" title={phasesTitle(row, trans)}>
+                {formatMs(row.total_ms)}
+              </td>
               <td className="jp-GpuMem-num">
                 {row.samples_per_s === null ? NOT_MEASURED : row.samples_per_s.toFixed(1)}
               </td>
