@@ -1,6 +1,8 @@
 """The tour notebooks in examples/ run headless on a CPU-only machine (nbclient, this venv's Python as the
 kernel, the repository on PYTHONPATH), each in a temporary folder, and show no error. A cell tagged
-`raises-exception` (05's out-of-memory on purpose) must raise an out-of-memory error and show the checklist."""
+`raises-exception` (05's out-of-memory on purpose) must raise an out-of-memory error and show the checklist.
+Each tour's first cell loads the kernel side where nothing loaded it and says nothing where the panel did; 06's
+timeline names the notebook cell that defines the model's forward as "In [N], line L"."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 from gpumem_kernel.oom.bundle import OOM_MIME
+from gpumem_kernel.timeline.payload import TIMELINE_MIME
 from kernel_harness import KernelHarness
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.ipynb"))
@@ -59,3 +62,47 @@ def test_the_notebook_runs_without_an_error(path, tmp_path):
         else:
             assert not errors, (path.name, index, errors)
             assert "Error" not in stderr and "Traceback" not in stderr, (path.name, index, stderr)
+    if path.stem == "06-timeline":
+        _the_timeline_names_the_models_cell(book)
+
+
+def _the_timeline_names_the_models_cell(book) -> None:
+    """The rows of 06's timeline that the model's forward allocated say "In [N], line L" with N the execution count
+    of the cell that defines it, as the user sees it left of that cell."""
+    code = [cell for cell in book.cells if cell.cell_type == "code"]
+    defining = next(cell for cell in code if "def forward" in cell.source)
+    payloads = [o["data"] for cell in code for o in cell.outputs if TIMELINE_MIME in o.get("data", {})]
+    assert len(payloads) == 1, "06 shows one timeline"
+    stacks = payloads[0][TIMELINE_MIME]["stacks"]
+    named = [s["frames"][s["source"]] for s in stacks if s["source"] is not None]
+    assert any(f["cell"] == defining.execution_count and f["name"] == "forward" for f in named), named
+    assert f"In [{defining.execution_count}], line " in payloads[0]["text/plain"]
+
+
+LOAD_CELL = "\n".join(
+    nbformat.read(EXAMPLES[0], as_version=4).cells[1].source.splitlines()[:4]
+)  # 01's first code cell begins with the lines that load the kernel side
+
+
+def test_every_tour_loads_the_kernel_side_the_same_way():
+    for path in EXAMPLES:
+        first = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert first.source.startswith(LOAD_CELL), path.name
+
+
+@pytest.mark.parametrize("panel", [True, False], ids=["loaded by the panel", "plain Jupyter"])
+def test_the_first_cell_loads_the_kernel_side_once_and_says_nothing(panel):
+    """In JupyterLab the panel has loaded the kernel side when the first cell runs: `%load_ext` would print "The
+    gpumem_kernel extension is already loaded"; elsewhere nothing has, and the cell must load it."""
+    harness = KernelHarness(python=sys.executable).start()
+    try:
+        if panel:
+            harness.bootstrap()  # what the browser runs when the kernel is ready
+        start = len(harness.messages())
+        assert harness.execute(LOAD_CELL)["status"] == "ok"
+        said = [m.content for m in harness.messages()[start:] if m.msg_type in ("stream", "display_data", "error")]
+        assert said == []
+        assert harness.evaluate("'gpumem_kernel' in get_ipython().extension_manager.loaded") is True
+        assert harness.execute("%gpumem status")["status"] == "ok"  # the magics are there
+    finally:
+        harness.stop()
