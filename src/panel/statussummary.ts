@@ -2,7 +2,8 @@
  * What the status-bar item says, computed from the model (kept apart from the widget so it is unit-tested).
  *
  * The status bar has room for one number: the memory in use on the device this kernel uses most (cuda:0
- * when it uses none yet), coloured by the warning and critical thresholds.
+ * when it uses none yet), coloured by the warning and critical thresholds. Without a GPU the number is the
+ * kernel's resident memory against what bounds it: the container's memory limit, or the machine's memory.
  */
 import { formatBytes, formatBytesPair, formatPercent, percentOf } from '../ui/format';
 import type { Trans } from '../ui/i18n';
@@ -10,6 +11,7 @@ import { kernelTotal, primaryDevice } from '../channel/sample';
 import { type UsageLevel, usageLevel } from '../settings';
 import { describeState } from '../channel/state';
 import type { IGpuMemModel } from '../tokens';
+import type { IHostMemory } from '../wire/protocol';
 
 export interface IStatusSummary {
   /** False when there is nothing to say (no notebook/console, or the setting hides the item). */
@@ -39,14 +41,30 @@ export function statusSummary(model: IGpuMemModel, trans: Trans): IStatusSummary
   }
   const device = sample.gpu.available ? primaryDevice(sample) : null;
   if (device === null) {
-    return {
-      visible: !hidden,
-      text: trans.__('GPU: none'),
-      title: `${trans.__(
+    const ram = hostRam(sample.host);
+    const unit = settings.units;
+    const lines = [
+      trans.__(
         'No NVIDIA GPU visible to this kernel: %1',
         sample.gpu.reason ?? trans.__('NVML lists no device')
-      )}\n${open}`,
-      level: 'ok',
+      ),
+      ram.bound === 'container'
+        ? trans.__(
+            "Kernel RSS %1 of the container's %2 memory limit",
+            formatBytes(ram.rss, unit),
+            formatBytes(ram.of, unit)
+          )
+        : trans.__("Kernel RSS %1 of the machine's %2", formatBytes(ram.rss, unit), formatBytes(ram.of, unit))
+    ];
+    if (state.name !== 'live') {
+      lines.push(describeState(state, trans).text);
+    }
+    lines.push(open);
+    return {
+      visible: !hidden,
+      text: trans.__('GPU: none · RAM %1', formatBytesPair(ram.rss, ram.of, unit, 'short')),
+      title: lines.join('\n'),
+      level: usageLevel(percentOf(ram.rss, ram.of), settings),
       stale: state.name !== 'live'
     };
   }
@@ -72,4 +90,19 @@ export function statusSummary(model: IGpuMemModel, trans: Trans): IStatusSummary
     level: usageLevel(percentOf(device.used, device.total), settings),
     stale: state.name !== 'live'
   };
+}
+
+/** The kernel's resident memory and what bounds it: the container's limit, or the machine's memory. */
+export interface IHostRam {
+  readonly rss: number;
+  readonly of: number;
+  readonly bound: 'container' | 'machine';
+}
+
+/** A container limit above the machine's memory does not bind: the machine's memory bounds the kernel then. */
+export function hostRam(host: IHostMemory): IHostRam {
+  const limit = host.container_limit;
+  return limit !== null && limit > 0 && (host.total <= 0 || limit < host.total)
+    ? { rss: host.rss, of: limit, bound: 'container' }
+    : { rss: host.rss, of: host.total, bound: 'machine' };
 }

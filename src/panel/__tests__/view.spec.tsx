@@ -422,7 +422,9 @@ describe('statusSummary', () => {
   });
 
   it('says "GPU: none" without a GPU and hides without a kernel', () => {
-    expect(statusSummary(stubModel({ latest: fx.noGpuSample() }), untranslated).text).toBe('GPU: none');
+    expect(statusSummary(stubModel({ latest: fx.noGpuSample() }), untranslated).text).toMatch(
+      /^GPU: none · /
+    );
     expect(statusSummary(stubModel({ state: 'no-kernel', latest: null }), untranslated).visible).toBe(false);
     expect(statusSummary(stubModel({ settings: { showStatusBar: false } }), untranslated).visible).toBe(
       false
@@ -430,6 +432,22 @@ describe('statusSummary', () => {
     expect(statusSummary(stubModel({ state: 'not-installed', latest: null }), untranslated).text).toBe(
       'GPU: –'
     );
+  });
+
+  it("without a GPU shows the kernel's RAM against the container's limit, else the machine's memory", () => {
+    const s = fx.noGpuSample();
+    s.host = { ...s.host, rss: 1.2 * fx.GIB, total: 16 * fx.GIB, container_limit: 8 * fx.GIB };
+    const inContainer = statusSummary(stubModel({ latest: s }), untranslated);
+    expect(inContainer.text).toBe('GPU: none · RAM 1.2 / 8.0 GiB');
+    expect(inContainer.title).toContain("Kernel RSS 1.20 GiB of the container's 8.00 GiB memory limit");
+    expect(inContainer.title).toContain('NVIDIA driver library (libnvidia-ml.so.1) not found');
+    expect(inContainer.level).toBe('ok');
+    s.host = { ...s.host, container_limit: null };
+    expect(statusSummary(stubModel({ latest: s }), untranslated).text).toBe('GPU: none · RAM 1.2 / 16.0 GiB');
+    s.host = { ...s.host, container_limit: 64 * fx.GIB }; // a limit above the machine's memory does not bind
+    expect(statusSummary(stubModel({ latest: s }), untranslated).text).toBe('GPU: none · RAM 1.2 / 16.0 GiB');
+    s.host = { ...s.host, rss: 15.5 * fx.GIB };
+    expect(statusSummary(stubModel({ latest: s }), untranslated).level).toBe('critical');
   });
 
   it('uses the chosen unit', () => {
