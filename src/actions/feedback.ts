@@ -4,10 +4,11 @@
  * where the user clicked — the inline checklist under a traceback is often far from the panel's report.
  *
  * Only the clear or restart that this very step started (its origin, `stepOrigin(key, stepId)`) shows here,
- * so the same step of another error, or the panel's own buttons, never borrow it.
+ * so the same step of another error, or the panel's own buttons, never borrow it. A clear started elsewhere (the
+ * panel's button, `%gpumem clear` in a cell) that ticked the step says so, with what it freed.
  */
-import { clearHeadline } from './clear/text';
-import type { SizeUnit } from '../ui/format';
+import { clearFreedText, clearHeadline } from './clear/text';
+import { formatTimeOfDay, type SizeUnit } from '../ui/format';
 import type { Trans } from '../ui/i18n';
 import { restartHeadline, restartPhaseText } from './restart/report';
 import { stepOrigin } from './ticks';
@@ -17,13 +18,17 @@ import type { IStepFeedback } from '../types';
 // Declared with the public interfaces' types (tokens.ts's IInlineHost returns it).
 export type { IStepFeedback } from '../types';
 
-/** The feedback of step `stepId` of occurrence `key`, or null when that step started nothing (shown). */
+/**
+ * The feedback of step `stepId` of occurrence `key`, or null when that step started nothing (shown) and no
+ * clear ticked it. `gpu`: false when the kernel sees no GPU (a restart then waits for no driver).
+ */
 export function stepFeedback(
   actions: ISessionActions,
   key: string,
   stepId: string,
   unit: SizeUnit,
-  trans: Trans
+  trans: Trans,
+  gpu = true
 ): IStepFeedback | null {
   const origin = stepOrigin(key, stepId);
   const clear = actions.clearRun;
@@ -64,8 +69,19 @@ export function stepFeedback(
           ? null
           : { phase: 'done', text: restartHeadline(restart.report, unit, trans) };
       default:
-        return { phase: 'running', text: restartPhaseText(restart.phase, trans) };
+        return { phase: 'running', text: restartPhaseText(restart.phase, trans, gpu) };
     }
+  }
+  const tick = actions.clearTick ?? null;
+  if (tick !== null && tick.key === key && tick.stepId === stepId) {
+    return {
+      phase: 'done',
+      text: trans.__(
+        'Done by the clear at %1: %2.',
+        formatTimeOfDay(tick.time / 1000),
+        clearFreedText(tick.report, unit, trans)
+      )
+    };
   }
   return null;
 }

@@ -58,15 +58,20 @@ export class LabActionHost implements IActionHost {
   async confirmRestart(actions: ISessionActions, clearOutputs: boolean): Promise<boolean> {
     const trans = this.trans;
     const name = actions.sessionContext.name || actions.path;
-    const body = clearOutputs
-      ? trans.__(
-          'Restart the kernel of %1 and clear all outputs? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
-          name
-        )
-      : trans.__(
-          'Restart the kernel of %1? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
-          name
-        );
+    // Without a GPU there is no driver to wait for: the restart only restarts.
+    const body = !this.seesGpu(actions)
+      ? clearOutputs
+        ? trans.__('Restart the kernel of %1 and clear all outputs? All variables will be lost.', name)
+        : trans.__('Restart the kernel of %1? All variables will be lost.', name)
+      : clearOutputs
+        ? trans.__(
+            'Restart the kernel of %1 and clear all outputs? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
+            name
+          )
+        : trans.__(
+            'Restart the kernel of %1? All variables will be lost. The panel then waits until the GPU driver releases the old kernel and reports what was freed.',
+            name
+          );
     const result = await showDialog({
       title: trans.__('Restart and free GPU memory?'),
       body,
@@ -76,6 +81,15 @@ export class LabActionHost implements IActionHost {
       ]
     });
     return result.button.accept;
+  }
+
+  /**
+   * False when the panel's latest sample of this session's kernel says it sees no GPU; true when it sees one
+   * or nothing is known (another notebook than the panel's: reading its kernel would start a bridge to it).
+   */
+  seesGpu(actions: ISessionActions): boolean {
+    const gpu = actions.sessionContext === this._model.sessionContext ? this._model.latest?.gpu : undefined;
+    return gpu === undefined || (gpu.available && gpu.devices.length > 0);
   }
 
   notifyOom(actions: ISessionActions, error: IOomError): void {
@@ -232,7 +246,7 @@ export class LabActionHost implements IActionHost {
         const actions = actionsOf(node);
         return actions === null
           ? null
-          : stepFeedback(actions, key, stepId, this._model.settings.units, this.trans);
+          : stepFeedback(actions, key, stepId, this._model.settings.units, this.trans, this.seesGpu(actions));
       },
       kernelOf: (node): IKernelIdentity | null => {
         // Known for the notebook the panel follows (reading another's would start a bridge to its kernel).

@@ -3,6 +3,9 @@
  * notification, waits for the failing cell's end (ipykernel aborts requests queued behind it), then asks the
  * kernel for the checklist (or has it parse the error's text); "show the last OOM" loads it on demand; the
  * server's checklist of an OOM-killer death replaces it. A newer OOM or request wins over a late answer.
+ *
+ * The error's cell is remembered (see oom/cellruns.ts): when a later run of that cell ends without error, the
+ * checklist is marked resolved — the user fixed it, whatever they tried.
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel } from '@jupyterlab/services';
@@ -17,10 +20,11 @@ import {
   oomFromTextCall,
   oomPayloadOf
 } from '../channel/frontend';
+import { CellRuns, type ICellRun, sameCell } from './oom/cellruns';
 import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/detect';
 import type { IOomPayload } from '../wire/protocol';
 import { occurrenceKey } from './ticks';
-import type { IOomRun, ISessionActions } from '../tokens';
+import type { IOomResolution, IOomRun, ISessionActions } from '../tokens';
 
 export namespace OomChecklistModel {
   export interface IOptions {
@@ -44,12 +48,25 @@ export namespace OomChecklistModel {
 export class OomChecklistModel {
   constructor(options: OomChecklistModel.IOptions) {
     this._options = options;
+    this._cells = new CellRuns((run, ok) => this._onCellEnd(run, ok));
     options.sessionContext.iopubMessage.connect(this._onIopub, this);
+    options.sessionContext.kernelChanged.connect(this._onKernelChanged, this);
+    this._watchKernel(options.sessionContext.session?.kernel ?? null);
   }
 
   /** The checklist shown, or what keeps it from being shown; null when none. */
   get run(): IOomRun | null {
-    return this._oom;
+    if (this._oom === null || this._resolution === null) {
+      return this._oom;
+    }
+    if (this._resolved?.run !== this._oom || this._resolved.resolution !== this._resolution) {
+      this._resolved = {
+        run: this._oom,
+        resolution: this._resolution,
+        shown: { ...this._oom, resolved: this._resolution }
+      };
+    }
+    return this._resolved.shown;
   }
 
   /** The ticks key of the checklist shown, or null while none is ready. */
@@ -74,6 +91,8 @@ export class OomChecklistModel {
     const seq = ++this._oomSeq;
     const kernelRun = options.kernelRun();
     const error: IOomError = { ename: 'OutOfMemoryError', evalue: '', parentId: null };
+    this._failing = null; // loaded on demand: which cell raised it is not known here
+    this._resolution = null;
     this._setOom({ phase: 'loading', error, payload: null, problem: null, kernelRun });
     const callOptions = { retryDelayMs: options.retryDelayMs };
     const result = oomPayloadOf(await callFrontend(kernel, LAST_OOM_CALL, callOptions));
@@ -90,6 +109,8 @@ export class OomChecklistModel {
   dismiss(): void {
     this._oomSeq++;
     this._stopWaiting?.();
+    this._failing = null;
+    this._resolution = null;
     this._setOom(null);
   }
 
@@ -106,6 +127,8 @@ export class OomChecklistModel {
     this._oomSeq++;
     this._stopWaiting?.();
     const error: IOomError = { ename: 'OOM killer', evalue: payload.summary[0], parentId: null };
+    this._failing = null;
+    this._resolution = null;
     this._setOom({ phase: 'ready', error, payload, problem: null, kernelRun });
   }
 
@@ -116,10 +139,13 @@ export class OomChecklistModel {
     this._isDisposed = true;
     this._oomSeq++;
     this._stopWaiting?.();
+    this._watchKernel(null);
+    this._options.sessionContext.kernelChanged.disconnect(this._onKernelChanged, this);
     Signal.clearData(this);
   }
 
   private _onIopub(_: unknown, msg: IIopubLike): void {
+    this._cells.iopub(msg);
     const error = oomErrorOf(msg);
     if (error === null || this._isDisposed) {
       return;
@@ -132,6 +158,8 @@ export class OomChecklistModel {
     this._stopWaiting?.(); // a newer OOM replaces the one still waiting
     const seq = ++this._oomSeq;
     const kernelRun = options.kernelRun();
+    this._failing = this._cells.run(error.parentId);
+    this._resolution = null;
     this._setOom({ phase: 'waiting', error, payload: null, problem: null, kernelRun });
     options.host.notifyOom(options.actions, error);
     // ipykernel aborts requests queued behind the failing cell: ask only once that cell has ended.
@@ -211,12 +239,55 @@ export class OomChecklistModel {
     }
   }
 
+  /** The kernel JupyterLab talks to changed: its execute requests name their cells. */
+  private _onKernelChanged(): void {
+    this._watchKernel(this._options.sessionContext.session?.kernel ?? null);
+  }
+
+  private _watchKernel(kernel: Kernel.IKernelConnection | null): void {
+    if (this._watched === kernel) {
+      return;
+    }
+    this._watched?.anyMessage.disconnect(this._onAnyMessage, this);
+    this._watched = kernel;
+    kernel?.anyMessage.connect(this._onAnyMessage, this);
+  }
+
+  private _onAnyMessage(_: unknown, args: Kernel.IAnyMessageArgs): void {
+    this._cells.sent(args);
+  }
+
+  /** A run of the user's code ended: a later run of the failing cell without error resolves the checklist. */
+  private _onCellEnd(run: ICellRun, ok: boolean): void {
+    const failing = this._failing;
+    if (
+      !ok ||
+      this._isDisposed ||
+      this._oom === null ||
+      this._resolution !== null ||
+      failing === null ||
+      run.msgId === failing.msgId ||
+      !sameCell(failing, run)
+    ) {
+      return;
+    }
+    this._resolution = { executionCount: run.executionCount, time: Date.now() };
+    this._options.changed();
+  }
+
   private _setOom(run: IOomRun | null): void {
     this._oom = run;
     this._options.changed();
   }
 
   private readonly _options: OomChecklistModel.IOptions;
+  private readonly _cells: CellRuns;
+  private _watched: Kernel.IKernelConnection | null = null;
+  /** The run that raised the OOM shown (null: not known, e.g. loaded on demand). */
+  private _failing: ICellRun | null = null;
+  private _resolution: IOomResolution | null = null;
+  /** The run shown with its resolution (one object while neither changes). */
+  private _resolved: { run: IOomRun; resolution: IOomResolution; shown: IOomRun } | null = null;
   private _oom: IOomRun | null = null;
   private _oomSeq = 0;
   /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */

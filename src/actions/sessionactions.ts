@@ -10,6 +10,9 @@
  * This file holds clear, restart and free, the leftover children and the checklist's steps; the OOM checklist
  * itself is in oomchecklist.ts, the counting of kernel runs (and the server's word on a death) in
  * kernelruns.ts, and the host interface in actionhost.ts.
+ *
+ * A clear ticks the checklist's "Clear GPU memory" step of the OOM shown, with what it freed, whoever started
+ * it: the panel's button, the step's own button, or `%gpumem clear` in a cell (its report seen on IOPub).
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel } from '@jupyterlab/services';
@@ -18,15 +21,26 @@ import { type ISignal, Signal } from '@lumino/signaling';
 
 import type { IActionHost } from './actionhost';
 import { callFrontend, CLEAR_CALL, clearReportOf, type IExecutingKernel } from '../channel/frontend';
+import type { IIopubLike } from './oom/detect';
 import { KernelRuns } from './kernelruns';
 import { OomChecklistModel } from './oomchecklist';
-import type { IChildProcess, IHello, IOomStep, ISample } from '../wire/protocol';
+import {
+  CLEAR_MIME,
+  type IChildProcess,
+  type IClearPayload,
+  type IHello,
+  type IOomStep,
+  isClearPayload,
+  type ISample
+} from '../wire/protocol';
 import { type ILeftover, type IRestartReport, recordBefore, restartAndFree } from './restart/restart';
 import { stepOrigin } from './ticks';
 import type {
+  ActionCard,
   ActionOrigin,
   IBridgeView,
   IClearRun,
+  IClearTick,
   IOomRun,
   IRestartRun,
   ISessionActions,
@@ -103,7 +117,10 @@ export class SessionActions implements ISessionActions, IDisposable {
       kernelRun: () => this._runs.current,
       followUpTimeoutMs: options.followUpTimeoutMs ?? 120000,
       retryDelayMs: this._retryDelayMs,
-      changed: () => this._changed.emit()
+      changed: () => {
+        this._noteOom();
+        this._changed.emit();
+      }
     });
     this._runs = new KernelRuns({
       sessionContext: this.sessionContext,
@@ -118,6 +135,7 @@ export class SessionActions implements ISessionActions, IDisposable {
       }
     });
     this._ticks.changed.connect(this._onTicks, this);
+    this.sessionContext.iopubMessage.connect(this._onIopub, this);
   }
 
   readonly sessionContext: ISessionContext;
@@ -158,6 +176,28 @@ export class SessionActions implements ISessionActions, IDisposable {
 
   get oomRun(): IOomRun | null {
     return this._oom.run;
+  }
+
+  /**
+   * The last clear that ticked the clear step of the checklist shown, in this kernel run (null: none; a clear
+   * of an earlier run freed memory of a process that is gone).
+   */
+  get clearTick(): IClearTick | null {
+    const tick = this._clearTick;
+    return tick !== null && tick.tick.key === this.oomKey && tick.kernelRun === this._runs.current
+      ? tick.tick
+      : null;
+  }
+
+  /** The cards there are (OOM checklist, clear report, restart report), newest first. */
+  get cards(): ReadonlyArray<ActionCard> {
+    const shown = this._order.filter(card =>
+      card === 'oom' ? this.oomRun !== null : card === 'clear' ? this._clear !== null : this._restart !== null
+    );
+    if (shown.length !== this._cards.length || shown.some((card, i) => card !== this._cards[i])) {
+      this._cards = shown;
+    }
+    return this._cards;
   }
 
   /** True while a clear or a restart is under way (their buttons are disabled). */
@@ -215,6 +255,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     this._isDisposed = true;
     this._oom.dispose();
     this._ticks.changed.disconnect(this._onTicks, this);
+    this.sessionContext.iopubMessage.disconnect(this._onIopub, this);
     this._runs.dispose();
     Signal.clearData(this);
   }
@@ -240,11 +281,15 @@ export class SessionActions implements ISessionActions, IDisposable {
       });
       return false;
     }
+    this._toFront('clear');
     this._setClear({ phase: 'running', report: null, error: null, origin, kernelRun });
     const options = { retryDelayMs: this._retryDelayMs };
     const result = clearReportOf(await callFrontend(kernel, CLEAR_CALL, options));
     if (this._isDisposed) {
       return false;
+    }
+    if (result.ok) {
+      this._tickClear(result.value);
     }
     // Tagged with the run it started in: a kernel that died meanwhile makes it history.
     this._setClear(
@@ -272,6 +317,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     const previous = this._restart;
     // While it runs, it belongs to the run it restarts; once done, to the new run it reports on.
     const base = { clearOutputs: clear, note, origin };
+    this._toFront('restart');
     this._setRestart({
       ...base,
       phase: 'confirming',
@@ -480,6 +526,54 @@ export class SessionActions implements ISessionActions, IDisposable {
     return recordBefore(hello, sample, children);
   }
 
+  /** `%gpumem clear` run in a cell: its report ticks the checklist's clear step like the panel's clear. */
+  private _onIopub(_: unknown, msg: IIopubLike): void {
+    if (msg.header.msg_type !== 'display_data' && msg.header.msg_type !== 'execute_result') {
+      return;
+    }
+    const data = (msg.content as { data?: unknown } | null)?.data;
+    const report =
+      typeof data === 'object' && data !== null ? (data as Record<string, unknown>)[CLEAR_MIME] : null;
+    if (isClearPayload(report)) {
+      this._tickClear(report);
+    }
+  }
+
+  /**
+   * A clear came back: tick the "Clear GPU memory" step of the checklist shown when it is of the current kernel
+   * run (a checklist of an earlier run describes memory that is already gone), with what it freed.
+   */
+  private _tickClear(report: IClearPayload): void {
+    const run = this._oom.run;
+    const key = this.oomKey;
+    const step = run?.payload?.steps.find(s => s.action === 'clear') ?? null;
+    if (
+      report.dry_run ||
+      run === null ||
+      key === null ||
+      step === null ||
+      run.kernelRun !== this._runs.current
+    ) {
+      return;
+    }
+    this._clearTick = { tick: { key, stepId: step.id, report, time: Date.now() }, kernelRun: run.kernelRun };
+    this._ticks.set(key, step.id, true);
+    this._changed.emit();
+  }
+
+  /** A new OOM (a new error object: each OOM, load or kill makes one) puts its card in front. */
+  private _noteOom(): void {
+    const error = this._oom.run?.error ?? null;
+    if (error !== null && error !== this._oomError) {
+      this._toFront('oom');
+    }
+    this._oomError = error;
+  }
+
+  private _toFront(card: ActionCard): void {
+    this._order = [card, ...this._order.filter(c => c !== card)];
+  }
+
   private _onTicks(_: ITickStore, key: string): void {
     if (key === this.oomKey) {
       this._changed.emit();
@@ -503,6 +597,11 @@ export class SessionActions implements ISessionActions, IDisposable {
   private readonly _oom: OomChecklistModel;
   private readonly _runs: KernelRuns;
   private _clear: IClearRun | null = null;
+  private _clearTick: { tick: IClearTick; kernelRun: number } | null = null;
+  /** The cards newest first, shown or not; `cards` keeps those shown (one array while it does not change). */
+  private _order: ActionCard[] = [];
+  private _cards: ReadonlyArray<ActionCard> = [];
+  private _oomError: IOomRun['error'] | null = null;
   private _restart: IRestartRun | null = null;
   private _children: { pid: number; count: number; list: ReadonlyArray<IChildProcess> } | null = null;
   private _isDisposed = false;

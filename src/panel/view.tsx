@@ -2,9 +2,12 @@
  * The whole GPU Memory panel as one React component of the model (the ReactWidget in panel.tsx re-renders it
  * on every model change, i.e. once per sample).
  *
- * Top to bottom: header (kernel, state, time of the sample), the blank-state message when not live, the
- * devices, memory that keeps growing, the timeline, host memory, then versions and the kernel side's recent
- * problems. Everything from the kernel is rendered as React text (escaped), never as HTML.
+ * Top to bottom: header (kernel, state, time of the sample), the action buttons, the blank-state message when
+ * not live, the live figures (the devices, memory that keeps growing, host memory), then the action cards
+ * (clear, restart, OOM checklist: the newest open, older ones folded), other kernels holding GPU memory, the
+ * sample chart, versions and the kernel side's recent problems. The live figures come before the cards so that a
+ * few reports never push the device bar and its numbers out of view. Everything from the kernel is rendered
+ * as React text (escaped), never as HTML.
  */
 import * as React from 'react';
 
@@ -14,7 +17,7 @@ import { deviceKey, primaryDevice } from '../channel/sample';
 import type { ISample } from '../wire/protocol';
 import { describeKernelEnd, type IBridgeState, type StateName } from '../channel/state';
 import type { IGpuMemActions, IGpuMemModel, IOomOutputs } from '../tokens';
-import { ActionsSection } from '../actions/view';
+import { ActionBar, ActionCards, type IActionsSectionProps } from '../actions/view';
 import { DeviceSection, type IKernelShutdown, type IProcessEnd } from './device';
 import { GrowthSection } from './growth';
 import { HeldBy } from './heldby';
@@ -151,6 +154,21 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
     }
   };
   const idle = props.idle ?? null;
+  const gpuSeen = sample === null || (sample.gpu.available && sample.gpu.devices.length > 0);
+  const actionProps: IActionsSectionProps | null =
+    manager !== null && current !== null && model.kernelStatus !== null
+      ? {
+          actions: current,
+          manager,
+          unit: settings.units,
+          trans,
+          onCopy: props.onCopy,
+          oomOutputs: props.oomOutputs ?? null,
+          gpu: gpuSeen,
+          holdsGpu: sample?.gpu.devices.some(d => (d.this_kernel ?? 0) > 0) ?? false
+        }
+      : null;
+  const dataClass = state.name === 'live' ? 'jp-GpuMem-data' : 'jp-GpuMem-data jp-mod-stale';
   // After a shut-down the list is read again at once, so that the kernel leaves it.
   const shutDownIdle: IKernelShutdown | null =
     manager === null || idle === null
@@ -185,16 +203,7 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           {kernelEnd}
         </p>
       )}
-      {manager !== null && current !== null && model.kernelStatus !== null && (
-        <ActionsSection
-          actions={current}
-          manager={manager}
-          unit={settings.units}
-          trans={trans}
-          onCopy={props.onCopy}
-          oomOutputs={props.oomOutputs ?? null}
-        />
-      )}
+      {actionProps !== null && <ActionBar {...actionProps} />}
       {state.name !== 'live' && (
         <StateMessage
           state={state}
@@ -204,17 +213,8 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           onLoadNow={() => model.loadNow()}
         />
       )}
-      {idle !== null && (
-        <IdleHoldersSection
-          kernels={idle.kernels}
-          idleMinutes={settings.idleMinutes}
-          unit={settings.units}
-          trans={trans}
-          shutDown={shutDownIdle}
-        />
-      )}
       {sample !== null && (
-        <div className={state.name === 'live' ? 'jp-GpuMem-data' : 'jp-GpuMem-data jp-mod-stale'}>
+        <div className={`${dataClass} jp-GpuMem-live`}>
           {(!sample.gpu.available || sample.gpu.devices.length === 0) && (
             <div className="jp-GpuMem-nogpu">
               {trans.__(
@@ -240,6 +240,21 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
           {model.growth !== undefined && (
             <GrowthSection growth={model.growth} unit={settings.units} trans={trans} />
           )}
+          <HostSection host={sample.host} settings={settings} trans={trans} />
+        </div>
+      )}
+      {actionProps !== null && <ActionCards {...actionProps} />}
+      {idle !== null && (
+        <IdleHoldersSection
+          kernels={idle.kernels}
+          idleMinutes={settings.idleMinutes}
+          unit={settings.units}
+          trans={trans}
+          shutDown={shutDownIdle}
+        />
+      )}
+      {sample !== null && (
+        <div className={dataClass}>
           {primary !== null && (
             <SampleChart
               samples={model.history}
@@ -253,7 +268,6 @@ export function GpuMemView(props: IGpuMemViewProps): JSX.Element {
               }
             />
           )}
-          <HostSection host={sample.host} settings={settings} trans={trans} />
           <Versions sample={sample} model={model} trans={trans} />
           <Problems model={model} trans={trans} />
         </div>

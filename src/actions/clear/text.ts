@@ -61,3 +61,40 @@ export function clearHeadline(report: IClearPayload, unit: SizeUnit, trans: Tran
     ? trans.__('Freed %1 of GPU memory.', formatBytes(freed, unit))
     : trans.__('Cleared, but no GPU memory was freed: variables still hold it.');
 }
+
+/**
+ * What a clear freed: on a GPU, the bytes the driver took back (`reclaimed`); without one (or where the driver
+ * did not say), the bytes of what it dropped — the traceback's tensors, cached outputs and deleted variables,
+ * each counted by what only it kept alive. Null for a dry run, which frees nothing.
+ */
+export function clearFreed(report: IClearPayload): { bytes: number; gpu: boolean } | null {
+  if (report.dry_run) {
+    return null;
+  }
+  const reclaimed = report.devices
+    .map(d => report.reclaimed[d.device])
+    .filter((bytes): bytes is number => typeof bytes === 'number');
+  if (reclaimed.length > 0) {
+    return { bytes: reclaimed.reduce((sum, bytes) => sum + bytes, 0), gpu: true };
+  }
+  const dropped = [
+    ...(report.traceback_freed !== null ? [report.traceback_freed] : []),
+    ...report.output_cache,
+    ...report.deleted
+  ];
+  return { bytes: dropped.reduce((sum, holder) => sum + holder.bytes, 0), gpu: false };
+}
+
+/** "freed 128 MiB" / "freed 1.20 GiB of GPU memory" / "nothing was freed", for the step a clear ticked. */
+export function clearFreedText(report: IClearPayload, unit: SizeUnit, trans: Trans): string {
+  const freed = clearFreed(report);
+  if (freed === null) {
+    return trans.__('a dry run: nothing was changed');
+  }
+  if (freed.bytes <= 0) {
+    return trans.__('nothing was freed');
+  }
+  return freed.gpu
+    ? trans.__('freed %1 of GPU memory', formatBytes(freed.bytes, unit))
+    : trans.__('freed %1', formatBytes(freed.bytes, 'auto'));
+}

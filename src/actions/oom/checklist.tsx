@@ -19,7 +19,14 @@ import { CopyButton } from '../../ui/copybutton';
 import type { IStepFeedback } from '../feedback';
 import type { TimelineExportFormat } from '../../tokens';
 import type { Trans } from '../../ui/i18n';
-import { diagnosisLines, familyLabel, splitSteps, stepActionLabel, stepsHeading } from './text';
+import {
+  diagnosisLines,
+  familyLabel,
+  splitSteps,
+  stepActionLabel,
+  stepsHeading,
+  withoutFamily
+} from './text';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
 
 export interface IOomChecklistProps {
@@ -44,6 +51,11 @@ export interface IOomChecklistProps {
   readonly brief?: number;
   /** Opens the full checklist (brief only). */
   readonly onOpenFull?: () => void;
+  /**
+   * The card around it names the family already (the panel's heading): no family line, and the summary's first
+   * line without it, so "CUDA out of memory" is said once.
+   */
+  readonly headed?: boolean;
   /** Downloads the full timeline of "What was alive" (the OOM capture); absent: no download buttons. */
   readonly onExportTimeline?: (id: string, format: TimelineExportFormat) => Promise<unknown>;
 }
@@ -140,10 +152,10 @@ export function OomChecklistView(props: IOomChecklistProps): JSX.Element {
       tabIndex={-1}
     >
       <div className="jp-GpuMem-oomSummary">
-        <p className="jp-GpuMem-oomFamily">{familyLabel(payload, trans)}</p>
+        {props.headed !== true && <p className="jp-GpuMem-oomFamily">{familyLabel(payload, trans)}</p>}
         {payload.summary.map((line, i) => (
           <p key={i} className={i === 0 ? 'jp-GpuMem-oomHeadline' : undefined}>
-            {line}
+            {i === 0 && props.headed === true ? withoutFamily(line, payload.info.backend) : line}
           </p>
         ))}
       </div>

@@ -108,6 +108,20 @@ export function familyLabel(payload: IOomPayload, trans: Trans): string {
 }
 
 /**
+ * The summary's first line without the family the card's heading already names: "CUDA out of memory on GPU
+ * 0: tried to allocate 2.00 GiB" → "On GPU 0: tried to allocate 2.00 GiB" (under a heading "CUDA out of
+ * memory (PyTorch's allocator)"). A line that does not start with it is kept as it is.
+ */
+export function withoutFamily(line: string, backend: string | null): string {
+  const prefix = `${backend ?? 'CUDA'} out of memory`;
+  if (!line.toLowerCase().startsWith(prefix.toLowerCase())) {
+    return line;
+  }
+  const rest = line.slice(prefix.length).replace(/^[\s:;,.]+/, '');
+  return rest === '' ? line : rest.charAt(0).toUpperCase() + rest.slice(1);
+}
+
+/**
  * A short title for the family: the panel card's heading and the notification ("… in train.ipynb"). CUDA's
  * caching allocator and driver (and an unknown family: an error the browser saw before the checklist came)
  * keep "CUDA out of memory".

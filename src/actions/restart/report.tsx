@@ -12,8 +12,8 @@ import type { Trans } from '../../ui/i18n';
 import type { IRestartReport, RestartPhase } from './restart';
 import type { IRestartRun } from '../../tokens';
 
-/** The progress line of a running restart. */
-export function restartPhaseText(phase: RestartPhase, trans: Trans): string {
+/** The progress line of a running restart; `gpu` false: the kernel sees no GPU, so no driver is waited for. */
+export function restartPhaseText(phase: RestartPhase, trans: Trans, gpu = true): string {
   switch (phase) {
     case 'confirming':
       return trans.__('Waiting for confirmation…');
@@ -22,7 +22,9 @@ export function restartPhaseText(phase: RestartPhase, trans: Trans): string {
     case 'restarting':
       return trans.__('Restarting the kernel…');
     case 'waiting':
-      return trans.__('Waiting for the GPU driver to release the old kernel…');
+      return gpu
+        ? trans.__('Waiting for the GPU driver to release the old kernel…')
+        : trans.__('Waiting for the new kernel…');
     case 'checking':
       return trans.__('Checking the old kernel’s child processes…');
     case 'done':
@@ -56,6 +58,8 @@ export interface IRestartReportProps {
   readonly run: IRestartRun;
   readonly unit: SizeUnit;
   readonly trans: Trans;
+  /** False when the panel's state says no GPU (its progress names no GPU driver); default true. */
+  readonly gpu?: boolean;
   readonly onEnd: (pid: number) => void;
 }
 
@@ -187,7 +191,7 @@ export function RestartReport(props: IRestartReportProps): JSX.Element {
       ) : run.report !== null ? (
         <Report run={run} report={run.report} unit={unit} trans={trans} onEnd={props.onEnd} />
       ) : (
-        <p className="jp-GpuMem-restartProgress">{restartPhaseText(run.phase, trans)}</p>
+        <p className="jp-GpuMem-restartProgress">{restartPhaseText(run.phase, trans, props.gpu ?? true)}</p>
       )}
     </div>
   );

@@ -464,7 +464,11 @@ describe('ActionsSection', () => {
       />
     );
     const oom = node.querySelector('.jp-GpuMem-oom[data-phase="ready"]');
-    expect(oom?.querySelector('h3')?.textContent).toBe('CUDA out of memory');
+    // The family is said once: the heading names it, the summary's first line goes on from it.
+    expect(oom?.querySelector('h3')?.textContent).toBe("CUDA out of memory (PyTorch's allocator)");
+    expect(oom?.querySelector('.jp-GpuMem-oomFamily')).toBeNull();
+    expect(oom?.querySelector('.jp-GpuMem-oomHeadline')?.textContent).toMatch(/^On GPU 0: tried to allocate/);
+    expect(oom?.textContent?.match(/out of memory/gi)).toHaveLength(1);
     act(() => button(oom!, 'Copy as Markdown').click());
     expect(copied[0]).toContain('1. [x] **Clear GPU memory**');
     act(() => button(oom!, 'Insert cell below').click());
