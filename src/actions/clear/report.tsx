@@ -12,7 +12,11 @@ import type { Trans } from '../../ui/i18n';
 import type { IClearDevice, IClearHolder, IClearPayload } from '../../wire/protocol';
 import { cudaBytes, describeHolder, noGpuReason } from './text';
 
+/** "4.00 GiB → 1.00 GiB"; with one side not measured (a dry run has no after), the measured one alone. */
 function change(before: number | null, after: number | null, unit: SizeUnit): string {
+  if (before === null || after === null) {
+    return formatBytes(before ?? after, unit);
+  }
   return `${formatBytes(before, unit)} → ${formatBytes(after, unit)}`;
 }
 

@@ -208,6 +208,13 @@ describe('ClearReport', () => {
     );
   });
 
+  it("says the kernel's RSS once when only one side of the clear measured it, with no arrow to n/a", () => {
+    const report = clearGpu();
+    report.host_rss_after = null;
+    const node = render(<ClearReport report={report} unit="GiB" trans={untranslated} />);
+    expect(node.querySelector('.jp-GpuMem-clearHost')?.textContent).toBe('Kernel RSS 3.00 GiB');
+  });
+
   it('renders hostile names as text', () => {
     const report = clearGpu();
     report.holders[0].name = HOSTILE;
