@@ -453,25 +453,47 @@ def _empty_cuda_cache(notes: List[str]) -> bool:
 # --- rendering -------------------------------------------------------------------------------------
 
 
-def _what(h: Holder) -> str:
-    if h.shape is not None:
-        return f"{h.dtype} {list(h.shape)}"
-    return f"{h.type_name}, {h.tensors} tensor{'s' if h.tensors != 1 else ''}"
+def _on_cuda(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def _on_host(device: str) -> bool:
+    return not device.startswith("cuda")
+
+
+def _graph(h: Holder, device_filter: Callable[[str], bool] = lambda d: True) -> int:
+    return sum(n for d, n in h.graph_by_device.items() if device_filter(d))
+
+
+def _what(h: Holder, device_filter: Callable[[str], bool] = lambda d: True) -> str:
+    what = f"{h.dtype} {list(h.shape)}" if h.shape is not None else f"{h.type_name}, {plural(h.tensors, 'tensor')}"
+    graph = _graph(h, device_filter)
+    if graph:  # memory `del` frees that no byte count of the variable itself shows
+        what += f"; keeps {human(graph)} alive through autograd graphs — store `loss.item()` or `t.detach()`"
+    return what
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _holds(h: Holder, device_filter: Callable[[str], bool]) -> bool:
+    return any(device_filter(d) for d in (*h.by_device, *h.graph_by_device))
 
 
 def _holder_line(h: Holder, device_filter: Callable[[str], bool]) -> str:
     size = sum(n for d, n in h.by_device.items() if device_filter(d))
-    devices = ", ".join(d for d in h.by_device if device_filter(d))
-    what = _what(h)
+    devices = ", ".join(dict.fromkeys(d for d in (*h.by_device, *h.graph_by_device) if device_filter(d)))
+    what = _what(h, device_filter)
     return f"{h.name:<24} {human(size):>12}  {devices}  ({what})"
 
 
 def _holder_groups(report: ClearReport) -> List[Tuple[str, List[str]]]:
-    cuda = [_holder_line(h, lambda d: d.startswith("cuda")) for h in report.holders if h.on_cuda()]
+    cuda = [_holder_line(h, _on_cuda) for h in report.holders if _holds(h, _on_cuda)]
     host = [
-        _holder_line(h, lambda d: not d.startswith("cuda"))
+        _holder_line(h, _on_host)
         for h in sorted(report.holders, key=lambda h: -(h.bytes - h.on_cuda()))
-        if h.bytes - h.on_cuda()
+        if _holds(h, _on_host)
     ]
     return [(title, lines) for title, lines in (("CUDA", cuda), ("host", host)) if lines]
 
@@ -493,7 +515,8 @@ def _dropped_lines(report: ClearReport) -> List[str]:
     for h in report.output_cache:
         lines.append(f"{verb} cached output {h.name} ({human(h.bytes)})")
     for h in report.deleted:
-        lines.append(f"{'would delete' if report.dry_run else 'deleted'} variable {h.name} ({human(h.bytes)})")
+        graph = f", and {human(h.graph_bytes)} its autograd graphs kept alive" if h.graph_bytes else ""
+        lines.append(f"{'would delete' if report.dry_run else 'deleted'} variable {h.name} ({human(h.bytes)}{graph})")
     if not lines:
         lines.append("nothing to drop: no traceback and no cached output holding tensors")
     if report.gc_collected is not None:
@@ -544,14 +567,14 @@ def clear_html(report: ClearReport) -> str:
     if not groups:
         parts.append("<p>No user variable holds tensors.</p>")
     for heading, _ in groups:
-        on = (lambda d: d.startswith("cuda")) if heading == "CUDA" else (lambda d: not d.startswith("cuda"))
+        on = _on_cuda if heading == "CUDA" else _on_host
         rows = "".join(
             f"<tr><td><code>{e(h.name)}</code></td><td>{e(h.type_name)}</td>"
-            f"<td>{e(', '.join(d for d in h.by_device if on(d)))}</td>"
-            f"<td>{e(_what(h))}</td>"
+            f"<td>{e(', '.join(dict.fromkeys(d for d in (*h.by_device, *h.graph_by_device) if on(d))))}</td>"
+            f"<td>{e(_what(h, on))}</td>"
             f'<td style="text-align:right">{e(human(sum(n for d, n in h.by_device.items() if on(d))))}</td></tr>'
             for h in report.holders
-            if any(on(d) for d in h.by_device)
+            if _holds(h, on)
         )
         parts.append(
             f"<h5>Still holding memory — {e(heading)}</h5><table><thead><tr><th>variable</th><th>type</th>"

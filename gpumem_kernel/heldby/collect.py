@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from gpumem_kernel.heldby import describe
 from gpumem_kernel.heldby.report import OUT_ENTRY, TRACEBACK_ENTRY, HolderEntry, HoldersReport
@@ -90,12 +90,32 @@ def _device_of(key: Any, device_name: str) -> str:
     return str(key[0]) if isinstance(key, tuple) and key else device_name
 
 
+def _graphs(roots: List[_Root], reachers: Dict[Any, List[str]], device_name: str) -> Dict[str, Dict[str, int]]:
+    """root name -> the bytes by device it keeps alive only through autograd graphs: storages saved for backward
+    that no root reaches itself, each charged to the first root whose graph saved it."""
+    charged: Set[Any] = set()
+    graphs: Dict[str, Dict[str, int]] = {}
+    for root in roots:
+        by_device: Dict[str, int] = {}
+        for key, size in root.reach.graph.items():
+            if key in reachers or key in charged:
+                continue
+            charged.add(key)
+            device = _device_of(key, device_name)
+            by_device[device] = by_device.get(device, 0) + size
+        if by_device:
+            graphs[root.name] = by_device
+    return graphs
+
+
 def _entries(roots: List[_Root], device_name: str) -> List[HolderEntry]:
-    """Charge each storage to the first root reaching it (by device); name the others sharing it on both sides."""
+    """Charge each storage to the first root reaching it (by device); name the others sharing it on both sides.
+    Apart: what each keeps alive only through autograd graphs."""
     reachers: Dict[Any, List[str]] = {}
     for root in roots:
         for key in root.reach.storages:
             reachers.setdefault(key, []).append(root.name)
+    graphs = _graphs(roots, reachers, device_name)
     entries = []
     for root in roots:
         by_device: Dict[str, int] = {}
@@ -106,16 +126,18 @@ def _entries(roots: List[_Root], device_name: str) -> List[HolderEntry]:
         shared: Dict[str, None] = {}
         for key in root.reach.storages:
             shared.update((name, None) for name in reachers[key] if name != root.name)
+        graph = graphs.get(root.name, {})
         entries.append(
             HolderEntry(
                 root.name,
                 root.source,
-                root.description,
+                root.description + describe.graph_note(sum(graph.values())),
                 sum(by_device.values()),
                 root.reach.bytes,
                 root.reach.tensors,
                 list(shared),
                 by_device,
+                graph,
             )
         )
     return sorted(entries, key=lambda e: (-e.bytes, -e.reached_bytes, e.name))
@@ -166,9 +188,14 @@ def collect(
             f"({walker.visited:,} objects looked at); `%gpumem holders` looks without the per-cell limit"
         )
         return _report(device, [], allocated, started, budget_ms, note=note, skipped=True)
-    note = None
+    notes = []
     if walker.truncated:
-        note = f"stopped after {limits.objects:,} objects: variables reached only through more may be missing"
+        notes.append(f"stopped after {limits.objects:,} objects: variables reached only through more may be missing")
+    if walker.graph_truncated:
+        notes.append(
+            f"autograd graphs followed for {limits.graph_nodes:,} nodes: what they keep alive may be more than shown"
+        )
+    note = "; ".join(notes) or None
     report = _report(device, _entries(roots, device), allocated, started, budget_ms, note=note)
     report.history_hint = describe.history_hint([(r.name, r.reach) for r in roots])
     report.uninspected = skipped.line()

@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from gpumem_kernel.heldby.walk import Reach
 from gpumem_kernel.probe.holders import TorchKinds, kind_of
 from gpumem_kernel.probe.inspection import type_name
+from gpumem_kernel.render.units import human
 
 
 def count(n: int) -> str:
@@ -83,6 +84,13 @@ def output_cache(labels: Sequence[str], reach: Reach) -> str:
 def traceback(functions: Sequence[str], reach: Reach) -> str:
     names = ", ".join(dict.fromkeys(functions))
     return f"locals of the last error's frames ({names}): %gpumem clear drops them"
+
+
+def graph_note(graph_bytes: int) -> str:
+    """What a holder keeps alive through its autograd graphs, as the end of its description ("" for none)."""
+    if graph_bytes <= 0:
+        return ""
+    return f"; keeps {human(graph_bytes)} alive through autograd graphs — store `loss.item()` or `t.detach()`"
 
 
 def history_hint(roots: List[Tuple[str, Reach]]) -> Optional[str]:

@@ -25,6 +25,7 @@ class HolderLine:
     bytes: int  # charged on this device: storages no larger holder reached first
     tensors: int  # on-device tensors it reaches, on every device
     shared_with: List[str]  # other holders reaching some of the same storages
+    graph_bytes: int = 0  # kept alive on this device only through its autograd graphs (in `unreachable`)
 
 
 @dataclass
@@ -38,6 +39,7 @@ class DeviceHolders:
     entries: List[HolderLine]  # the largest TOP on this device, largest first
     more: int  # holders on this device beyond the top ones
     more_bytes: int  # what they hold on it together
+    graph_bytes: int = 0  # of `unreachable`: what the holders' autograd graphs keep alive on this device
 
 
 @dataclass
@@ -60,13 +62,23 @@ class HoldersMessage:
 
 def _line(entry: HolderEntry, device: str) -> HolderLine:
     return HolderLine(
-        entry.name, entry.source, entry.description, entry.by_device[device], entry.tensors, list(entry.shared_with)
+        entry.name,
+        entry.source,
+        entry.description,
+        entry.by_device.get(device, 0),
+        entry.tensors,
+        list(entry.shared_with),
+        entry.graph_by_device.get(device, 0),
     )
 
 
 def _device(device: str, entries: List[HolderEntry], allocated: Optional[int], top: int) -> DeviceHolders:
-    here = sorted((e for e in entries if e.by_device.get(device)), key=lambda e: (-e.by_device[device], e.name))
-    reachable = sum(e.by_device[device] for e in here)
+    here = sorted(
+        (e for e in entries if e.by_device.get(device) or e.graph_by_device.get(device)),
+        key=lambda e: (-e.by_device.get(device, 0), -e.graph_by_device.get(device, 0), e.name),
+    )
+    reachable = sum(e.by_device.get(device, 0) for e in here)
+    graphs = sum(e.graph_by_device.get(device, 0) for e in here)
     unreachable = None if allocated is None else max(0, allocated - reachable)
     rest = here[top:]
     return DeviceHolders(
@@ -76,7 +88,8 @@ def _device(device: str, entries: List[HolderEntry], allocated: Optional[int], t
         unreachable,
         [_line(e, device) for e in here[:top]],
         len(rest),
-        sum(e.by_device[device] for e in rest),
+        sum(e.by_device.get(device, 0) for e in rest),
+        graphs if unreachable is None else min(graphs, unreachable),
     )
 
 
@@ -91,7 +104,7 @@ def holders_message(
     its "not reachable from your variables" remainder. Devices: every one `allocated` names and every one a
     holder reaches."""
     known = dict(allocated or {})
-    names = set(known) | {device for entry in report.entries for device in entry.by_device}
+    names = set(known) | {device for entry in report.entries for device in (*entry.by_device, *entry.graph_by_device)}
     in_order = sorted(names, key=lambda d: (len(d), d))  # cuda:2 before cuda:10
     devices = [] if report.skipped else [_device(d, report.entries, known.get(d), top) for d in in_order]
     return HoldersMessage(

@@ -23,6 +23,13 @@ class HolderEntry:
     tensors: int
     shared_with: List[str] = field(default_factory=list)  # other entries reaching some of the same storages
     by_device: Dict[str, int] = field(default_factory=dict)  # the charged bytes by device: {"cuda:0": ...}
+    # what it keeps alive only through autograd graphs (saved for backward), by device; not in `bytes`: that
+    # memory is in the remainder no variable reaches
+    graph_by_device: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def graph_bytes(self) -> int:
+        return sum(self.graph_by_device.values())
 
 
 @dataclass
@@ -63,6 +70,18 @@ def _description(entry: HolderEntry) -> str:
     return f"{entry.description}; shared with {names}{counted}"
 
 
+def unreachable_text(entries: List[HolderEntry], unreachable: int, device: Optional[str] = None) -> str:
+    """What the remainder no variable reaches is: the autograd graphs the entries keep (named, with their
+    bytes, on `device` or all devices), then what no walk can see."""
+    kept = [(e.name, e.graph_by_device.get(device, 0) if device else e.graph_bytes) for e in entries]
+    kept = [(name, size) for name, size in kept if size > 0]
+    if not kept:
+        return "autograd graphs, a library's caches, lost references"
+    total = min(sum(size for _, size in kept), unreachable)
+    names = ", ".join(f"`{name}`" for name, _ in kept[:3]) + (" …" if len(kept) > 3 else "")
+    return f"{human(total)} of it autograd graphs kept by {names}; the rest a library's caches, lost references"
+
+
 def text(report: HoldersReport, top: Optional[int] = None) -> str:
     """The table: one line per holder, largest first, then the remainder no variable reaches."""
     head = f"{report.device.upper()} memory held by your variables"
@@ -76,7 +95,7 @@ def text(report: HoldersReport, top: Optional[int] = None) -> str:
     if rest:
         rows.append((f"({len(rest)} more)", human(sum(e.bytes for e in rest)), "--top shows more"))
     if report.unreachable is not None:
-        rows.append((UNREACHABLE, human(report.unreachable), "autograd graphs, a library's caches, lost references"))
+        rows.append((UNREACHABLE, human(report.unreachable), unreachable_text(report.entries, report.unreachable)))
     if not rows:
         rows.append(("(none)", human(0), f"no variable reaches a {report.device} tensor"))
     width = max(len(name) for name, _, _ in rows)

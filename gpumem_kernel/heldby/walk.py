@@ -2,11 +2,17 @@
 and in time. The holders (panel and `%gpumem holders`), the safe clear, the OOM checklist and the growth notice
 all read the namespace through it, so a variable holds the same memory in each of them.
 
-The rule: a tensor (and its `.grad`), an nn.Module's parameters, gradients and buffers, an optimizer's state
-tensors and parameters, and the same through containers (list, tuple, set, dict, deque), dataclasses and
-other objects' `__dict__`, up to `Limits.depth` levels below the variable (a `trainer` holding `.model` and
-`.optimizer` holds their memory). Which tensors count is the caller's `on_device` predicate: the hook passes
-"is a CUDA tensor", the clear "any tensor with memory", tests "is a CPU tensor", so all run this same code.
+The rule: a tensor (and its `.grad`, and what its autograd graph keeps alive), an nn.Module's parameters, gradients
+and buffers, an optimizer's state tensors and parameters, and the same through containers (list, tuple, set, dict,
+deque), dataclasses and other objects' `__dict__`, up to `Limits.depth` levels below the variable (a `trainer`
+holding `.model` and `.optimizer` holds their memory). Which tensors count is the caller's `on_device` predicate:
+the hook passes "is a CUDA tensor", the clear "any tensor with memory", tests "is a CPU tensor", so all run this
+same code.
+
+A tensor with a `grad_fn` keeps its autograd graph alive, and the graph keeps the tensors its nodes saved for
+backward (a kept `loss` keeps the step's activations): the walk follows `grad_fn.next_functions` and reads each
+node's saved tensors, within `Limits.graph_nodes` nodes per walk, and counts those storages apart, in
+`Reach.graph` (what the variable keeps alive only through graphs, not what it holds itself).
 
 The user's objects are never trusted (probe.inspection): `user_variables` leaves out a value whose `__class__`
 raises, what a value is comes from `type()`, and `each_variable` runs each variable's walk and reading under
@@ -70,6 +76,7 @@ class Limits:
     depth: int = 3  # levels of containers/objects below a variable
     items: int = 10_000  # elements looked at per container (a dataset list must not stall the kernel)
     objects: int = 200_000  # objects looked at per walk, all variables together
+    graph_nodes: int = 20_000  # autograd graph nodes looked at per walk, all variables together
 
 
 class OutOfTime(Exception):
@@ -81,6 +88,7 @@ class Reach:
     """What one variable reaches: storage key -> bytes, and counts for its description."""
 
     storages: Dict[Any, int] = field(default_factory=dict)
+    graph: Dict[Any, int] = field(default_factory=dict)  # storages its autograd graphs saved for backward
     tensors: int = 0  # on-device tensors reached (views of one storage each count)
     with_history: int = 0  # of them, results of autograd operations (they keep their graph alive)
     gradients: int = 0  # .grad tensors reached
@@ -89,9 +97,14 @@ class Reach:
     def bytes(self) -> int:
         return sum(self.storages.values())
 
+    def through_graphs(self) -> Dict[Any, int]:
+        """The storages only its autograd graphs keep alive: saved for backward, not reached otherwise."""
+        return {key: size for key, size in self.graph.items() if key not in self.storages}
+
     def add(self, part: "Reach") -> None:
         """Take in what another walk reached (a storage both reach counts once)."""
         self.storages.update(part.storages)
+        self.graph.update(part.graph)
         self.tensors += part.tensors
         self.with_history += part.with_history
         self.gradients += part.gradients
@@ -107,11 +120,15 @@ class Walker:
         self.deadline = deadline  # time.perf_counter() value, or None for no limit
         self.visited = 0
         self.truncated = False  # the object budget ran out: some objects were not looked at
+        self.graph_nodes = 0  # autograd graph nodes looked at, all variables together
+        self.graph_truncated = False  # the node budget ran out: some graphs were followed in part
         self.failed: Optional[str] = None  # what reading the last reach()'s object itself raised, if anything
         self._depth = limits.depth
         self._by_type: Dict[type, int] = dict.fromkeys(_ATOM_TYPES, ATOM)  # type -> what its values are
         self._scratch = Reach()  # filled by the next reach(); handed out only when it found a storage
         self._path: Set[int] = set()  # ids of the containers being walked, to end cycles
+        self._nodes: Set[int] = set()  # ids of the graph nodes this reach() followed (a shared node once)
+        self._saved_names: Dict[type, Tuple[str, ...]] = {}  # a node class -> its saved-tensor attributes
         self._classes = (
             (ATOMS, ATOM),
             (kinds.tensor, TENSOR),
@@ -126,9 +143,10 @@ class Walker:
         """The storages `obj` reaches, `depth` (default: the limits') levels of containers/objects down; None when
         it reaches none (most variables: one scratch Reach serves them all)."""
         found = self._scratch
-        if found.storages or found.tensors:  # left over where an error escaped the last walk
+        if found.storages or found.tensors or found.graph:  # left over where an error escaped the last walk
             found = self._scratch = Reach()
         self.failed = None
+        self._nodes.clear()
         self._depth = self.limits.depth if depth is None else min(depth, self.limits.depth)
         self._path.clear()  # left over where an error ended a walk inside a container
         self._visit(obj, found, 0, self._path)
@@ -196,11 +214,61 @@ class Walker:
         found.storages[key] = size
         found.tensors += 1
         found.gradients += gradient
-        if tensor.grad_fn is not None:
+        grad_fn = tensor.grad_fn
+        if grad_fn is not None:
             found.with_history += 1
+            self._graph(grad_fn, found)
         grad = kept_grad(tensor)
         if grad is not None:
             self._tensor(grad, found, gradient=True)
+
+    def _graph(self, root: Any, found: Reach) -> None:
+        """The tensors the autograd graph from `root` saved for backward, into `found.graph`. Every read is
+        guarded: a graph that backward already freed raises on its saved tensors (it then keeps none)."""
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in self._nodes:
+                continue
+            if self.graph_nodes >= self.limits.graph_nodes:
+                self.graph_truncated = True
+                return
+            self._nodes.add(id(node))
+            self.graph_nodes += 1
+            for name in self._saved_attributes(type(node)):
+                try:
+                    saved = getattr(node, name)
+                except Exception:  # freed by backward, or not saved in this call
+                    continue
+                self._saved(saved, found)
+            try:
+                stack.extend(parent for parent, _ in node.next_functions if parent is not None)
+            except Exception:  # a node without inputs to follow
+                continue
+
+    def _saved_attributes(self, cls: type) -> Tuple[str, ...]:
+        """A graph node class's saved tensors: `_saved_*` of torch's nodes (not their sizes and strides),
+        `saved_tensors` of a custom autograd.Function, the leaf `variable` of AccumulateGrad."""
+        names = self._saved_names.get(cls)
+        if names is None:
+            try:
+                attributes = dir(cls)
+            except Exception:  # a class whose dir() raises has nothing to read
+                attributes = []
+            names = self._saved_names[cls] = tuple(
+                name
+                for name in attributes
+                if (name.startswith("_saved_") and "_sym_" not in name) or name in ("saved_tensors", "variable")
+            )
+        return names
+
+    def _saved(self, saved: Any, found: Reach) -> None:
+        """One saved value: a tensor, or a tuple or list of them (torch.cat's inputs)."""
+        tensor = self.kinds.tensor
+        for value in saved if type(saved) in (tuple, list) else (saved,):
+            if issubclass(type(value), tensor) and self.on_device(value):
+                key, size, _ = storage_identity(value)
+                found.graph[key] = size
 
     def _module(self, module: Any, found: Reach) -> None:
         for parameter in module.parameters():
@@ -410,14 +478,33 @@ class Holder:
     tensors: int  # storages only it keeps (views of one storage count once)
     shape: Optional[List[int]] = None
     dtype: Optional[str] = None
+    # what it keeps alive only through autograd graphs (saved for backward), by device: apart from `bytes`
+    graph_by_device: Dict[str, int] = field(default_factory=dict)
 
     def on_cuda(self) -> int:
         return sum(n for device, n in self.by_device.items() if device.startswith("cuda"))
 
+    @property
+    def graph_bytes(self) -> int:
+        return sum(self.graph_by_device.values())
 
-def charge(name: str, reach: Reach, what: Looks, seen: Set[Any], keep_empty: bool = False) -> Optional[Holder]:
+
+def _graph_key(key: Any) -> Tuple[str, Any]:
+    """The key a storage charged through a graph is kept under in `seen` (apart from the storages held)."""
+    return ("graph", key)
+
+
+def charge(
+    name: str,
+    reach: Reach,
+    what: Looks,
+    seen: Set[Any],
+    keep_empty: bool = False,
+    held: Optional[Set[Any]] = None,
+) -> Optional[Holder]:
     """The storages `reach` holds that no earlier-charged holder (`seen`) already accounts for; None when there
-    are none, unless `keep_empty`."""
+    are none, unless `keep_empty`. Apart: what it keeps alive only through autograd graphs, less what an
+    earlier holder's graph, or any holder itself (`seen`, `held`: every holder's storages), accounts for."""
     by_device: Dict[str, int] = {}
     count = 0
     for key, size in reach.storages.items():
@@ -426,9 +513,17 @@ def charge(name: str, reach: Reach, what: Looks, seen: Set[Any], keep_empty: boo
         seen.add(key)
         count += 1
         by_device[key[0]] = by_device.get(key[0], 0) + size  # probe.holders.storage_identity: device first
-    if count == 0 and not keep_empty:
+    graph: Dict[str, int] = {}
+    for key, size in reach.through_graphs().items():
+        if key in seen or _graph_key(key) in seen or (held is not None and key in held):
+            continue
+        seen.add(_graph_key(key))
+        graph[key[0]] = graph.get(key[0], 0) + size
+    if count == 0 and not graph and not keep_empty:
         return None
-    return Holder(name, what.kind, what.type_name, sum(by_device.values()), by_device, count, what.shape, what.dtype)
+    return Holder(
+        name, what.kind, what.type_name, sum(by_device.values()), by_device, count, what.shape, what.dtype, graph
+    )
 
 
 def empty_holder(name: str, value: Any) -> Holder:
@@ -453,7 +548,8 @@ def holders(
     reached = each_variable(
         resolve_shell(shell), walker, Skipped() if skipped is None else skipped, lambda v, _: looks(v, kinds), exclude
     )
-    found = [h for h in (charge(r.name, r.reach, r.read, seen) for r in reached) if h is not None]
+    held = {key for r in reached for key in r.reach.storages}  # a storage a variable holds is not the graph's
+    found = [h for h in (charge(r.name, r.reach, r.read, seen, held=held) for r in reached) if h is not None]
     return sorted(found, key=lambda h: (-h.on_cuda(), -h.bytes, h.name))
 
 

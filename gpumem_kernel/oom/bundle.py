@@ -9,10 +9,10 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
-from gpumem_kernel.oom.analyzed import AnalyzedModel
+from gpumem_kernel.oom.analyzed import AnalyzedModel, batch_pick
 from gpumem_kernel.oom.checklist import build_checklist
 from gpumem_kernel.oom.classify import is_oom, oom_error_name, oom_in_chain
-from gpumem_kernel.oom.diagnose import diagnose
+from gpumem_kernel.oom.diagnose import diagnose_failed
 from gpumem_kernel.oom.diagnosis import Diagnosis
 from gpumem_kernel.oom.parse import MESSAGE_LIMIT, OomInfo, parse_oom_message
 from gpumem_kernel.oom.render import oom_html, oom_text, summary
@@ -104,8 +104,9 @@ def oom_report(
         title = f"In [{count}], out of memory" if isinstance(count, int) else "out of memory"
         alive = capture(info.tried_to_allocate, info.device, title)
     sample = take_sample() if sample is None else sample
-    diagnosis = diagnose(info, sample, shell, tb=tb, env=env, analyzed=analyzed)
-    steps = build_checklist(info, diagnosis, None, batch_size, sample)
+    diagnosis, failed = diagnose_failed(info, sample, shell, tb=tb, env=env)
+    pick = batch_pick(analyzed, failed, batch_size or diagnosis.batch_size)
+    steps = build_checklist(info, diagnosis, pick.recommended, batch_size, sample, pick.hint)
     rerun = timeline_rerun_step(cell) if alive is None else None
     if rerun is not None:
         steps = with_rerun_step(steps, rerun)

@@ -57,15 +57,14 @@ def build_checklist(
     last_recommendation: Optional[int] = None,
     batch_size: Optional[int] = None,
     sample: Optional[Mapping[str, Any]] = None,
+    analyze_hint: Optional[str] = None,
 ) -> List[Step]:
     """The steps in order_steps's order: the diagnosis's causes first, then by cost, the steps that cannot
-    help last (with why). `batch_size` overrides the one found in the namespace; `last_recommendation` the
-    diagnosis's pick (the last analysis's batch when it is for the model that failed)."""
+    help last (with why). `batch_size` overrides the one found in the namespace. `last_recommendation`: the
+    last analysis's batch, given only when it is for the model that failed (oom.analyzed.batch_pick);
+    `analyze_hint`: else, the magic that computes one."""
     d = diagnosis
     batch = batch_size or d.batch_size
-    hint = None
-    if last_recommendation is None and d.batch_pick is not None:  # the last analysis, if it is for this model
-        last_recommendation, hint = d.batch_pick.recommended, d.batch_pick.hint
     new_batch, why = suggested_batch(last_recommendation, batch)
     accum_steps, accum_code = accumulation_code(d, new_batch, batch)
     effective = f" (effective batch {new_batch * accum_steps})" if new_batch and batch and batch > new_batch else ""
@@ -73,7 +72,7 @@ def build_checklist(
         clear_step(info, d),
         restart_step(info, d, sample),
         *process_steps(d),
-        *batch_steps(d, new_batch, why, batch, hint),
+        *batch_steps(d, new_batch, why, batch, analyze_hint),
         Step(
             "grad-accumulation",
             f"Accumulate gradients over {accum_steps} batches{effective}",

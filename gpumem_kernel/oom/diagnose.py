@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from gpumem_kernel.oom.analyzed import AnalyzedModel, batch_pick, failed_model
+from gpumem_kernel.oom.analyzed import FailedModel, failed_model
 from gpumem_kernel.oom.causes import cause_note, cause_threshold, find_causes
 from gpumem_kernel.oom.diagnosis import Diagnosis, Fragmentation, HostMemory, OtherProcess, TracebackPin
 from gpumem_kernel.oom.evaluation import evaluation_evidence
@@ -201,13 +201,23 @@ def diagnose(
     *,
     tb: Any = None,
     env: Optional[Mapping[str, str]] = None,
-    analyzed: Optional[AnalyzedModel] = None,
 ) -> Diagnosis:
     """What the message, a fresh probe `sample` (wire format dict) and the user namespace say about the OOM.
 
     `tb`: the failed call's traceback (the handler passes it; default sys.last_traceback).
-    `analyzed`: what the last `%gpumem analyze` was for; its batch is used only for the model that failed.
     """
+    return diagnose_failed(info, sample, shell, tb=tb, env=env)[0]
+
+
+def diagnose_failed(
+    info: OomInfo,
+    sample: Optional[Mapping[str, Any]] = None,
+    shell: Any = None,
+    *,
+    tb: Any = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Tuple[Diagnosis, Optional[FailedModel]]:
+    """`diagnose`, and the model the error failed in (oom.analyzed.failed_model), or None when nothing says."""
     shell = resolve_shell(shell)
     env = os.environ if env is None else env
     notes: List[str] = []
@@ -256,7 +266,6 @@ def diagnose(
         notes=notes,
         evaluation=evaluation_evidence(tb),
         this_kernel_pids=mine,
-        batch_pick=batch_pick(analyzed, failed, batch),
     )
     diagnosis.causes = find_causes(info, diagnosis)
     for note in (cause_note(info, diagnosis.causes, diagnosis), family_note(info)):  # the family's note ends up first
@@ -268,4 +277,4 @@ def diagnose(
     skipped = scan.skipped.line()  # the variables the scan could not inspect, named once
     if skipped is not None:
         notes.append(skipped)
-    return diagnosis
+    return diagnosis, failed

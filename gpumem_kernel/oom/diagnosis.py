@@ -4,10 +4,7 @@ user namespace say about one out-of-memory error. diagnose.py fills it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
-
-if TYPE_CHECKING:
-    from gpumem_kernel.oom.analyzed import BatchPick
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -127,11 +124,6 @@ class Diagnosis:
     evaluation: Optional[str] = None
     # host PIDs that are (or may be) this kernel in a container: never another process, never to be ended
     this_kernel_pids: List[int] = field(default_factory=list)
-    # the last analysis's batch for the model that failed, or the magic that computes one (oom.analyzed); the
-    # checklist's batch step reads it, the payload does not carry it (its steps say it)
-    batch_pick: Optional["BatchPick"] = field(default=None, compare=False, repr=False)
 
     def to_payload(self) -> Dict[str, Any]:
-        payload = asdict(self)
-        payload.pop("batch_pick")
-        return payload
+        return asdict(self)

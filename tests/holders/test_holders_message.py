@@ -64,7 +64,8 @@ def test_after_a_cell_every_open_comm_gets_the_holders_of_each_device(ip):
     assert message["cell"] == ip.execution_count - 1 and not message["skipped"]
     [device] = message["devices"]
     entries = {e["name"]: e for e in device["entries"]}
-    assert entries["losses"]["description"] == "list of 40 tensors with grad history"
+    assert entries["losses"]["description"].startswith("list of 40 tensors with grad history; keeps 320 B alive")
+    assert entries["losses"]["graph_bytes"] == 40 * 8  # each graph saved its multiplier (a 0-dim int64 tensor)
     assert entries["model"]["bytes"] == 4040 and "opt" in entries["model"]["shared_with"]
     assert device["device"] == "cpu" and device["allocated"] == ALLOCATED
     assert device["unreachable"] == ALLOCATED - device["reachable"]

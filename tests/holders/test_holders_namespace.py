@@ -66,7 +66,10 @@ def test_each_variable_holds_what_it_reaches_each_storage_counted_once(shell):
     assert opt.reached_bytes == 4 * PARAM_BYTES + 2 * 4
     assert opt.shared_with == ["model"] and model.shared_with == ["opt"]
     assert opt.description == "Adam, state for 2 parameters"
-    assert found["losses"].description == "list of 40 tensors with grad history"
+    assert found["losses"].description == (
+        "list of 40 tensors with grad history; keeps 320 B alive through autograd graphs — store `loss.item()` or "
+        "`t.detach()`"
+    )  # each graph saved its multiplier (a 0-dim int64 tensor)
     assert found["tensors"].description == "dict of 2 tensors" and found["tensors"].bytes == 1024 * 4
     assert found["batch"].description == "dataclass Batch reaching 1 tensor" and found["batch"].bytes == 32
     # a view: one storage, charged once, both names say so

@@ -66,6 +66,9 @@ NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.GpuProcess: frozenset({"relation", "note", "local_pid", "create_time", "cmdline"}),
     benchmark_result.BenchmarkRow: frozenset({"energy_per_sample_j", "mean_power_w"}),
     benchmark_result.Pick: frozenset({"energy_per_sample_j"}),
+    holders_message.HolderLine: frozenset({"graph_bytes"}),
+    holders_message.DeviceHolders: frozenset({"graph_bytes"}),
+    reclaim.Holder: frozenset({"graph_by_device"}),
 }
 
 MIRRORS = [

@@ -594,7 +594,7 @@ export interface IClearPayload {
   };
 }
 /**
- * A name that keeps tensors alive and the bytes only it keeps alive, per device (cuda:N, cpu, mps).
+ * A name that keeps tensors alive and the bytes only it keeps alive, per device (cuda:N, cpu, mps); graph_by_device (absent from older kernels): what it keeps alive only through autograd graphs (tensors saved for backward), not in `bytes`.
  */
 export interface IClearHolder {
   name: string;
@@ -605,6 +605,7 @@ export interface IClearHolder {
   tensors: number;
   shape: number[] | null;
   dtype: string | null;
+  graph_by_device?: IClearByDevice;
 }
 export interface IClearByDevice {
   [k: string]: number;
@@ -975,6 +976,10 @@ export interface IHoldersDevice {
    * what they hold on it together
    */
   more_bytes: number;
+  /**
+   * of `unreachable`: what the holders' autograd graphs keep alive on the device (tensors saved for backward that no variable reaches); absent from older kernels
+   */
+  graph_bytes?: number;
 }
 export interface IHolderLine {
   /**
@@ -998,6 +1003,10 @@ export interface IHolderLine {
    * other holders reaching some of the same storages
    */
   shared_with: string[];
+  /**
+   * kept alive on the device only through this holder's autograd graphs (a list of losses stored without .item()): in the device's `unreachable`, not in `bytes`; absent from older kernels
+   */
+  graph_bytes?: number;
 }
 /**
  * Written by gpumem_kernel/server/handlers.py:exit_payload from server/exits.py's KernelExit. Sizes are integer bytes; null where the server cannot tell.

@@ -301,7 +301,8 @@ const clearHolder: Check = object({
   by_device: clearByDevice,
   tensors: integer(0),
   shape: nullable(array(integer(0))),
-  dtype: c2
+  dtype: c2,
+  graph_by_device: optional(clearByDevice)
 });
 
 const c9: Check = array(clearHolder);
@@ -1030,7 +1031,8 @@ const holderLine: Check = object({
   description: string(),
   bytes: integer(0),
   tensors: integer(0),
-  shared_with: array(string())
+  shared_with: array(string()),
+  graph_bytes: optional(integer(0))
 });
 
 /** holders.schema.json#/$defs/device */
@@ -1041,7 +1043,8 @@ const holdersDevice: Check = object({
   unreachable: c5,
   entries: all(array(holderLine), maxItems(20)),
   more: integer(0),
-  more_bytes: integer(0)
+  more_bytes: integer(0),
+  graph_bytes: optional(integer(0))
 });
 
 /** holders.schema.json */
