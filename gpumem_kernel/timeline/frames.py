@@ -1,5 +1,6 @@
-"""Frames: whose code a frame is (the user's, or torch's / a library's / Python's / ours / IPython's), which
-notebook cell a cell's file name is, and a cheap capture of the current Python stack.
+"""Frames: whose code a frame is (the user's, or torch's / a library's / Python's / ours / IPython's), and a cheap
+capture of the current Python stack. Which notebook cell a cell's file name is (its execution count, shown as
+"In [N], line L") is probe/cells.py's `cell_of`, read where a frame is written out (payload, export, capture).
 
 The user's code is everything that is not under an installed library's folder (site-packages,
 dist-packages, the folders of torch, IPython, ipykernel and other modules already imported from elsewhere),

@@ -43,7 +43,6 @@ CATEGORY_MAP: Dict[str, Category] = {
     "autocast_cache": "other",
     "temporary": "other",
 }
-_ANALYSIS_DIR = os.path.dirname(os.path.abspath(train_steps.__code__.co_filename))
 _DISPATCH_WRAPPERS = (
     os.path.join("torch", "_dynamo", "eval_frame.py"),
     os.path.join("torch", "_compile.py"),
@@ -54,12 +53,18 @@ _WORKSPACE_FRAMES = {
     "cublaslt": (RawFrame("<cuBLASLt workspace>", 0, "cuBLASLt workspace (modelled, addmm with a bias)"),),
     "cudnn": (RawFrame("<cuDNN workspace>", 0, "cuDNN workspace (modelled, around a convolution)"),),
 }
-_TRACKER_FILES = frozenset(
-    os.path.join(_ANALYSIS_DIR, name)
-    for name in (
+# The analysis's folder, and the file names of its modules that run inside a storage's birth (the storage tracker,
+# the trace's dispatch and its modelled CUDA kernels) or around the step (the training loop, the model's copy,
+# checkpointing, the entry point, the workbench): matched by name anywhere in the folder, whose layout changes
+# (the names of both its flat and its folder-per-stage layouts are listed).
+_ANALYSIS_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "analysis", "")
+_TRACKER_NAMES = frozenset(
+    (
         "storage.py",
         "trace.py",
+        "run.py",
         "trace_tracker.py",
+        "tracker.py",
         "cuda_kernels.py",
         "training_loop.py",
         "model_copy.py",
@@ -72,7 +77,9 @@ _TRACKER_FILES = frozenset(
 
 def _is_dispatch_frame(file: str) -> bool:
     """The tracker's own frames and the torch wrappers that call a dispatch mode (torch._dynamo's disable)."""
-    return file in _TRACKER_FILES or file.endswith(_DISPATCH_WRAPPERS)
+    if file.startswith(_ANALYSIS_ROOT) and os.path.basename(file) in _TRACKER_NAMES:
+        return True
+    return file.endswith(_DISPATCH_WRAPPERS)
 
 
 def stack_hook() -> Callable[[], Tuple[RawFrame, ...]]:
