@@ -42,6 +42,7 @@ from gpumem_kernel.analysis import (
 )
 from gpumem_kernel.oom.classify import is_oom  # the kernel's one OOM rule; SimulatedOOM's text is a CUDA OOM's
 from gpumem_kernel.probe.torchstats import cuda_initialised
+from gpumem_kernel.render.fallback import Column, esc, html_table
 from gpumem_kernel.render.snippets import AMP_DTYPES, config_yaml
 from gpumem_kernel.render.units import format_bytes
 
@@ -557,9 +558,9 @@ def render_text(payload: Dict[str, Any]) -> str:
         if sim
         else f"{payload['device']}, limit {format_bytes(cap, 'auto')}"
     )
-    lines = ["=" * 70, f"🔎 Auto Batch Size - {payload['model_name']} ({where})", "=" * 70]
+    lines = ["=" * 70, f"Auto Batch Size - {payload['model_name']} ({where})", "=" * 70]
     if payload["interrupted"]:
-        lines.append("⚠️  Interrupted: partial result")
+        lines.append("Interrupted: partial result")
     maximum = payload["maximum"]
     more = "+ (max_batch reached)" if payload["at_least"] else ""
     lines += [
@@ -573,7 +574,7 @@ def render_text(payload: Dict[str, Any]) -> str:
         f"  {'#':>3} {'batch':>7} {'phase':<8} {'result':<14} {'peak':>12} {'seconds':>8}",
     ]
     for i, t in enumerate(payload["trials"], 1):
-        result = "✅ ok" if t["ok"] else ("❌ OOM (sim)" if sim else "❌ OOM")
+        result = "ok" if t["ok"] else ("OOM (sim)" if sim else "OOM")
         lines.append(
             f"  {i:>3} {t['batch']:>7} {t['phase']:<8} {result:<14} "
             f"{format_bytes(t['peak_bytes'], 'auto'):>12} {t['seconds']:>8.3f}"
@@ -581,7 +582,7 @@ def render_text(payload: Dict[str, Any]) -> str:
     if payload["notes"]:
         lines += ["", "Notes:"] + [f"  - {n}" for n in payload["notes"]]
     if payload.get("config_yaml"):  # absent from payloads written before it existed
-        lines += ["", "📋 Configuration (YAML):"] + [f"  {line}" for line in payload["config_yaml"].splitlines()]
+        lines += ["", "Configuration (YAML):"] + [f"  {line}" for line in payload["config_yaml"].splitlines()]
     lines.append("=" * 70)
     return "\n".join(lines)
 
@@ -604,28 +605,36 @@ def autobatch_yaml(payload: Mapping[str, Any]) -> str:
 
 
 def render_html(payload: Dict[str, Any]) -> str:
-    import html
-
-    def e(value: Any) -> str:
-        return html.escape(str(value), quote=True)
-
+    """The result and its trials as the rich view reads: words left, numbers right, whatever the stylesheet."""
     sim = payload["engine"] == "simulated"
-    rows = "".join(
-        f"<tr><td>{i}</td><td>{t['batch']}</td><td>{e(t['phase'])}</td>"
-        f"<td>{'ok' if t['ok'] else ('OOM (simulated)' if sim else 'OOM')}</td>"
-        f"<td>{e(format_bytes(t['peak_bytes'], 'auto'))}</td><td>{t['seconds']:.3f}</td></tr>"
+    columns = [
+        Column("#", True),
+        Column("Batch", True),
+        Column("Phase"),
+        Column("Result"),
+        Column("Peak", True),
+        Column("Seconds", True),
+    ]
+    rows = [
+        (
+            i,
+            t["batch"],
+            t["phase"],
+            "ok" if t["ok"] else ("out of memory (simulated)" if sim else "out of memory"),
+            format_bytes(t["peak_bytes"], "auto"),
+            f"{t['seconds']:.3f}",
+        )
         for i, t in enumerate(payload["trials"], 1)
-    )
-    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in ("#", "batch", "phase", "result", "peak", "s"))
-    notes = "".join(f"<li>{e(n)}</li>" for n in payload["notes"])
+    ]
+    notes = "".join(f"<li>{esc(n)}</li>" for n in payload["notes"])
     flag = "<p><b>Interrupted: partial result</b></p>" if payload["interrupted"] else ""
     return (
-        f"<div class='gpumem-autobatch'><p><b>Auto batch size — {e(payload['model_name'])}</b> "
-        f"({e(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
-        f"<b>{payload['recommended']}</b> ({e(recommended_note(payload))}; rounding {e(_rounding_text(payload))}); "
+        f"<div class='gpumem-autobatch'><p><b>Auto batch size — {esc(payload['model_name'])}</b> "
+        f"({esc(_label(payload))})</p>{flag}<p>maximum <b>{payload['maximum']}</b>, recommended "
+        f"<b>{payload['recommended']}</b> ({esc(recommended_note(payload))}; rounding {esc(_rounding_text(payload))}); "
         f"{payload['n_trials']} trials in {payload['seconds']:.1f} s</p>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
-        f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
+        + html_table("Trials", columns, rows)
+        + f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
     )
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from gpumem_kernel.render.fallback import PICK_LABELS, Column, esc, html_table
 from gpumem_kernel.render.snippets import config_yaml
 from gpumem_kernel.render.units import format_bytes, format_joules, format_watts, unit_for
 
 MIME = "application/vnd.gpumem.benchmark.v1+json"
 BANNER = "=" * 80
-STATUS = {"ok": "✅", "oom": "OOM", "swapping-suspected": "⚠️ swap?"}
+STATUS = {"ok": "ok", "oom": "OOM", "swapping-suspected": "swap?"}
+STATUS_WORDS = {"ok": "ok", "oom": "out of memory", "swapping-suspected": "swapping suspected"}
 
 
 def _ms(value: Optional[float]) -> str:
@@ -87,20 +89,20 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
         return _kv(mem_label, format_bytes(pick["peak_bytes"], "auto") + suffix)
 
     hi, eff, rec = picks["highest_throughput"], picks["best_efficiency"], picks["recommended"]
-    lines = [BANNER, "🏆 OPTIMAL CONFIGURATION", BANNER, ""]
+    lines = [BANNER, "OPTIMAL CONFIGURATION", BANNER, ""]
     lines += block(
-        "🚀 Highest Throughput:",
+        "Highest Throughput:",
         hi,
         [_kv("Throughput", f"{hi['samples_per_s']:.1f} samples/sec"), memory(hi)] if hi else [],
     )
     lines += block(
-        "⚡ Best Efficiency (samples/sec/GiB):",
+        "Best Efficiency (samples/sec/GiB):",
         eff,
         [_kv("Efficiency", f"{eff['efficiency']:.1f} samples/sec/GiB")] if eff else [],
     )
     util = _kv("GPU Util", f"{rec['gpu_util']:.1f}%") if rec and rec["gpu_util"] is not None else ""
     lines += block(
-        "💡 Recommended for Training:",
+        "Recommended for Training:",
         rec,
         [_kv("Throughput", f"{rec['samples_per_s']:.1f} samples/sec"), memory(rec, True), util] if rec else [],
     )
@@ -109,7 +111,7 @@ def _pick_lines(payload: Mapping[str, Any]) -> List[str]:
         row = payload["rows"][green["row"]]
         power = f" (mean {format_watts(row.get('mean_power_w'))})" if row.get("mean_power_w") is not None else ""
         lines += block(
-            "🔋 Most Energy-Efficient:",
+            "Most Energy-Efficient:",
             green,
             [
                 _kv("Energy", f"{format_joules(green['energy_per_sample_j'])} per sample{power}"),
@@ -132,52 +134,58 @@ def render_text(payload: Mapping[str, Any]) -> str:
     """The benchmark guide's console summary: the table, the three picks, then diagnostics and notes."""
     lines = [
         BANNER,
-        "📋 BENCHMARK SUMMARY",
+        "BENCHMARK SUMMARY",
         BANNER,
         f"{payload['model']['name']} · {payload['data']} · {payload['optimizer']} · {_title(payload)}",
     ]
     if payload["interrupted"]:
-        lines.append("⚠️  Interrupted: partial table")
+        lines.append("Interrupted: partial table")
     lines += [""] + _table(payload) + [""] + _pick_lines(payload)
     if payload["diagnostics"]:
-        lines += ["🔎 Diagnostics:"] + [f"  - {d}" for d in payload["diagnostics"]] + [""]
+        lines += ["Diagnostics:"] + [f"  - {d}" for d in payload["diagnostics"]] + [""]
     if payload["notes"]:
         lines += ["Notes:"] + [f"  - {n}" for n in payload["notes"]]
     if payload.get("config_yaml"):  # absent from payloads written before it existed
-        lines += ["", "📋 Recommended configuration (YAML):"]
+        lines += ["", "Recommended configuration (YAML):"]
         lines += [f"  {line}" for line in payload["config_yaml"].splitlines()]
     lines.append(BANNER)
     return "\n".join(lines)
 
 
+def _pick_text(pick: Mapping[str, Any]) -> str:
+    """A pick in words: "batch 256, 2 workers, AMP on, pinned memory off: 1234.5 samples/s"."""
+    text = (
+        f"batch {pick['batch_size']}, {pick['num_workers']} workers, AMP {'on' if pick['amp'] else 'off'}, "
+        f"pinned memory {'on' if pick['pin_memory'] else 'off'}: {pick['samples_per_s']:.1f} samples/s"
+    )
+    if pick.get("energy_per_sample_j") is not None:
+        text += f", {format_joules(pick['energy_per_sample_j'])} per sample"
+    return text
+
+
 def render_html(payload: Mapping[str, Any]) -> str:
-    import html
-
-    def e(value: Any) -> str:
-        return html.escape(str(value), quote=True)
-
+    """The summary as the rich view's table reads: its column names, words left and numbers right."""
     unit = _mem_unit(payload)
     energy = _measured_energy(payload)
-    head = [
-        "batch",
-        "workers",
-        "AMP",
-        "pin",
-        "I/O ms",
-        "H2D ms",
-        "fwd ms",
-        "bwd ms",
-        "opt ms",
-        "total ms",
-        "samples/s",
-        "GPU %",
-        f"mem {unit}",
-        *(["J/sample"] if energy else []),
-        "status",
+    columns = [
+        Column("Batch", True),
+        Column("Workers", True),
+        Column("AMP"),
+        Column("Pin memory"),
+        Column("I/O wait ms", True),
+        Column("H2D ms", True),
+        Column("Forward ms", True),
+        Column("Backward ms", True),
+        Column("Optimizer ms", True),
+        Column("Step ms", True),
+        Column("Samples/s", True),
+        Column("GPU util %", True),
+        Column(f"Peak memory ({unit})", True),
+        *([Column("J/sample", True)] if energy else []),
+        Column("Status"),
     ]
-    body = []
-    for r in payload["rows"]:
-        cells = [
+    rows = [
+        [
             r["batch_size"],
             r["num_workers"],
             "yes" if r["amp"] else "no",
@@ -192,45 +200,24 @@ def render_html(payload: Mapping[str, Any]) -> str:
             "" if r["gpu_util"] is None else f"{r['gpu_util']:.1f}",
             "" if r["peak_bytes"] is None else format_bytes(r["peak_bytes"], unit, label=False),
             *([_energy(r)] if energy else []),
-            r["status"],
+            STATUS_WORDS.get(r["status"], r["status"]),
         ]
-        body.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>")
+        for r in payload["rows"]
+    ]
     picks = []
-    for kind, label in (
-        ("highest_throughput", "highest throughput"),
-        ("best_efficiency", "best efficiency"),
-        ("recommended", "recommended"),
-        ("most_energy_efficient", "most energy-efficient"),
-    ):
+    for kind in ("highest_throughput", "best_efficiency", "recommended", "most_energy_efficient"):
         p = payload["picks"].get(kind)
         if p is None and kind == "most_energy_efficient":
             continue  # energy not measured: the notes say why
-        picks.append(
-            f"<li>{e(label)}: "
-            + (
-                e("none")
-                if p is None
-                else e(
-                    f"batch {p['batch_size']}, {p['num_workers']} workers, "
-                    f"AMP {'on' if p['amp'] else 'off'}, pin_memory "
-                    f"{'on' if p['pin_memory'] else 'off'}: {p['samples_per_s']:.1f} samples/s"
-                    + (
-                        f", {format_joules(p['energy_per_sample_j'])} per sample"
-                        if p.get("energy_per_sample_j") is not None
-                        else ""
-                    )
-                )
-            )
-            + "</li>"
-        )
-    diagnostics = "".join(f"<li>{e(d)}</li>" for d in payload["diagnostics"])
-    notes = "".join(f"<li>{e(n)}</li>" for n in payload["notes"])
+        picks.append(f"<li>{esc(PICK_LABELS[kind])}: {esc('none' if p is None else _pick_text(p))}</li>")
+    diagnostics = "".join(f"<li>{esc(d)}</li>" for d in payload["diagnostics"])
+    notes = "".join(f"<li>{esc(n)}</li>" for n in payload["notes"])
     flag = "<p><b>Interrupted: partial table</b></p>" if payload["interrupted"] else ""
     return (
-        f"<div class='gpumem-benchmark'><p><b>Benchmark — {e(payload['model']['name'])}</b> · "
-        f"{e(payload['data'])} · {e(_title(payload))}</p>{flag}"
-        f"<table><thead><tr>{''.join(f'<th>{e(h)}</th>' for h in head)}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table><ul>{''.join(picks)}</ul>"
+        f"<div class='gpumem-benchmark'><p><b>Benchmark — {esc(payload['model']['name'])}</b> · "
+        f"{esc(payload['data'])} · {esc(_title(payload))}</p>{flag}"
+        + html_table("Summary (times per step, after warm-up)", columns, rows)
+        + f"<ul>{''.join(picks)}</ul>"
         f"{'<p>Diagnostics</p><ul>' + diagnostics + '</ul>' if diagnostics else ''}"
         f"{'<ul>' + notes + '</ul>' if notes else ''}</div>"
     )

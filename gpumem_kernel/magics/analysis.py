@@ -142,20 +142,25 @@ def _show_timeline(history: Any, save: Optional[str], show: bool = True) -> None
 
 
 def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
-    """The picks of an analysis payload: text/plain (the analysis guide's recommendation block) and text/html."""
-    from gpumem_kernel.analysis import BANNER, esc, recommendation_block, html_table, title_of, pick_rows
+    """The picks of an analysis payload: text/plain (the analysis guide's recommendation block) and text/html,
+    both as a page without the labextension shows them: labels, notes left-aligned, no emoji."""
+    from gpumem_kernel.analysis import BANNER, recommendation_block, title_of, pick_rows
+    from gpumem_kernel.render.fallback import PICK_LABELS, Column, esc, html_table, label, plain
 
     recs = payload["recommendations"]
     bound = payload["error_bound"]["statement"]
-    text = [BANNER, title_of(payload), BANNER] + recommendation_block(payload)
+    title = plain(title_of(payload))
+    text = [BANNER, title, BANNER] + recommendation_block(payload)
     text += ["", f"Engine: {payload['engine']}; error bound: {bound}", BANNER]
+    rows = [(label(pick, PICK_LABELS), batch, plain(str(note))) for pick, batch, note in pick_rows(payload)]
+    columns = (Column("Pick"), Column("Batch", numeric=True), Column("Note"))
     html = (
-        f"<div class='gpumem-recommend'><p><b>{esc(title_of(payload))}</b> — engine <b>{esc(payload['engine'])}"
+        f"<div class='gpumem-recommend'><p><b>{esc(title)}</b> — engine <b>{esc(payload['engine'])}"
         f"</b>; model {esc(payload['model']['name'])}</p>"
-        + html_table("Batch sizes", ("pick", "batch", "note"), pick_rows(payload))
+        + html_table("Batch sizes", columns, rows, "gpumem-analysis")
         + f"<p>{esc(recs['lr']['hint'])}</p><p><i>{esc(bound)}</i></p></div>"
     )
-    return {"text/plain": "\n".join(text), "text/html": html}
+    return {"text/plain": plain("\n".join(text)), "text/html": html}
 
 
 def recommend(shell: Any, rest: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from gpumem_kernel.render.fallback import Column, html_facts, html_table
 from gpumem_kernel.render.units import format_bytes, format_percent
 
 BANNER = "=" * 60
@@ -173,19 +174,15 @@ def _e(text: Any) -> str:
 
 
 def _html_table(title: str, rows: Sequence[Row]) -> str:
-    body = "".join(
-        f"<tr><th style='text-align:left'>{_e(k)}</th><td style='text-align:right'>{_e(v)}</td></tr>" for k, v in rows
-    )
-    return f"<table class='gpumem-status'><caption style='text-align:left'><b>{_e(title)}</b></caption>{body}</table>"
+    return html_facts(title, rows, "gpumem-status")
+
+
+PROCESS_COLUMNS = (Column("PID", numeric=True), Column("Name"), Column("GPU memory", numeric=True), Column("Owner"))
 
 
 def _html_processes(device: Mapping[str, Any]) -> str:
     rows = _process_rows(device)
-    if not rows:
-        return ""
-    head = "<tr><th>PID</th><th>Name</th><th>GPU memory</th><th>Owner</th></tr>"
-    body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table class='gpumem-processes'>{head}{body}</table>"
+    return html_table("", PROCESS_COLUMNS, rows, "gpumem-processes") if rows else ""
 
 
 def render_html(sample: Mapping[str, Any]) -> str:

@@ -103,11 +103,11 @@ def test_the_most_energy_efficient_pick_is_the_lowest_energy_per_sample_and_ever
     assert payload["picks"]["highest_throughput"]["row"] == 2  # the fastest is not the most efficient here
     text = bundle["text/plain"]
     assert "J/sample" in text and " 210 mJ " in text and " 400 mJ " in text
-    assert "🔋 Most Energy-Efficient:" in text and "Energy:             210 mJ per sample (mean 315 W)" in text
+    assert "Most Energy-Efficient:" in text and "Energy:             210 mJ per sample (mean 315 W)" in text
     assert "energy per sample: the whole GPU over the measured steps (every process on it), NVML's energy counter" in (
         text
     )
-    assert "<th>J/sample</th>" in bundle["text/html"] and "most energy-efficient: batch 32" in bundle["text/html"]
+    assert ">J/sample</th>" in bundle["text/html"] and "Most energy-efficient: batch 32" in bundle["text/html"]
 
 
 def test_a_cpu_run_says_in_one_line_that_energy_is_not_measured():
