@@ -97,14 +97,14 @@ def test_seed_004_session_with_simulate(session, capsys):
     )
     assert code == 0, err
     for heading in (
-        "📋 BENCHMARK SUMMARY",
+        "BENCHMARK SUMMARY",
         " Batch Workers",
         "I/O(ms)",
         "Samples/s",
-        "🏆 OPTIMAL CONFIGURATION",
-        "🚀 Highest Throughput:",
-        "⚡ Best Efficiency",
-        "💡 Recommended for Training:",
+        "OPTIMAL CONFIGURATION",
+        "Highest Throughput:",
+        "Best Efficiency",
+        "Recommended for Training:",
         "OOM (sim)",
         "simulated",
     ):
