@@ -21,3 +21,9 @@ export const RESTART_CLEAR_COMMAND = 'gpumem:restart-clear-and-free';
 
 /** Show the last CUDA out-of-memory checklist in the panel (the notification's action). */
 export const OPEN_OOM_COMMAND = 'gpumem:open-oom-checklist';
+
+/** Open the panel's chart of recent samples full size in the main area (its "Open full size" button runs it). */
+export const OPEN_SAMPLE_CHART_COMMAND = 'gpumem:open-sample-chart';
+
+/** The DOM id of that main-area chart. */
+export const SAMPLE_CHART_ID = 'jp-GpuMem-sampleChart-main';
