@@ -52,8 +52,8 @@ export interface IOomChecklistProps {
   /** Opens the full checklist (brief only). */
   readonly onOpenFull?: () => void;
   /**
-   * The card around it names the family already (the panel's heading): no family line, and the summary's first
-   * line without it, so "CUDA out of memory" is said once.
+   * The card around it names the family already (the panel's heading): no family line. Either way the summary's
+   * first line goes on from the family named above it, so "CUDA out of memory" is said once.
    */
   readonly headed?: boolean;
   /** Downloads the full timeline of "What was alive" (the OOM capture); absent: no download buttons. */
@@ -155,7 +155,7 @@ export function OomChecklistView(props: IOomChecklistProps): JSX.Element {
         {props.headed !== true && <p className="jp-GpuMem-oomFamily">{familyLabel(payload, trans)}</p>}
         {payload.summary.map((line, i) => (
           <p key={i} className={i === 0 ? 'jp-GpuMem-oomHeadline' : undefined}>
-            {i === 0 && props.headed === true ? withoutFamily(line, payload.info.backend) : line}
+            {i === 0 ? withoutFamily(line, payload.info.backend) : line}
           </p>
         ))}
       </div>

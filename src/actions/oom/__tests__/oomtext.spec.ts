@@ -12,6 +12,7 @@ import {
   familyTitle,
   fenceFor,
   stepActionLabel,
+  withoutFamily,
   stepsHeading
 } from '../text';
 import { OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
@@ -158,5 +159,18 @@ describe('stepActionLabel', () => {
       'Insert cell below',
       'Insert at top and restart'
     ]);
+  });
+});
+
+describe('withoutFamily', () => {
+  it('drops the family the heading above already names, and keeps any other line', () => {
+    expect(withoutFamily('CUDA out of memory on GPU 0: tried to allocate 2.00 GiB', 'CUDA')).toBe(
+      'On GPU 0: tried to allocate 2.00 GiB'
+    );
+    expect(withoutFamily('HIP out of memory: tried to allocate 1.00 GiB', 'HIP')).toBe(
+      'Tried to allocate 1.00 GiB'
+    );
+    expect(withoutFamily('Host memory is nearly exhausted', 'CUDA')).toBe('Host memory is nearly exhausted');
+    expect(withoutFamily('CUDA out of memory', 'CUDA')).toBe('CUDA out of memory');
   });
 });
