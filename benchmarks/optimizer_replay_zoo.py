@@ -1,4 +1,4 @@
-"""Issue 25, robustness of the replayed optimizer steps (analysis.optimizer_replay) on the models users run: every
+"""Issue 25, robustness of the replayed optimizer steps (analysis.trace.optimizer_replay) on the models users run: every
 model of the zoo (benchmarks/zoo, whose packages are installed) planned for a T4, once as shipped (the search's
 traces replay the first trace's AdamW steps) and once with every step run; the curve (each traced batch and its
 peak), the maximum and the peak reserved must be the same, and the seconds of each are kept.

@@ -14,6 +14,10 @@ One more rule, the analysis's entry point: outside gpumem_kernel/analysis/ (the 
 benchmarks/ scripts) code imports only the package `gpumem_kernel.analysis` (its `__all__`), never one of its
 modules nor a `_private` name, so that the estimator's inside can move without its users changing.
 
+And one order inside the analysis: its stage folders (request/, gpus/, ... pipeline/, ANALYSIS_STAGES, bottom
+first) each import only from the stages below them, so that a trace never reaches up into the search or the
+report, and each stage can be read with only the ones below it in mind.
+
 tests/test_layers.py runs the same check in the test command.
 """
 
@@ -224,6 +228,47 @@ def entry_breaches(root: Path, package: str = PACKAGE) -> List[str]:
     return found
 
 
+# --- the analysis's stages, bottom first ---------------------------------------------------------------------
+
+ANALYSIS_STAGES = (
+    "request",  # what is asked: options, their checks, the batches a step is fed
+    "gpus",  # the GPUs planned for and the CUDA context on one
+    "allocator",  # the caching-allocator model and the storage tracker
+    "fake",  # where a fake CPU trace differs from a CUDA run, and its answers
+    "trace",  # the traced engine
+    "report",  # the report's data, picks and rendering
+    "model",  # model states and the fine-tune planning copies
+    "measure",  # real steps on the GPU
+    "search",  # the batch and sequence searches over the engines
+    "pipeline",  # one analysis from request to report
+)
+
+
+def stage_of(name: str, package: str = PACKAGE) -> Optional[str]:
+    """The analysis stage folder a module belongs to ("trace" for analysis.trace.plan), else None."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == [package, "analysis"] else None
+
+
+def stage_breaches(graph: Graph, package: str = PACKAGE) -> List[str]:
+    """Imports from one analysis stage into a stage above it (or one not in ANALYSIS_STAGES)."""
+    found: List[str] = []
+    for name in sorted(graph):
+        mine = stage_of(name, package)
+        if mine is None:
+            continue
+        for target in sorted(graph[name]):
+            theirs = stage_of(target, package)
+            if theirs is None or theirs == mine:
+                continue
+            if mine not in ANALYSIS_STAGES or theirs not in ANALYSIS_STAGES:
+                unknown = mine if mine not in ANALYSIS_STAGES else theirs
+                found.append(f"{_short(name)} -> {_short(target)}: stage {unknown} is not in ANALYSIS_STAGES")
+            elif ANALYSIS_STAGES.index(theirs) > ANALYSIS_STAGES.index(mine):
+                found.append(f"{_short(name)} -> {_short(target)}: stage {mine} imports {theirs}, above it")
+    return found
+
+
 @dataclass
 class Report:
     module_cycles: List[List[str]]
@@ -231,19 +276,22 @@ class Report:
     module_layers: List[List[str]]
     folder_layers: List[List[str]]
     entry_breaches: List[str] = field(default_factory=list)
+    stage_breaches: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.module_cycles and not self.folder_cycles and not self.entry_breaches
+        return not (self.module_cycles or self.folder_cycles or self.entry_breaches or self.stage_breaches)
 
     def text(self) -> str:
         lines = [f"past the analysis's entry point: {breach}" for breach in self.entry_breaches]
+        lines += [f"analysis stage order broken: {breach}" for breach in self.stage_breaches]
         for title, cycles in (("module", self.module_cycles), ("folder", self.folder_cycles)):
             for cycle in cycles:
                 lines.append(f"import circle between {title}s: " + " -> ".join(map(_short, cycle)))
         if self.ok:
             lines.append("folders, bottom layer first (each imports only from layers below it):")
             lines += [f"  {n}: {', '.join(nodes)}" for n, nodes in enumerate(self.folder_layers)]
+            lines.append("analysis stages, bottom first: " + ", ".join(ANALYSIS_STAGES))
             lines.append("modules, bottom layer first:")
             lines += [f"  {n}: {', '.join(map(_short, nodes))}" for n, nodes in enumerate(self.module_layers)]
         return "\n".join(lines)
@@ -265,6 +313,7 @@ def check(root: Path, package: str = PACKAGE) -> Report:
         layers(graph) if not module_cycles else [],
         layers(folders) if not folder_cycles else [],
         entry_breaches(root, package),
+        stage_breaches(graph, package),
     )
 
 

@@ -17,8 +17,8 @@ import tempfile
 import torch
 import torch.nn as nn
 
-from gpumem_kernel.analysis.analyze import analyze
-from gpumem_kernel.analysis.model_source import analyze_named
+from gpumem_kernel.analysis.pipeline.analyze import analyze
+from gpumem_kernel.analysis.pipeline.model_source import analyze_named
 from gpumem_kernel.autobatch.search import auto_select_batch_size
 from gpumem_kernel.benchmark.sweep import run_benchmark
 

@@ -426,7 +426,7 @@ def test_analyze_and_info_errors_are_one_line(session, capsys, argv, message):
 
 def test_analyze_takes_the_magics_sequence_options(capsys, monkeypatch):
     """--seq, --search seq, --seq-batches and --seq-multiple: the magic's own definitions, passed on to the analysis."""
-    from gpumem_kernel.analysis import model_source
+    from gpumem_kernel.analysis.pipeline import model_source
 
     seen = {}
 

@@ -84,3 +84,23 @@ def test_layers_put_each_module_above_what_it_imports(tmp_path):
     report = _checker().check(root)
     assert report.ok
     assert report.module_layers == [["gpumem_kernel", "gpumem_kernel.a"], ["gpumem_kernel.b"], ["gpumem_kernel.c"]]
+
+
+def test_an_analysis_stage_importing_a_stage_above_it_is_reported(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "analysis/__init__.py": "",
+            "analysis/trace/__init__.py": "",
+            "analysis/trace/plan.py": "from gpumem_kernel.analysis.search.engines import Point\n",
+            "analysis/search/__init__.py": "",
+            "analysis/search/engines.py": "Point = 1\n",
+        },
+    )
+    report = _checker().check(root)
+    assert report.module_cycles == [] and not report.ok
+    assert report.stage_breaches == [
+        "analysis.trace.plan -> analysis.search.engines: stage trace imports search, above it"
+    ]
+    assert "analysis stage order broken: analysis.trace.plan -> analysis.search.engines" in report.text()

@@ -66,7 +66,7 @@ def test_the_wheel_ships_the_kernel_package_and_its_json_schemas() -> None:
         "clear/reclaim",
         "oom/checklist",
         "oom/classify",
-        "analysis/analyze",
+        "analysis/pipeline/analyze",
         "autobatch/search",
         "benchmark/sweep",
     ):

@@ -10,7 +10,7 @@ from benchmarks.published import source_hf as hf
 
 MiB = 1 << 20
 # bitsandbytes of January 2022 (0.26): blocksize 2048 (< 0.44) and parameters under 4096 elements in 32 bits
-# (< 0.43.2): analysis/optimizers.py, OLD_BLOCKSIZE and OLD_FP32_BELOW, with their commits
+# (< 0.43.2): analysis/trace/modelled_optimizers.py, OLD_BLOCKSIZE and OLD_FP32_BELOW, with their commits
 BNB_OF_THAT_TIME = dict(states=2, blocksize=2048, fp32_below=4096)
 LR = 5e-5  # TrainingArguments.learning_rate's default
 

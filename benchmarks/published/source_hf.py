@@ -21,7 +21,7 @@ MDX = (
 GPU = "V100 16GB"  # Tesla V100-SXM2-16GB (gpu_table.py)
 TORCH = "1.10"  # the torch of January 2022 (1.10.1): softmax kept its input (torch_rules)
 CUDA = "11.2"  # nvidia-smi's CUDA: < 11.7, no lazy module loading
-CONTEXT_MIB = 1341  # 1343 MB with a (1, 1) tensor, less its 2 MiB block (analysis/context.py CALIBRATION)
+CONTEXT_MIB = 1341  # 1343 MB with a (1, 1) tensor, less its 2 MiB block (analysis/gpus/cuda_context.py CALIBRATION)
 MODEL_MIB = 2631
 SEQUENCE = 512
 

@@ -210,7 +210,7 @@ def monitor_cell(shell: Any, cell: str, device: Optional[int] = None) -> CellRep
     """Run `cell` inside MemoryMonitor (one per CUDA device in use, or the host) and collect the figures."""
     import psutil
 
-    from gpumem_kernel.analysis import MemoryMonitor, MonitorResult
+    from gpumem_kernel.probe.monitor import MemoryMonitor, MonitorResult
 
     torch = _cuda_torch()
     if device is not None:

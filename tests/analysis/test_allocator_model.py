@@ -1,6 +1,6 @@
 """The caching-allocator model against PyTorch's rounding rules and hand-computed sequences."""
 
-from gpumem_kernel.analysis.allocator import (
+from gpumem_kernel.analysis.allocator.caching_allocator import (
     LARGE_BUFFER,
     SMALL_BUFFER,
     CachingAllocatorModel,
@@ -123,7 +123,7 @@ def test_expandable_small_pool_grows_in_2_mib_pages() -> None:
 
 
 def test_allocator_settings_are_read_as_torch_reads_them() -> None:
-    from gpumem_kernel.analysis.allocator import settings_from_env
+    from gpumem_kernel.analysis.allocator.caching_allocator import settings_from_env
 
     assert settings_from_env({}) == settings_from_env({"PYTORCH_CUDA_ALLOC_CONF": ""})
     assert not settings_from_env({}).expandable_segments and settings_from_env({}).note is None

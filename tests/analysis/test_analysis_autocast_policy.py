@@ -1,6 +1,7 @@
-"""The trace follows CUDA's autocast policy where CPU autocast's differs (gpumem_kernel/analysis/autocast_policy.py):
-each call below runs under PyTorch's own CUDA autocast kernels on fake CUDA tensors (they are registered in CPU
-builds too) and under the trace's CPU autocast; the ops that make tensors and the result's dtype must be the same."""
+"""The trace follows CUDA's autocast policy where CPU autocast's differs
+(gpumem_kernel/analysis/fake/autocast_policy.py): each call below runs under PyTorch's own CUDA autocast kernels on fake
+CUDA tensors (they are registered in CPU builds too) and under the trace's CPU autocast; the ops that make tensors and
+the result's dtype must be the same."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fake_cuda import fake_cuda_autocast, unusable
-from gpumem_kernel.analysis import autocast_policy
-from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
+from gpumem_kernel.analysis.fake import autocast_policy
+from gpumem_kernel.analysis.fake.cuda_kernels import cuda_kernels
 
 # ops that make no tensor of their own (views, device queries): not part of what a call keeps
 _NOT_ALLOCATING = {"device", "promote_types", "view", "_unsafe_view", "permute", "unsqueeze", "expand", "alias", "t"}

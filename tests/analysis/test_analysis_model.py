@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.model_states import model_optimizer_state, read_optimizer_state, unique_bytes  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.model.model_states import model_optimizer_state, read_optimizer_state, unique_bytes  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 
 class TiedLM(nn.Module):
@@ -181,8 +181,8 @@ def test_bad_arguments_raise_one_line_value_errors(call: Any, message: str) -> N
 
 
 def test_real_steps_of_the_measured_engine_leave_the_user_objects_alone() -> None:
-    from gpumem_kernel.analysis.inputs import batch_maker
-    from gpumem_kernel.analysis.measure import _preserved_rng, run_real_steps
+    from gpumem_kernel.analysis.request.inputs import batch_maker
+    from gpumem_kernel.analysis.measure.real_steps import _preserved_rng, run_real_steps
 
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(20, 32), nn.Dropout(0.2), nn.ReLU(), nn.Linear(32, 5))

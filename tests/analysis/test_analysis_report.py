@@ -11,15 +11,15 @@ torch = pytest.importorskip("torch")
 jsonschema = pytest.importorskip("jsonschema")
 nn = torch.nn
 
-from gpumem_kernel.analysis import device as analysis_device  # noqa: E402
-from gpumem_kernel.analysis import gpu_info, gpus, recommendations  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze, print_memory_analysis, recommend_batch_size  # noqa: E402
-from gpumem_kernel.analysis.engines import Point  # noqa: E402
-from gpumem_kernel.analysis.monitor import monitor_gpu_memory  # noqa: E402
-from gpumem_kernel.analysis.report import AnalysisReport  # noqa: E402
-from gpumem_kernel.analysis.search import search_maximum  # noqa: E402
-from gpumem_kernel.analysis.picks import Rounding  # noqa: E402
-from gpumem_kernel.analysis.render import MIME, analysis_bundle  # noqa: E402
+from gpumem_kernel.analysis.pipeline import device as analysis_device  # noqa: E402
+from gpumem_kernel.analysis.gpus import lookup as gpus  # noqa: E402
+from gpumem_kernel.analysis.search import recommendations  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze, print_memory_analysis, recommend_batch_size  # noqa: E402
+from gpumem_kernel.analysis.search.engines import Point  # noqa: E402
+from gpumem_kernel.analysis.report.report import AnalysisReport  # noqa: E402
+from gpumem_kernel.analysis.search.max_batch import search_maximum  # noqa: E402
+from gpumem_kernel.analysis.report.picks import Rounding  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME, analysis_bundle  # noqa: E402
 
 GiB = 1 << 30
 
@@ -289,26 +289,6 @@ def test_seed_api(capsys: Any) -> None:
     assert seed_style["maximum"] < picks["maximum"]
     report = print_memory_analysis(_mlp(), batch_size=32, device_id=0, mixed_precision=False)
     assert "💾 Memory Analysis" in capsys.readouterr().out and isinstance(report, AnalysisReport)
-    assert isinstance(gpu_info.get_gpu_info(), list)
-    gpu_info.print_gpu_info()
-    assert capsys.readouterr().out.strip()
-
-
-def test_monitor_is_a_context_manager_and_a_decorator(capsys: Any) -> None:
-    with monitor_gpu_memory(0) as monitor:
-        block = [bytearray(1 << 20) for _ in range(4)]
-    assert monitor.result is not None and monitor.result.delta_bytes is not None and block
-    if not torch.cuda.is_initialized():
-        assert monitor.result.device == "host" and "CUDA is not initialised" in monitor.result.note
-
-    @monitor_gpu_memory(device_id=0)
-    def train() -> int:
-        return 3
-
-    assert train() == 3
-    out = capsys.readouterr().out
-    assert "train" in out and out.count("🔍") == 2
-    assert "GPU" in repr(monitor_gpu_memory(0)) or "CUDA" in repr(monitor_gpu_memory(0))
 
 
 @pytest.mark.gpu

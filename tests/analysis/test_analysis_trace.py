@@ -12,9 +12,9 @@ nn = torch.nn
 F = torch.nn.functional
 
 from fake_cuda import fake_cuda_autocast  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 
 class BasicBlock(nn.Module):
@@ -184,7 +184,7 @@ def test_cublaslt_workspace_is_kept_per_thread_or_taken_per_call_as_the_plan_say
     ],
 )
 def test_only_an_addmm_with_a_bias_vector_is_marked_for_cublaslt(layer, shape, on_lt) -> None:
-    from gpumem_kernel.analysis.trace_tracker import trace_tracker_class
+    from gpumem_kernel.analysis.trace.tracker import trace_tracker_class
 
     module, x = layer(), torch.randn(*shape)
     if x.dim() == 3 and not on_lt:
@@ -304,7 +304,7 @@ def _under_cuda_autocast() -> Dict[str, Any]:
 
 
 def test_traced_autocast_follows_cudas_policy_where_the_cpus_differs() -> None:
-    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
+    from gpumem_kernel.analysis.fake.cuda_kernels import cuda_kernels
 
     cuda = _under_cuda_autocast()
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -342,7 +342,7 @@ def _cross_entropy_ops(device: str, make: Callable[..., Any]) -> list:
 
 
 def test_traced_cross_entropy_keeps_what_cudas_autocast_keeps() -> None:
-    from gpumem_kernel.analysis.cuda_kernels import cuda_kernels
+    from gpumem_kernel.analysis.fake.cuda_kernels import cuda_kernels
 
     with fake_cuda_autocast():
         cuda = _cross_entropy_ops("cuda", lambda *shape: torch.empty(shape, device="cuda"))

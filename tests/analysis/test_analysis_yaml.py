@@ -10,7 +10,7 @@ from typing import Any, Dict
 import pytest
 import yaml
 
-from gpumem_kernel.analysis.render import accumulation_code, analysis_yaml, render_text
+from gpumem_kernel.analysis.report.render import accumulation_code, analysis_yaml, render_text
 
 FIXTURES = Path(__file__).resolve().parents[2] / "src" / "__tests__" / "fixtures"
 

@@ -1,4 +1,4 @@
-"""The process total outside the caching allocator (analysis/context.py): each factor moves the estimate the
+"""The process total outside the caching allocator (analysis/gpus/cuda_context.py): each factor moves the estimate the
 documented way, the published points bound it, and reading the factors creates no CUDA context."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 
-from gpumem_kernel.analysis import context as ctx  # noqa: E402
-from gpumem_kernel.analysis import device as analysis_device  # noqa: E402
+from gpumem_kernel.analysis.gpus import cuda_context as ctx  # noqa: E402
+from gpumem_kernel.analysis.pipeline import device as analysis_device  # noqa: E402
 
 MiB = 1 << 20
 

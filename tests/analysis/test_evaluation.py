@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import gpumem_kernel  # noqa: E402
-from gpumem_kernel.analysis.storage import make_tracker, register_states  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.allocator.storage import make_tracker, register_states  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 from test_analysis_trace import ARCHITECTURES  # noqa: E402  (the same models as the training-step comparison)
 
 

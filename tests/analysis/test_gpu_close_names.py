@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.gpus import lookup as gpus
 
 
 def message(name: str) -> str:
@@ -18,7 +18,7 @@ def message(name: str) -> str:
 def test_a_name_close_to_nothing_says_so_and_how_to_list_the_table(name):
     text = message(name)
     assert text == (
-        f"unknown GPU {name!r}: no close name in the table (gpumem_kernel.analysis.gpus.names() lists its "
+        f"unknown GPU {name!r}: no close name in the table (gpumem_kernel.analysis.gpus.lookup.names() lists its "
         f"{len(gpus.names())} GPUs); or plan by its memory alone, e.g. --memory 24GiB"
     )
     assert "close names" not in text

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpumem_kernel.analysis import gpus
+from gpumem_kernel.analysis.gpus import lookup as gpus
 
 GiB, MiB = 1 << 30, 1 << 20
 

@@ -1,5 +1,5 @@
-"""A Ctrl-C in the middle of an import leaves no half-imported package: the guard (analysis.import_guard) either
-lets the import finish and then raises the interrupt, or mends what the unwound import left behind.
+"""A Ctrl-C in the middle of an import leaves no half-imported package: the guard (analysis.allocator.import_guard)
+either lets the import finish and then raises the interrupt, or mends what the unwound import left behind.
 
 The packages imported here are written to a temporary folder: each stops half-way, after one submodule has
 loaded, the way sympy stopped when a first analysis was interrupted.
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from gpumem_kernel.analysis.import_guard import (
+from gpumem_kernel.analysis.allocator.import_guard import (
     guarded_import,
     import_repair,
     interrupts_deferred,
@@ -169,7 +169,7 @@ def test_off_the_main_thread_the_block_runs_as_is():
 
 def test_the_tracer_imports_give_fake_tensor_mode():
     pytest.importorskip("torch")
-    from gpumem_kernel.analysis.import_guard import tracer_imports
+    from gpumem_kernel.analysis.allocator.import_guard import tracer_imports
 
     mode = tracer_imports()
     assert mode.__name__ == "FakeTensorMode" and "torch._dynamo" in sys.modules and "sympy.printing" in sys.modules

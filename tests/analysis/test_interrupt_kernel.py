@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME
 from kernel_harness import KernelHarness, kernel_python
 
 

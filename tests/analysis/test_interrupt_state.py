@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
 from user_state import assert_same, state_of  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
 from gpumem_kernel.autobatch.search import auto_select_batch_size  # noqa: E402
 from gpumem_kernel.benchmark.sweep import run_benchmark  # noqa: E402
 

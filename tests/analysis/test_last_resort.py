@@ -8,14 +8,14 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis import gpus  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.engines import TracedEngine  # noqa: E402
-from gpumem_kernel.analysis.inputs import batch_maker  # noqa: E402
-from gpumem_kernel.analysis.model_states import Sharding  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.gpus import lookup as gpus  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.search.engines import TracedEngine  # noqa: E402
+from gpumem_kernel.analysis.request.inputs import batch_maker  # noqa: E402
+from gpumem_kernel.analysis.model.model_states import Sharding  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 MiB = 1 << 20
 BATCH = 1000  # Adam's first step needs new segments while the backward's cached segments are free and whole

@@ -1,4 +1,4 @@
-"""The report's language-model facts (analysis.llm_facts): the logits and loss line measured from the trace (the
+"""The report's language-model facts (analysis.trace.llm_facts): the logits and loss line measured from the trace (the
 lm_head's output, the loss's float32 upcast, the cross-entropy's log-softmax) against vocabulary x sequence x batch,
 the attention implementation and what gradient checkpointing wrapped; tiny Llama and Qwen2 configs whose 32,000-token
 vocabulary makes the logits the largest tensors of the step."""
@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.llm_facts import Checkpointed  # noqa: E402
-from gpumem_kernel.analysis.model_source import analyze_named  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.trace.llm_facts import Checkpointed  # noqa: E402
+from gpumem_kernel.analysis.pipeline.model_source import analyze_named  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 SCHEMA = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas" / "analysis.schema.json"

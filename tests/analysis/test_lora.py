@@ -12,13 +12,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 nn = torch.nn
 
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
-from gpumem_kernel.analysis.lora import LoraSpec, parse_lora, resolve_targets  # noqa: E402
-from gpumem_kernel.analysis.quantize import parse_quantize  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.model.fine_tune import planned_model  # noqa: E402
+from gpumem_kernel.analysis.model.lora import LoraSpec, parse_lora, resolve_targets  # noqa: E402
+from gpumem_kernel.analysis.model.quantize import parse_quantize  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 FIGURES = ("peak_live", "parameters", "buffers", "gradients", "optimizer_state", "activations")

@@ -1,6 +1,6 @@
-"""Models by name (analysis.model_source): configs shipped in tests/data/hf_configs built on the meta device with the
-task head asked for, traced; the Hub, the cache, remote code and a missing transformers each answer in one line.
-Nothing is downloaded: the Hub paths run offline or with the connection refused."""
+"""Models by name (analysis.pipeline.model_source): configs shipped in tests/data/hf_configs built on the meta device
+with the task head asked for, traced; the Hub, the cache, remote code and a missing transformers each answer in one
+line. Nothing is downloaded: the Hub paths run offline or with the connection refused."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpumem_kernel.analysis import model_source  # noqa: E402
-from gpumem_kernel.analysis.model_copy import TensorCopier  # noqa: E402
-from gpumem_kernel.analysis.model_source import analyze_named, build, is_model_source  # noqa: E402
+from gpumem_kernel.analysis.pipeline import model_source  # noqa: E402
+from gpumem_kernel.analysis.trace.model_copy import TensorCopier  # noqa: E402
+from gpumem_kernel.analysis.pipeline.model_source import analyze_named, build, is_model_source  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
 FAMILIES = {

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpumem_kernel.analysis.model_source import _code_files, build  # noqa: E402
+from gpumem_kernel.analysis.pipeline.model_source import _code_files, build  # noqa: E402
 
 REMOTE = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "remote_code"
 

@@ -1,6 +1,6 @@
-"""The optimizer's steps recorded by an analysis's first trace and replayed by its others (analysis.optimizer_replay)
-against real steps: the same device event stream, figures and peaks, to the byte; gradients that differ from the
-recording's run the steps for real; optimizers it cannot follow are never replayed."""
+"""The optimizer's steps recorded by an analysis's first trace and replayed by its others
+(analysis.trace.optimizer_replay) against real steps: the same device event stream, figures and peaks, to the byte;
+gradients that differ from the recording's run the steps for real; optimizers it cannot follow are never replayed."""
 
 import dataclasses
 from typing import Any, Dict
@@ -11,13 +11,13 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 nn = torch.nn
 
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
-from gpumem_kernel.analysis.lora import parse_lora  # noqa: E402
-from gpumem_kernel.analysis.optimizer_replay import OptimizerReplay  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.model.fine_tune import planned_model  # noqa: E402
+from gpumem_kernel.analysis.model.lora import parse_lora  # noqa: E402
+from gpumem_kernel.analysis.trace.optimizer_replay import OptimizerReplay  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 VOCAB, TOKENS = 1000, 16
 FIGURES = (

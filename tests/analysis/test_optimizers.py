@@ -1,4 +1,5 @@
-"""bitsandbytes' 8-bit and paged optimizers and the Adafactors in the trace (analysis/optimizers.py): the state sizes
+"""bitsandbytes' 8-bit and paged optimizers and the Adafactors in the trace (analysis/trace/modelled_optimizers.py):
+the state sizes
 bitsandbytes allocates (bitsandbytes/optim/optimizer.py, Optimizer2State/Optimizer1State.init_state and
 get_state_buffer, release 0.50.2 lines 374-390 and 491-532), the named kinds planned without the library, and
 Adafactor's factored second moments."""
@@ -13,12 +14,12 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis import optimizers as modelled  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.model_copy import make_optimizer  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.trace import modelled_optimizers as modelled  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.trace.model_copy import make_optimizer  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 WIDE, OUT = 256, 512  # a 131072-element weight (8-bit, paged when paging) and a 512-element bias (32-bit)
 QMAP = 256 * 4

@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis import picks  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.picks import Rounding, parse_rounding, percent  # noqa: E402
-from gpumem_kernel.analysis.render import analysis_bundle, render_html, render_text  # noqa: E402
+from gpumem_kernel.analysis.report import picks  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.report.picks import Rounding, parse_rounding, percent  # noqa: E402
+from gpumem_kernel.analysis.report.render import analysis_bundle, render_html, render_text  # noqa: E402
 from gpumem_kernel.autobatch.search import auto_select_batch_size, autobatch_bundle  # noqa: E402
 
 

@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TraceError, TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 from transformers.utils import import_utils  # noqa: E402
 
 VOCAB = 100

@@ -49,7 +49,7 @@ def test_the_seminar_rows_keep_the_previous_run_alive_through_the_forward() -> N
     import torch
 
     from benchmarks.published import source_seminar as sem
-    from gpumem_kernel.analysis.analyze import trace_step
+    from gpumem_kernel.analysis.pipeline.analyze import trace_step
 
     half = {r.name: r for r in sem.ROWS}["Half precision"]
     fresh = dataclasses.replace(half, previous=None, previous_output=None)

@@ -1,4 +1,4 @@
-"""bitsandbytes' quantised layers as a plan traces them (analysis/quantize.py): the resident layouts against
+"""bitsandbytes' quantised layers as a plan traces them (analysis/model/quantize.py): the resident layouts against
 bitsandbytes 0.50.2's own Linear4bit and Linear8bitLt quantised on the CPU, the dequantisation transients in the
 trace, fake trace against a real CPU one, and one-line errors for bad values."""
 
@@ -11,18 +11,18 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
-from gpumem_kernel.analysis.lora import parse_lora  # noqa: E402
-from gpumem_kernel.analysis.quantize import (  # noqa: E402
+from gpumem_kernel.analysis.model.fine_tune import planned_model  # noqa: E402
+from gpumem_kernel.analysis.model.lora import parse_lora  # noqa: E402
+from gpumem_kernel.analysis.model.quantize import (  # noqa: E402
     QuantSpec,
     dequant_bytes,
     layout,
     parse_quantize,
     resident_bytes,
 )
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 
 SHAPES = [(512, 256), (300, 130)]  # (out, in); the second's blocks and nested blocks end part-full
 

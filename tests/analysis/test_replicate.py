@@ -1,4 +1,4 @@
-"""Repeated blocks traced once and replayed (analysis.replicate) against the full trace: the same event stream,
+"""Repeated blocks traced once and replayed (analysis.trace.replicate) against the full trace: the same event stream,
 records (stacks included), breakdown and peaks, to the byte, on small models of each family."""
 
 import dataclasses
@@ -11,13 +11,13 @@ transformers = pytest.importorskip("transformers")
 nn = torch.nn
 F = torch.nn.functional
 
-from gpumem_kernel.analysis.fine_tune import planned_model  # noqa: E402
-from gpumem_kernel.analysis.lora import parse_lora  # noqa: E402
-from gpumem_kernel.analysis.quantize import parse_quantize  # noqa: E402
-from gpumem_kernel.analysis.replicate import block_runs  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan, TraceResult  # noqa: E402
-from gpumem_kernel.analysis.training_loop import default_loss  # noqa: E402
+from gpumem_kernel.analysis.model.fine_tune import planned_model  # noqa: E402
+from gpumem_kernel.analysis.model.lora import parse_lora  # noqa: E402
+from gpumem_kernel.analysis.model.quantize import parse_quantize  # noqa: E402
+from gpumem_kernel.analysis.trace.replicate import block_runs  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan, TraceResult  # noqa: E402
+from gpumem_kernel.analysis.trace.training_loop import default_loss  # noqa: E402
 from gpumem_kernel.timeline.predicted import stack_hook  # noqa: E402
 
 VOCAB, TOKENS = 1000, 16

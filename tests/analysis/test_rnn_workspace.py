@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.analysis import rnn_workspace  # noqa: E402
+from gpumem_kernel.analysis.fake import rnn_workspace  # noqa: E402
 
 
 def _rnn_key(steps: int, batch: int, hidden: int, inputs: int, dtype: Any) -> Tuple[Any, ...]:
@@ -22,7 +22,7 @@ def _rnn_key(steps: int, batch: int, hidden: int, inputs: int, dtype: Any) -> Tu
 
 def _rnn_dtypes() -> list:
     """fp32, and bf16 where this CPU's oneDNN has a bf16 RNN kernel (read off the machine, not assumed)."""
-    from gpumem_kernel.analysis.rnn_workspace import measured_rnn_workspace
+    from gpumem_kernel.analysis.fake.rnn_workspace import measured_rnn_workspace
 
     dtypes = [torch.float32]
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from gpumem_kernel.analysis.picks import parse_rounding
+from gpumem_kernel.analysis.report.picks import parse_rounding
 from gpumem_kernel.magics.options import analyze_arguments
 from gpumem_kernel.magics.parsing import parse
 

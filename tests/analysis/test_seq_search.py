@@ -1,6 +1,6 @@
-"""The sequence length (analysis.sequence, analysis.seq_search): seq= sets the tokens per sample of a token input and
-says in one line when the input is not token ids; search="seq" finds the longest sequence that fits at fixed batches
-with search.py's bracket, in multiples of 64 tokens, and picks below it by the batch picks' rule."""
+"""The sequence length (analysis.request.sequence, analysis.search.max_sequence): seq= sets the tokens per sample of a
+token input and says in one line when the input is not token ids; search="seq" finds the longest sequence that fits at
+fixed batches with search.py's bracket, in multiples of 64 tokens, and picks below it by the batch picks' rule."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpumem_kernel.analysis import seq_search  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.model_source import analyze_named  # noqa: E402
-from gpumem_kernel.analysis.picks import Rounding, picks_below  # noqa: E402
-from gpumem_kernel.analysis.sequence import at_sequence  # noqa: E402
+from gpumem_kernel.analysis.search import max_sequence as seq_search  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.pipeline.model_source import analyze_named  # noqa: E402
+from gpumem_kernel.analysis.report.picks import Rounding, picks_below  # noqa: E402
+from gpumem_kernel.analysis.request.sequence import at_sequence  # noqa: E402
 from gpumem_kernel.magics.options import analyze_arguments  # noqa: E402
 from gpumem_kernel.magics.parsing import parse  # noqa: E402
 

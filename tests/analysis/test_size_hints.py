@@ -1,4 +1,4 @@
-"""Sizes that depend on tensor values (analysis.size_hints): a fake trace answers them with a stated default (an
+"""Sizes that depend on tensor values (analysis.fake.size_hints): a fake trace answers them with a stated default (an
 upper bound) or the user's hint, and agrees with the real step where the data selects exactly the hinted share."""
 
 import pytest
@@ -6,9 +6,9 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis.size_hints import check  # noqa: E402
-from gpumem_kernel.analysis.trace import run_trace  # noqa: E402
-from gpumem_kernel.analysis.trace_plan import TracePlan  # noqa: E402
+from gpumem_kernel.analysis.fake.size_hints import check  # noqa: E402
+from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
+from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
 
 BOXES = 4  # targets per image: a quarter of the image indices are distinct
 ANCHORS = 400
@@ -154,7 +154,7 @@ class _ReadsData(nn.Module):
 
 
 def test_a_read_that_no_hint_answers_keeps_the_one_line_refusal() -> None:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     with pytest.raises(ValueError) as caught:
         analyze(_ReadsData(), batch_size=4, input=(8,), memory="8GiB", size_hints=0.1)
@@ -163,7 +163,7 @@ def test_a_read_that_no_hint_answers_keeps_the_one_line_refusal() -> None:
 
 
 def test_the_analysis_reports_the_rule() -> None:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     report = analyze(_DetectorLike(), batch_size=8, input=_detector_batch, memory="8GiB", size_hints=0.5)
     assert any(n.startswith("aten.nonzero at ") and "50 %" in n for n in report.notes)

@@ -1,5 +1,5 @@
 """The one storage tracker: the simulated device's cap (autobatch, benchmark) and the estimator's event stream
-(analysis.trace) count the same storages the same way."""
+(analysis.trace.run) count the same storages the same way."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.analysis.storage import NullTracker, SimulatedOOM, make_tracker, register_states  # noqa: E402
-from gpumem_kernel.analysis.trace_tracker import trace_tracker_class  # noqa: E402
+from gpumem_kernel.analysis.allocator.storage import NullTracker, SimulatedOOM, make_tracker, register_states  # noqa: E402
+from gpumem_kernel.analysis.trace.tracker import trace_tracker_class  # noqa: E402
 from gpumem_kernel.oom.classify import is_oom  # noqa: E402
 
 

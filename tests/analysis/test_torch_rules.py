@@ -1,4 +1,4 @@
-"""Per-version torch rules (analysis.torch_rules): each changes the trace only for the versions it names."""
+"""Per-version torch rules (analysis.fake.torch_rules): each changes the trace only for the versions it names."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpumem_kernel.analysis import torch_rules  # noqa: E402
-from gpumem_kernel.analysis.analyze import analyze  # noqa: E402
+from gpumem_kernel.analysis.fake import torch_rules  # noqa: E402
+from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
 
 BATCH, WIDTH = 64, 256
 

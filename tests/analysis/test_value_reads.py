@@ -6,7 +6,7 @@ torch = pytest.importorskip("torch")
 
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
-from gpumem_kernel.analysis.value_reads import describe  # noqa: E402
+from gpumem_kernel.analysis.fake.value_reads import describe  # noqa: E402
 
 
 def _count_per_image(batch_idx):  # a detector's loss counts its targets per image
@@ -49,7 +49,7 @@ class _Gated(torch.nn.Module):
 
 
 def test_the_analysis_error_names_the_operator_and_the_users_line() -> None:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     with pytest.raises(ValueError) as caught:
         analyze(_Gated(), batch_size=4, input=(8,), memory="8GiB")
@@ -76,7 +76,7 @@ class _LayerDrop(torch.nn.Module):
 
 
 def test_layerdrop_is_traced_with_every_layer_kept() -> None:
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     rand = torch.rand
     dropping = analyze(_LayerDrop(0.5), batch_size=16, input=(64,), memory="8GiB")

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpumem_kernel.analysis.workbench import RngSnapshot  # noqa: E402
+from gpumem_kernel.analysis.measure.workbench import RngSnapshot  # noqa: E402
 
 
 def test_numpy_rng_is_restored_when_numpy_is_loaded(monkeypatch):

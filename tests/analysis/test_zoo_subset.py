@@ -44,8 +44,8 @@ def test_a_torchvision_detector_traces_training_and_evaluation() -> None:
     if absent:
         pytest.skip(absent)
     from benchmarks.zoo.vision import _detection_batch, _detection_loss
-    from gpumem_kernel.analysis.trace import run_trace
-    from gpumem_kernel.analysis.trace_plan import TracePlan
+    from gpumem_kernel.analysis.trace.run import run_trace
+    from gpumem_kernel.analysis.trace.plan import TracePlan
     from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
     from torchvision.models.detection.transform import GeneralizedRCNNTransform
 
@@ -71,8 +71,8 @@ def test_a_mask_rcnn_trains_within_the_caps_it_declares() -> None:
     if absent:
         pytest.skip(absent)
     from benchmarks.zoo.vision import _detection_loss
-    from gpumem_kernel.analysis.trace import run_trace
-    from gpumem_kernel.analysis.trace_plan import TracePlan
+    from gpumem_kernel.analysis.trace.run import run_trace
+    from gpumem_kernel.analysis.trace.plan import TracePlan
     from torch import nn
     from torchvision.models.detection import MaskRCNN
     from torchvision.models.detection.anchor_utils import AnchorGenerator

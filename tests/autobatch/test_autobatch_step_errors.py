@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
 from user_state import assert_same, state_of  # noqa: E402
-from gpumem_kernel.analysis.step_error import StepError  # noqa: E402
+from gpumem_kernel.analysis.request.step_error import StepError  # noqa: E402
 from gpumem_kernel.autobatch.search import auto_select_batch_size  # noqa: E402
 
 SETUP = """\

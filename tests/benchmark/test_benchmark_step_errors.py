@@ -14,7 +14,7 @@ psutil = pytest.importorskip("psutil")
 
 from conftest import gpumem_shell  # noqa: E402
 from user_state import assert_same, state_of  # noqa: E402
-from gpumem_kernel.analysis.step_error import StepError  # noqa: E402
+from gpumem_kernel.analysis.request.step_error import StepError  # noqa: E402
 from gpumem_kernel.benchmark.sweep import run_benchmark  # noqa: E402
 
 SETUP = """\

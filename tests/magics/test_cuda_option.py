@@ -34,7 +34,7 @@ def test_the_help_says_what_cuda_does_without_torch(capsys):
 
 
 def test_cuda_without_a_gpu_to_plan_for_says_it_is_not_used():
-    from gpumem_kernel.analysis.analyze import analyze
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     report = analyze(torch.nn.Linear(8, 8), batch_size=2, input=(8,), device="cpu", cuda_version="11.2")
     assert "--cuda 11.2 not used: no GPU to plan a CUDA context for (add --target GPU or --memory SIZE)" in report.notes
@@ -54,7 +54,7 @@ def test_cuda_without_a_gpu_to_plan_for_says_it_is_not_used():
 def test_cuda_is_said_unused_wherever_no_context_is_estimated(source, said):
     from types import SimpleNamespace
 
-    from gpumem_kernel.analysis.device import cuda_notes
+    from gpumem_kernel.analysis.pipeline.device import cuda_notes
 
     notes = cuda_notes(SimpleNamespace(context_source=source), "11.2")
     if said is None:

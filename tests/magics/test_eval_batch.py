@@ -11,7 +11,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel import cli  # noqa: E402
 from gpumem_kernel.wire.protocol import load_payload_schema  # noqa: E402
 

@@ -12,7 +12,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import MIME as AUTOBATCH_MIME  # noqa: E402
 from gpumem_kernel.autobatch.search import scan_batch_sizes  # noqa: E402
 from gpumem_kernel.benchmark.report import MIME as BENCHMARK_MIME  # noqa: E402
@@ -516,7 +516,7 @@ def test_the_seeds_python_api_is_on_the_package_and_loads_lazily(capsys):
             sys.executable,
             "-c",
             "import sys, gpumem_kernel; "
-            "assert 'torch' not in sys.modules and 'gpumem_kernel.analysis.analyze' not in sys.modules",
+            "assert 'torch' not in sys.modules and 'gpumem_kernel.analysis.pipeline.analyze' not in sys.modules",
         ],
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel import cli  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"

@@ -9,7 +9,7 @@ from IPython.utils.capture import capture_output
 torch = pytest.importorskip("torch")
 
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
 
 SETUP = """\
 import torch

@@ -79,7 +79,7 @@ def test_the_user_names_reach_the_loop():
 def test_every_accumulation_snippet_keeps_amp():
     """The OOM checklist's loop once had no AMP: a user training with a GradScaler who followed it lost
     autocast, and the activations (what ran out of memory) doubled. Both places that offer the loop must keep it."""
-    from gpumem_kernel.analysis.render import accumulation_code
+    from gpumem_kernel.analysis.report.render import accumulation_code
 
     payload = {
         "settings": {"amp": "fp16", "checkpointing": False, "batch_size": 64, "grad_accum": 1},

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 import timeline_model  # noqa: E402
 from conftest import gpumem_shell  # noqa: E402
-from gpumem_kernel.analysis.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
 from gpumem_kernel import cli  # noqa: E402
 from gpumem_kernel.timeline.payload import TIMELINE_MIME, source_text  # noqa: E402
 from gpumem_kernel.timeline.store import STORE  # noqa: E402

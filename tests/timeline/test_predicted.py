@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 import timeline_model
-from gpumem_kernel.analysis.analyze import analyze
+from gpumem_kernel.analysis.pipeline.analyze import analyze
 from gpumem_kernel.timeline.payload import TIMELINE_MIME, summary_text, timeline_bundle
 from gpumem_kernel.timeline.predicted import option_problem, predict, predict_timeline
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 import pytest
 
-from gpumem_kernel.analysis import report as analysis_report
+from gpumem_kernel.analysis.report import report as analysis_report
 from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import config as benchmark_config
 from gpumem_kernel.benchmark import result as benchmark_result

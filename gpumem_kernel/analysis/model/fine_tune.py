@@ -1,0 +1,163 @@
+"""LoRA and QLoRA plans: the planning copy analyze() traces in place of the user's model (`lora=`, `quantize=`), and
+the report's lines for a fine-tune: quantised weights, adapters (parameters, gradients, optimizer state) and the
+dequantisation transients. A PEFT model the user already has is analysed as it is; its adapters get their line too.
+
+The planning copy shares nothing writable with the user's model: its parameters are new (on the meta device, so
+an 8B model costs no memory), its buffers the user's tensors, read only by the trace's own copy.
+
+torch is imported inside functions only: the kernel shim must load without it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from gpumem_kernel.analysis.model.lora import Adapters, LoraSpec, add_adapters, adapter_parameters, parse_lora
+from gpumem_kernel.analysis.trace.model_copy import tensor_attributes
+from gpumem_kernel.analysis.model.model_states import unique_bytes
+from gpumem_kernel.analysis.model.quantize import QuantSpec, Quantised, parse_quantize, quantize_linears
+from gpumem_kernel.analysis.report.report import AnalysisReport, Figure
+from gpumem_kernel.render.units import format_bytes
+
+
+@dataclass
+class FineTunePlan:
+    """The planning copy and what was done to it."""
+
+    model: Any
+    lora: Optional[Adapters] = None
+    quantised: Optional[Quantised] = None
+    notes: List[str] = field(default_factory=list)
+
+
+def check(lora: Any, quantize: Any, optimizer: Any) -> "tuple[Optional[LoraSpec], Optional[QuantSpec]]":
+    """The parsed options; ValueError (one line) on a bad one, or on an optimizer object with either (it holds the
+    user's own parameters, not the planning copy's)."""
+    lora_spec, quant_spec = parse_lora(lora), parse_quantize(quantize)
+    if (lora_spec or quant_spec) and not isinstance(optimizer, str):
+        raise ValueError(
+            "with lora= or quantize=, name the optimizer kind (adamw, paged-adamw8bit, ...): yours holds "
+            "your model's own parameters, not the planned copy's"
+        )
+    return lora_spec, quant_spec
+
+
+def planned_model(
+    model: Any,
+    lora: Optional[LoraSpec],
+    quantize: Optional[QuantSpec],
+    on_meta: bool = True,
+    use_peft: Optional[bool] = None,
+) -> FineTunePlan:
+    """A copy of `model` with its Linear layers quantised and LoRA adapters added, as asked. on_meta=False: real CPU
+    tensors (zeros for quantised weights), for a real trace to compare the fake one with."""
+    _refuse_twice(model, lora, quantize)
+    plan = FineTunePlan(_copy(model, on_meta))
+    if quantize is not None:
+        plan.quantised = quantize_linears(plan.model, quantize, on_meta)
+        plan.notes.append(_quantised_note(plan.quantised))
+    if lora is not None:
+        plan.model, plan.lora = add_adapters(plan.model, lora, on_meta, use_peft)
+        plan.notes.append(_lora_note(plan.lora))
+    return plan
+
+
+def _refuse_twice(model: Any, lora: Optional[LoraSpec], quantize: Optional[QuantSpec]) -> None:
+    if lora is not None and adapter_parameters(model):
+        raise ValueError(f"lora: {type(model).__name__} already has LoRA adapters: drop lora= to analyse it as it is")
+    names = {type(m).__name__ for m in model.modules()}
+    if quantize is not None and names & {"Linear4bit", "Linear8bitLt"}:
+        raise ValueError(f"quantize: {type(model).__name__} is already quantised by bitsandbytes")
+
+
+def _copy(model: Any, on_meta: bool) -> Any:
+    """The structure deep-copied, each parameter a new one (meta, or a real clone), buffers shared."""
+    import torch
+
+    memo: Dict[int, Any] = {}
+    for p in model.parameters():
+        if id(p) not in memo:
+            data = torch.empty_like(p, device="meta") if on_meta else p.detach().clone()
+            memo[id(p)] = torch.nn.Parameter(data, requires_grad=p.requires_grad)
+    for b in model.buffers():
+        memo.setdefault(id(b), b if on_meta else b.clone())
+    for _, _, t in tensor_attributes(model):  # cached masks, grids: the user's, never copied onto their device
+        memo.setdefault(id(t), t)
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception as exc:  # modules holding locks, files, generators ...
+        raise ValueError(f"cannot copy the model's structure to plan on ({type(exc).__name__}: {exc})") from None
+
+
+def _quantised_note(done: Quantised) -> str:
+    skipped = f"; kept unquantised: {', '.join(done.skipped)}" if done.skipped else ""
+    return (
+        f"quantised as bitsandbytes {done.spec.text()}: {done.layers} Linear layers, "
+        f"{format_bytes(done.replaced, 'fit')} of weights held in {format_bytes(done.resident, 'fit')}{skipped}; "
+        + (
+            "the weight is dequantised per layer in forward and again in backward"
+            if done.spec.four_bit
+            else "the input is int8-quantised per layer in forward, the weight dequantised in backward; LLM.int8's "
+            "outlier columns (value-dependent) are not counted"
+        )
+    )
+
+
+def _lora_note(done: Adapters) -> str:
+    how = f"peft {done.with_peft}" if done.with_peft else "gpumem's own adapter modules (peft's tensors; peft not used)"
+    return (
+        f"LoRA {done.spec.text(done.targets)} on {len(done.layers)} layers of a copy of the model, added with {how}; "
+        "the base is frozen, only the adapters train"
+    )
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def add_to_report(report: AnalysisReport, model: Any, plan: Optional[FineTunePlan]) -> None:
+    """The fine-tune's figures, and the notes saying what the planning copy is."""
+    adapters = adapter_parameters(model)
+    figures = []
+    if plan is not None and plan.quantised is not None:
+        figures += _quantised_figures(plan.quantised)
+    if adapters:
+        figures.append(_adapter_figure(adapters, report))
+    report.figures += figures
+    if plan is not None:  # after the model's own notes (a model by name's come first)
+        report.notes[:0] = plan.notes
+
+
+def _quantised_figures(done: Quantised) -> List[Figure]:
+    return [
+        Figure(
+            "quantised_weights",
+            done.resident,
+            "modelled",
+            f"{done.layers} layers, {done.spec.kind}: packed weights and quant state (in parameters and buffers)",
+        ),
+        Figure(
+            "dequant_transient",
+            max(done.forward_transient, done.backward_transient),
+            "modelled",
+            f"one layer at a time ({done.largest}): forward {format_bytes(done.forward_transient, 'fit')}, "
+            f"backward {format_bytes(done.backward_transient, 'fit')} (in the step's temporaries)",
+        ),
+    ]
+
+
+def _adapter_figure(adapters: List[Any], report: AnalysisReport) -> Figure:
+    params = unique_bytes(adapters)
+    trainable = [p for p in adapters if p.requires_grad]
+    grads = unique_bytes(trainable)
+    # the optimizer steps only trainable parameters; the adapters are all of them unless the model trains more
+    only_adapters = sum(p.numel() for p in trainable) == report.trainable_parameter_count
+    state = report.optimizer_bytes if only_adapters else 0
+    said = f" + {format_bytes(state, 'fit')} optimizer state" if only_adapters else " (optimizer state: see above)"
+    return Figure(
+        "adapters",
+        params + grads + state,
+        "traced",
+        f"LoRA: {format_bytes(params, 'fit')} parameters + {format_bytes(grads, 'fit')} gradients{said}",
+    )

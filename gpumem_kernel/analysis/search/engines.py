@@ -1,0 +1,106 @@
+"""The two engines behind one report, as the batch search sees them: point(batch) -> the step's peak
+footprint at that batch (per rank), or None where it cannot run. Traced: fake CPU tensors replayed through the
+allocator model (under the device's limit when it goes over: the allocator's last resort); measured: real
+steps on the GPU (analysis.measure.real_steps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from gpumem_kernel.analysis.allocator.caching_allocator import replay
+from gpumem_kernel.analysis.measure.real_steps import measure_step_peaks
+from gpumem_kernel.analysis.model.model_states import Sharding
+from gpumem_kernel.analysis.trace.run import run_trace
+from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
+
+
+@dataclass
+class Point:
+    batch_size: int
+    allocated: int
+    reserved: Optional[int]
+    footprint: int  # reserved (or allocated) + context, per rank
+    engine: str
+    trace: Optional[TraceResult] = None
+    retries: int = 0  # the allocator freed its cache this many times to fit the device (last resort)
+
+
+class TracedEngine:
+    name = "traced"
+
+    def __init__(self, plan: TracePlan, context: int, sharding: Sharding, limit: Optional[int] = None) -> None:
+        self.plan, self.context, self.sharding = plan, context, sharding
+        self.limit = limit  # the device limit the search uses (None: the replay is never limited)
+        self.cache: Dict[int, Optional[Point]] = {}
+        self.errors: Dict[int, str] = {}
+
+    def point(self, batch: int, stack_hook: Optional[Callable[[], Any]] = None) -> Optional[Point]:
+        if batch not in self.cache:
+            plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
+            try:
+                trace = run_trace(plan, batch, fake=True)
+            except TraceError as exc:
+                if not self.cache:
+                    raise  # the user's own batch size must trace
+                self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
+                self.cache[batch] = None
+                return None
+            b = trace.breakdown
+            saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
+            allocated = trace.device.peak_allocated - saving
+            reserved = trace.device.peak_reserved - saving
+            point = Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
+            self.cache[batch] = self._last_resort(point, saving)
+            trace.device.events = []  # the stream is only needed here: do not keep it for every cached point
+        return self.cache[batch]
+
+    def _last_resort(self, point: Point, saving: int) -> Point:
+        """The last resort: over the limit, replay the stream again with the device's limit, as the real allocator
+        frees its cached segments and retries before it raises (allocator.CachingAllocatorModel._make_room).
+        It fits when that replay has no OOM: its figures replace the unlimited ones. The allocator may
+        reserve the limit less the context, plus what sharding saves (footprint = reserved - saving + context)."""
+        trace = point.trace
+        if self.limit is None or point.footprint <= self.limit or trace is None or not trace.device.events:
+            return point
+        limited = replay(trace.device.events, self.plan.expandable_segments, self.limit - self.context + saving)
+        if not limited.fits:
+            return point  # over: the unlimited figures say by how much
+        trace.device = limited
+        reserved = limited.peak_reserved - saving
+        allocated = limited.peak_allocated - saving
+        return replace(
+            point, allocated=allocated, reserved=reserved, footprint=reserved + self.context, retries=limited.retries
+        )
+
+
+class MeasuredEngine:
+    """Real steps on a copy of the model on the GPU. Written for CUDA builds; tested with the `gpu` marker."""
+
+    name = "measured"
+
+    def __init__(self, plan: TracePlan, device: Any, sharding: Sharding, states: Tuple[int, int, int]) -> None:
+        self.plan, self.device, self.sharding, self.states = plan, device, sharding, states
+        self.cache: Dict[int, Optional[Point]] = {}
+
+    def point(self, batch: int) -> Optional[Point]:
+        if batch not in self.cache:
+            measured = measure_step_peaks(self.plan, batch, self.device)
+            if measured is None:
+                self.cache[batch] = None
+            else:
+                allocated, reserved = measured
+                saving = self.sharding.saving(*self.states)
+                self.cache[batch] = Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
+        return self.cache[batch]
+
+
+def retry_note(point: Point) -> Optional[str]:
+    """The report's line for a batch that fits only through the allocator's last resort."""
+    if not point.retries:
+        return None
+    times = "once" if point.retries == 1 else f"{point.retries} times"
+    return (
+        f"batch {point.batch_size} fits after the allocator frees its cache {times} (release_cached_blocks): "
+        "expect slower steps, consider expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF"
+    )
