@@ -4,8 +4,9 @@ consistent step, show the notice in the cell's output and send it to the browser
 trend follows the sampler. At each cell's end the holders' walk (heldby.hook) runs first, in `cell_ended`, so the
 notice can name the holders that grew in the cell that just ended.
 
-Nothing is read in a kernel where device memory is not in use (one sys.modules look per cell), and nothing that
-goes wrong here reaches the user's cell output: a post_run_cell error would print after every cell.
+Device memory is read only in a kernel where it is in use (one sys.modules look per cell); the kernel's RSS is
+read around every cell (one /proc read each), so host memory that re-runs keep growing gets the same notice.
+Nothing that goes wrong here reaches the user's cell output: a post_run_cell error would print after every cell.
 """
 
 from __future__ import annotations
@@ -106,8 +107,13 @@ class CellGrowth:
         step = reruns.growing(list(cell.runs))
         if step is None:
             return None
-        grown = reruns.grown_holders(previous, fresh)
-        finding = rules.classify(rules.Evidence(grown, step.allocated, source, fresh))
+        if step.device == memory.HOST:  # the holders' walk reads device memory: none of it is the RSS's
+            grown, finding = [], None
+            fix = rules.host_fix(source)
+        else:
+            grown = reruns.grown_holders(previous, fresh)
+            finding = rules.classify(rules.Evidence(grown, step.allocated, source, fresh))
+            fix = None if finding is None else finding.fix
         left = memory.headroom(step.device, after[step.device])
         return RerunGrowth(
             cell=getattr(result, "execution_count", None),
@@ -119,7 +125,7 @@ class CellGrowth:
             runs_left=None if left is None else left // step.allocated,
             holders=grown,
             pattern=None if finding is None else finding.pattern,
-            fix=None if finding is None else finding.fix,
+            fix=fix,
         )
 
 

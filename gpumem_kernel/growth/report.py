@@ -9,6 +9,8 @@ from typing import Any, Dict, List, Optional
 
 from gpumem_kernel.render.units import human
 
+HOST = "host"  # growth.memory.HOST: the kernel's RSS, a notice's `device`
+
 
 @dataclass
 class GrowingHolder:
@@ -76,9 +78,13 @@ def headline(notice: RerunGrowth) -> str:
     """The notice's first line: `Cell [12] leaves +512.00 MiB allocated on cuda:0 after each run (3 runs); at this
     rate the GPU is full after 7 more runs`."""
     cell = f"Cell [{notice.cell}]" if notice.cell is not None else "This cell"
-    text = f"{cell} leaves {_signed(notice.step)} allocated on {notice.device} after each run ({notice.runs} runs)"
+    if notice.device == HOST:  # the kernel's resident set: no allocator, the process's own pages
+        text = f"{cell} grows this kernel's RSS by {_signed(notice.step)} each run ({notice.runs} runs)"
+    else:
+        text = f"{cell} leaves {_signed(notice.step)} allocated on {notice.device} after each run ({notice.runs} runs)"
     if notice.runs_left is not None:
-        what = "the GPU" if notice.device.startswith("cuda") else notice.device
+        what = "host memory" if notice.device == HOST else notice.device
+        what = "the GPU" if notice.device.startswith("cuda") else what
         later = "at the next run" if notice.runs_left <= 0 else f"after {_plural(notice.runs_left, 'more run')}"
         text += f"; at this rate {what} is full {later}"
     return text

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.growth.memory import Reading, Readings
-from gpumem_kernel.growth.report import GrowingHolder
+from gpumem_kernel.growth.report import HOST, GrowingHolder
 from gpumem_kernel.heldby.report import UNREACHABLE, HoldersReport
 
 MIN_RUNS = 3  # consecutive runs with the same step before saying so
 MIN_STEP = 1 << 20  # 1 MiB: below it, allocator rounding and one-off caches
+HOST_MIN_STEP = 4 << 20  # the RSS: below 4 MiB, the interpreter's own heap and IPython's history move it
 SPREAD = 1.5  # the largest step of the runs counted is at most this times the smallest
 KEEP_RUNS = 12
 KEEP_CELLS = 64
@@ -72,12 +73,19 @@ class Step:
 
 def growing(runs: Sequence[Run], min_runs: int = MIN_RUNS) -> Optional[Step]:
     """The device whose last runs left the longest consistent step (at least `min_runs`), the larger step on a
-    tie; None when none did."""
+    tie; the host's RSS only when no device grew (a device's leak often drags the RSS along: the device's
+    notice names its holders and fix). None when nothing did."""
+    devices = list(runs[-1].allocated) if runs else []
+    return _longest(runs, [d for d in devices if d != HOST], min_runs) or _longest(
+        runs, [d for d in devices if d == HOST], min_runs
+    )
+
+
+def _longest(runs: Sequence[Run], devices: Sequence[str], min_runs: int) -> Optional[Step]:
     best: Optional[Step] = None
-    devices = runs[-1].allocated if runs else {}
     for device in devices:
         steps = [run.allocated.get(device, 0) for run in runs]
-        tail = consistent_tail(steps)
+        tail = consistent_tail(steps, HOST_MIN_STEP if device == HOST else MIN_STEP)
         if len(tail) < min_runs:
             continue
         reserved = [run.reserved.get(device, 0) for run in runs[-len(tail) :]]

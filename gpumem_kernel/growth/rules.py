@@ -22,6 +22,8 @@ _SCALAR_BYTES = 8  # a 0-d tensor's storage: one float32/float64 (4/8 bytes)
 _TRAINS = re.compile(r"\.backward\(|\.step\(|autograd\.grad\(")
 _NO_GRAD = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _ASSIGNED_CALL = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*[\w.]+\(", re.MULTILINE)
+# what a cell adds to a container that outlives it: `name.append(`, `.extend(`, `name[key] =`, `name +=`
+_KEEPS = re.compile(r"\b([A-Za-z_]\w*)(?:\.(?:append|extend|add|update|insert)\(|\[[^\]\n]*\][ \t]*=[^=]|[ \t]*\+=)")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,19 @@ def kept_old_object(evidence: Evidence) -> Optional[Finding]:
 
 
 RULES: Sequence[Rule] = (loss_with_graph, eval_with_graph, outputs_with_graph, output_cache, kept_old_object)
+
+
+def host_fix(source: str) -> Optional[str]:
+    """For a cell that grows the kernel's RSS: the container its code adds to, and what to keep instead; None
+    when the code names none (no pattern is claimed: the holders' walk looks at device memory only)."""
+    names = list(dict.fromkeys(_KEEPS.findall(source)))
+    if not names:
+        return None
+    kept = ", ".join(f"`{name}`" for name in names[:3])
+    return (
+        f"{kept} keeps what every run adds in host memory (numpy arrays, CPU tensors): keep a summary "
+        "(`.item()`, a running mean) or only the last items, or empty it (`.clear()`) before running the cell again"
+    )
 
 
 def classify(evidence: Evidence, rules: Sequence[Rule] = RULES) -> Optional[Finding]:

@@ -68,3 +68,25 @@ def test_a_cell_that_keeps_losses_with_their_graphs_is_named_after_its_third_run
     assert rerun["pattern"] == "loss_with_graph" and rerun["runs"] >= 3
     assert rerun["holders"][0]["name"] == "losses"
     assert 4 << 20 <= rerun["step"] < 5 << 20
+
+
+def test_a_cell_that_keeps_cpu_tensors_in_a_global_list_grows_the_rss_notice():
+    """No device memory in use (no switch): the kernel's RSS is what grows, and the notice says so in RSS."""
+    with KernelHarness() as kernel:
+        kernel.bootstrap()
+        comm_id = kernel.open_comm({"type": "open", "protocol": 1, "interval": 10.0, "client": "test"})
+        kernel.wait_comm(comm_id, "hello")
+        assert kernel.execute("import torch\nkept = []\n")["status"] == "ok"
+        shown = []
+        for _ in range(5):  # the first run may reuse pages the kernel freed before
+            content = kernel.execute("kept.append(torch.ones(4 << 20))")  # 16 MiB a run, its pages written
+            assert content["status"] == "ok", content
+            shown.append(_outputs(kernel, content["msg_id"]))
+        message = kernel.wait_comm(comm_id, "growth", where=lambda d: d["rerun"] is not None)
+
+    headline = next(texts[0] for texts in shown if texts).splitlines()[0]
+    assert re.fullmatch(r"Cell \[\d+\] grows this kernel's RSS by \+1\d\.\d\d MiB each run \(3 runs\).*", headline)
+    validate(message)
+    rerun = message["rerun"]
+    assert rerun["device"] == "host" and rerun["pattern"] is None and "`kept`" in rerun["fix"]
+    assert 15 << 20 <= rerun["step"] < 20 << 20

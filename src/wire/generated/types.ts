@@ -687,6 +687,9 @@ export interface IRerunGrowth {
    * the notebook's cell id, when the front end sent it
    */
   cell_id: string | null;
+  /**
+   * "cuda:0", or "host": the kernel's resident memory (RSS), whose steps are RSS bytes
+   */
   device: string;
   /**
    * bytes allocated each run leaves (median)
