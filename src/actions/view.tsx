@@ -215,6 +215,7 @@ function OomSection(props: IActionsSectionProps): JSX.Element | null {
     body = (
       <LinkedOomChecklist
         headed={true}
+        tracebackDropped={(actions.clearTick?.report.traceback_frames ?? 0) > 0}
         widgetId={actions.widgetId}
         outputs={props.oomOutputs ?? null}
         payload={payload}

@@ -73,6 +73,8 @@ test('a clear ticks its step with what it freed; the fixed cell resolves the OOM
   const clearStep = card.locator('.jp-GpuMem-oomStep[data-step-id="clear"]');
   await expect(clearStep.locator('.jp-GpuMem-oomTick')).toBeChecked({ timeout: 60000 });
   await expect(clearStep.locator('.jp-GpuMem-stepFeedback')).toContainText(/freed 128(\.0+)? MiB/);
+  // What the traceback kept alive is gone: the diagnosis says so instead of "keeps … alive".
+  await expect(card.locator('.jp-GpuMem-oomDiagnosis')).toContainText('a clear has dropped it since');
   // The same error's checklist under the traceback shares the tick.
   const inline = page
     .locator('.jp-Notebook .jp-Cell')

@@ -48,6 +48,13 @@ function clearFreeing128(): IClearPayload {
   return report;
 }
 
+/** The 2.x checklist of an error whose traceback keeps one 128 MiB tensor alive. */
+function oomKeeping128(): IOomPayload {
+  const payload = oom2x();
+  payload.diagnosis.traceback = { frames: 2, tensors: 1, bytes: 128 * MIB, by_device: { cpu: 128 * MIB } };
+  return payload;
+}
+
 /** A kernel like ipykernel: aborts what is queued behind a failing cell until that cell's idle. */
 class Kernel extends FakeKernel {
   constructor() {
@@ -121,7 +128,7 @@ async function runCell(
   t.ctx.emitIopub('status', msgId, { execution_state: 'busy' });
   t.ctx.emitIopub('execute_input', msgId, { code: `# ${cellId}`, execution_count: count });
   if (outcome === 'oom') {
-    t.kernel.oom = oom2x();
+    t.kernel.oom = oomKeeping128();
     t.kernel.aborting = true;
     t.ctx.emitIopub('error', msgId, { ename: 'OutOfMemoryError', evalue: EVALUE, traceback: [] });
     t.kernel.aborting = false;
@@ -236,6 +243,9 @@ describe('a clear ticks the checklist’s clear step with what it freed', () => 
     const t = setup();
     await runCell(t, 'c0', 1, 'oom');
     const key = t.actions.oomKey!;
+    const diagnosis = (): string =>
+      renderPanel(t.actions).querySelector('.jp-GpuMem-oom .jp-GpuMem-oomDiagnosis')?.textContent ?? '';
+    expect(diagnosis()).toContain("The failed call's traceback keeps 1 tensor (128 MiB) alive");
     const dryRun = { ...clearFreeing128(), dry_run: true };
     clearInCell(t, dryRun);
     expect(t.actions.ticks.has('clear')).toBe(false); // a dry run changes nothing
@@ -250,6 +260,10 @@ describe('a clear ticks the checklist’s clear step with what it freed', () => 
     const step = node.querySelector('.jp-GpuMem-oom [data-step-id="clear"]')!;
     expect(step.querySelector<HTMLInputElement>('.jp-GpuMem-oomTick')?.checked).toBe(true);
     expect(step.querySelector('.jp-GpuMem-stepFeedback')?.textContent).toContain('freed 128 MiB');
+    // What the traceback kept alive is gone: the diagnosis no longer says it keeps it.
+    expect(diagnosis()).toContain(
+      "The failed call's traceback kept 1 tensor (128 MiB) alive; a clear has dropped it since"
+    );
 
     await runCell(t, 'c0', 2, 'ok');
     renderPanel(t.actions);

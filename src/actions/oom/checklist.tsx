@@ -56,6 +56,8 @@ export interface IOomChecklistProps {
    * first line goes on from the family named above it, so "CUDA out of memory" is said once.
    */
   readonly headed?: boolean;
+  /** A clear has dropped the failed call's traceback since: the diagnosis says so instead of "keeps … alive". */
+  readonly tracebackDropped?: boolean;
   /** Downloads the full timeline of "What was alive" (the OOM capture); absent: no download buttons. */
   readonly onExportTimeline?: (id: string, format: TimelineExportFormat) => Promise<unknown>;
 }
@@ -137,7 +139,7 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
 /** `<div class="jp-GpuMem-oomChecklist">`. */
 export function OomChecklistView(props: IOomChecklistProps): JSX.Element {
   const { payload, trans } = props;
-  const findings = diagnosisLines(payload, trans);
+  const findings = diagnosisLines(payload, trans, props.tracebackDropped ?? false);
   const { apply, folded } = splitSteps(payload);
   const brief = props.brief !== undefined && props.onOpenFull !== undefined;
   const shown = brief ? apply.slice(0, props.brief) : apply;

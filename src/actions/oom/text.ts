@@ -10,8 +10,11 @@ import type { Trans } from '../../ui/i18n';
 import type { IOomPayload, IOomStep } from '../../wire/protocol';
 import type { OomFamily } from './detect';
 
-/** What the diagnosis says beyond the summary, one finding a line (mirrors the kernel's text output). */
-export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
+/**
+ * What the diagnosis says beyond the summary, one finding a line (mirrors the kernel's text output).
+ * `tracebackDropped`: a clear has dropped the failed call's traceback since, so what it kept alive is gone.
+ */
+export function diagnosisLines(payload: IOomPayload, trans: Trans, tracebackDropped = false): string[] {
   const d = payload.diagnosis;
   const lines = [...d.notes];
   // Why the kernel found the failed call ran with gradients off (evaluation): its evidence, shown as data.
@@ -36,7 +39,16 @@ export function diagnosisLines(payload: IOomPayload, trans: Trans): string[] {
       .join(', ');
     lines.push(trans.__('Other processes: %1', shown));
   }
-  if (d.traceback !== null && d.traceback.tensors > 0) {
+  if (d.traceback !== null && d.traceback.tensors > 0 && tracebackDropped) {
+    lines.push(
+      trans._n(
+        "The failed call's traceback kept %1 tensor (%2) alive; a clear has dropped it since",
+        "The failed call's traceback kept %1 tensors (%2) alive; a clear has dropped it since",
+        d.traceback.tensors,
+        formatBytes(d.traceback.bytes, 'auto')
+      )
+    );
+  } else if (d.traceback !== null && d.traceback.tensors > 0) {
     lines.push(
       trans._n(
         "The failed call's traceback keeps %1 tensor (%2) alive",
