@@ -126,12 +126,7 @@ export function resolvedText(
 }
 
 /** The resolved line of a card and its content folded behind "Show the checklist" (null: not resolved). */
-function ResolvedFold(props: {
-  text: string | null;
-  label: string;
-  trans: Trans;
-  children: React.ReactNode;
-}): JSX.Element {
+function ResolvedFold(props: { text: string | null; label: string; children: React.ReactNode }): JSX.Element {
   if (props.text === null) {
     return <>{props.children}</>;
   }
@@ -264,7 +259,7 @@ function OomSection(props: IActionsSectionProps): JSX.Element | null {
         <h3>{oomTitle(run, trans)}</h3>
         <Dismiss trans={trans} onClick={() => actions.dismissOom()} />
       </div>
-      <ResolvedFold text={resolved} label={trans.__('Show the checklist')} trans={trans}>
+      <ResolvedFold text={resolved} label={trans.__('Show the checklist')}>
         {body}
       </ResolvedFold>
     </section>
