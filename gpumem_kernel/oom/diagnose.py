@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from gpumem_kernel.oom.analyzed import FailedModel, failed_model
 from gpumem_kernel.oom.causes import cause_note, cause_threshold, find_causes
 from gpumem_kernel.oom.diagnosis import Diagnosis, Fragmentation, HostMemory, OtherProcess, TracebackPin
-from gpumem_kernel.oom.evaluation import evaluation_evidence
+from gpumem_kernel.oom.grad_mode import grad_off_evidence
 from gpumem_kernel.oom.family import family_note
 from gpumem_kernel.oom.namespace import (
     code_names,
@@ -264,7 +264,7 @@ def diagnose_failed(
         alloc_conf=conf,
         torch_version=(str(getattr(torch, "__version__", "")) or None) if torch is not None else None,
         notes=notes,
-        evaluation=evaluation_evidence(tb),
+        evaluation=grad_off_evidence(tb),
         this_kernel_pids=mine,
     )
     diagnosis.causes = find_causes(info, diagnosis)

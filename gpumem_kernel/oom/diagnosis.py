@@ -120,7 +120,7 @@ class Diagnosis:
     torch_version: Optional[str]
     notes: List[str]
     causes: List[Cause] = field(default_factory=list)  # strongest first; empty: the figures name none
-    # why the failed call ran with gradients off (evaluation.py), one line; None: training, or nothing says
+    # why the failed call ran with gradients off (grad_mode.py), one line; None: training, or nothing says
     evaluation: Optional[str] = None
     # host PIDs that are (or may be) this kernel in a container: never another process, never to be ended
     this_kernel_pids: List[int] = field(default_factory=list)

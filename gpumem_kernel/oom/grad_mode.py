@@ -1,4 +1,5 @@
-"""Whether an out-of-memory error was raised in evaluation: with gradients off at the failing line.
+"""Grad mode at the failing line of an out-of-memory error: whether it ran with gradients off (evaluation or
+inference), and what says so.
 
 The evidence, innermost first (the context that is active at the failing line is the one set last):
 
@@ -47,7 +48,7 @@ class GradMode(NamedTuple):
     evidence: str
 
 
-def evaluation_evidence(tb: Any = None) -> Optional[str]:
+def grad_off_evidence(tb: Any = None) -> Optional[str]:
     """Why the failed call ran with gradients off (one line), or None when it ran with them on or nothing
     says. `tb`: the failed call's traceback (default sys.last_traceback)."""
     tb = tb if tb is not None else getattr(sys, "last_traceback", None)

@@ -20,8 +20,8 @@ from IPython.utils.capture import capture_output
 from gpumem_kernel.oom.bundle import OOM_MIME
 from gpumem_kernel.oom.handler import install_oom_handler
 from gpumem_kernel.oom.order import COST_ORDER, step_key
-from gpumem_kernel.oom import evaluation
-from gpumem_kernel.oom.evaluation import evaluation_evidence, grad_switch
+from gpumem_kernel.oom import grad_mode
+from gpumem_kernel.oom.grad_mode import grad_off_evidence, grad_switch
 from gpumem_kernel.wire.protocol import load_payload_schema
 from ipython_shell import fresh_shell
 
@@ -151,7 +151,7 @@ def assert_evaluation(bundle: Dict[str, Any], evidence: str) -> Dict[str, Any]:
 
 def test_on_python_3_9_without_match_statements_an_oom_inside_no_grad_still_counts(shell, monkeypatch) -> None:
     """Python 3.9 (supported) has no ast.match_case: looking for one made every frame say nothing there."""
-    monkeypatch.setattr(evaluation, "_MATCH_CASE", None)
+    monkeypatch.setattr(grad_mode, "_MATCH_CASE", None)
     evaluate = """
 def evaluate(batch):
     with torch.no_grad():
@@ -323,20 +323,20 @@ def defined_in_no_grad() -> Any:
 
 
 def test_the_innermost_frame_with_a_switch_decides() -> None:
-    evidence = evaluation_evidence(raised(nested, 1))
+    evidence = grad_off_evidence(raised(nested, 1))
     assert evidence is not None and evidence.startswith(
-        "the failing line runs inside `with torch.no_grad():` (test_oom_evaluation.py:"
+        "the failing line runs inside `with torch.no_grad():` (test_oom_grad_mode.py:"
     )
     assert evidence.endswith(" in nested)")
 
 
 def test_a_function_defined_inside_the_block_but_called_after_it_is_training() -> None:
-    assert evaluation_evidence(raised(defined_in_no_grad(), 1)) is None
+    assert grad_off_evidence(raised(defined_in_no_grad(), 1)) is None
 
 
 def test_no_traceback_and_no_torch_grad_switch_say_nothing() -> None:
-    assert evaluation_evidence(None) is None or not torch.is_grad_enabled()
-    assert evaluation_evidence(raised(forward, 1)) is None
+    assert grad_off_evidence(None) is None or not torch.is_grad_enabled()
+    assert grad_off_evidence(raised(forward, 1)) is None
 
 
 @pytest.mark.parametrize(
