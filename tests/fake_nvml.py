@@ -226,7 +226,7 @@ def install_in_running_server(module: object) -> None:
     loaded = server.current()
     if loaded is None:
         raise RuntimeError("load gpumem_kernel.server first")
-    watch = loaded.watch
-    with watch._lock:
-        watch.prober.__init__(nvml=Nvml(module=module), env={})
-        watch._view = None
+    machine = loaded.machine
+    with machine._lock:
+        machine.prober.__init__(nvml=Nvml(module=module), env={})
+        machine._view = None

@@ -26,7 +26,7 @@ from traitlets.config import Configurable
 from gpumem_kernel.server.activity import ExecutionWatch
 from gpumem_kernel.server.exits import ExitWatch
 from gpumem_kernel.server.metrics import GpuMemCollector
-from gpumem_kernel.server.watch import MachineWatch
+from gpumem_kernel.server.machine import MachineReader
 
 
 class GpuMemServer(Configurable):
@@ -47,7 +47,7 @@ class GpuMemServer(Configurable):
 
 
 class Loaded:
-    """The extension in one server: its settings, its watch, and the collector registered for /metrics."""
+    """The extension in one server: its settings, its machine reader, and the collector registered for /metrics."""
 
     def __init__(self, serverapp: Any, registry: Any = None) -> None:
         from prometheus_client import REGISTRY
@@ -57,7 +57,7 @@ class Loaded:
         self.serverapp_event_logger = getattr(serverapp, "event_logger", None)
         self.executions = ExecutionWatch(serverapp.kernel_manager)
         self.exits = ExitWatch(serverapp.kernel_manager)
-        self.watch = MachineWatch(
+        self.machine = MachineReader(
             serverapp.kernel_manager,
             getattr(serverapp, "session_manager", None),
             max_age=self.settings.cache_seconds,
@@ -65,7 +65,7 @@ class Loaded:
         )
         self._follow: Any = None
         self.registry = REGISTRY if registry is None else registry
-        self.collector = GpuMemCollector(self.watch.view, lambda: self.settings.idle_minutes * 60.0)
+        self.collector = GpuMemCollector(self.machine.view, lambda: self.settings.idle_minutes * 60.0)
         self.registry.register(self.collector)
 
     def start(self) -> None:
@@ -97,7 +97,7 @@ class Loaded:
             self.registry.unregister(self.collector)
         except KeyError:
             pass
-        self.watch.prober.nvml.shutdown()
+        self.machine.prober.nvml.shutdown()
 
 
 _loaded: Optional[Loaded] = None
@@ -127,7 +127,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
             (
                 url_path_join(serverapp.web_app.settings["base_url"], KERNELS_PATH),
                 KernelsHandler,
-                {"view": loaded.watch.view, "idle_minutes": lambda: loaded.settings.idle_minutes},
+                {"view": loaded.machine.view, "idle_minutes": lambda: loaded.settings.idle_minutes},
             ),
             (url_path_join(serverapp.web_app.settings["base_url"], EXIT_PATH), ExitHandler, {"exits": loaded.exits}),
         ],

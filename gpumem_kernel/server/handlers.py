@@ -20,7 +20,7 @@ from tornado import web
 
 from gpumem_kernel.oom.killed import host_reading, killed_payload
 from gpumem_kernel.server.exits import ExitWatch
-from gpumem_kernel.server.watch import MachineView
+from gpumem_kernel.server.machine import MachineView
 
 KERNELS_PATH = "/gpumem/kernels"
 # jupyter_server's kernel id pattern (a UUID)

@@ -7,7 +7,7 @@ the process itself or one of its ancestors. The kernel manager knows each local 
 executions (activity.py: when it last ran code); for a kernel whose IOPub the server cannot listen to, from the
 kernel model's `last_activity` and `execution_state`, as jupyter_server's own culler reads them.
 
-Nothing here touches NVML: watch.py joins these facts with the GPUs.
+Nothing here touches NVML: machine.py joins these facts with the GPUs.
 """
 
 from __future__ import annotations

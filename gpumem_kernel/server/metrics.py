@@ -17,7 +17,7 @@ from typing import Callable, Iterator, List
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gpumem_kernel.server.watch import MachineView
+from gpumem_kernel.server.machine import MachineView
 
 log = logging.getLogger(__name__)
 

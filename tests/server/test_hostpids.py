@@ -22,8 +22,8 @@ from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober
 from gpumem_kernel.server.hostpids import HostPidRecords
 from gpumem_kernel.server.metrics import GpuMemCollector
-from gpumem_kernel.server.watch import MachineWatch
-from test_watch import NOW, UUID0, FakeKernelManager, FakeSessions, parse
+from gpumem_kernel.server.machine import MachineReader
+from test_machine import NOW, UUID0, FakeKernelManager, FakeSessions, parse
 
 HOST_KERNEL, HOST_CHILD, HOST_OUTSIDER = 4_000_000, 4_000_200, 3_900_000
 
@@ -52,12 +52,12 @@ def write_record(folder: Path, kernel_id: str, pid: int, created: float, state: 
     return record
 
 
-def watch_with(folder: Path, km: FakeKernelManager) -> MachineWatch:
+def watch_with(folder: Path, km: FakeKernelManager) -> MachineReader:
     gpu = FakeGpu(
         "H100", UUID0, total=80 * GiB, processes=[(HOST_KERNEL, 2 * GiB), (HOST_CHILD, GiB), (HOST_OUTSIDER, 5 * GiB)]
     )
     prober = Prober(nvml=Nvml(FakeNvml([gpu])), env={})
-    return MachineWatch(
+    return MachineReader(
         km, FakeSessions([("k-ns", "train.ipynb")]), prober=prober, clock=lambda: NOW, hostpids=HostPidRecords(folder)
     )
 

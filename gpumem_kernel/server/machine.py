@@ -73,7 +73,7 @@ class MachineView:
         return sorted(found, key=lambda k: -k.idle_seconds)
 
 
-class MachineWatch:
+class MachineReader:
     """Reads a MachineView on demand, at most once per `max_age` seconds."""
 
     def __init__(

@@ -25,7 +25,7 @@ from gpumem_kernel.server.activity import Executions
 from gpumem_kernel.server.handlers import kernels_payload
 from gpumem_kernel.server.kernels import KernelFacts
 from gpumem_kernel.server.metrics import GpuMemCollector
-from gpumem_kernel.server.watch import MachineWatch
+from gpumem_kernel.server.machine import MachineReader
 
 UUID0 = "GPU-8f3a1111-2222-3333-4444-555555555555"
 NOW = 1_800_000_000.0
@@ -77,7 +77,7 @@ def kernel_with_a_worker() -> Iterator[tuple]:
 
 def watch_over(gpus: List[FakeGpu], km: FakeKernelManager, sessions=None, init_error=None, clock=lambda: NOW):
     fake = FakeNvml(gpus, init_error=init_error)
-    return MachineWatch(km, sessions, prober=Prober(nvml=Nvml(fake), env={}), clock=clock), fake
+    return MachineReader(km, sessions, prober=Prober(nvml=Nvml(fake), env={}), clock=clock), fake
 
 
 def test_a_worker_process_counts_for_the_kernel_that_started_it(kernel_with_a_worker):
@@ -193,10 +193,10 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry, generate_latest
 import gpumem_kernel.server
 from gpumem_kernel.server.metrics import GpuMemCollector
-from gpumem_kernel.server.watch import MachineWatch
+from gpumem_kernel.server.machine import MachineReader
 km = SimpleNamespace(list_kernel_ids=lambda: [], get_kernel=lambda k: None)
 registry = CollectorRegistry()
-registry.register(GpuMemCollector(MachineWatch(km).view, lambda: 1800.0))
+registry.register(GpuMemCollector(MachineReader(km).view, lambda: 1800.0))
 text = generate_latest(registry).decode()
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"IPython", "ipykernel", "torch", "comm"})
 print(json.dumps({"heavy": heavy, "ok": "gpumem_nvml_available" in text}))
@@ -212,11 +212,11 @@ def test_the_server_side_imports_neither_ipython_nor_torch():
 _REAL_GPU = """
 import json, os, subprocess, sys, time
 from types import SimpleNamespace
-from gpumem_kernel.server.watch import MachineWatch
+from gpumem_kernel.server.machine import MachineReader
 holder = subprocess.Popen([holder_python, "-c", textwrap_code])
 km = SimpleNamespace(list_kernel_ids=lambda: ["k"], get_kernel=lambda k: SimpleNamespace(
     kernel_name="python3", provisioner=SimpleNamespace(process=holder), execution_state="idle", last_activity=None))
-watch = MachineWatch(km, max_age=0)
+watch = MachineReader(km, max_age=0)
 try:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
