@@ -41,6 +41,7 @@ import { gpuIcon } from './ui/icons';
 import { activateSidePanel } from './ui/shell';
 import { GpuMemModel } from './channel/model';
 import { GpuMemPanel } from './panel/panel';
+import { sampleChartPlugin } from './panel/samplechartplugin';
 import { IdleHoldersModel } from './panel/idleholders';
 import { fetchServerKernels } from './panel/idlefetch';
 import { readSettings } from './settings';
@@ -201,5 +202,6 @@ export default [
   oomOutputsPlugin,
   outputsPlugin,
   panelPlugin,
+  sampleChartPlugin,
   statusPlugin
 ];
