@@ -315,6 +315,7 @@ export class SessionActions implements ISessionActions, IDisposable {
     const settings = this._host.settings();
     const clear = clearOutputs ?? settings.clearOutputsOnRestart;
     const previous = this._restart;
+    const order = this._order;
     // While it runs, it belongs to the run it restarts; once done, to the new run it reports on.
     const base = { clearOutputs: clear, note, origin };
     this._toFront('restart');
@@ -355,7 +356,8 @@ export class SessionActions implements ISessionActions, IDisposable {
         }
       });
       if (report === null) {
-        // Cancelled: show what was there before.
+        // Cancelled: show what was there before, where it was.
+        this._order = order;
         this._setRestart(previous);
         return null;
       }

@@ -314,6 +314,19 @@ describe('older cards fold into one "Earlier" list', () => {
     // The OOM is history now: nothing to free on this CPU kernel.
     expect(node.querySelector(RESTART_LOUD)).toBeNull();
   });
+
+  it('a restart the user cancels leaves the cards where they were', async () => {
+    const t = setup();
+    await t.actions.restartAndFree();
+    await runCell(t, 'c0', 1, 'oom');
+    await t.actions.clear();
+    const before = { open: ['clear', 'oom'], earlier: ['restart'] };
+    expect(cardLayout(t.actions)).toEqual(before);
+    t.host.settingsValue = { ...t.host.settingsValue, confirmRestart: true };
+    t.host.confirmAnswer = false;
+    await t.actions.restartAndFree();
+    expect(cardLayout(t.actions)).toEqual(before);
+  });
 });
 
 describe('"Restart and free" says what it does', () => {
