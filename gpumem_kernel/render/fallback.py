@@ -94,3 +94,21 @@ def html_facts(caption: str, rows: Sequence[Sequence[Any]], css_class: str = "")
     )
     attr = f" class='{esc(css_class)}'" if css_class else ""
     return f"<table{attr}><caption style='text-align:left'><b>{esc(caption)}</b></caption>{body}</table>"
+
+
+_NUMBER = re.compile(r"[-+]?[\d.,]+( ?(B|[KMGT]i?B|%|ms|s|x))?|n/a")
+
+
+def _numeric(cells: Sequence[Any]) -> bool:
+    """A column of numbers (ints, "1.25 GiB", "40%"): right-aligned; anything with words is left-aligned."""
+    shown = [str(c).strip() for c in cells if str(c).strip()]
+    return bool(shown) and all(_NUMBER.fullmatch(c) for c in shown)
+
+
+def auto_table(caption: str, headings: Sequence[str], rows: Sequence[Sequence[Any]], css_class: str = "") -> str:
+    """`html_table` with each column's alignment read off its cells: numbers right, words left."""
+    columns = [
+        Column(heading.capitalize() if heading.islower() else heading, _numeric([row[i] for row in rows]))
+        for i, heading in enumerate(headings)
+    ]
+    return html_table(caption, columns, rows, css_class)

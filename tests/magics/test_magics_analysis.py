@@ -92,7 +92,7 @@ def test_analyze_displays_a_schema_valid_bundle(ip):
     assert payload["gradients_bytes"] == MLP_PARAMETER_BYTES
     assert payload["optimizer_bytes"] == 2 * MLP_PARAMETER_BYTES  # AdamW: exp_avg + exp_avg_sq
     assert payload["settings"]["batch_size"] == 16
-    assert "💾 Memory Analysis" in bundle["text/plain"] and "<table" in bundle["text/html"]
+    assert "Memory Analysis" in bundle["text/plain"] and "<table" in bundle["text/html"]
 
 
 def test_would_it_fit_on_an_rtx_4080_super(ip):

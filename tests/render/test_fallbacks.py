@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
+from gpumem_kernel.analysis.report.render import analysis_bundle
 from gpumem_kernel.autobatch.search import render_html as autobatch_html
 from gpumem_kernel.autobatch.search import render_text as autobatch_text
 from gpumem_kernel.benchmark.report import render_html as benchmark_html
@@ -133,6 +134,22 @@ def test_recommend_names_the_picks_and_keeps_its_notes_by_them(name: str) -> Non
     notes = [(align, t) for i, (tag, align, t) in enumerate(c for c in cells(page) if c[0] == "td") if i % 3 == 2]
     assert all(align == "left" for align, _ in notes)
     assert not SNAKE_KEY.findall(visible_text(page).replace("--round", ""))
+
+
+@pytest.mark.parametrize("name", ["analysis_accum", "analysis_llm", "analysis_target", "analysis_nogpu"])
+def test_the_analysis_fallbacks_name_figures_by_label(name: str) -> None:
+    payload = fixture(name)
+    bundle = analysis_bundle(payload)
+    page, text = bundle["text/html"], bundle["text/plain"]
+    assert not PICTOGRAPH.search(text) and not PICTOGRAPH.search(page)
+    assert text.splitlines()[1].startswith("Memory Analysis - ")
+    assert_aligned(page)
+    shown = [t for tag, _, t in cells(page) if tag == "td"]
+    for figure in payload["figures"]:
+        assert figure["name"] not in shown or "_" not in figure["name"]
+    assert "Optimizer step transient" in shown and "Peak allocated" in shown
+    assert "optimizer_transient" not in shown and "peak_allocated" not in shown
+    assert "Recommended" in shown and "recommended" not in shown
 
 
 def test_the_status_table_reads_each_value_next_to_its_label() -> None:

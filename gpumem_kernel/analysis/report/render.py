@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from gpumem_kernel.analysis.report.llm_render import llm_block, llm_tables, sequence_block
 from gpumem_kernel.analysis.report.picks import RECOMMENDED_SHARE, SAFE_SHARE, rule, share_caption
 from gpumem_kernel.analysis.report.picks import rounding_text as _rounding_text
+from gpumem_kernel.render.fallback import PICK_LABELS, auto_table, plain
+from gpumem_kernel.render.fallback import label as key_label
 from gpumem_kernel.render.snippets import AMP_DTYPES, LoopNames, accumulation_loop, config_yaml
 from gpumem_kernel.render.units import human
 
@@ -445,12 +447,9 @@ def esc(value: Any) -> str:
 
 
 def html_table(caption: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    th = "".join(f"<th style='text-align:left'>{esc(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f"<table class='gpumem-analysis'><caption style='text-align:left'><b>{esc(caption)}</b></caption>"
-        f"<thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-    )
+    """A table of the HTML fallback: every cell says its alignment (words left, numbers right), since the
+    stylesheets of JupyterLab and nbconvert right-align `td` (render/fallback.py)."""
+    return auto_table(caption, head, rows, "gpumem-analysis")
 
 
 def pick_rows(payload: Mapping[str, Any]) -> List[Sequence[Any]]:
@@ -467,8 +466,8 @@ def pick_rows(payload: Mapping[str, Any]) -> List[Sequence[Any]]:
 
 def render_html(payload: Mapping[str, Any]) -> str:
     recs = payload["recommendations"]
-    figures = [(f["name"], human(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]
-    picks = pick_rows(payload)
+    figures = [(key_label(f["name"]), human(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]
+    picks = [(key_label(pick, PICK_LABELS), batch, plain(str(note))) for pick, batch, note in pick_rows(payload)]
     curve = [
         (
             p["batch_size"],
@@ -481,7 +480,7 @@ def render_html(payload: Mapping[str, Any]) -> str:
     ]
     device = payload["device"]
     parts = [
-        f"<p><b>{esc(title_of(payload))}</b> — engine <b>{esc(payload['engine'])}</b>; model "
+        f"<p><b>{esc(plain(title_of(payload)))}</b> — engine <b>{esc(payload['engine'])}</b>; model "
         f"{esc(payload['model']['name'])} ({payload['model']['parameter_count']:,} parameters); usable "
         f"{esc(human(device['limit_bytes']))} of {esc(human(device['total_bytes']))} ({esc(device['source'])})</p>",
         html_table("Memory of one training step", ("figure", "size", "engine", "note"), figures),
@@ -498,4 +497,5 @@ def render_html(payload: Mapping[str, Any]) -> str:
 def analysis_bundle(report: Any) -> Dict[str, Any]:
     """{MIME: payload, text/html, text/plain} for IPython.display.display(..., raw=True)."""
     payload = report.to_payload() if hasattr(report, "to_payload") else dict(report)
-    return {MIME: payload, "text/html": render_html(payload), "text/plain": render_text(payload)}
+    # text/plain is what a page without the labextension shows: no emoji its fonts may lack
+    return {MIME: payload, "text/html": render_html(payload), "text/plain": plain(render_text(payload))}
