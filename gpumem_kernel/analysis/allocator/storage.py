@@ -72,7 +72,10 @@ def _mib(n: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def tracker_class() -> type:
-    """The StorageTracker class (built on first use: it subclasses torch's TorchDispatchMode)."""
+    """The StorageTracker class (built on first use: it subclasses torch's TorchDispatchMode).
+
+    Long as one function because it is one class: torch is imported inside functions only, so the class that
+    subclasses TorchDispatchMode is defined here; its methods are each short."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves

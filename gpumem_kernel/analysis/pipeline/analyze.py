@@ -4,7 +4,7 @@ and recommend_batch_size() over it.
 Two engines, one report (see shared/notes/memory-estimation.md):
 - *traced* (no GPU needed, or planning for another GPU): two training steps on fake CPU tensors, every
   storage followed by category, the event stream replayed through a model of the CUDA caching allocator
-  (trace.py, allocator.py), plus the CUDA context and workspaces;
+  (trace/run.py, allocator/caching_allocator.py), plus the CUDA context and workspaces;
 - *measured* (CUDA already initialised by the user, or `device="cuda"` asked explicitly): three real steps on
   a copy of the model at each batch size the search tries (at most MEASURED_RUNS) from a clean allocator,
   peaks of steps 2–3, linear fit, residuals.
@@ -23,6 +23,7 @@ assemble (the AnalysisReport of report.py).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.gpus import lookup as gpus
@@ -107,6 +108,47 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     started = time.perf_counter()
     check_model(model)
     request = request_of(request, keywords)
+    prepared = _prepare(model, request)
+    ran = _run_engines(prepared, request)
+    return _report(prepared, ran, request, started)
+
+
+@dataclass
+class _Prepared:
+    """What analyze() builds before any batch is traced: the planning model, its batches, the device and the plan."""
+
+    model: Any  # the planning copy of a fine-tune, else the user's model
+    kind: Any  # the optimizer kind, or the user's optimizers for a step of their own
+    input: Any  # the input at the asked sequence length
+    sequences: Optional[Callable[[int], Any]]
+    fine: Optional[FineTunePlan]
+    input_text: str
+    info: Any  # the device and its limit (analysis.pipeline.device)
+    plan: TracePlan
+    notes: List[str]
+    sharding: Sharding
+    picks_rounding: Any
+    measured_on: Any  # the GPU the measured engine runs on, or None (traced)
+
+
+@dataclass
+class _Ran:
+    """The engines' answers: the analysed batch's trace and point, the maximum found, the AMP saving and the
+    evaluation step."""
+
+    info: Any  # the device, its limit read again on the GPU by the measured engine
+    engine: Any
+    traced: TracedEngine
+    current_trace: Point
+    current: Point
+    found: Any
+    amp_saved: Optional[int]
+    evaluation: Any
+    notes: List[str]
+
+
+def _prepare(model: Any, request: AnalysisRequest) -> _Prepared:
+    """The request read into a plan: rounding, optimizer, input, fine-tune copy, batches, device limit, trace plan."""
     picks_rounding = resolve_rounding(
         rounding_from_options(request.rounding, request.multiple), request.rounding_setting
     )
@@ -135,13 +177,21 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     plan, notes = _trace_plan(model, kind, make_batch, request, info, stack, hints, rules)
     notes = basis_notes(info, request.target, request.memory) + list(planned_torch.notes) + notes
     sharding = _sharding(model, request, notes)
-    batch_size = request.batch_size
     # a model on the meta device (built by name) has no weights to run on a GPU: traced against it instead
     measured_on = (
         None
         if request.step is not None or on_meta(model)
         else measured_device(request.device, request.target, request.memory)
     )
+    return _Prepared(
+        model, kind, input, sequences, fine, input_text, info, plan, notes, sharding, picks_rounding, measured_on
+    )
+
+
+def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
+    """The analysed batch traced, the engine chosen, the maximum searched; a trace error as a one-line ValueError."""
+    plan, sharding, info, batch_size = prepared.plan, prepared.sharding, prepared.info, request.batch_size
+    notes: List[str] = []
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
         traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
@@ -150,10 +200,10 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
             raise TraceError(f"batch {batch_size} could not be traced")
         if request.on_trace is not None:
             request.on_trace(current_trace.trace)
-        if measured_on is not None:
+        if prepared.measured_on is not None:
             states = _state_totals(current_trace.trace)
-            engine: Any = MeasuredEngine(plan, measured_on, sharding, states)
-            info = measured_limit(info, measured_on, model, kind, request.reserve)
+            engine: Any = MeasuredEngine(plan, prepared.measured_on, sharding, states)
+            info = measured_limit(info, prepared.measured_on, prepared.model, prepared.kind, request.reserve)
         else:
             engine = traced
         notes += cuda_notes(info, request.cuda_version)
@@ -161,14 +211,7 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
         found = with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
         if current is None:  # the user's batch ran out of memory on the GPU itself
-            over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
-            current = Point(
-                batch_size,
-                current_trace.allocated,
-                current_trace.reserved,
-                max(current_trace.footprint, over),
-                "measured",
-            )
+            current = _out_of_memory_point(current_trace, info, batch_size)
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
         amp_saved = _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
         evaluation = None
@@ -176,36 +219,55 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
             evaluation = evaluate(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
-    notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(traced.errors.items())]
-    notes += _retry_notes(current, found)
-    trace = current_trace.trace
+    return _Ran(info, engine, traced, current_trace, current, found, amp_saved, evaluation, notes)
+
+
+def _out_of_memory_point(current_trace: Point, info: Any, batch_size: int) -> Point:
+    """The analysed batch's point when it ran out of memory on the GPU: its traced figures, over the limit."""
+    over = (info.limit_bytes or 0) + (info.reserve_bytes or 0) + 1
+    return Point(
+        batch_size,
+        current_trace.allocated,
+        current_trace.reserved,
+        max(current_trace.footprint, over),
+        "measured",
+    )
+
+
+def _report(prepared: _Prepared, ran: _Ran, request: AnalysisRequest, started: float) -> AnalysisReport:
+    """The AnalysisReport of the runs: notes, recommendations, the assembled report and its LLM and sequence parts."""
+    plan, info, model, batch_size = prepared.plan, ran.info, prepared.model, request.batch_size
+    notes = prepared.notes + ran.notes
+    notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(ran.traced.errors.items())]
+    notes += _retry_notes(ran.current, ran.found)
+    trace = ran.current_trace.trace
     notes += trace.notes + plan_notes(plan, info, trace, plan.amp, model)
     recs = recommend(
-        found.maximum,
-        current,
+        ran.found.maximum,
+        ran.current,
         info.limit_bytes,
         info.reserve_bytes,
         batch_size=batch_size,
         grad_accum=request.grad_accum,
         effective_batch=request.effective_batch,
-        rounding=picks_rounding[0],
-        extrapolated=found.extrapolated,
-        note=found.note,
+        rounding=prepared.picks_rounding[0],
+        extrapolated=ran.found.extrapolated,
+        note=ran.found.note,
     )
-    setup = Setup(model, kind, plan, info, sharding, input_text, picks_rounding)
-    outcome = Outcome(engine.name, trace, current, found, recs, amp_saved, evaluation)
+    setup = Setup(model, prepared.kind, plan, info, prepared.sharding, prepared.input_text, prepared.picks_rounding)
+    outcome = Outcome(ran.engine.name, trace, ran.current, ran.found, recs, ran.amp_saved, ran.evaluation)
     report = build_report(request, setup, outcome, notes, time.perf_counter() - started)
-    add_to_report(report, model, fine)
-    report.settings.update(seq=sequence_of(model, input, request.vocab_size), search=request.search)
+    add_to_report(report, model, prepared.fine)
+    report.settings.update(seq=sequence_of(model, prepared.input, request.vocab_size), search=request.search)
     report.llm = llm_facts(model, trace, batch_size, plan.checkpointing)
-    if sequences is not None:
+    if prepared.sequences is not None:
         report.sequence_search = search_sequences(
             plan,
-            sequences,
+            prepared.sequences,
             check_batches(request.seq_batches),
             resolve_multiple(request.seq_multiple, request.seq_multiple_setting),
             context_bytes=info.context_to_add,
-            sharding=sharding,
+            sharding=prepared.sharding,
             limit=info.limit_bytes,
             model_context=model_context(model),
         )

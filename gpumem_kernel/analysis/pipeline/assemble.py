@@ -4,7 +4,7 @@ engine produced each, the notes on how the step was traced, the per-rank figures
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.search.engines import Point
 from gpumem_kernel.analysis.gpus.lookup import MiB
@@ -188,48 +188,16 @@ class Outcome:
 def build_report(
     request: AnalysisRequest, setup: Setup, outcome: Outcome, notes: List[str], elapsed: float
 ) -> AnalysisReport:
-    model, kind, plan, info, sharding = setup.model, setup.kind, setup.plan, setup.info, setup.sharding
+    model, plan, info, sharding = setup.model, setup.plan, setup.info, setup.sharding
     engine, trace, point, found, recs = outcome.engine, outcome.trace, outcome.point, outcome.found, outcome.recs
-    amp_saved, evaluation, picks_rounding = outcome.amp_saved, outcome.evaluation, setup.picks_rounding
-    input_text, batch_size, device = setup.input_text, request.batch_size, request.device
-    target, memory = request.target, request.memory
     params = list(model.parameters())
     trainable = [p for p in params if p.requires_grad]
-    several = optimizers_of(kind) if isinstance(kind, (tuple, list, dict)) else None
-    if several:  # a step of the user's own with several optimizers: their state is the trace's
-        user_opt, modelled = None, OptimizerModel(0, 0, 0, known=False)
-        opt_name = " + ".join(type(opt).__name__ for opt in several)
-    else:
-        user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
-        modelled = model_optimizer_state(trainable, kind)
-        opt_name, _ = optimizer_settings(kind)
-    settings = {
-        "batch_size": batch_size,
-        "input": input_text,
-        "loss": _loss_setting(plan, trace),
-        "optimizer": OPTIMIZER_NAMES.get(opt_name, opt_name)
-        if isinstance(kind, str) or several
-        else type(kind).__name__,
-        "amp": plan.amp,
-        "grad_accum": plan.grad_accum,
-        "checkpointing": plan.checkpointing,
-        "device": None if device is None else str(device),
-        "target": target,
-        "memory": None if memory is None else str(memory),
-        "world_size": sharding.world_size,
-        "strategy": sharding.strategy,
-        "multiple": picks_rounding[0].multiple,
-        "effective_batch": recs.accumulation.target_effective_batch,
-        # how the picks were rounded (--round's value) and where that came from: option | setting | default
-        "round": picks_rounding[0].code,
-        "round_source": picks_rounding[1],
-        # the shares of the maximum the recommended and safe picks aim at, before rounding
-        "pick_shares": {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE},
-    }
+    optimizer = _optimizer_read(setup.kind, trainable)
+    settings = _settings(request, setup, outcome, optimizer.label)
     distributed = _distributed(sharding, trace, point, recs) if sharding.world_size > 1 or sharding.strategy else None
     notes.extend(note for note in sharding.notes() if note not in notes)  # a search assembles more than once
-    device_result = trace.device
-    figures = _figures(engine, trace, info, user_opt, modelled, point, plan)
+    user_opt = optimizer.user
+    figures = _figures(engine, trace, info, user_opt, optimizer.modelled, point, plan)
     if engine == "measured":
         notes.append("breakdown figures are from a trace of the same step; peaks are measured on the GPU")
     return AnalysisReport(
@@ -261,13 +229,8 @@ def build_report(
         breakdown_at_peak=dict(trace.breakdown),
         phase_peaks=dict(trace.phase_peaks),
         peak_phase=trace.peak_phase,
-        amp_saved_bytes=amp_saved,
-        allocator={
-            "segments": len(device_result.segments),
-            "small_segments": sum(1 for s in device_result.segments if s.pool == "small"),
-            "large_segments": sum(1 for s in device_result.segments if s.pool == "large"),
-            "fragmentation": round(device_result.fragmentation, 4),
-        },
+        amp_saved_bytes=outcome.amp_saved,
+        allocator=_allocator_summary(trace.device),
         device=info,
         curve=[CurvePoint(p.batch_size, p.footprint, p.allocated, p.reserved, p.engine) for p in found.points],
         fit=found.fit,
@@ -276,8 +239,66 @@ def build_report(
         error_bound=_error_bound(engine, info, found),
         notes=notes,
         elapsed_seconds=round(elapsed, 3),
-        evaluation=evaluation,
+        evaluation=outcome.evaluation,
     )
+
+
+@dataclass(frozen=True)
+class _OptimizerRead:
+    """The optimizer as the report shows it: the user's own state (bytes on the device and host) when it has any,
+    the state modelled before a step, and its name in the settings."""
+
+    user: Optional[Tuple[int, int]]
+    modelled: OptimizerModel
+    label: str
+
+
+def _optimizer_read(kind: Any, trainable: List[Any]) -> _OptimizerRead:
+    several = optimizers_of(kind) if isinstance(kind, (tuple, list, dict)) else None
+    if several:  # a step of the user's own with several optimizers: their state is the trace's
+        joined = " + ".join(type(opt).__name__ for opt in several)
+        return _OptimizerRead(None, OptimizerModel(0, 0, 0, known=False), OPTIMIZER_NAMES.get(joined, joined))
+    user_opt = None if isinstance(kind, str) else read_optimizer_state(kind)
+    opt_name, _ = optimizer_settings(kind)
+    label = OPTIMIZER_NAMES.get(opt_name, opt_name) if isinstance(kind, str) else type(kind).__name__
+    return _OptimizerRead(user_opt, model_optimizer_state(trainable, kind), label)
+
+
+def _settings(request: AnalysisRequest, setup: Setup, outcome: Outcome, optimizer: str) -> Dict[str, Any]:
+    """The report's settings: the analysed configuration as the user asked for it and as it was traced."""
+    plan, sharding, picks_rounding = setup.plan, setup.sharding, setup.picks_rounding
+    device, memory = request.device, request.memory
+    return {
+        "batch_size": request.batch_size,
+        "input": setup.input_text,
+        "loss": _loss_setting(plan, outcome.trace),
+        "optimizer": optimizer,
+        "amp": plan.amp,
+        "grad_accum": plan.grad_accum,
+        "checkpointing": plan.checkpointing,
+        "device": None if device is None else str(device),
+        "target": request.target,
+        "memory": None if memory is None else str(memory),
+        "world_size": sharding.world_size,
+        "strategy": sharding.strategy,
+        "multiple": picks_rounding[0].multiple,
+        "effective_batch": outcome.recs.accumulation.target_effective_batch,
+        # how the picks were rounded (--round's value) and where that came from: option | setting | default
+        "round": picks_rounding[0].code,
+        "round_source": picks_rounding[1],
+        # the shares of the maximum the recommended and safe picks aim at, before rounding
+        "pick_shares": {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE},
+    }
+
+
+def _allocator_summary(device_result: Any) -> Dict[str, Any]:
+    """The allocator model's segments at the end of the replay, by pool, and its fragmentation."""
+    return {
+        "segments": len(device_result.segments),
+        "small_segments": sum(1 for s in device_result.segments if s.pool == "small"),
+        "large_segments": sum(1 for s in device_result.segments if s.pool == "large"),
+        "fragmentation": round(device_result.fragmentation, 4),
+    }
 
 
 def _loss_setting(plan: TracePlan, trace: TraceResult) -> str:

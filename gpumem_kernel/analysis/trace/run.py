@@ -186,41 +186,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
             with kernels as rerouted, tracker, rules, clears:
                 _register_model(tracker, model, optimizers_of(optimizer))
                 make_batch = functools.partial(plan.make_batch, batch_size, fake)
-                autocast = autocast_factory(plan.amp, "cpu")
-                try:
-                    if plan.evaluation:
-                        eval_steps(model, make_batch, steps=plan.steps, autocast=autocast, tracker=tracker)
-                    elif plan.step_fn is not None:
-                        run_user_steps(
-                            plan.step_fn,
-                            model,
-                            optimizer,
-                            make_batch,
-                            steps=plan.steps,
-                            autocast=autocast,
-                            tracker=tracker,
-                        )
-                    else:
-                        train_steps(
-                            model,
-                            optimizer,
-                            make_batch,
-                            loss_fn,
-                            steps=plan.steps,
-                            micro=min(plan.grad_accum, 2),
-                            grad_accum=plan.grad_accum,
-                            autocast=autocast,
-                            tracker=tracker,
-                            keep_grads=plan.keep_grads,
-                        )
-                except ReplicationMismatch:
-                    raise
-                except Exception as exc:
-                    if replicator is not None and replicator.problem:  # what a replay that did not match led to
-                        raise ReplicationMismatch(replicator.problem) from None
-                    if isinstance(exc, TraceError):
-                        raise
-                    raise TraceError(_explain(exc)) from None
+                _steps_explained(plan, model, optimizer, make_batch, loss_fn, tracker, replicator)
                 replication = replicator.finish() if replicator is not None else Replication(False)
                 notes += _paged_notes(optimizers_of(optimizer))
                 notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
@@ -238,20 +204,61 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         result = summarize(tracker, batch_size, fake, plan)
         result.dropped_hooks = dropped
         result.replication = replication
-        notes += [note for note in [result.replication.note()] if note]
         result.loss_source = loss_sources[0] if loss_sources else "custom"
-        if result.loss_source == "model" and not plan.evaluation:
-            notes.append(
-                "loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
-                "backpropagates it; pass loss= for another"
-            )
-        result.notes += notes
+        result.notes += notes + _result_notes(result, plan)
         return result
     finally:
         with interrupts_held():  # a Ctrl-C meanwhile waits: the collector and the RNG are put back whole
             gc.unfreeze()
             tracker.close()
             torch.set_rng_state(rng)
+
+
+def _steps_explained(
+    plan: TracePlan, model: Any, optimizer: Any, make_batch: Any, loss_fn: Any, tracker: Any, replicator: Any
+) -> None:
+    """The plan's steps on the copies (evaluation, the user's step or the built-in one); an exception becomes a
+    one-line TraceError, or a ReplicationMismatch where a replayed block that did not match led to it."""
+    autocast = autocast_factory(plan.amp, "cpu")
+    try:
+        if plan.evaluation:
+            eval_steps(model, make_batch, steps=plan.steps, autocast=autocast, tracker=tracker)
+        elif plan.step_fn is not None:
+            run_user_steps(
+                plan.step_fn, model, optimizer, make_batch, steps=plan.steps, autocast=autocast, tracker=tracker
+            )
+        else:
+            train_steps(
+                model,
+                optimizer,
+                make_batch,
+                loss_fn,
+                steps=plan.steps,
+                micro=min(plan.grad_accum, 2),
+                grad_accum=plan.grad_accum,
+                autocast=autocast,
+                tracker=tracker,
+                keep_grads=plan.keep_grads,
+            )
+    except ReplicationMismatch:
+        raise
+    except Exception as exc:
+        if replicator is not None and replicator.problem:  # what a replay that did not match led to
+            raise ReplicationMismatch(replicator.problem) from None
+        if isinstance(exc, TraceError):
+            raise
+        raise TraceError(_explain(exc)) from None
+
+
+def _result_notes(result: TraceResult, plan: TracePlan) -> List[str]:
+    """The notes a finished trace adds about itself: the replication, and a loss that is the model's own."""
+    notes = [note for note in [result.replication.note()] if note]
+    if result.loss_source == "model" and not plan.evaluation:
+        notes.append(
+            "loss: the model's own loss (output.loss, from the batch's labels), as a training loop "
+            "backpropagates it; pass loss= for another"
+        )
+    return notes
 
 
 def _stepped(plan: TracePlan, fake: bool, optimizer: Any, tracker: Any) -> Optional[Stepper]:
