@@ -57,7 +57,7 @@ EOF
 
 # digest FILE-OR-FOLDER...: one hash of the contents (names and bytes) of these files and folders
 digest() {
-  find "$@" -type f -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+  { find "$@" -type f -print0 2>/dev/null || true; } | LC_ALL=C sort -z | xargs -0 -r sha256sum | sha256sum | cut -d' ' -f1
 }
 
 # stamp_ok NAME VALUE: true when build/setup/NAME.stamp holds VALUE (the step that wrote it is up to date)

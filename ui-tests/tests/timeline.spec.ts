@@ -4,7 +4,8 @@
  * `IPython.display.display(..., raw=True)` renders; hovering a band shows its tooltip, clicking it its stack;
  * the wheel zooms and a drag pans; a download the kernel cannot serve (it never held that id) says so in one
  * line and the CSV of what is shown downloads. Then a real `%gpumem analyze … --timeline` (the predicted
- * step) renders and its snapshot and CSV download from the kernel. Screenshots go to the test output.
+ * step) renders, names the model's forward by its cell ("In [1], line 9, in forward") and its snapshot and CSV
+ * download from the kernel. Screenshots go to the test output.
  */
 import * as fs from 'fs';
 import { expect, type IJupyterLabPageFixture, test } from '@jupyterlab/galata';
@@ -127,7 +128,14 @@ test('%gpumem analyze --timeline renders the predicted step and downloads its sn
     [
       'import torch',
       'from torch import nn',
-      'model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))'
+      'class Net(nn.Module):',
+      '    def __init__(self):',
+      '        super().__init__()',
+      '        self.body = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU())',
+      '        self.head = nn.Linear(512, 10)',
+      '    def forward(self, x):',
+      '        return self.head(self.body(x))',
+      'model = Net()'
     ].join('\n'),
     '%gpumem analyze model -b 32 --input 256 --target "RTX 4080 Super" --optimizer adamw --timeline'
   ]);
@@ -139,6 +147,13 @@ test('%gpumem analyze --timeline renders the predicted step and downloads its sn
   expect(await view.locator('polygon.jp-GpuMem-tlBand').count()).toBeGreaterThan(3);
   // What is alive at the peak sums to it; a row selected shows its stack.
   await expect(view.locator('.jp-GpuMem-tlTable tfoot')).toContainText('100.0%');
+  // The model's forward, defined in the first cell, is named by that cell's number as its prompt shows it.
+  const prompt = (await page.notebook.getCellLocator(0))!.locator('.jp-InputPrompt');
+  const count = /\[(\d+)\]/.exec((await prompt.textContent()) ?? '')?.[1];
+  expect(count).toBeTruthy();
+  await expect(view.locator('.jp-GpuMem-tlTable tbody')).toContainText(
+    new RegExp(`In \\[${count}\\], line 9, in forward`)
+  );
   await view.locator('.jp-GpuMem-tlTable tbody tr').first().click();
   await expect(view.locator('.jp-GpuMem-tlStack')).toBeVisible();
   await view.screenshot({ path: testInfo.outputPath('timeline-predicted.png') });
