@@ -43,6 +43,7 @@ class Kernel:
     growth: Optional[growth_hook.CellGrowth] = None  # the cell hooks: holders' walk, then growth, per cell
     watches: Optional[watch_registry.Registry] = None  # `%gpumem watch` and gpumem_kernel.watch()
     analyzed: Optional[AnalyzedModel] = None  # the last %gpumem analyze/recommend: its model and pick (OOM checklist)
+    oom_handler: Optional[oom.OomHandler] = None  # the shell's OOM handler (None: one installed before the load)
     _registered: List[Tuple[str, Callable[..., Any]]] = field(default_factory=list, repr=False)  # to unregister
 
     def on(self, event: str, callback: Callable[..., Any]) -> None:
@@ -106,7 +107,9 @@ def _start(ip: Any, version: str) -> Kernel:
     # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick when it was for the
     # model that failed.
     # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
-    oom.install_oom_handler(ip, probe=sampler.snapshot, analyzed=lambda: kernel.analyzed, capture=capture.alive_at_oom)
+    _, kernel.oom_handler = oom.install(
+        ip, probe=sampler.snapshot, analyzed=lambda: kernel.analyzed, capture=capture.alive_at_oom
+    )
     sampler.start()
     kernel.watches = watch_registry.Registry(ip, sampler, channel, front_end=comm_target)  # `%gpumem watch`
     atexit.unregister(shutdown)  # once per process, however often the extension is loaded again
@@ -142,7 +145,8 @@ def _stop(kernel: Kernel) -> None:
     if recorded.PAUSERS == [kernel.capture.pause]:
         recorded.PAUSERS.clear()
     kernel.sampler.stop()
-    oom.uninstall_oom_handler(kernel.ip)
+    oom.uninstall_oom_handler(kernel.ip, kernel.oom_handler)  # None: the one installed before the load
+    kernel.oom_handler = None
     kernel.ip.magics_manager.magics["line"].pop("gpumem", None)
     kernel.ip.magics_manager.magics["cell"].pop("gpumem", None)
 

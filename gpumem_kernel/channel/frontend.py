@@ -73,9 +73,9 @@ def oom_from_text(text: str) -> str:
     def build() -> Dict[str, Any]:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
-        from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+        from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 
-        bundle = oom_report(_ANSI.sub("", text[:_TEXT_LIMIT]), _shell())
+        bundle = checklist_bundle(_ANSI.sub("", text[:_TEXT_LIMIT]), _shell())
         return {"oom": bundle[OOM_MIME] if bundle is not None else None}
 
     return _respond(build)

@@ -1,5 +1,6 @@
-"""The checklist's MIME bundle, and oom_report: parse, probe, diagnose and build it in one call (for the
-handler and the comm)."""
+"""The checklist's MIME bundle: oom_bundle renders the parts; checklist_bundle parses, probes, diagnoses and
+renders it in one call (for the handler and the comm). Like clear_bundle, rerun_bundle and status_bundle: a
+function named *_bundle turns a result into the display bundle."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def _unparsed_oom_name(source: Any, text: str) -> Optional[str]:
     return type(source).__name__ if is_oom(source) else None
 
 
-def oom_report(
+def checklist_bundle(
     source: Any,
     shell: Any = None,
     *,

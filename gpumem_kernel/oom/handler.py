@@ -1,5 +1,9 @@
 """The IPython exception handler: it keeps IPython's normal traceback and adds the OOM checklist as an inline
-MIME bundle below it, for every out-of-memory error. Nothing here imports torch or initialises CUDA."""
+MIME bundle below it, for every out-of-memory error. Nothing here imports torch or initialises CUDA.
+
+A shell's handler (OomHandler: its settings and the last checklist) is owned by the loaded extension's Kernel
+(`install` hands it back, extension.py keeps it), or, installed without the extension (`install_oom_handler`), kept
+for that shell by gpumem_kernel.current, weakly; `handler_of(shell)` finds it either way."""
 
 from __future__ import annotations
 
@@ -7,19 +11,19 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
+from gpumem_kernel import current
 from gpumem_kernel.oom.analyzed import AnalyzedModel
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.classify import is_oom
 from gpumem_kernel.oom.rerun import failing_cell
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import loaded_torch
 
 
-_STATE = "_gpumem_oom_handler"
-
-
 @dataclass
-class _HandlerState:
+class OomHandler:
+    """One shell's OOM handler: what it chains to, how it probes, and the last checklist it showed."""
+
     previous_exceptions: Tuple[type, ...]
     previous_handler: Any  # the shell's CustomTB before ours (a bound method), or None
     installed_handler: Any = None
@@ -30,9 +34,13 @@ class _HandlerState:
     last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
 
 
-def _handle(
-    shell: Any, state: _HandlerState, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]
-) -> Any:
+def handler_of(shell: Any) -> Optional[OomHandler]:
+    """The OOM handler `shell` installed (the loaded Kernel's, or one installed without the extension), or None."""
+    found = current.oom_handler(shell)
+    return found if isinstance(found, OomHandler) else None
+
+
+def _handle(shell: Any, state: OomHandler, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]) -> Any:
     stb = None
     if state.previous_exceptions and issubclass(etype, state.previous_exceptions):
         stb = state.previous_handler(etype, value, tb, tb_offset=tb_offset)  # the user's handler runs as before
@@ -43,7 +51,7 @@ def _handle(
     try:
         sample = state.probe() if state.probe else None
         analyzed = state.analyzed() if state.analyzed else None
-        bundle = oom_report(
+        bundle = checklist_bundle(
             value,
             shell,
             sample=sample,
@@ -72,11 +80,27 @@ def install_oom_handler(
     """Show the OOM checklist under the traceback of every out-of-memory error (any family). Returns one line
     saying what was done. A custom handler the user already set keeps running first for its exceptions.
     `analyzed()`: what the last `%gpumem analyze` was for (its batch is offered for that model only).
-    `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None."""
-    if getattr(shell, _STATE, None) is not None:
-        return "the OOM checklist is already installed"
+    `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None.
+    Without the extension: the handler is kept for `shell` (gpumem_kernel.current) until uninstalled."""
+    line, handler = install(shell, probe=probe, analyzed=analyzed, capture=capture)
+    if handler is not None:
+        current.keep_oom_handler(shell, handler)
+    return line
+
+
+def install(
+    shell: Any,
+    *,
+    probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
+    analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None,
+    capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
+) -> Tuple[str, Optional[OomHandler]]:
+    """install_oom_handler's work, the handler handed to its owner (the loaded Kernel) rather than kept: (the
+    line, the new handler or None when `shell` already has one)."""
+    if handler_of(shell) is not None:
+        return "the OOM checklist is already installed", None
     previous = tuple(getattr(shell, "custom_exceptions", ()) or ())
-    state = _HandlerState(
+    state = OomHandler(
         previous,
         shell.CustomTB if previous else None,
         probe=probe or take_sample,
@@ -103,19 +127,20 @@ def install_oom_handler(
     ours = tuple(c for c in candidates if isinstance(c, type))
     shell.set_custom_exc(previous + tuple(c for c in ours if c not in previous), handler)
     state.installed_handler = shell.CustomTB
-    setattr(shell, _STATE, state)
     if previous:
         names = ", ".join(c.__name__ for c in previous)
-        return f"OOM checklist installed; your exception handler for {names} still runs first"
-    return "OOM checklist installed"
+        return f"OOM checklist installed; your exception handler for {names} still runs first", state
+    return "OOM checklist installed", state
 
 
-def uninstall_oom_handler(shell: Any) -> str:
-    """Remove the OOM handler and put back the handler that was there before. Returns one line."""
-    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+def uninstall_oom_handler(shell: Any, handler: Optional[OomHandler] = None) -> str:
+    """Remove the OOM handler (`handler`: the one its owner kept; default: the one `shell` installed) and put
+    back the handler that was there before. Returns one line."""
+    state = handler or handler_of(shell)
     if state is None:
         return "the OOM checklist is not installed"
-    delattr(shell, _STATE)
+    if current.oom_handler(shell) is state:
+        current.keep_oom_handler(shell, None)
     if shell.CustomTB != state.installed_handler:
         return "the OOM checklist was replaced by another exception handler since; left that one in place"
     if state.previous_exceptions:
@@ -127,21 +152,21 @@ def uninstall_oom_handler(shell: Any) -> str:
 
 def last_oom(shell: Any) -> Optional[Dict[str, Any]]:
     """The payload of the last OOM the handler saw (for the panel's checklist), or None."""
-    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    state = handler_of(shell)
     return state.last if state is not None else None
 
 
 def last_oom_bundle(shell: Any) -> Optional[Dict[str, Any]]:
     """The checklist bundle of the last OOM: the one the handler showed, else one built now from
     `sys.last_value` when that is an OOM the handler did not see (the extension was loaded after it)."""
-    state: Optional[_HandlerState] = getattr(shell, _STATE, None)
+    state = handler_of(shell)
     if state is not None and state.last_bundle is not None:
         return state.last_bundle
     value = getattr(sys, "last_value", None)
     if not isinstance(value, BaseException) or not is_oom(value):
         return None
     probe = state.probe if state is not None and state.probe is not None else take_sample
-    bundle = oom_report(value, shell, sample=probe(), tb=getattr(sys, "last_traceback", None))
+    bundle = checklist_bundle(value, shell, sample=probe(), tb=getattr(sys, "last_traceback", None))
     if bundle is not None and state is not None:
         state.last, state.last_bundle = bundle[OOM_MIME], bundle
     return bundle

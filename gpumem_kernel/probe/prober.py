@@ -439,10 +439,11 @@ def probe(
     host: Optional[HostReader] = None,
     pid: Optional[int] = None,
 ) -> Sample:
-    """Take one sample now. With no arguments it uses the loaded extension's Prober and its caches (a new Prober
-    without the extension)."""
+    """Take one sample now. With no arguments it uses the loaded extension's Prober and its caches, else the one
+    prober the calls without the extension share (gpumem_kernel.current: NVML starts once, not at every call)."""
     if nvml is None and env is None and host is None and pid is None:
-        return default_prober()()
+        kernel = current.kernel()
+        return kernel.prober() if kernel is not None else current.probe_alone(Prober)
     return Prober(nvml=nvml, env=env, host=host, pid=pid)()
 
 

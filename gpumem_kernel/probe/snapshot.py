@@ -1,7 +1,8 @@
 """One sample of GPU and host memory, from whoever owns the prober.
 
 When the extension is loaded its sampler thread owns the Kernel's prober (whose caches are single-threaded), so a
-sample goes through the sampler's lock; otherwise a prober of the caller's own is asked. The layers that need a
+sample goes through the sampler's lock; otherwise the prober the calls without the extension share is asked
+(gpumem_kernel.current.probe_alone: made on first use, so NVML starts once). The layers that need a
 sample (clear, the OOM checklist, `%gpumem status`, the argument checks) find the loaded Kernel through
 gpumem_kernel.current, never through the extension, which imports them.
 """
@@ -27,9 +28,9 @@ def sample_now() -> SampleDict:
     sampler = running_sampler()
     if sampler is not None:
         return sampler.snapshot()
-    from gpumem_kernel.probe.prober import default_prober
+    from gpumem_kernel.probe.prober import Prober
 
-    return default_prober()().to_dict()
+    return current.probe_alone(Prober).to_dict()
 
 
 def latest_sample() -> SampleDict:

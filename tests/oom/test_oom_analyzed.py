@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 import pytest
 
 from gpumem_kernel.oom.analyzed import AnalyzedModel, failed_model
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.probe.holders import torch_kinds
 
 torch = pytest.importorskip("torch")
@@ -55,7 +55,7 @@ def failing(model: torch.nn.Module, x: Any) -> BaseException:
 
 def steps(error: BaseException, ns: Dict[str, Any], analyzed: Optional[AnalyzedModel]) -> Dict[str, Dict[str, Any]]:
     shell = types.SimpleNamespace(user_ns=dict(ns), user_ns_hidden={})
-    bundle = oom_report(error, shell, sample={}, tb=error.__traceback__, analyzed=analyzed, env={})
+    bundle = checklist_bundle(error, shell, sample={}, tb=error.__traceback__, analyzed=analyzed, env={})
     return {s["id"]: s for s in bundle[OOM_MIME]["steps"]}
 
 

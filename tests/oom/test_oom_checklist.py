@@ -16,7 +16,7 @@ import pytest
 
 from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom import diagnose as diagnose_module
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_bundle, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, oom_bundle, checklist_bundle
 from gpumem_kernel.oom.checklist import SEED_STEPS, build_checklist
 from gpumem_kernel.oom.diagnose import diagnose
 from gpumem_kernel.oom.diagnosis import TracebackPin
@@ -625,18 +625,18 @@ def test_diagnosis_notes_for_impossible_figures_and_oversized_requests() -> None
 
 @pytest.mark.parametrize("name", sorted(e["file"] for e in CORPUS if e["oom"]))
 def test_bundle_payload_matches_the_schema_for_every_real_message(name: str) -> None:
-    bundle = oom_report(message(name), shell_with(**training_namespace()), sample=sample(), env={})
+    bundle = checklist_bundle(message(name), shell_with(**training_namespace()), sample=sample(), env={})
     assert set(bundle) == {OOM_MIME, "text/html", "text/plain"}
     validate(bundle[OOM_MIME])
 
 
 @pytest.mark.parametrize("name", sorted(e["file"] for e in CORPUS if not e["oom"]))
 def test_real_messages_that_are_not_out_of_memory_get_no_checklist(name: str) -> None:
-    assert oom_report(message(name), shell_with(), sample=None) is None
+    assert checklist_bundle(message(name), shell_with(), sample=None) is None
 
 
 def _bundle(name: str) -> Dict[str, Any]:
-    return oom_report(message(name), shell_with(**training_namespace()), sample=sample(), env={})[OOM_MIME]
+    return checklist_bundle(message(name), shell_with(**training_namespace()), sample=sample(), env={})[OOM_MIME]
 
 
 def _folded(payload: Dict[str, Any]) -> Dict[str, str]:
@@ -679,7 +679,7 @@ def test_a_host_failure_is_about_workers_and_host_memory_not_the_gpu(name: str) 
 
 
 def test_the_host_step_names_the_container_limit() -> None:
-    payload = oom_report(message("host_dataloader_killed.txt"), shell_with(), sample=None, env={})[OOM_MIME]
+    payload = checklist_bundle(message("host_dataloader_killed.txt"), shell_with(), sample=None, env={})[OOM_MIME]
     host = next(step for step in payload["steps"] if step["id"] == "host-memory")
     assert "memory.max" in host["detail"]
 
@@ -687,7 +687,8 @@ def test_the_host_step_names_the_container_limit() -> None:
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_halving_the_workers_counts_down_from_the_users_own() -> None:
     ns = training_namespace(workers=32)
-    payload = oom_report(message("host_dataloader_killed.txt"), shell_with(**ns), sample=sample(), env={})[OOM_MIME]
+    bundle = checklist_bundle(message("host_dataloader_killed.txt"), shell_with(**ns), sample=sample(), env={})
+    payload = bundle[OOM_MIME]
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (32 → 16 → 8)"
 
 
@@ -712,7 +713,7 @@ def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() 
     with pytest.raises(RuntimeError, match="exited unexpectedly|is killed by signal: Killed") as raised:
         for _ in loader:
             pass
-    bundle = oom_report(raised.value, shell_with(loader=loader), sample=sample(), env={})
+    bundle = checklist_bundle(raised.value, shell_with(loader=loader), sample=sample(), env={})
     assert bundle is not None
     payload = bundle[OOM_MIME]
     assert payload["info"]["family"] == "host" and "is killed by signal: Killed." in payload["info"]["message"]
@@ -741,7 +742,7 @@ def test_every_family_names_itself_in_the_payload_and_the_text() -> None:
     seen = {}
     for entry in CORPUS:
         if entry["oom"]:
-            bundle = oom_report(message(entry["file"]), shell_with(), sample=None, env={})
+            bundle = checklist_bundle(message(entry["file"]), shell_with(), sample=None, env={})
             assert bundle[OOM_MIME]["info"]["family"] == entry["family"], entry["file"]
             seen[entry["family"]] = bundle["text/plain"].splitlines()[0]
     assert len(seen) == 10 and len(set(seen.values())) >= 9  # cuda_allocator and xpu share the allocator's line
@@ -749,11 +750,11 @@ def test_every_family_names_itself_in_the_payload_and_the_text() -> None:
 
 def test_a_torch_out_of_memory_error_with_its_own_text_gets_a_checklist_from_text_too() -> None:
     """The browser recognises torch.OutOfMemoryError by its name alone and sends "ename: evalue"."""
-    bundle = oom_report("OutOfMemoryError: Allocation on device ", shell_with(), sample=None, env={})
+    bundle = checklist_bundle("OutOfMemoryError: Allocation on device ", shell_with(), sample=None, env={})
     assert bundle[OOM_MIME]["info"]["format"] == "unknown"
     assert bundle[OOM_MIME]["info"]["exception"] == "OutOfMemoryError"
-    assert oom_report("OutOfMemoryError", shell_with(), sample=None, env={}) is not None
-    assert oom_report("ValueError: Allocation on device ", shell_with(), sample=None) is None
+    assert checklist_bundle("OutOfMemoryError", shell_with(), sample=None, env={}) is not None
+    assert checklist_bundle("ValueError: Allocation on device ", shell_with(), sample=None) is None
 
 
 def test_bundle_without_probe_or_namespace_matches_the_schema() -> None:
@@ -763,7 +764,7 @@ def test_bundle_without_probe_or_namespace_matches_the_schema() -> None:
 
 
 def test_schema_is_strict() -> None:
-    bundle = oom_report(V2, shell_with(), sample=sample(), env={})
+    bundle = checklist_bundle(V2, shell_with(), sample=sample(), env={})
     payload = json.loads(json.dumps(bundle[OOM_MIME]))
     payload["steps"][0]["extra"] = 1
     with pytest.raises(jsonschema.ValidationError):
@@ -776,7 +777,7 @@ def test_schema_is_strict() -> None:
 
 
 def test_plain_text_is_a_numbered_checklist() -> None:
-    bundle = oom_report(V2, shell_with(**training_namespace()), sample=sample(), env={})
+    bundle = checklist_bundle(V2, shell_with(**training_namespace()), sample=sample(), env={})
     text = bundle["text/plain"]
     steps = bundle[OOM_MIME]["steps"]
     numbered = [line for line in text.splitlines() if line[:3].strip().rstrip(".").isdigit()]
@@ -788,7 +789,7 @@ def test_plain_text_is_a_numbered_checklist() -> None:
 
 def test_plain_text_and_html_fold_the_steps_that_cannot_help() -> None:
     probe = own_kernel_only(children=0)
-    bundle = oom_report(NO_CAUSE, shell_with(**training_namespace(workers=0)), sample=probe, env={})
+    bundle = checklist_bundle(NO_CAUSE, shell_with(**training_namespace(workers=0)), sample=probe, env={})
     lines = bundle["text/plain"].splitlines()
     assert "Checklist (cheapest first):" in lines
     at = lines.index("Not applicable here (2):")
@@ -810,7 +811,7 @@ def test_hostile_strings_are_escaped_in_html() -> None:
             {"pid": 4343, "name": "<b onmouseover=alert(1)>", "used": GIB, "kernel_id": None, "this_kernel": False},
         ]
     )
-    bundle = oom_report(hostile, shell_with(), sample=probe, env={})
+    bundle = checklist_bundle(hostile, shell_with(), sample=probe, env={})
     page = bundle["text/html"]
     assert "<script" not in page and "<b " not in page
     assert "&lt;script&gt;" in page and "&lt;b onmouseover" in page
@@ -818,9 +819,9 @@ def test_hostile_strings_are_escaped_in_html() -> None:
 
 
 def test_not_an_oom_gives_no_report() -> None:
-    assert oom_report("ValueError: nope", shell_with(), sample=None) is None
-    assert oom_report(RuntimeError("shape mismatch"), shell_with(), sample=None) is None
-    bundle = oom_report(torch.OutOfMemoryError("custom text"), shell_with(), sample=None, env={})
+    assert checklist_bundle("ValueError: nope", shell_with(), sample=None) is None
+    assert checklist_bundle(RuntimeError("shape mismatch"), shell_with(), sample=None) is None
+    bundle = checklist_bundle(torch.OutOfMemoryError("custom text"), shell_with(), sample=None, env={})
     assert bundle[OOM_MIME]["info"]["format"] == "unknown"
 
 

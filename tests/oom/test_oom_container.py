@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 import jsonschema
 
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.checklist import build_checklist
 from gpumem_kernel.oom.diagnose import diagnose
 from gpumem_kernel.oom.parse import parse_oom_message
@@ -157,7 +157,7 @@ def test_without_what_the_sample_learned_no_process_of_the_message_is_to_be_kill
 
 def test_the_payload_with_host_pids_matches_the_schema() -> None:
     processes = [process(HOST_ME, 30 * GiB, "probably_this_kernel"), process(EXTERNAL, 40 * GiB, "external"), child()]
-    bundle = oom_report(MESSAGE, shell(), sample=sample(processes), env={})
+    bundle = checklist_bundle(MESSAGE, shell(), sample=sample(processes), env={})
     assert bundle is not None
     payload = json.loads(json.dumps(bundle[OOM_MIME]))
     jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(payload)
@@ -166,7 +166,7 @@ def test_the_payload_with_host_pids_matches_the_schema() -> None:
 
 def test_the_text_card_lists_the_notebooks_processes_apart_from_the_other_processes() -> None:
     processes = [process(HOST_ME, 30 * GiB, "this_kernel"), process(EXTERNAL, 40 * GiB, "external"), child()]
-    bundle = oom_report(MESSAGE, shell(), sample=sample(processes), env={})
+    bundle = checklist_bundle(MESSAGE, shell(), sample=sample(processes), env={})
     assert bundle is not None
     lines = bundle["text/plain"].splitlines()
     assert "- Started from this notebook: PID 88 (8.00 GiB)" in [line.strip() for line in lines]

@@ -16,7 +16,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.handler import install_oom_handler, last_oom, last_oom_bundle
 from gpumem_kernel.probe.processes import own_create_time
 from gpumem_kernel.wire.protocol import load_payload_schema
@@ -69,12 +69,12 @@ def test_the_panel_gets_the_occurrence_the_cell_shows(shell) -> None:
 
 
 def test_a_checklist_built_from_text_is_a_new_occurrence() -> None:
-    a = oom_report(OOM_TEXT, sample=None, env={})[OOM_MIME]["occurrence"]
-    b = oom_report(OOM_TEXT, sample=None, env={})[OOM_MIME]["occurrence"]
+    a = checklist_bundle(OOM_TEXT, sample=None, env={})[OOM_MIME]["occurrence"]
+    b = checklist_bundle(OOM_TEXT, sample=None, env={})[OOM_MIME]["occurrence"]
     assert a["id"] != b["id"] and a["kernel_pid"] == os.getpid()
 
 
 def test_outputs_saved_by_older_kernels_without_an_occurrence_still_validate() -> None:
-    payload = oom_report(OOM_TEXT, sample=None, env={})[OOM_MIME]
+    payload = checklist_bundle(OOM_TEXT, sample=None, env={})[OOM_MIME]
     del payload["occurrence"]
     jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(json.loads(json.dumps(payload)))

@@ -28,7 +28,9 @@ class FakeSampler:
 def attached():
     """A loaded Kernel (extension.Kernel) whose sampler is the fake."""
     sampler = FakeSampler()
-    current.set_kernel(SimpleNamespace(prober=None, sampler=sampler, watches=None, analyzed=None))
+    current.set_kernel(
+        SimpleNamespace(ip=None, prober=None, sampler=sampler, watches=None, analyzed=None, oom_handler=None)
+    )
     yield sampler
     current.set_kernel(None)
 
@@ -54,3 +56,22 @@ def test_without_a_sampler_the_prober_answers_and_a_failure_is_none(monkeypatch)
 
     monkeypatch.setattr(snapshot, "sample_now", failing)
     assert snapshot.take_sample() is None
+
+
+def test_without_the_extension_the_public_helpers_share_one_prober(monkeypatch):
+    """get_status() in a script's loop starts NVML once: the prober is made on the first call and kept."""
+    import gpumem_kernel
+    from gpumem_kernel.probe import prober
+
+    made = []
+
+    class Counted(prober.Prober):
+        def __init__(self) -> None:
+            made.append(self)
+            super().__init__()
+
+    monkeypatch.setattr(current, "_alone_prober", None)
+    monkeypatch.setattr(prober, "Prober", Counted)
+    first, second = gpumem_kernel.get_status(), gpumem_kernel.get_status()
+    prober.probe()
+    assert len(made) == 1 and first["type"] == second["type"] == "sample"

@@ -15,7 +15,7 @@ from typing import Any, Dict
 import jsonschema
 import pytest
 
-from gpumem_kernel.oom.bundle import OOM_MIME, oom_report
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.rerun import RERUN_AFTER, RERUN_STEP_ID, timeline_rerun_code
 from gpumem_kernel.timeline import capture
 from gpumem_kernel.timeline.store import STORE
@@ -76,7 +76,7 @@ def test_alive_at_oom_lists_the_top_holders_with_their_lines(cap: capture.Captur
 
 
 def test_the_checklist_carries_alive_and_no_rerun_step(cap: capture.Capture, captured) -> None:
-    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
+    bundle = checklist_bundle(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
     payload = bundle[OOM_MIME]
     _validate(payload)
     assert payload["alive"]["allocated"] == 18 * MiB + 1024
@@ -89,7 +89,7 @@ def test_without_a_capture_the_rerun_step_copies_the_cell(
     cap: capture.Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cap, "enabled", False)
-    bundle = oom_report(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
+    bundle = checklist_bundle(f"torch.OutOfMemoryError: {OOM_MESSAGE}", sample={}, capture=cap.alive_at_oom, cell=CELL)
     payload = bundle[OOM_MIME]
     _validate(payload)
     assert "alive" not in payload
