@@ -235,6 +235,9 @@ class Walker:
                 return
             self._nodes.add(id(node))
             self.graph_nodes += 1
+            if self.graph_nodes % _CHECK_EVERY == 0 and self.deadline is not None:
+                if time.perf_counter() > self.deadline:  # the per-cell walk's budget counts graph nodes too
+                    raise OutOfTime()
             for name in self._saved_attributes(type(node)):
                 try:
                     saved = getattr(node, name)

@@ -191,6 +191,11 @@ def pick_workers(scan: Scan) -> Optional[int]:
     return max(counts) if counts else None
 
 
+def _graph(graph_bytes: int) -> str:
+    """What a variable keeps alive through its autograd graphs, after its own bytes ("" for none)."""
+    return f" (and {human(graph_bytes)} through its autograd graphs)" if graph_bytes else ""
+
+
 def _is_name(text: str) -> bool:
     """Whether code can spell `text` as a name: namespace keys are any strings (globals()["x = 1; ..."])."""
     return text.isidentifier() and not keyword.iskeyword(text)
@@ -240,7 +245,7 @@ def variables_note(shell: Any) -> Optional[str]:
     held = holders(shell, walker=walker)
     if not held:
         return None
-    listed = ", ".join(f"`{h.name}` {human(h.bytes)}" for h in held[:_HOLDERS_NAMED])
+    listed = ", ".join(f"`{h.name}` {human(h.bytes)}{_graph(h.graph_bytes)}" for h in held[:_HOLDERS_NAMED])
     more = f" and {len(held) - _HOLDERS_NAMED} more" if len(held) > _HOLDERS_NAMED else ""
     command = _code_name([h.name for h in held], "NAME")
     return (

@@ -128,3 +128,16 @@ def test_the_node_budget_bounds_a_long_graph():
     walker.reach([x])
 
     assert walker.graph_truncated and walker.graph_nodes == 100
+
+
+def test_the_oom_checklists_what_to_free_note_names_what_the_graphs_keep(monkeypatch):
+    from gpumem_kernel.heldby import collect as collect_module
+    from gpumem_kernel.oom.namespace import variables_note
+
+    model = mlp()
+    losses, saved = kept_losses(model)
+    monkeypatch.setattr(collect_module, "cuda_in_use", lambda: ((lambda tensor: tensor.device.type == "cpu"), 0))
+
+    note = variables_note(shell_with(model=model, losses=losses))
+
+    assert note is not None and "`losses` 316 B (and " in note and "through its autograd graphs)" in note
