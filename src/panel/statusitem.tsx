@@ -1,6 +1,6 @@
 /**
- * The status-bar item: "GPU 11.4 / 16.0 GiB" for the current kernel, coloured by the thresholds; a click
- * opens the panel.
+ * The status-bar item: "GPU 11.4 / 16.0 GiB" for the current kernel ("GPU: none · RAM 1.2 / 8.0 GiB" without
+ * a GPU), coloured by the thresholds; a click opens the panel.
  */
 import type { JupyterFrontEnd } from '@jupyterlab/application';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
