@@ -101,6 +101,19 @@ def test_analyze_plans_on_a_copy_and_reports_the_fine_tune() -> None:
     assert any("r=8, targets=q_proj,k_proj,v_proj,o_proj" in note for note in report.notes)
 
 
+@pytest.mark.parametrize("quantize", ["nf4", "fp4", "int8"])
+def test_a_quantised_model_counts_the_parameters_the_model_has(quantize: str) -> None:
+    """Packed 4-bit storage holds two parameters a byte: the count is the unquantised model's (plus the adapters),
+    the packed storage its own figure in bytes."""
+    model = _llama()
+    plain = analyze(model, batch_size=2, input=32, lora="r=8")
+    quantised = analyze(model, batch_size=2, input=32, lora="r=8", quantize=quantize)
+    assert quantised.parameter_count == plain.parameter_count
+    assert quantised.trainable_parameter_count == plain.trainable_parameter_count
+    assert quantised.parameters_bytes < plain.parameters_bytes  # the storage, smaller: not a parameter count
+    assert f"({plain.parameter_count:,} parameters)" in str(quantised)
+
+
 def test_default_targets_are_the_familys_attention_projections() -> None:
     class Block(nn.Module):
         def __init__(self) -> None:

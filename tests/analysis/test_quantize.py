@@ -17,6 +17,7 @@ from gpumem_kernel.analysis.model.quantize import (  # noqa: E402
     QuantSpec,
     dequant_bytes,
     layout,
+    packed_numel,
     parse_quantize,
     resident_bytes,
 )
@@ -53,6 +54,19 @@ def test_4bit_layout_is_bitsandbytes_own(kind: str, double: bool, shape: Any) ->
     spec = QuantSpec(kind, double_quant=double)
     assert _pieces(tensors) == _pieces(_as_tensors(spec, out_f, in_f))
     assert resident_bytes(spec, out_f, in_f) == sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_packed_4bit_weight_counts_the_parameters_of_its_original_shape(shape: Any) -> None:
+    """bitsandbytes' own Linear4bit (a user's QLoRA model) and our stand-in: the [out, in] elements, not the
+    packed bytes' count; a float weight is not packed."""
+    bnb = _bnb()
+    out_f, in_f = shape
+    layer = bnb.nn.Linear4bit(in_f, out_f, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4").to("cpu")
+    assert layer.weight.numel() < out_f * in_f  # packed: two per byte
+    assert packed_numel(layer, layer.weight) == out_f * in_f
+    plain = nn.Linear(in_f, out_f)
+    assert packed_numel(plain, plain.weight) is None
 
 
 @pytest.mark.parametrize("shape", SHAPES)

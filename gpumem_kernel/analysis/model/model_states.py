@@ -146,6 +146,20 @@ def read_optimizer_state(optimizer: Any) -> Optional[Tuple[int, int]]:
     return unique_bytes(on_device), unique_bytes(on_host)
 
 
+def parameter_count(model: Any, params: Sequence[Any]) -> int:
+    """The parameters as the model has them, over unique storages: a packed 4-bit weight counts the elements of
+    its original shape (two per byte of packed storage), not its bytes; parameters_bytes is the storage."""
+    from gpumem_kernel.analysis.model.quantize import packed_numel
+
+    logical: Dict[int, int] = {}
+    for module in model.modules():
+        weight = module._parameters.get("weight")
+        count = packed_numel(module, weight) if weight is not None else None
+        if count is not None:
+            logical[id(weight)] = count
+    return sum(logical.get(id(p), p.numel()) for p in unique_tensors(params))
+
+
 def unique_tensors(params: Sequence[Any]) -> List[Any]:
     keep: List[Any] = []
     seen, result = set(), []

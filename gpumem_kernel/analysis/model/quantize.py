@@ -247,6 +247,22 @@ def is_quantised(module: Any) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def packed_numel(module: Any, weight: Any) -> Optional[int]:
+    """The elements a packed 4-bit `weight` of `module` stands for: its original [out, in] shape, as the
+    quantisation records it (our stand-in's features; bitsandbytes' Params4bit keeps it in `quant_state.shape`).
+    None for any other weight, an 8-bit one included (it keeps the full shape)."""
+    spec = getattr(module, "spec", None)
+    if isinstance(spec, QuantSpec):
+        return module.out_features * module.in_features if spec.four_bit else None
+    shape = getattr(getattr(weight, "quant_state", None), "shape", None)
+    if shape is None:
+        return None
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
+
+
 def quant_linear_class() -> type:
     """The stand-in for bnb.nn.Linear4bit / Linear8bitLt. A subclass of nn.Linear (without a float weight), so that
     peft and our own adapters wrap it as they wrap bitsandbytes' layers."""

@@ -29,7 +29,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from gpumem_kernel.analysis.gpus import lookup as gpus
 from gpumem_kernel.analysis.allocator.caching_allocator import settings_from_env
 from gpumem_kernel.analysis.request.arguments import check_model, optimizer_kind
-from gpumem_kernel.analysis.pipeline.assemble import Outcome, Setup, plan_notes, build_report, with_snippets
+from gpumem_kernel.analysis.pipeline.assemble import (
+    Outcome,
+    Setup,
+    build_report,
+    plan_notes,
+    traced_amp,
+    with_snippets,
+)
 from gpumem_kernel.analysis.pipeline.device import (
     measured_device,
     measured_limit,
@@ -241,7 +248,7 @@ def _report(prepared: _Prepared, ran: _Ran, request: AnalysisRequest, started: f
     notes += [f"batch {b} could not be traced: {e}" for b, e in sorted(ran.traced.errors.items())]
     notes += _retry_notes(ran.current, ran.found)
     trace = ran.current_trace.trace
-    notes += trace.notes + plan_notes(plan, info, trace, plan.amp, model)
+    notes += trace.notes + plan_notes(plan, info, trace, traced_amp(plan, trace), model)
     recs = recommend(
         ran.found.maximum,
         ran.current,

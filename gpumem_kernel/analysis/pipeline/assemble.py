@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpumem_kernel.analysis.search.engines import Point
 from gpumem_kernel.analysis.gpus.lookup import MiB
 from gpumem_kernel.analysis.model.model_states import (
+    parameter_count,
     OptimizerModel,
     largest_layer_of,
     optimizer_settings,
@@ -45,6 +46,11 @@ CONTEXT_UNCERTAINTY = 160 * MiB
 
 def plan_notes(plan: TracePlan, info: DeviceInfo, trace: TraceResult, amp: Optional[str], model: Any) -> List[str]:
     notes: List[str] = []
+    if trace.step_autocast is not None:
+        notes.append(
+            f"your step enters {trace.step_autocast.text()}: traced with it, and the settings say so "
+            + ("(the request's amp= runs around it)" if plan.amp is not None else "(AMP on, though amp= was not given)")
+        )
     if amp is not None:
         notes.append(
             "AMP traced with CPU autocast under CUDA's autocast policy (normalisation, softmax, reductions and "
@@ -203,7 +209,7 @@ def build_report(
     return AnalysisReport(
         engine=engine,
         model_name=type(model).__name__,
-        parameter_count=sum(p.numel() for p in unique_tensors(params)),
+        parameter_count=parameter_count(model, params),
         trainable_parameter_count=sum(p.numel() for p in unique_tensors(trainable)),
         parameters_by_dtype=bytes_by_dtype(params),
         buffers_by_dtype=bytes_by_dtype(list(model.buffers())),
@@ -273,7 +279,7 @@ def _settings(request: AnalysisRequest, setup: Setup, outcome: Outcome, optimize
         "input": setup.input_text,
         "loss": _loss_setting(plan, outcome.trace),
         "optimizer": optimizer,
-        "amp": plan.amp,
+        "amp": traced_amp(plan, outcome.trace),
         "grad_accum": plan.grad_accum,
         "checkpointing": plan.checkpointing,
         "device": None if device is None else str(device),
@@ -288,7 +294,20 @@ def _settings(request: AnalysisRequest, setup: Setup, outcome: Outcome, optimize
         "round_source": picks_rounding[1],
         # the shares of the maximum the recommended and safe picks aim at, before rounding
         "pick_shares": {"recommended": RECOMMENDED_SHARE, "safe": SAFE_SHARE},
+        **_step_autocast(outcome.trace),
     }
+
+
+def traced_amp(plan: TracePlan, trace: TraceResult) -> Optional[str]:
+    """The AMP the traced step ran: the request's, else the autocast a step of the user's own entered."""
+    seen = trace.step_autocast
+    return plan.amp if plan.amp is not None else (seen.amp if seen is not None else None)
+
+
+def _step_autocast(trace: TraceResult) -> Dict[str, Any]:
+    """settings.step_autocast when the user's step entered autocast (absent otherwise, as in older payloads)."""
+    seen = trace.step_autocast
+    return {} if seen is None else {"step_autocast": {"device_type": seen.device_type, "amp": seen.amp}}
 
 
 def _allocator_summary(device_result: Any) -> Dict[str, Any]:

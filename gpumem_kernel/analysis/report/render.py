@@ -265,10 +265,22 @@ def _evaluation_block(payload: Mapping[str, Any]) -> List[str]:
     ]
 
 
+def _step_autocast(settings: Mapping[str, Any]) -> Optional[str]:
+    """The autocast the user's step entered itself, as torch.autocast('cuda', bfloat16) says it; else None."""
+    seen = settings.get("step_autocast")  # absent from payloads written before it existed
+    return f"torch.autocast({seen['device_type']!r}, {AMP_DTYPES[seen['amp']]})" if seen else None
+
+
+def _seen_in_step(settings: Mapping[str, Any]) -> str:
+    seen = _step_autocast(settings)
+    return f", seen in your step: {seen}" if seen else ""
+
+
 def _settings_block(payload: Mapping[str, Any]) -> List[str]:
     settings = payload["settings"]
     amp = settings["amp"]
-    lines = ["⚙️  Settings:", _row("Mixed Precision", f"Enabled ({AMP_DTYPES[amp]})" if amp else "Disabled")]
+    precision = f"Enabled ({AMP_DTYPES[amp]})" if amp else "Disabled"
+    lines = ["⚙️  Settings:", _row("Mixed Precision", precision + _seen_in_step(settings))]
     saved = payload["amp_saved_bytes"]
     if saved is not None and saved >= 0:
         lines.append(_row("Memory Saved", f"~{human(saved)} (vs fp32, traced)"))
@@ -404,6 +416,9 @@ def analysis_yaml(payload: Mapping[str, Any]) -> str:
         batch_note = "recommended"
     effective = config.batch_size * config.accumulation_steps
     header.append(f"batch_size: {batch_note}; effective batch {effective}")
+    seen = _step_autocast(payload["settings"])
+    if seen:
+        header.append(f"use_amp: seen in your step ({seen})")
     training: Dict[str, Any] = {
         "gradient_accumulation_steps": config.accumulation_steps,
         "use_amp": config.amp is not None,

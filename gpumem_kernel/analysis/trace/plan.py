@@ -97,6 +97,8 @@ class TraceResult:
     notes: List[str] = field(default_factory=list)
     timeline: Optional["TraceEvents"] = None  # only when the plan has a stack_hook
     replication: Any = None  # analysis.trace.replicate.Replication: blocks replayed, or the full trace and why
+    # the autocast a step of the user's own entered (analysis.trace.user_step.StepAutocast); None: none seen
+    step_autocast: Any = None
     # analysis.trace.llm_facts.LogitsTrace, when the plan names a logits_vocab and the trace saw them
     logits: Any = None
 

@@ -205,6 +205,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         result.dropped_hooks = dropped
         result.replication = replication
         result.loss_source = loss_sources[0] if loss_sources else "custom"
+        result.step_autocast = tracker.step_autocast
         result.notes += notes + _result_notes(result, plan)
         return result
     finally:

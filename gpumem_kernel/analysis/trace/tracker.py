@@ -84,6 +84,8 @@ def trace_tracker_class() -> type:
             # a fake trace answers value-dependent sizes by rule or the user's hint (analysis.fake.size_hints)
             self.size_hints = SizeHints(size_hints) if fake else None
             self.logits: Any = None  # a LogitsWatch (analysis.trace.llm_facts) for a model with an output vocabulary
+            # the autocast a step of the user's own entered (analysis.trace.user_step.StepAutocast), None: none seen
+            self.step_autocast: Any = None
             # told the storages an autocast cache clear freed (analysis.trace.replicate frees its replayed casts then)
             self.on_cache_clear: Optional[Callable[[Set[int]], None]] = None
 

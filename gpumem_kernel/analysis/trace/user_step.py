@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from gpumem_kernel.analysis.fake.autocast_policy import swapped
@@ -40,6 +41,45 @@ def same_shape(optimizer: Any, copies: List[Any]) -> Any:
     if isinstance(optimizer, (tuple, list)):
         return type(optimizer)(copies)
     return copies[0]
+
+
+# the autocast dtypes that are mixed precision, as the report's `amp` names them
+AMP_OF_DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+@dataclass(frozen=True)
+class StepAutocast:
+    """The autocast a step of the user's own entered, as the step asked for it: `torch.autocast("cuda",
+    dtype=torch.bfloat16)` is ("cuda", "bf16") though the trace runs it as CPU autocast."""
+
+    device_type: str
+    amp: str  # "bf16" | "fp16"
+
+    def text(self) -> str:
+        dtype = {code: name for name, code in AMP_OF_DTYPE.items()}[self.amp]
+        return f"torch.autocast({self.device_type!r}, dtype=torch.{dtype})"
+
+
+class _AutocastWatch:
+    """Records the first enabled mixed-precision autocast entered while `watching` (the user's step, not the
+    trace's own autocast around it)."""
+
+    def __init__(self) -> None:
+        self.watching = False
+        self.seen: Optional[StepAutocast] = None
+
+    def entered(self, device_type: str, dtype: Any, enabled: bool) -> None:
+        amp = AMP_OF_DTYPE.get(str(dtype).replace("torch.", ""))
+        if self.watching and enabled and amp is not None and self.seen is None:
+            self.seen = StepAutocast(str(device_type).split(":")[0], amp)
+
+    @contextlib.contextmanager
+    def over(self) -> Iterator[None]:
+        self.watching = True
+        try:
+            yield
+        finally:
+            self.watching = False
 
 
 class _Phases:
@@ -82,7 +122,8 @@ def run_user_steps(
     params = [p for p in model.parameters()]
     phases = _Phases(tracker, 0)
     batch = None
-    with _step_hooks(phases, optimizers, params, tracker), _cuda_on_the_cpu(tracker):
+    watch = _AutocastWatch()
+    with _step_hooks(phases, optimizers, params, tracker), _cuda_on_the_cpu(tracker, watch):
         for step in range(1, steps + 1):
             phases.step, phases.counts = step, {}
             with tracker.span("input", step, 0):
@@ -90,11 +131,12 @@ def run_user_steps(
                 tracker.register(batch, "input")
             phases.enter("forward")
             try:
-                with autocast():
+                with autocast(), watch.over():
                     step_fn(model, optimizer, batch)
             finally:
                 phases.close()
     del batch
+    tracker.step_autocast = watch.seen
 
 
 @contextlib.contextmanager
@@ -152,8 +194,9 @@ def _step_hooks(phases: _Phases, optimizers: List[Any], params: List[Any], track
 
 
 @contextlib.contextmanager
-def _cuda_on_the_cpu(tracker: Any) -> Iterator[None]:
-    """A step written for a GPU, run on the trace's CPU copies (see the module's docstring)."""
+def _cuda_on_the_cpu(tracker: Any, watch: _AutocastWatch) -> Iterator[None]:
+    """A step written for a GPU, run on the trace's CPU copies (see the module's docstring); the autocast it enters
+    told to `watch`, as the step asked for it."""
     import torch
 
     def empty_cache() -> None:
@@ -163,15 +206,30 @@ def _cuda_on_the_cpu(tracker: Any) -> Iterator[None]:
         return None
 
     cpu_autocast = _cpu_autocast()
+    autocast_class = torch.amp.autocast_mode.autocast
     swaps: List[Tuple[Any, str, Any]] = [
         (torch.cuda, "empty_cache", empty_cache),
         (torch.cuda, "synchronize", synchronize),
         (torch, "autocast", cpu_autocast),
         (torch.amp, "autocast", cpu_autocast),
         (torch.cuda.amp, "autocast", functools.partial(cpu_autocast, "cuda")),
+        (autocast_class, "__enter__", _watched_enter(autocast_class.__enter__, watch)),
     ]
     with swapped(swaps), _devices_on_the_cpu_mode()():
         yield
+
+
+def _watched_enter(enter: Callable[[Any], Any], watch: _AutocastWatch) -> Callable[[Any], Any]:
+    """autocast.__enter__, telling `watch` the device and dtype the step asked for: a CUDA autocast made CPU's by
+    _cpu_autocast keeps what it was asked in `_gpumem_asked`; any other (`from torch import autocast` bound before the
+    trace, torch.cpu.amp.autocast) is what it says."""
+
+    def entered(self: Any) -> Any:
+        device_type, dtype = getattr(self, "_gpumem_asked", (self.device, self.fast_dtype))
+        watch.entered(device_type, dtype, bool(getattr(self, "_enabled", True)))
+        return enter(self)
+
+    return entered
 
 
 def _cpu_autocast() -> Callable[..., Any]:
@@ -182,7 +240,10 @@ def _cpu_autocast() -> Callable[..., Any]:
     def autocast(device_type: str = "cuda", dtype: Any = None, enabled: bool = True, cache_enabled: Any = None) -> Any:
         if str(device_type).startswith("cuda"):
             # the trace's CPU autocast: bf16 for fp16 too (the same 2-byte width), CUDA's policy (cuda_kernels)
-            return autocast_class("cpu", dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache_enabled)
+            made = autocast_class("cpu", dtype=torch.bfloat16, enabled=enabled, cache_enabled=cache_enabled)
+            # what the step asked for, for the report (CUDA autocast's default dtype is fp16)
+            made._gpumem_asked = ("cuda", torch.float16 if dtype is None else dtype)
+            return made
         return autocast_class(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
     return autocast

@@ -336,6 +336,21 @@ describe('analysis: no GPU and no target', () => {
   });
 });
 
+describe("analysis: a step of the user's own that entered autocast", () => {
+  it("says the AMP is the step's, and 'AMP off' only where no autocast ran", async () => {
+    const off = payload('analysis_nogpu');
+    expect(texts(await show(off), '.jp-GpuMem-richFact')).toContain('AMP off');
+    h.dispose();
+    const seen = mutate(mutate(off, 'settings.amp', 'bf16'), 'settings.step_autocast', {
+      device_type: 'cuda',
+      amp: 'bf16'
+    });
+    const facts = texts(await show(seen), '.jp-GpuMem-richFact');
+    expect(facts).toContain("AMP bf16 (your step's autocast, cuda)");
+    expect(facts).not.toContain('AMP off');
+  });
+});
+
 describe('analysis: hostile strings are text', () => {
   it('a model class and a layer named like markup (a real run) create no element', async () => {
     const p = payload('analysis_hostile');

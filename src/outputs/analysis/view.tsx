@@ -54,6 +54,17 @@ export interface IAnalysisViewProps {
   readonly insertCell: ((code: string) => void) | null;
 }
 
+/** "AMP bf16", "AMP bf16 (your step's autocast)" when the user's own step entered it, or "AMP off". */
+function ampFact(settings: IAnalysisPayload['settings'], trans: Trans): string {
+  if (!settings.amp) {
+    return trans.__('AMP off');
+  }
+  const step = settings.step_autocast;
+  return step
+    ? trans.__("AMP %1 (your step's autocast, %2)", settings.amp, step.device_type)
+    : trans.__('AMP %1', settings.amp);
+}
+
 /** `<div class="jp-GpuMem-analysis">`. */
 export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
   const { payload, trans } = props;
@@ -70,7 +81,7 @@ export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
     ),
     trans.__('batch %1', settings.batch_size),
     settings.optimizer,
-    settings.amp ? trans.__('AMP %1', settings.amp) : trans.__('AMP off'),
+    ampFact(settings, trans),
     trans.__('input %1', settings.input),
     trans.__(
       'largest layer %1 (%2)',

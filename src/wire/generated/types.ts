@@ -150,6 +150,7 @@ export interface IAnalysisSettings {
    * where the rounding came from: option (the command's --round or --multiple), setting (the JupyterLab setting "Batch-size rounding"), default (pow2)
    */
   round_source?: 'option' | 'setting' | 'default';
+  step_autocast?: IAnalysisSettingsStepAutocast;
   pick_shares?: IAnalysisSettingsPickShares;
   /**
    * tokens per sample of a token input (--seq, or the input's own length); null when the input is not token ids or says no length. Absent from outputs saved before it existed.
@@ -159,6 +160,13 @@ export interface IAnalysisSettings {
    * batch: the batch picks alone; seq: also the longest sequence at fixed batches (sequence_search). Absent from outputs saved before it existed.
    */
   search?: 'batch' | 'seq';
+}
+/**
+ * the autocast a step of the user's own (step=) entered itself, as the step asked for it (device type, fp16 or bf16); amp is then that AMP when the request gave none. Absent when the step entered none, and from outputs written before it existed
+ */
+export interface IAnalysisSettingsStepAutocast {
+  device_type: string;
+  amp: 'fp16' | 'bf16';
 }
 /**
  * the shares of the maximum the recommended and safe picks aim at, before rounding

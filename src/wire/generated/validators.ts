@@ -588,6 +588,7 @@ export const analysisPayload: Check = object({
     effective_batch: integer(1),
     round: optional(c15),
     round_source: optional(c16),
+    step_autocast: optional(object({ device_type: string(), amp: enumOf('fp16', 'bf16') })),
     pick_shares: optional(object({ recommended: c17, safe: c17 })),
     seq: optional(c11),
     search: optional(enumOf('batch', 'seq'))
