@@ -73,12 +73,14 @@ class Step:
 
 def growing(runs: Sequence[Run], min_runs: int = MIN_RUNS) -> Optional[Step]:
     """The device whose last runs left the longest consistent step (at least `min_runs`), the larger step on a
-    tie; the host's RSS only when no device grew (a device's leak often drags the RSS along: the device's
-    notice names its holders and fix). None when nothing did."""
-    devices = list(runs[-1].allocated) if runs else []
-    return _longest(runs, [d for d in devices if d != HOST], min_runs) or _longest(
-        runs, [d for d in devices if d == HOST], min_runs
-    )
+    tie; the host's RSS only when no device grew in the last run (a device's leak often drags the RSS along,
+    sooner consistent: the device's notice, which names its holders and fix, comes when its own runs are). None
+    when nothing did."""
+    devices = [d for d in (runs[-1].allocated if runs else {}) if d != HOST]
+    found = _longest(runs, devices, min_runs)
+    if found is not None or any(runs[-1].allocated[d] >= MIN_STEP for d in devices):
+        return found
+    return _longest(runs, [HOST] if runs and HOST in runs[-1].allocated else [], min_runs)
 
 
 def _longest(runs: Sequence[Run], devices: Sequence[str], min_runs: int) -> Optional[Step]:

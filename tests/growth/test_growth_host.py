@@ -80,6 +80,9 @@ def test_a_device_that_grows_is_named_before_the_rss_it_drags_along():
     host_only = reruns.Run({"cuda:0": 0, HOST: 32 * MiB}, {"cuda:0": 0, HOST: 32 * MiB})
     step = reruns.growing([host_only] * 3)
     assert step is not None and step.device == HOST
+    # the device grows too, not yet consistently (its first run made more): its own notice comes later
+    first = reruns.Run({"cuda:0": 40 * MiB, HOST: 32 * MiB}, {"cuda:0": 40 * MiB, HOST: 32 * MiB})
+    assert reruns.growing([first, run_, run_]) is None
 
 
 def test_the_growth_message_with_a_host_notice_fits_the_schema():

@@ -65,7 +65,7 @@ def test_a_cell_that_keeps_losses_with_their_graphs_is_named_after_its_third_run
     assert fix.startswith("  fix: append `loss.item()` (a Python number) to `losses`")
     validate(message)
     rerun = message["rerun"]
-    assert rerun["pattern"] == "loss_with_graph" and rerun["runs"] >= 3
+    assert rerun["pattern"] == "loss_with_graph" and rerun["runs"] >= 3, (rerun, shown)
     assert rerun["holders"][0]["name"] == "losses"
     assert 4 << 20 <= rerun["step"] < 5 << 20
 
