@@ -19,6 +19,7 @@ from fake_nvml import FakeGpu, GiB
 from gpumem_kernel.clear.reclaim import CLEAR_MIME
 from gpumem_kernel.magics.gpumem import NO_OOM
 from gpumem_kernel.oom.bundle import OOM_MIME
+from gpumem_kernel.oom.handler import handler_of
 from gpumem_kernel.wire.protocol import validate
 from gpumem_kernel.render.status import status_bundle
 
@@ -222,7 +223,7 @@ def test_clear_all_cuda_vars_on_cpu_says_there_are_none(ip):
 
 def test_oom_shows_the_last_checklist_again(ip):
     run(ip, "%gpumem clear")  # no stale error from another test
-    shell_state = ip._gpumem_oom_handler
+    shell_state = handler_of(ip)
     shell_state.last = shell_state.last_bundle = None
     assert run(ip, "%gpumem oom").stdout.strip() == NO_OOM
 
@@ -236,8 +237,8 @@ def test_oom_shows_the_last_checklist_again(ip):
 
 
 def test_loading_installs_the_oom_handler_and_unloading_removes_it(ip):
-    assert getattr(ip, "_gpumem_oom_handler", None) is not None and RuntimeError in ip.custom_exceptions
+    assert handler_of(ip) is not None and RuntimeError in ip.custom_exceptions
     ip.extension_manager.unload_extension("gpumem_kernel")
-    assert getattr(ip, "_gpumem_oom_handler", None) is None and ip.custom_exceptions == ()
+    assert handler_of(ip) is None and ip.custom_exceptions == ()
     ip.extension_manager.load_extension("gpumem_kernel")
-    assert getattr(ip, "_gpumem_oom_handler", None) is not None
+    assert handler_of(ip) is not None
