@@ -246,7 +246,6 @@ def is_quantised(module: Any) -> bool:
     return isinstance(module, quant_linear_class())
 
 
-@functools.lru_cache(maxsize=None)
 def packed_numel(module: Any, weight: Any) -> Optional[int]:
     """The elements a packed 4-bit `weight` of `module` stands for: its original [out, in] shape, as the
     quantisation records it (our stand-in's features; bitsandbytes' Params4bit keeps it in `quant_state.shape`).
@@ -263,6 +262,7 @@ def packed_numel(module: Any, weight: Any) -> Optional[int]:
     return count
 
 
+@functools.lru_cache(maxsize=None)
 def quant_linear_class() -> type:
     """The stand-in for bnb.nn.Linear4bit / Linear8bitLt. A subclass of nn.Linear (without a float weight), so that
     peft and our own adapters wrap it as they wrap bitsandbytes' layers."""
