@@ -2,6 +2,12 @@
 autobatch and the benchmark), the workbench real training steps run on, the allocator model, the GPU table, and
 the analysis output.
 
+Inside, one folder per stage, bottom first (scripts/check_imports.py holds each to import only the ones below
+it): request/ (the options and batches), gpus/ (the GPUs planned for), allocator/ (the caching-allocator model and
+the storage tracker), fake/ (where a fake CPU trace differs from CUDA, and its answers), trace/ (the traced engine),
+report/ (the report's data, picks and rendering), model/ (model states, LoRA and quantised copies), measure/ (real
+steps on the GPU), search/ (the batch and sequence searches), pipeline/ (analyze(), from request to report).
+
 The entry point: code outside this folder (the magics, the terminal, autobatch, the benchmark, the timeline and
 benchmarks/) imports from `gpumem_kernel.analysis` only the names in `__all__`, never one of its
 modules (scripts/check_imports.py holds it to that), so the estimator's inside can change without its users
