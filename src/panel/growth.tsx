@@ -31,37 +31,69 @@ export function runningText(trend: IRunningGrowth, unit: SizeUnit, trans: Trans)
   return trend.full_in === null ? grows : trans.__('%1; full in ~%2', grows, formatDuration(trend.full_in));
 }
 
-/** "Cell [12] leaves +512 MiB allocated on cuda:0 after each run (3 runs); at this rate the GPU is full after 7 more runs". */
+/**
+ * "Cell [12] leaves +512 MiB allocated on cuda:0 after each run (3 runs); at this rate the GPU is full after 7 more
+ * runs". A notice on device "host" counts the kernel's resident memory (RSS), not an allocator's bytes:
+ * "Cell [5] grows this kernel's RSS by +16 MiB each run (3 runs); at this rate host memory is full after 9 more runs".
+ */
 export function rerunText(notice: IRerunGrowth, unit: SizeUnit, trans: Trans): string {
   const step = signed(notice.step, unit);
-  const leaves =
-    notice.cell === null
-      ? trans.__(
-          'This cell leaves %1 allocated on %2 after each run (%3 runs)',
-          step,
-          notice.device,
-          notice.runs
-        )
-      : trans.__(
-          'Cell [%1] leaves %2 allocated on %3 after each run (%4 runs)',
-          notice.cell,
-          step,
-          notice.device,
-          notice.runs
-        );
+  const host = notice.device === 'host';
+  let leaves: string;
+  if (host) {
+    leaves =
+      notice.cell === null
+        ? trans.__("This cell grows this kernel's RSS by %1 each run (%2 runs)", step, notice.runs)
+        : trans.__(
+            "Cell [%1] grows this kernel's RSS by %2 each run (%3 runs)",
+            notice.cell,
+            step,
+            notice.runs
+          );
+  } else {
+    leaves =
+      notice.cell === null
+        ? trans.__(
+            'This cell leaves %1 allocated on %2 after each run (%3 runs)',
+            step,
+            notice.device,
+            notice.runs
+          )
+        : trans.__(
+            'Cell [%1] leaves %2 allocated on %3 after each run (%4 runs)',
+            notice.cell,
+            step,
+            notice.device,
+            notice.runs
+          );
+  }
   if (notice.runs_left === null) {
     return leaves;
   }
-  const full =
-    notice.runs_left === 0
-      ? trans.__('at this rate the GPU is full at the next run')
-      : trans._n(
-          'at this rate the GPU is full after %1 more run',
-          'at this rate the GPU is full after %1 more runs',
-          notice.runs_left,
-          notice.runs_left
-        );
+  const full = host ? hostFullText(notice.runs_left, trans) : gpuFullText(notice.runs_left, trans);
   return `${leaves}; ${full}`;
+}
+
+function gpuFullText(runsLeft: number, trans: Trans): string {
+  return runsLeft === 0
+    ? trans.__('at this rate the GPU is full at the next run')
+    : trans._n(
+        'at this rate the GPU is full after %1 more run',
+        'at this rate the GPU is full after %1 more runs',
+        runsLeft,
+        runsLeft
+      );
+}
+
+function hostFullText(runsLeft: number, trans: Trans): string {
+  return runsLeft === 0
+    ? trans.__('at this rate host memory is full at the next run')
+    : trans._n(
+        'at this rate host memory is full after %1 more run',
+        'at this rate host memory is full after %1 more runs',
+        runsLeft,
+        runsLeft
+      );
 }
 
 /** "`losses` +1 tensor, +4 B (now list of 4 tensors with grad history)". */

@@ -119,6 +119,17 @@ describe('GrowthSection', () => {
     expect(notice?.innerHTML).toContain('&lt;tensor&gt;');
   });
 
+  it("words a notice on the host as the kernel's RSS and host memory, not an allocator on a GPU", () => {
+    const host: IRerunGrowth = { ...RERUN, device: 'host', step: 16 * MiB, reserved_step: 0, runs_left: 9 };
+    const heading = render({ running: null, rerun: host, rerunTime: 2 }).querySelector(
+      '.jp-GpuMem-growth h3'
+    );
+    expect(heading?.textContent).toBe(
+      "Cell [12] grows this kernel's RSS by +16 MiB each run (3 runs); at this rate host memory is full after 9 more runs"
+    );
+    expect(heading?.textContent).not.toMatch(/GPU|allocated/);
+  });
+
   it('hides a dismissed notice until the kernel sends another', () => {
     const node = render({ running: null, rerun: RERUN, rerunTime: 2 });
     act(() => (node.querySelector('.jp-GpuMem-growthDismiss') as HTMLButtonElement).click());
