@@ -49,7 +49,7 @@ def test_the_wheel_enables_its_jupyter_server_extension_on_install() -> None:
         names = set(zf.namelist())
         enabled = json.loads(zf.read(config))["ServerApp"]["jpserver_extensions"]
     assert enabled == {"gpumem_kernel.server": True}
-    for module in ("__init__", "watch", "kernels", "metrics", "handlers"):
+    for module in ("__init__", "machine", "kernels", "metrics", "handlers"):
         assert f"gpumem_kernel/server/{module}.py" in names
 
 
