@@ -13,6 +13,7 @@ torch (and peft) are imported inside functions only: the kernel shim must load w
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -219,11 +220,30 @@ def add_adapters(
 
 
 def _peft() -> Any:
+    # peft imports bitsandbytes where it is installed; on a CPU with AVX512-BF16 and without the `kernels` package,
+    # that import logs a warning about a CPU 4-bit matmul kernel. The plan runs no such matmul, and the warning
+    # would read as a failure under the user's cell, so it is dropped while this import runs (only that record).
+    cpu_ops = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    quiet = _DropRecord("Failed to load CPU gemm_4bit_forward")
+    cpu_ops.addFilter(quiet)
     try:
         import peft
     except ImportError:
         return None
+    finally:
+        cpu_ops.removeFilter(quiet)
     return peft
+
+
+class _DropRecord(logging.Filter):
+    """Drops the log records whose message starts with `prefix`."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)
 
 
 def _with_peft(peft: Any, model: Any, spec: LoraSpec, targets: Tuple[str, ...]) -> Any:
