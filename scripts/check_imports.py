@@ -228,6 +228,27 @@ def entry_breaches(root: Path, package: str = PACKAGE) -> List[str]:
     return found
 
 
+# --- a module's _private names stay in it ---------------------------------------------------------------------
+
+
+def private_breaches(root: Path, package: str = PACKAGE) -> List[str]:
+    """`path:line: name from module` for each `from gpumem_kernel.X import _name` in the package: a name another
+    module needs is public (an `import name as _alias` is fine: the alias is the importer's own)."""
+    found: List[str] = []
+    for module in find_modules(root, package).values():
+        tree = ast.parse(module.path.read_text("utf-8"), filename=str(module.path))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                continue
+            if node.module != package and not node.module.startswith(package + "."):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    shown = module.path.relative_to(root)
+                    found.append(f"{shown}:{node.lineno}: {alias.name} from {node.module}")
+    return found
+
+
 # --- the analysis's stages, bottom first ---------------------------------------------------------------------
 
 ANALYSIS_STAGES = (
@@ -277,14 +298,17 @@ class Report:
     folder_layers: List[List[str]]
     entry_breaches: List[str] = field(default_factory=list)
     stage_breaches: List[str] = field(default_factory=list)
+    private_breaches: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.module_cycles or self.folder_cycles or self.entry_breaches or self.stage_breaches)
+        breaches = self.entry_breaches or self.stage_breaches or self.private_breaches
+        return not (self.module_cycles or self.folder_cycles or breaches)
 
     def text(self) -> str:
         lines = [f"past the analysis's entry point: {breach}" for breach in self.entry_breaches]
         lines += [f"analysis stage order broken: {breach}" for breach in self.stage_breaches]
+        lines += [f"a private name imported by another module: {breach}" for breach in self.private_breaches]
         for title, cycles in (("module", self.module_cycles), ("folder", self.folder_cycles)):
             for cycle in cycles:
                 lines.append(f"import circle between {title}s: " + " -> ".join(map(_short, cycle)))
@@ -314,6 +338,7 @@ def check(root: Path, package: str = PACKAGE) -> Report:
         layers(folders) if not folder_cycles else [],
         entry_breaches(root, package),
         stage_breaches(graph, package),
+        private_breaches(root, package),
     )
 
 

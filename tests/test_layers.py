@@ -104,3 +104,18 @@ def test_an_analysis_stage_importing_a_stage_above_it_is_reported(tmp_path):
         "analysis.trace.plan -> analysis.search.engines: stage trace imports search, above it"
     ]
     assert "analysis stage order broken: analysis.trace.plan -> analysis.search.engines" in report.text()
+
+
+def test_a_private_name_imported_by_another_module_is_reported(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "def _helper():\n    return 1\n\ndef helper():\n    return 2\n",
+            "b.py": "from gpumem_kernel.a import _helper, helper\nfrom gpumem_kernel.a import helper as _mine\n",
+        },
+    )
+    report = _checker().check(root)
+    assert report.module_cycles == [] and not report.ok
+    assert report.private_breaches == ["gpumem_kernel/b.py:1: _helper from gpumem_kernel.a"]
+    assert "a private name imported by another module: gpumem_kernel/b.py:1: _helper" in report.text()

@@ -34,7 +34,7 @@ def _energy(row: Mapping[str, Any]) -> str:
     return "" if value is None else format_joules(value)
 
 
-def _table(payload: Mapping[str, Any]) -> List[str]:
+def table_lines(payload: Mapping[str, Any]) -> List[str]:
     unit = _mem_unit(payload)
     sim = payload["engine"] == "simulated"
     energy = _measured_energy(payload)  # the J/sample column only where a GPU's energy was measured
@@ -140,7 +140,7 @@ def render_text(payload: Mapping[str, Any]) -> str:
     ]
     if payload["interrupted"]:
         lines.append("Interrupted: partial table")
-    lines += [""] + _table(payload) + [""] + _pick_lines(payload)
+    lines += [""] + table_lines(payload) + [""] + _pick_lines(payload)
     if payload["diagnostics"]:
         lines += ["Diagnostics:"] + [f"  - {d}" for d in payload["diagnostics"]] + [""]
     if payload["notes"]:

@@ -15,9 +15,18 @@ from gpumem_kernel.analysis import import_repair
 from gpumem_kernel.analysis import is_model_source
 from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
-from gpumem_kernel.magics.parsing import _debug, _fail, _one_line, parse
+from gpumem_kernel.magics.parsing import debug_enabled, usage_error, engine_message_line, parse
 from gpumem_kernel.magics.shared_options import MAGIC, request_fields
-from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer, _step, _target
+from gpumem_kernel.magics.resolve import (
+    resolve_amp,
+    resolve_input,
+    resolve_loss,
+    resolve_memory,
+    resolve_module,
+    resolve_optimizer,
+    resolve_step,
+    resolve_target,
+)
 from gpumem_kernel.render.text import shown
 
 # --- the last recommendation (for the OOM checklist) ---------------------------------------------------------
@@ -59,16 +68,16 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
     from gpumem_kernel.analysis import analyze
 
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
-    model = None if by_name else _module(shell, args.model, command)
+    model = None if by_name else resolve_module(shell, args.model, command)
     options = request_fields(args, MAGIC)
     options.update(  # the options that name the user's objects, looked up in the namespace in this order
-        input=_input(shell, args.input, command),
-        loss=_loss(shell, args.loss, command),
-        optimizer=_optimizer(shell, args.optimizer, command, several=args.step is not None),
-        step=_step(shell, args.step, command),
-        amp=_amp(args.amp),
-        target=_target(args.target, command),
-        memory=_memory(args.memory, "--memory", command),
+        input=resolve_input(shell, args.input, command),
+        loss=resolve_loss(shell, args.loss, command),
+        optimizer=resolve_optimizer(shell, args.optimizer, command, several=args.step is not None),
+        step=resolve_step(shell, args.step, command),
+        amp=resolve_amp(args.amp),
+        target=resolve_target(args.target, command),
+        memory=resolve_memory(args.memory, "--memory", command),
         **browser_settings(),
     )
     try:
@@ -82,9 +91,9 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         else:
             report, history = analyze(model, request), None
     except ValueError as exc:
-        if _debug():
+        if debug_enabled():
             raise
-        raise _fail(command, _one_line(exc)) from None
+        raise usage_error(command, engine_message_line(exc)) from None
     remember(shell, report, model)
     return (report, history) if timeline else report
 
@@ -109,7 +118,7 @@ def analyze(shell: Any, rest: str) -> None:
         timeline=args.timeline, save=args.save, world_size=args.world_size, strategy=args.strategy, json=args.json
     )
     if problem is not None:
-        raise _fail("analyze", problem)
+        raise usage_error("analyze", problem)
     if not args.timeline:
         report = run_analysis(shell, args, "analyze")
         history = None
@@ -134,7 +143,7 @@ def _show_timeline(history: Any, save: Optional[str], show: bool = True) -> None
         try:
             kind = save_history(history, save)
         except OSError as exc:
-            raise _fail("analyze", f"--save {shown(save)}: {exc.strerror or exc}") from None
+            raise usage_error("analyze", f"--save {shown(save)}: {exc.strerror or exc}") from None
         what = (
             "PyTorch memory snapshot (pytorch.org/memory_viz)" if kind == "snapshot" else "CSV, one row per allocation"
         )

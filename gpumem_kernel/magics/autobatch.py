@@ -7,9 +7,16 @@ from typing import Any, List, Optional
 from IPython.core.error import UsageError
 
 from gpumem_kernel.magics.options import autobatch_arguments
-from gpumem_kernel.magics.parsing import _debug, _engine_error, _fail, parse
-from gpumem_kernel.magics.progress import _Live, _progress_bundle
-from gpumem_kernel.magics.resolve import _amp, _input, _loss, _memory, _module, _optimizer
+from gpumem_kernel.magics.parsing import debug_enabled, engine_usage_error, usage_error, parse
+from gpumem_kernel.magics.progress import LiveOutput, progress_bundle
+from gpumem_kernel.magics.resolve import (
+    resolve_amp,
+    resolve_input,
+    resolve_loss,
+    resolve_memory,
+    resolve_module,
+    resolve_optimizer,
+)
 
 
 def engine_error(command: str, exc: BaseException) -> UsageError:
@@ -18,8 +25,8 @@ def engine_error(command: str, exc: BaseException) -> UsageError:
     from gpumem_kernel.analysis import StepError
 
     if isinstance(exc, StepError):
-        return _fail(command, f"{exc} (check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)")
-    return _engine_error(command, exc)
+        return usage_error(command, f"{exc} (check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)")
+    return engine_usage_error(command, exc)
 
 
 def _trial_line(name: str, number: int, trial: Any, best: Optional[int], simulated: bool) -> str:
@@ -36,37 +43,37 @@ def autobatch(shell: Any, rest: str) -> None:
 
     command = "autobatch"
     args = parse(autobatch_arguments, command, rest)
-    model = _module(shell, args.model, command)
+    model = resolve_module(shell, args.model, command)
     options = dict(
-        input=_input(shell, args.input, command),
-        loss=_loss(shell, args.loss, command),
-        optimizer=_optimizer(shell, args.optimizer, command),
-        amp=_amp(args.amp),
+        input=resolve_input(shell, args.input, command),
+        loss=resolve_loss(shell, args.loss, command),
+        optimizer=resolve_optimizer(shell, args.optimizer, command),
+        amp=resolve_amp(args.amp),
         margin=args.margin,
         multiple=args.multiple,
         rounding=args.round,
         rounding_setting=browser_settings().get("rounding_setting"),
         max_batch=args.max,
-        simulate=_memory(args.simulate, "--simulate", command),
+        simulate=resolve_memory(args.simulate, "--simulate", command),
         steps=args.steps,
     )
     simulated = args.simulate is not None
-    live = _Live()
+    live = LiveOutput()
     trials: List[Any] = []
 
     def progress(trial: Any) -> None:
         trials.append(trial)
         best = max((t.batch for t in trials if t.ok), default=None)
-        live.show(_progress_bundle(_trial_line(args.model, len(trials), trial, best, simulated)))
+        live.show(progress_bundle(_trial_line(args.model, len(trials), trial, best, simulated)))
 
     try:
         result = auto_select_batch_size(model, args.device, args.batch, progress=progress, **options)
     except KeyboardInterrupt:
-        live.stop(_progress_bundle(f"autobatch {args.model}: interrupted before the search began"))
+        live.stop(progress_bundle(f"autobatch {args.model}: interrupted before the search began"))
         raise
     except Exception as exc:
-        live.stop(_progress_bundle(f"autobatch {args.model}: stopped"))
-        if _debug() or not isinstance(exc, (ValueError, RuntimeError, TypeError, IndexError)):
+        live.stop(progress_bundle(f"autobatch {args.model}: stopped"))
+        if debug_enabled() or not isinstance(exc, (ValueError, RuntimeError, TypeError, IndexError)):
             raise
         raise engine_error(command, exc) from None
     live.show(autobatch_bundle(result))

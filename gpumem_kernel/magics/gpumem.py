@@ -27,7 +27,7 @@ from gpumem_kernel.magics import memlog as magics_log
 from gpumem_kernel.magics import watch as magics_watch
 from gpumem_kernel.oom import handler as oom_handler
 from gpumem_kernel.magics import options as magics_options
-from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.magics.parsing import usage_error
 from gpumem_kernel.magics.parsing import parse as _parse
 from gpumem_kernel.probe import snapshot
 from gpumem_kernel.probe.power import DeviceEnergy, span_energy
@@ -78,7 +78,7 @@ def clear(shell: Any, rest: str) -> None:
             shell, variables=args.vars, all_cuda_vars=args.all_cuda_vars, dry_run=args.list
         )
     except ValueError as error:  # an unknown or IPython-owned variable name
-        raise _fail("clear", str(error)) from None
+        raise usage_error("clear", str(error)) from None
     display(clearing.clear_bundle(report), raw=True)
 
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from gpumem_kernel.log import csvlog
-from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.magics.parsing import usage_error
 from gpumem_kernel.magics.parsing import parse as _parse
 from gpumem_kernel.wire.protocol import Error, to_json
 
@@ -112,16 +112,16 @@ def log(kernel: Logging, rest: str) -> None:
     keeper = kernel.memlog
     if args.action == "start":
         if not args.file:
-            raise _fail("log", "start needs a file: %gpumem log start FILE.csv [--interval 1s]")
+            raise usage_error("log", "start needs a file: %gpumem log start FILE.csv [--interval 1s]")
         try:
             interval = csvlog.parse_interval(args.interval)
             running = keeper.start(args.file, interval)
         except ValueError as error:  # LogError too
-            raise _fail("log", str(error)) from None
+            raise usage_error("log", str(error)) from None
         print(running.status())
         return
     if args.file:
-        raise _fail("log", f"{args.action} takes no file")
+        raise usage_error("log", f"{args.action} takes no file")
     if args.action == "stop":
         stopped = keeper.stop()
         print(NOT_LOGGING if stopped is None else stopped.status())

@@ -87,9 +87,9 @@ def parse(spec: Callable[..., Any], command: str, rest: str) -> Any:
         parser = spec.parser
         return parser.parse_args(attach_negative_values(parser, split_line(rest)))
     except UsageError as error:  # argparse's complaint, e.g. "unrecognized arguments: --bogus"
-        raise _fail(command, str(error)) from None
+        raise usage_error(command, str(error)) from None
     except ValueError as error:  # unbalanced quotes in the line
-        raise _fail(command, str(error)) from None
+        raise usage_error(command, str(error)) from None
 
 
 def _as_option(match: "re.Match[str]") -> str:
@@ -98,26 +98,26 @@ def _as_option(match: "re.Match[str]") -> str:
     return f"{option} {after}" if after and after not in ",;)" else option + after
 
 
-def _one_line(exc: BaseException) -> str:
+def engine_message_line(exc: BaseException) -> str:
     """The first line of an engine's message, its keyword arguments spelled as the magic's options."""
     text = str(exc).strip()
     return _KEYWORD.sub(_as_option, text.splitlines()[0] if text else type(exc).__name__)
 
 
-def _fail(command: str, message: str) -> UsageError:
+def usage_error(command: str, message: str) -> UsageError:
     """The one line a bad input gets; echoed values in it are cut (render.text.one_line)."""
     return UsageError(one_line(f"gpumem {command}: {message}"))
 
 
-def _engine_error(command: str, exc: BaseException) -> UsageError:
+def engine_usage_error(command: str, exc: BaseException) -> UsageError:
     if isinstance(exc, ValueError):
-        return _fail(command, _one_line(exc))
-    return _fail(
+        return usage_error(command, engine_message_line(exc))
+    return usage_error(
         command,
-        f"a training step failed: {type(exc).__name__}: {_one_line(exc)} "
+        f"a training step failed: {type(exc).__name__}: {engine_message_line(exc)} "
         "(check --input, --loss; GPUMEM_DEBUG=1 shows the traceback)",
     )
 
 
-def _debug() -> bool:
+def debug_enabled() -> bool:
     return bool(os.environ.get("GPUMEM_DEBUG"))

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 from IPython.display import display
 
 
-class _Live:
+class LiveOutput:
     """One output updated in place: display(..., display_id=True) on the first call, then .update().
     Nothing is shown before the first call (an argument the engine rejects leaves only its one line)."""
 
@@ -26,7 +26,7 @@ class _Live:
             self.handle.update(bundle, raw=True)
 
 
-def _progress_bundle(text: str, table: Optional[str] = None) -> Dict[str, str]:
+def progress_bundle(text: str, table: Optional[str] = None) -> Dict[str, str]:
     import html
 
     plain = text if table is None else f"{text}\n{table}"

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from gpumem_kernel.analysis import OPTIMIZER_ALIASES, OPTIMIZERS
 from gpumem_kernel.magics import argcheck
-from gpumem_kernel.magics.parsing import _fail
+from gpumem_kernel.magics.parsing import usage_error
 from gpumem_kernel.probe.inspection import is_fault, type_name
 from gpumem_kernel.probe.torchstats import loaded_torch
 from gpumem_kernel.render.text import shown
@@ -21,17 +21,17 @@ def lookup(shell: Any, name: str, command: str, what: str, containers: bool = Fa
     """`name` or `name.attr.attr` in the user's namespace; one line (never a traceback) when it is missing or
     cannot be inspected (with `containers`, nor the elements it is made of: argcheck.user_object)."""
     if not _NAME.match(name):
-        raise _fail(command, f"{what} {shown(name)}: not a variable name")
+        raise usage_error(command, f"{what} {shown(name)}: not a variable name")
     head, *attributes = name.split(".")
     if head not in shell.user_ns:
-        raise _fail(command, f"{what}: no variable named {head!r} in this kernel")
+        raise usage_error(command, f"{what}: no variable named {head!r} in this kernel")
     value, path = shell.user_ns[head], head
     for attribute in attributes:
         value, path = _attribute(value, path, attribute, command, what), f"{path}.{attribute}"
     try:
         argcheck.user_object(value, f"{what} {name}", containers)
     except ValueError as error:
-        raise _fail(command, str(error)) from None
+        raise usage_error(command, str(error)) from None
     return value
 
 
@@ -39,23 +39,23 @@ def _attribute(value: Any, path: str, attribute: str, command: str, what: str) -
     try:
         return getattr(value, attribute)
     except AttributeError:
-        raise _fail(command, f"{what}: {path} has no attribute {attribute!r}") from None
+        raise usage_error(command, f"{what}: {path} has no attribute {attribute!r}") from None
     except BaseException as error:
         if not is_fault(error):
             raise
         reading = f"{what}: reading {path}.{attribute} raised {type_name(type(error))}"
-        raise _fail(command, reading) from None
+        raise usage_error(command, reading) from None
 
 
-def _module(shell: Any, name: str, command: str) -> Any:
+def resolve_module(shell: Any, name: str, command: str) -> Any:
     value = lookup(shell, name, command, "MODEL")
     torch = loaded_torch()
     if torch is None or not issubclass(type(value), torch.nn.Module):  # by type: a Mock's __class__ may say Module
-        raise _fail(command, f"{name} is a {type_name(type(value))}, not a torch.nn.Module")
+        raise usage_error(command, f"{name} is a {type_name(type(value))}, not a torch.nn.Module")
     return value
 
 
-def _input(shell: Any, text: Optional[str], command: str) -> Any:
+def resolve_input(shell: Any, text: Optional[str], command: str) -> Any:
     """A shape string (checked here), or the value of a variable: a sample tensor/tuple/dict or a function
     batch_size -> batch."""
     if text is None:
@@ -63,7 +63,7 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
     if _NAME.match(text):
         head = text.split(".")[0]
         if head not in shell.user_ns:
-            raise _fail(
+            raise usage_error(
                 command,
                 f"--input {text!r}: no variable of that name in this kernel, and not a shape such as 3x224x224 or 512",
             )
@@ -73,7 +73,7 @@ def _input(shell: Any, text: Optional[str], command: str) -> Any:
     try:
         parse_shape(text)
     except ValueError as exc:
-        raise _fail(command, f"--input: {exc}") from None
+        raise usage_error(command, f"--input: {exc}") from None
     return text
 
 
@@ -83,19 +83,21 @@ def _function(shell: Any, name: Optional[str], command: str, option: str, wanted
         return None
     value = lookup(shell, name, command, option)
     if not callable(value):
-        raise _fail(command, f"{option} {name}: a {type_name(type(value))} is not callable; pass a function {wanted}")
+        raise usage_error(
+            command, f"{option} {name}: a {type_name(type(value))} is not callable; pass a function {wanted}"
+        )
     return value
 
 
-def _loss(shell: Any, name: Optional[str], command: str) -> Any:
+def resolve_loss(shell: Any, name: Optional[str], command: str) -> Any:
     return _function(shell, name, command, "--loss", "(output, batch) -> scalar loss")
 
 
-def _step(shell: Any, name: Optional[str], command: str) -> Any:
+def resolve_step(shell: Any, name: Optional[str], command: str) -> Any:
     return _function(shell, name, command, "--step", "(model, optimizer, batch)")
 
 
-def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> Any:
+def resolve_optimizer(shell: Any, text: str, command: str, several: bool = False) -> Any:
     """adamw | adam | sgd | sgd-momentum, or the name of the user's torch.optim.Optimizer; with `several` (a
     step of the user's own) also a tuple, list or dict of them."""
     key = text.lower().replace("_", "-")
@@ -111,16 +113,18 @@ def _optimizer(shell: Any, text: str, command: str, several: bool = False) -> An
             values = list(value.values())
         if torch is None or not values or not all(issubclass(type(v), torch.optim.Optimizer) for v in values):
             wanted = "torch.optim.Optimizer (or a tuple, list or dict of them)" if several else "torch.optim.Optimizer"
-            raise _fail(command, f"--optimizer {text}: a {type_name(cls)}, not a {wanted}")
+            raise usage_error(command, f"--optimizer {text}: a {type_name(cls)}, not a {wanted}")
         return value
-    raise _fail(command, f"--optimizer {text!r}: use {', '.join(OPTIMIZERS)} or the name of your optimizer variable")
+    raise usage_error(
+        command, f"--optimizer {text!r}: use {', '.join(OPTIMIZERS)} or the name of your optimizer variable"
+    )
 
 
-def _amp(value: Optional[str]) -> Optional[str]:
+def resolve_amp(value: Optional[str]) -> Optional[str]:
     return None if value in (None, "off") else value
 
 
-def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
+def resolve_memory(value: Optional[str], option: str, command: str) -> Optional[str]:
     if value is None:
         return None
     from gpumem_kernel.analysis import parse_memory
@@ -128,11 +132,11 @@ def _memory(value: Optional[str], option: str, command: str) -> Optional[str]:
     try:
         parse_memory(value)
     except ValueError as exc:
-        raise _fail(command, f"{option}: {exc}") from None
+        raise usage_error(command, f"{option}: {exc}") from None
     return value
 
 
-def _target(value: Optional[str], command: str) -> Optional[str]:
+def resolve_target(value: Optional[str], command: str) -> Optional[str]:
     if value is None:
         return None
     from gpumem_kernel.analysis import gpu_lookup
@@ -140,5 +144,5 @@ def _target(value: Optional[str], command: str) -> Optional[str]:
     try:
         gpu_lookup(value)
     except ValueError as exc:
-        raise _fail(command, f"--target: {exc}") from None
+        raise usage_error(command, f"--target: {exc}") from None
     return value
