@@ -24,6 +24,24 @@ c.ServerApp.root_dir = "."
 # CI and the dev containers run as root.
 c.ServerApp.allow_root = True
 
+
+def _without_notebook_switcher() -> None:
+    """The test environment has Notebook 7 (scripts/lab.sh serves /tree from it), whose lab extension adds an
+    "Open in Notebook" button to every notebook's toolbar. In Galata's 1024 px window that toolbar then no longer
+    fits, and its last button wraps onto the first cell, where it takes the clicks meant for the cell. The specs
+    here test JupyterLab with our extension, so Notebook's lab extension is disabled for this server only (its page
+    config, read from $JUPYTER_CONFIG_PATH at each page load); the Notebook 7 specs run in an environment of their own.
+    """
+    config = Path(tempfile.mkdtemp(prefix="gpumem-galata-config-"))
+    (config / "labconfig").mkdir()
+    disabled = {"disabledExtensions": {"@jupyter-notebook/lab-extension": True}}
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(disabled))
+    before = os.environ.get("JUPYTER_CONFIG_PATH")
+    os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(config), before]))
+
+
+_without_notebook_switcher()
+
 LIMITED_KERNEL = "gpumem-limited-256m"
 LIMIT = 256 * 1024**2
 HERE = Path(__file__).resolve().parent
