@@ -90,7 +90,9 @@ test('a cell over the memory cgroup limit: the OOM killer is named, with the hos
 
   // The panel: the host checklist card, live (for the restarted kernel), naming the killed process and the limit.
   const card = panel.locator('.jp-GpuMem-oom');
-  await expect(card.locator('h3')).toHaveText('Host RAM out of memory', { timeout: 30000 });
+  await expect(card.locator('h3')).toHaveText('Host memory (RAM) out of memory, not the GPU', {
+    timeout: 30000
+  });
   await expect(card).not.toHaveClass(/jp-mod-history/);
   const checklist = card.locator('.jp-GpuMem-oomChecklist');
   await expect(checklist).toHaveAttribute('data-family', 'host');

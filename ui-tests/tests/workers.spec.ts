@@ -83,7 +83,9 @@ test('a DataLoader worker killed by SIGKILL gets the host checklist, workers fir
 
   // The GPU Memory panel: the same family and the same first steps, no GPU step.
   const card = page.locator('#jp-GpuMem-panel .jp-GpuMem-oom');
-  await expect(card.locator('.jp-GpuMem-sectionHead h3')).toHaveText('Host RAM out of memory');
+  await expect(card.locator('.jp-GpuMem-sectionHead h3')).toHaveText(
+    'Host memory (RAM) out of memory, not the GPU'
+  );
   const brief = card.locator('.jp-GpuMem-oomChecklist');
   await expect(brief).toHaveAttribute('data-brief', 'yes');
   await expect
