@@ -9,7 +9,7 @@
  * it the messages.
  */
 import type { IIopubLike } from './detect';
-import { parentIdOf } from './detect';
+import { field, parentIdOf } from './detect';
 
 /** One execution of the user's code. */
 export interface ICellRun {
@@ -25,10 +25,6 @@ export interface ICellRun {
 
 /** How many executions are remembered (the newest): one notebook session runs far fewer between two OOMs. */
 const MAX_RUNS = 512;
-
-function field(value: unknown, key: string): unknown {
-  return typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[key] : undefined;
-}
 
 /** True when two runs are of the same cell: by cell id when both have one, else by the same code. */
 export function sameCell(a: ICellRun, b: ICellRun): boolean {

@@ -110,7 +110,8 @@ export interface IIopubLike {
   readonly content: unknown;
 }
 
-function field(value: unknown, key: string): unknown {
+/** `value[key]` when value is an object (a message's header or content as the kernel sent it), else undefined. */
+export function field(value: unknown, key: string): unknown {
   return typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[key] : undefined;
 }
 
