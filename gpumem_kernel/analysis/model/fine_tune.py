@@ -1,6 +1,7 @@
-"""LoRA and QLoRA plans: the planning copy analyze() traces in place of the user's model (`lora=`, `quantize=`), and
-the report's lines for a fine-tune: quantised weights, adapters (parameters, gradients, optimizer state) and the
-dequantisation transients. A PEFT model the user already has is analysed as it is; its adapters get their line too.
+"""LoRA, QLoRA and PEFT plans: the planning copy analyze() traces in place of the user's model (`lora=`, `peft=`,
+`quantize=`), and the report's lines for a fine-tune: quantised weights, adapters (parameters, gradients, optimizer
+state) and the dequantisation transients. A PEFT model the user already has is analysed as it is; its adapters get
+their line too.
 
 The planning copy shares nothing writable with the user's model: its parameters are new (on the meta device, so
 an 8B model costs no memory), its buffers the user's tensors, read only by the trace's own copy.
@@ -11,13 +12,17 @@ torch is imported inside functions only: the kernel shim must load without it.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from gpumem_kernel.analysis.model.lora import Adapters, LoraSpec, add_adapters, adapter_parameters, parse_lora
+from gpumem_kernel.analysis.model.lora import load_peft
+from gpumem_kernel.analysis.model.peft_config import NEEDS_PEFT, PeftAdapters, PeftSpec, apply_peft, lora_settings
+from gpumem_kernel.analysis.model.peft_config import method_of, parse_peft
 from gpumem_kernel.analysis.trace.model_copy import tensor_attributes
 from gpumem_kernel.analysis.model.model_states import unique_bytes
-from gpumem_kernel.analysis.model.quantize import QuantSpec, Quantised, parse_quantize, quantize_linears
+from gpumem_kernel.analysis.model.quantize import QuantSpec, Quantised, is_quantised, parse_quantize, quantize_linears
 from gpumem_kernel.analysis.report.report import AnalysisReport, Figure
 from gpumem_kernel.render.units import format_bytes
 
@@ -28,6 +33,7 @@ class FineTunePlan:
 
     model: Any
     lora: Optional[Adapters] = None
+    peft: Optional[PeftAdapters] = None  # what a PEFT config (peft=) added
     quantised: Optional[Quantised] = None
     notes: List[str] = field(default_factory=list)
 
@@ -44,16 +50,35 @@ def check(lora: Any, quantize: Any, optimizer: Any) -> "tuple[Optional[LoraSpec]
     return lora_spec, quant_spec
 
 
+def check_peft(peft: Any, lora: Optional[LoraSpec], optimizer: Any) -> Optional[PeftSpec]:
+    """The parsed PEFT config (peft=, --peft); ValueError (one line) on a bad one, with lora= too, or with an
+    optimizer object."""
+    spec = parse_peft(peft)
+    if spec is None:
+        return None
+    if lora is not None:
+        raise ValueError("--peft and --lora both add adapters: use one (lora= or peft=)")
+    if not isinstance(optimizer, str):
+        raise ValueError(
+            "with peft=, name the optimizer kind (adamw, paged-adamw8bit, ...): yours holds your model's own "
+            "parameters, not the planned copy's"
+        )
+    return spec
+
+
 def planned_model(
     model: Any,
     lora: Optional[LoraSpec],
     quantize: Optional[QuantSpec],
     on_meta: bool = True,
     use_peft: Optional[bool] = None,
+    peft: Optional[PeftSpec] = None,
 ) -> FineTunePlan:
-    """A copy of `model` with its Linear layers quantised and LoRA adapters added, as asked. on_meta=False: real CPU
-    tensors (zeros for quantised weights), for a real trace to compare the fake one with."""
-    _refuse_twice(model, lora, quantize)
+    """A copy of `model` with its Linear layers quantised and LoRA adapters (lora) or a PEFT config's adapters (peft)
+    added, as asked. on_meta=False: real CPU tensors (zeros for quantised weights), for a real trace to compare the
+    fake one with. use_peft=False: a plain LoRA config by gpumem's own adapter modules."""
+    lora, peft_module = _peft_or_own(peft, lora, use_peft)
+    _refuse_twice(model, lora or peft, quantize)
     plan = FineTunePlan(_copy(model, on_meta))
     if quantize is not None:
         plan.quantised = quantize_linears(plan.model, quantize, on_meta)
@@ -61,12 +86,53 @@ def planned_model(
     if lora is not None:
         plan.model, plan.lora = add_adapters(plan.model, lora, on_meta, use_peft)
         plan.notes.append(_lora_note(plan.lora))
+    elif peft is not None:
+        for p in plan.model.parameters():
+            p.requires_grad_(False)
+        _dequantisable(plan.model)
+        plan.model, plan.peft = apply_peft(plan.model, peft, peft_module)
+        plan.notes += [_peft_note(plan.peft)] + plan.peft.notes
     return plan
 
 
-def _refuse_twice(model: Any, lora: Optional[LoraSpec], quantize: Optional[QuantSpec]) -> None:
+def _peft_or_own(
+    peft: Optional[PeftSpec], lora: Optional[LoraSpec], use_peft: Optional[bool]
+) -> "tuple[Optional[LoraSpec], Any]":
+    """(the LoRA spec our own modules take in its place, peft's module): without peft (or with use_peft=False) a
+    plain LoRA config becomes a LoraSpec; any other config needs peft."""
+    if peft is None:
+        return lora, None
+    module = load_peft() if use_peft is not False else None
+    if module is not None:
+        return None, module
+    settings = lora_settings(peft)
+    if settings is None or use_peft:
+        raise ValueError(NEEDS_PEFT)
+    return parse_lora(settings), None
+
+
+def _dequantisable(model: Any) -> None:
+    """peft's DoRA reads each base layer's weight dequantised (`dequantize_module_weight`: its norm, each forward):
+    bitsandbytes' layers dequantise theirs, our stand-ins answer through the same hook HQQ's layers use (`W_q`,
+    `dequantize()`) with an [out, in] tensor of the weight's original dtype, the transient bitsandbytes makes (its
+    values do not change the memory)."""
+    for module in model.modules():
+        if is_quantised(module):
+            object.__setattr__(module, "W_q", module.weight)  # not registered: the packed weight is the parameter
+            object.__setattr__(module, "dequantize", functools.partial(_dequantised_weight, module))
+
+
+def _dequantised_weight(layer: Any) -> Any:
+    import torch
+
+    shape = (layer.out_features, layer.in_features)
+    return torch.zeros(shape, dtype=getattr(torch, layer.weight_dtype), device=layer.weight.device)
+
+
+def _refuse_twice(model: Any, lora: Any, quantize: Optional[QuantSpec]) -> None:
     if lora is not None and adapter_parameters(model):
-        raise ValueError(f"lora: {type(model).__name__} already has LoRA adapters: drop lora= to analyse it as it is")
+        option = "peft=" if isinstance(lora, PeftSpec) else "lora="
+        raise ValueError(f"lora: {type(model).__name__} already has adapters: drop {option} to analyse it as it is")
     names = {type(m).__name__ for m in model.modules()}
     if quantize is not None and names & {"Linear4bit", "Linear8bitLt"}:
         raise ValueError(f"quantize: {type(model).__name__} is already quantised by bitsandbytes")
@@ -113,6 +179,14 @@ def _lora_note(done: Adapters) -> str:
     )
 
 
+def _peft_note(done: PeftAdapters) -> str:
+    where = f" on {done.layers} layers" if done.layers else ""
+    return (
+        f"{done.text}{where} of a copy of the model ({done.spec.source}), added with peft {done.version}'s "
+        f"get_peft_model: {done.trainable:,} trainable parameters; the base is frozen"
+    )
+
+
 # --- the report ---------------------------------------------------------------------------------------------------
 
 
@@ -123,7 +197,8 @@ def add_to_report(report: AnalysisReport, model: Any, plan: Optional[FineTunePla
     if plan is not None and plan.quantised is not None:
         figures += _quantised_figures(plan.quantised)
     if adapters:
-        figures.append(_adapter_figure(adapters, report))
+        method = plan.peft.spec.method if plan is not None and plan.peft is not None else method_of(model)
+        figures.append(_adapter_figure(adapters, report, method))
     report.figures += figures
     if plan is not None:  # after the model's own notes (a model by name's come first)
         report.notes[:0] = plan.notes
@@ -147,7 +222,7 @@ def _quantised_figures(done: Quantised) -> List[Figure]:
     ]
 
 
-def _adapter_figure(adapters: List[Any], report: AnalysisReport) -> Figure:
+def _adapter_figure(adapters: List[Any], report: AnalysisReport, method: str = "LoRA") -> Figure:
     params = unique_bytes(adapters)
     trainable = [p for p in adapters if p.requires_grad]
     grads = unique_bytes(trainable)
@@ -159,5 +234,5 @@ def _adapter_figure(adapters: List[Any], report: AnalysisReport) -> Figure:
         "adapters",
         params + grads + state,
         "traced",
-        f"LoRA: {format_bytes(params, 'fit')} parameters + {format_bytes(grads, 'fit')} gradients{said}",
+        f"{method}: {format_bytes(params, 'fit')} parameters + {format_bytes(grads, 'fit')} gradients{said}",
     )

@@ -3,9 +3,10 @@
 With peft installed the adapters are peft's own (`get_peft_model` with a `LoraConfig`); without it, our minimal
 modules hold and run the same tensors as peft's `lora.Linear` (peft/tuners/lora/layer.py, release 0.21.2):
 A [r, in] and B [out, r] (nn.Linear without bias), in fp32 (`autocast_adapter_dtype`: peft upcasts bf16/fp16
-adapters), a Dropout on the adapter's input when dropout > 0 (its mask and output, kept for backward), the input
-cast to the adapters' dtype when it differs (a copy, kept by A for backward), and the sum cast back to the base
-layer's output dtype. The base model is frozen: only the adapters train.
+adapters) or, with `dtype=bf16`, in bf16 as LitGPT and torchtune train them (peft's `autocast_adapter_dtype=False`),
+a Dropout on the adapter's input when dropout > 0 (its mask and output, kept for backward), the input cast to the
+adapters' dtype when it differs (a copy, kept by A for backward), and the sum cast back to the base layer's output
+dtype. The base model is frozen: only the adapters train.
 
 torch (and peft) are imported inside functions only: the kernel shim must load without them.
 """
@@ -39,10 +40,12 @@ ATTENTION_NAMES = (
     "v",
     "o",
 )
-_KEYS = ("r", "targets", "alpha", "dropout")
+_KEYS = ("r", "targets", "alpha", "dropout", "dtype")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 LORA_HELP = (
     "add LoRA adapters to a copy of the model for the plan (never to yours): r=N[,targets=a,b][,alpha=A]"
-    "[,dropout=P]; base frozen, adapters fp32 as peft makes them; targets default to the attention projections "
+    "[,dropout=P][,dtype=bf16|fp32]; base frozen, adapters fp32 as peft makes them (dtype=bf16: in bf16, as LitGPT "
+    "and torchtune train them); targets default to the attention projections "
     "found by name (q_proj,k_proj,v_proj,o_proj, or the family's: query,key,value; query_key_value; c_attn; q,k,v,o); "
     "alpha 8 and dropout 0 by default (peft's)"
 )
@@ -54,10 +57,17 @@ class LoraSpec:
     targets: Optional[Tuple[str, ...]] = None  # None: the attention projections found by name
     alpha: float = DEFAULT_ALPHA
     dropout: float = DEFAULT_DROPOUT
+    dtype: str = "fp32"  # the adapters' dtype: a key of DTYPES
 
     def text(self, targets: Optional[Tuple[str, ...]] = None) -> str:
         names = ",".join(targets or self.targets or ("attention",))
-        return f"r={self.r}, targets={names}, alpha={self.alpha:g}, dropout={self.dropout:g}"
+        held = "" if self.dtype == "fp32" else f", dtype={self.dtype}"
+        return f"r={self.r}, targets={names}, alpha={self.alpha:g}, dropout={self.dropout:g}{held}"
+
+    @property
+    def torch_dtype(self) -> str:
+        """The adapters' torch dtype name (float32, bfloat16, float16)."""
+        return DTYPES[self.dtype]
 
 
 @dataclass
@@ -74,8 +84,8 @@ class Adapters:
 
 
 def parse_lora(value: Any) -> Optional[LoraSpec]:
-    """None, 16, 'r=16', '16', 'r=16,targets=q_proj,v_proj,alpha=32,dropout=0.05', a dict of those keys or a LoraSpec
-    -> a LoraSpec; ValueError (one line) otherwise."""
+    """None, 16, 'r=16', '16', 'r=16,targets=q_proj,v_proj,alpha=32,dropout=0.05,dtype=bf16', a dict of those keys or
+    a LoraSpec -> a LoraSpec; ValueError (one line) otherwise."""
     if value is None or value is False or isinstance(value, LoraSpec):
         return value or None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -94,6 +104,7 @@ def parse_lora(value: Any) -> Optional[LoraSpec]:
         targets=_targets(value.get("targets")),
         alpha=_number(value.get("alpha", DEFAULT_ALPHA), "alpha", positive=True),
         dropout=_dropout(value.get("dropout", DEFAULT_DROPOUT)),
+        dtype=_dtype(value.get("dtype", "fp32")),
     )
 
 
@@ -139,6 +150,16 @@ def _dropout(value: Any) -> float:
     if not 0 <= number < 1:
         raise ValueError(f"lora: dropout must be in [0, 1), got {value!r}")
     return number
+
+
+def _dtype(value: Any) -> str:
+    name = str(value).strip().lower()
+    aliases = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "torch.float32": "fp32"}
+    aliases.update({"torch.bfloat16": "bf16", "torch.float16": "fp16"})
+    name = aliases.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"lora: dtype must be one of {', '.join(DTYPES)}, got {value!r}")
+    return name
 
 
 def _targets(value: Any) -> Optional[Tuple[str, ...]]:
@@ -219,6 +240,11 @@ def add_adapters(
     return model, done
 
 
+def load_peft() -> Any:
+    """The peft module, None when it is not installed (imported quietly: see _peft)."""
+    return _peft()
+
+
 def _peft() -> Any:
     # peft imports bitsandbytes where it is installed; on a CPU with AVX512-BF16 and without the `kernels` package,
     # that import logs a warning about a CPU 4-bit matmul kernel. The plan runs no such matmul, and the warning
@@ -251,10 +277,24 @@ def _with_peft(peft: Any, model: Any, spec: LoraSpec, targets: Tuple[str, ...]) 
         r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=list(targets), bias="none"
     )
     try:
-        return peft.get_peft_model(model, config)
+        # fp32 adapters are peft's default (it upcasts bf16/fp16 ones); another dtype: peft leaves them in the base
+        # layer's dtype, and they are cast to the one asked (a 4-bit or fp32 base layer has another)
+        wrapped = peft.get_peft_model(model, config, autocast_adapter_dtype=spec.dtype == "fp32")
     except Exception as exc:  # a layer type peft does not wrap, a model its checks refuse ...
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         raise ValueError(f"lora: peft cannot add the adapters ({type(exc).__name__}: {first})") from None
+    cast_adapters(wrapped, spec.torch_dtype)
+    return wrapped
+
+
+def cast_adapters(model: Any, dtype_name: str) -> None:
+    """The trainable parameters (the adapters) held in `dtype_name`, in place."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    for p in model.parameters():
+        if p.requires_grad and p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
 
 
 def _wrap(model: Any, path: str, spec: LoraSpec, on_meta: bool) -> None:
@@ -280,8 +320,9 @@ def lora_linear_class() -> type:
             super().__init__()
             self.base_layer = base
             in_features, out_features = layer_features(base)
-            self.lora_A = torch.nn.Linear(in_features, spec.r, bias=False, device=device, dtype=torch.float32)
-            self.lora_B = torch.nn.Linear(spec.r, out_features, bias=False, device=device, dtype=torch.float32)
+            dtype = getattr(torch, spec.torch_dtype)
+            self.lora_A = torch.nn.Linear(in_features, spec.r, bias=False, device=device, dtype=dtype)
+            self.lora_B = torch.nn.Linear(spec.r, out_features, bias=False, device=device, dtype=dtype)
             self.lora_dropout = torch.nn.Dropout(spec.dropout) if spec.dropout > 0 else torch.nn.Identity()
             self.scaling = spec.alpha / spec.r
 
@@ -295,6 +336,11 @@ def lora_linear_class() -> type:
     return LoraLinear
 
 
+# the adapters' parameter names by method: LoRA and DoRA (lora_A, lora_B, lora_embedding_*, lora_magnitude_vector),
+# IA3, LoHa, LoKr, LN tuning's trained copies, and the prompt encoder of prompt, prefix and P-tuning
+ADAPTER_PREFIXES = ("lora_", "ia3_", "hada_", "lokr_", "ln_tuning_layers", "prompt_encoder")
+
+
 def adapter_parameters(model: Any) -> List[Any]:
-    """The LoRA parameters of a model (peft's or ours): lora_A / lora_B / lora_embedding_* by name."""
-    return [p for name, p in model.named_parameters() if ".lora_" in f".{name}" or name.startswith("lora_")]
+    """The adapter parameters of a model (peft's or ours), by name (ADAPTER_PREFIXES)."""
+    return [p for name, p in model.named_parameters() if any(f".{prefix}" in f".{name}" for prefix in ADAPTER_PREFIXES)]
