@@ -45,6 +45,8 @@ class AnalysisRequest:
     seq_multiple: Optional[int] = None
     lora: Any = None
     quantize: Any = None
+    # a PEFT adapter config (adapter_config.json's path or text, a dict, a PeftConfig) for the planning copy
+    peft: Any = None
     # plan quantize= for this bitsandbytes ('0.41'): its rules (analysis.model.bnb_rules); None: as 0.43.2+ runs it
     bnb_version: Optional[str] = None
     # the JupyterLab settings "Batch-size rounding" and "Sequence-length multiple" as the front end passed them on:
