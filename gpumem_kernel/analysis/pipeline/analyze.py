@@ -48,6 +48,7 @@ from gpumem_kernel.analysis.search.engines import MeasuredEngine, Point, TracedE
 from gpumem_kernel.analysis.search.evaluation import evaluate
 from gpumem_kernel.analysis.model.fine_tune import FineTunePlan, add_to_report, planned_model
 from gpumem_kernel.analysis.model.fine_tune import check as check_fine_tune
+from gpumem_kernel.analysis.model.fine_tune import check_peft
 from gpumem_kernel.analysis.gpus.lookup import GiB
 from gpumem_kernel.analysis.allocator.import_guard import import_repair
 from gpumem_kernel.analysis.request.inputs import batch_maker
@@ -110,6 +111,9 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     a rank, or a dict of those keys (analysis.model.lora; targets default to the attention projections found by name).
     quantize: 'nf4' | 'fp4' | 'int8' (with ',double=off', ',compute=fp16', ',threshold=6'): the copy's Linear layers
     traced as bitsandbytes runs them (analysis.model.quantize). Either plans on a copy: traced, never measured.
+    peft: a PEFT adapter config as adapter_config.json holds it (that file's path, a directory holding it, its JSON
+    text, a dict or a peft.PeftConfig): LoRA (DoRA, rsLoRA, modules_to_save), IA3, LoHa, LoKr, LN tuning, prompt,
+    prefix or P-tuning, added to the copy with peft's get_peft_model (analysis.model.peft_config); not with lora=.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -163,7 +167,7 @@ def _prepare(model: Any, request: AnalysisRequest) -> _Prepared:
     kind = _step_optimizers(optimizer) if request.step is not None else optimizer_kind(optimizer)
     input = at_sequence(model, request.input, request.seq, request.vocab_size)
     sequences = _sequence_maker(model, input, request)
-    fine = _fine_tune_plan(model, request.lora, request.quantize, kind)
+    fine = _fine_tune_plan(model, request.lora, request.quantize, kind, peft=request.peft)
     user_model, model = model, fine.model if fine else model
     make_batch, input_text = batch_maker(model, input, request.vocab_size)
     hints = check_size_hints(request.size_hints)
@@ -365,10 +369,13 @@ def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[str]:
     return name if dtypes == {f"torch.{name}"} else None
 
 
-def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any) -> Optional[FineTunePlan]:
-    """The planning copy with LoRA adapters and quantised layers, when asked for (analysis.model.fine_tune)."""
+def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any, peft: Any = None) -> Optional[FineTunePlan]:
+    """The planning copy with LoRA or PEFT adapters and quantised layers, when asked for (analysis.model.fine_tune)."""
     lora_spec, quant_spec = check_fine_tune(lora, quantize, kind)
-    return planned_model(model, lora_spec, quant_spec) if lora_spec or quant_spec else None
+    peft_spec = check_peft(peft, lora_spec, kind)
+    if not (lora_spec or quant_spec or peft_spec):
+        return None
+    return planned_model(model, lora_spec, quant_spec, peft=peft_spec)
 
 
 def _sequence_maker(
