@@ -45,6 +45,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "interrupts_held": ("allocator.import_guard", "interrupts_held"),
     "batch_maker": ("request.inputs", "batch_maker"),
     "LORA_HELP": ("model.lora", "LORA_HELP"),
+    "PEFT_HELP": ("model.peft_config", "PEFT_HELP"),
     "clear_cublas_workspaces": ("measure.real_steps", "clear_cublas_workspaces"),
     "measure_step_peaks": ("measure.real_steps", "measure_step_peaks"),
     "run_real_steps": ("measure.real_steps", "run_real_steps"),
