@@ -10,6 +10,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from gpumem_kernel.analysis import OPTIMIZERS
 from gpumem_kernel.analysis import LORA_HELP
+from gpumem_kernel.analysis import PEFT_HELP
 from gpumem_kernel.analysis import QUANTIZE_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
@@ -165,6 +166,7 @@ OPTIONS: Tuple[Option, ...] = (
         surfaces=(MAGIC,),
     ),
     Option(("--lora",), dict(metavar="r=N[,targets=..]", help=LORA_HELP), request="lora"),
+    Option(("--peft",), dict(metavar="FILE|JSON", help=PEFT_HELP), request="peft"),
     Option(("--quantize",), dict(metavar="nf4|fp4|int8", help=QUANTIZE_HELP), request="quantize"),
     Option(
         ("--torch",),
