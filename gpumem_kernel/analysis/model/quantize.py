@@ -20,7 +20,7 @@ Run time, as CUDA runs a training batch (tokens above the fused kernels' few row
   block) and the weight dequantised into a [out, in] transient of the compute dtype, then `F.linear`; backward
   (`MatMul4Bit.backward`, only when the input needs a gradient) dequantises again, into the dtype the weight was
   quantised from, cast to the gradient's dtype where it differs. Nothing of the layer is saved for backward but the
-  packed weight itself.
+  packed weight itself (before 0.43.2 its input too: the rule of analysis.model.bnb_rules, `bnb_version=`).
 - 8-bit forward (`MatMul8bitLt`): the input cast to fp16, int8-quantised (int8 [tokens, in], fp32 scale per row),
   an int32 product [tokens, out] dequantised into the output; the input is kept for backward, which dequantises the
   weight into the input's dtype ([out, in]) for the input's gradient.
@@ -33,6 +33,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
+
+from gpumem_kernel.analysis.model.bnb_rules import FOUR_BIT_KEEPS_INPUT, note, rules_for
 
 KINDS = ("nf4", "fp4", "int8")
 BLOCKSIZE = 64  # Params4bit's default blocksize
@@ -59,6 +61,8 @@ class QuantSpec:
     double_quant: bool = True  # 4-bit: the absmax quantised again (QLoRA's default)
     compute: str = DEFAULT_COMPUTE  # 4-bit: the dtype the dequantised weight and the matmul run in
     threshold: float = DEFAULT_THRESHOLD  # int8: outlier threshold (outliers not traced)
+    # 4-bit: the layer keeps its input for backward, as bitsandbytes before 0.43.2 did (bnb_rules.FOUR_BIT_KEEPS_INPUT)
+    keeps_input: bool = False
 
     @property
     def four_bit(self) -> bool:
@@ -68,7 +72,8 @@ class QuantSpec:
         if not self.four_bit:
             return f"int8 (LLM.int8, threshold {self.threshold:g})"
         double = "double quantisation" if self.double_quant else "no double quantisation"
-        return f"{self.kind} ({double}, compute {self.compute})"
+        kept = ", each layer's input kept for backward" if self.keeps_input else ""
+        return f"{self.kind} ({double}, compute {self.compute}{kept})"
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,15 @@ def parse_quantize(value: Any) -> Optional[QuantSpec]:
     for setting in settings:
         spec = _with_setting(spec, setting, value)
     return spec
+
+
+def with_bnb_version(spec: Optional[QuantSpec], bnb_version: Optional[str]) -> Tuple[Optional[QuantSpec], List[str]]:
+    """`spec` as the planned bitsandbytes runs it (analysis.model.bnb_rules), and a note per rule applied; the
+    version is checked (ValueError, one line) even without a spec."""
+    rules = rules_for(bnb_version)
+    if spec is None or not spec.four_bit or FOUR_BIT_KEEPS_INPUT not in rules:
+        return spec, []
+    return _replace(spec, keeps_input=True), [note(str(bnb_version), FOUR_BIT_KEEPS_INPUT)]
 
 
 def _with_setting(spec: QuantSpec, setting: str, text: str) -> QuantSpec:
@@ -324,6 +338,8 @@ def _dequantise_function() -> type:
         def forward(ctx: Any, x: Any, layer: Any) -> Any:
             ctx.layer = layer
             if layer.spec.four_bit:
+                if layer.spec.keeps_input and ctx.needs_input_grad[0]:
+                    ctx.kept = x  # MatMul4Bit before 0.43.2: ctx.tensors = (A, B), alive as long as the node
                 weight = _dequantised(layer, x.dtype)
                 return torch.nn.functional.linear(x, weight, layer.bias)
             ctx.kept = x  # MatMul8bitLt keeps its input (ctx.tensors = (CAt, subA, A))

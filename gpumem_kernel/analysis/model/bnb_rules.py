@@ -1,0 +1,62 @@
+"""Where an older bitsandbytes keeps other tensors than the one the quantised layers are modelled on (0.50.2, see
+quantize.py): named rules, each with its source, and how the traced layer applies it (`--bnb 0.41`: plan for the
+bitsandbytes a run will use). Like the torch rules (analysis.fake.torch_rules): never a factor, each rule makes the
+trace keep the tensors that bitsandbytes kept.
+
+No torch here: the option table reads this module when the extension loads."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+Version = Tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class BnbRule:
+    name: str
+    changed_in: Version  # the first bitsandbytes with the new behaviour; the rule applies to versions before it
+    source: str
+    old: str  # what bitsandbytes kept before the change
+    applied: str  # how the trace applies it
+
+    def names(self, version: Version) -> bool:
+        return version < self.changed_in
+
+
+FOUR_BIT_KEEPS_INPUT = BnbRule(
+    "4bit-keeps-input",
+    (0, 43, 2),
+    "https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270 (commit 9e75374, first released in 0.43.2)",
+    "MatMul4Bit kept each 4-bit layer's input for backward (ctx.tensors = (A, B)) though backward never read it",
+    "each traced 4-bit layer whose input needs a gradient keeps that input (cast to the compute dtype) on its "
+    "autograd node, freed with the graph as ctx.tensors was",
+)
+RULES: Tuple[BnbRule, ...] = (FOUR_BIT_KEEPS_INPUT,)
+BNB_HELP = (
+    "plan the quantised layers for this bitsandbytes, e.g. 0.41: its memory rules (4-bit layers kept their input "
+    "for backward before 0.43.2) (default: the layers as bitsandbytes 0.43.2 and later run them)"
+)
+
+
+def parse(text: Optional[str]) -> Optional[Version]:
+    """'0.41', '0.41.1', '0.43.2.dev0', '0.45.0+cu121' -> (major, minor, patch); None -> None; ValueError (one
+    line) for anything else."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(?:dev|post|rc|a|b)\d*)?(?:\+\S+)?\s*", str(text))
+    if not match:
+        raise ValueError(f"bnb_version {text!r} not understood: give a bitsandbytes version such as 0.41 or 0.41.1")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def rules_for(text: Optional[str]) -> Tuple[BnbRule, ...]:
+    """The rules that make the planned bitsandbytes differ from the modelled one; () when none is planned."""
+    version = parse(text)
+    return () if version is None else tuple(r for r in RULES if r.names(version))
+
+
+def note(text: str, rule: BnbRule) -> str:
+    return f"bitsandbytes {text.strip()}: rule {rule.name} ({rule.old}; {rule.source})"
