@@ -49,6 +49,7 @@ from gpumem_kernel.analysis.search.evaluation import evaluate
 from gpumem_kernel.analysis.model.fine_tune import FineTunePlan, add_to_report, planned_model
 from gpumem_kernel.analysis.model.fine_tune import check as check_fine_tune
 from gpumem_kernel.analysis.model.fine_tune import check_peft
+from gpumem_kernel.analysis.model.quantize import with_bnb_version
 from gpumem_kernel.analysis.gpus.lookup import GiB
 from gpumem_kernel.analysis.allocator.import_guard import import_repair
 from gpumem_kernel.analysis.request.inputs import batch_maker
@@ -114,6 +115,8 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     peft: a PEFT adapter config as adapter_config.json holds it (that file's path, a directory holding it, its JSON
     text, a dict or a peft.PeftConfig): LoRA (DoRA, rsLoRA, modules_to_save), IA3, LoHa, LoKr, LN tuning, prompt,
     prefix or P-tuning, added to the copy with peft's get_peft_model (analysis.model.peft_config); not with lora=.
+    bnb_version: plan quantize= for that bitsandbytes ('0.41'): its memory rules (analysis.model.bnb_rules: a 4-bit
+    layer kept its input for backward before 0.43.2); default the layers as 0.43.2 and later run them.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -167,7 +170,7 @@ def _prepare(model: Any, request: AnalysisRequest) -> _Prepared:
     kind = _step_optimizers(optimizer) if request.step is not None else optimizer_kind(optimizer)
     input = at_sequence(model, request.input, request.seq, request.vocab_size)
     sequences = _sequence_maker(model, input, request)
-    fine = _fine_tune_plan(model, request.lora, request.quantize, kind, peft=request.peft)
+    fine = _fine_tune_plan(model, request.lora, request.quantize, kind, request.bnb_version, request.peft)
     user_model, model = model, fine.model if fine else model
     make_batch, input_text = batch_maker(model, input, request.vocab_size)
     hints = check_size_hints(request.size_hints)
@@ -369,13 +372,19 @@ def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[str]:
     return name if dtypes == {f"torch.{name}"} else None
 
 
-def _fine_tune_plan(model: Any, lora: Any, quantize: Any, kind: Any, peft: Any = None) -> Optional[FineTunePlan]:
-    """The planning copy with LoRA or PEFT adapters and quantised layers, when asked for (analysis.model.fine_tune)."""
+def _fine_tune_plan(
+    model: Any, lora: Any, quantize: Any, kind: Any, bnb_version: Optional[str] = None, peft: Any = None
+) -> Optional[FineTunePlan]:
+    """The planning copy with LoRA adapters and quantised layers, when asked for (analysis.model.fine_tune); the
+    quantised layers as `bnb_version` ran them (analysis.model.bnb_rules)."""
     lora_spec, quant_spec = check_fine_tune(lora, quantize, kind)
     peft_spec = check_peft(peft, lora_spec, kind)
+    quant_spec, bnb_notes = with_bnb_version(quant_spec, bnb_version)
     if not (lora_spec or quant_spec or peft_spec):
         return None
-    return planned_model(model, lora_spec, quant_spec, peft=peft_spec)
+    fine = planned_model(model, lora_spec, quant_spec, peft=peft_spec)
+    fine.notes += bnb_notes
+    return fine
 
 
 def _sequence_maker(
