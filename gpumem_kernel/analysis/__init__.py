@@ -62,6 +62,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "rounding_from_options": ("report.picks", "from_options"),
     "rounding_text": ("report.picks", "rounding_text"),
     "QUANTIZE_HELP": ("model.quantize", "QUANTIZE_HELP"),
+    "BNB_HELP": ("model.bnb_rules", "BNB_HELP"),
     "BANNER": ("report.render", "BANNER"),
     "analysis_bundle": ("report.render", "analysis_bundle"),
     "esc": ("report.render", "esc"),
