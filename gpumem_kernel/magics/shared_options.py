@@ -12,6 +12,7 @@ from gpumem_kernel.analysis import OPTIMIZERS
 from gpumem_kernel.analysis import LORA_HELP
 from gpumem_kernel.analysis import PEFT_HELP
 from gpumem_kernel.analysis import QUANTIZE_HELP
+from gpumem_kernel.analysis import BNB_HELP
 from gpumem_kernel.magics import argcheck
 from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 
@@ -168,6 +169,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option(("--lora",), dict(metavar="r=N[,targets=..]", help=LORA_HELP), request="lora"),
     Option(("--peft",), dict(metavar="FILE|JSON", help=PEFT_HELP), request="peft"),
     Option(("--quantize",), dict(metavar="nf4|fp4|int8", help=QUANTIZE_HELP), request="quantize"),
+    Option(("--bnb",), dict(metavar="VERSION", help=BNB_HELP), request="bnb_version"),
     Option(
         ("--torch",),
         dict(
