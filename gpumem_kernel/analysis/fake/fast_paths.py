@@ -7,6 +7,11 @@ The function is swapped in the globals of every loaded transformers module that 
 changes nothing else a trace measures: a warning, a cache's static address), never in torch itself, whose
 optimizers also ask whether they are compiling. Restored on exit, also when the trace fails.
 
+The attention path is the exception (analysis.fake.attention_path): masking_utils' decision whether a causal mask
+can be skipped is asked as an eager run asks it, with the mask's values, and the compile check answers False
+meanwhile (4.57 and 5.x); 5.x's sdpa_attention_forward, which asks only to pack a single query token's heads
+instead of expanding K/V (no value read follows), keeps its own answer.
+
 No library is imported here: one the user has not loaded cannot be in their model."""
 
 from __future__ import annotations
@@ -16,15 +21,19 @@ import sys
 from typing import Any, Iterator, List, Tuple
 
 from gpumem_kernel.analysis.allocator.import_guard import interrupts_held
+from gpumem_kernel.analysis.fake.attention_path import answering_as_run, mask_decisions
 from gpumem_kernel.analysis.fake.library_reads import swap_worst_cases
 
 # (the package whose modules hold the name, the module that defines it, the function's name)
 _COMPILE_CHECKS = (("transformers", "transformers.utils.import_utils", "is_torchdynamo_compiling"),)
+# modules whose compile check keeps its own answer: it only chooses between paths that read no values (5.x)
+_AS_RUN = frozenset({"transformers.integrations.sdpa_attention"})
 
 
 def _compiling() -> bool:
-    """The answer a library gets while the trace runs: take the path a compiled graph takes."""
-    return True
+    """The answer a library gets while the trace runs: take the path a compiled graph takes, except while a
+    mask decision is asked as an eager run asks it (analysis.fake.attention_path)."""
+    return not answering_as_run()
 
 
 def _holders(package: str, name: str, original: Any) -> List[Any]:
@@ -32,6 +41,8 @@ def _holders(package: str, name: str, original: Any) -> List[Any]:
     found = []
     for module_name, module in list(sys.modules.items()):
         if module_name != package and not module_name.startswith(package + "."):
+            continue
+        if module_name in _AS_RUN:
             continue
         namespace = getattr(module, "__dict__", None)  # not getattr(module, name): lazy modules would import
         if isinstance(namespace, dict) and namespace.get(name) is original:
@@ -68,6 +79,7 @@ def answer_fast_paths() -> Iterator[None]:
         with interrupts_held():  # a Ctrl-C waits until every swap is listed, so that the finally undoes them all
             torch.rand = _scalar_draws(torch.rand)
             swapped += swap_worst_cases()  # value reads in libraries answered as the worst case (library_reads)
+            swapped += mask_decisions()  # the attention path as an eager run takes it (attention_path)
             for package, defining, name in _COMPILE_CHECKS:
                 original = getattr(sys.modules.get(defining), name, None)
                 if not callable(original):

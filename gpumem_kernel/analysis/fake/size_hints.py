@@ -29,9 +29,11 @@ The rules (`size_hints=` lowers the defaults, which are upper bounds on memory):
 Other ops whose size depends on values (bincount, ...) keep the trace's one-line refusal, except a library's
 input check that only raises, answered as a valid batch does (analysis.fake.library_reads).
 
-Values: the outputs a rule fixes (counts, inverse indices, nonzero's coordinates) keep real values, and an op
-whose tensor inputs all have values runs on them too, so a Python read derived only from hinted outputs
-(`counts.to(int32).max()` as a size) is answered; any other read keeps the one-line refusal.
+Values: the outputs a rule fixes (counts, inverse indices, nonzero's coordinates) keep real values, so do integer
+and boolean tensors made by fills (ones, zeros, full: an attention mask built in a batch function) and real tensors
+(a sample batch's attention mask), and an op whose tensor inputs all have values runs on them too, so a Python read
+derived only from these (`counts.to(int32).max()` as a size, transformers' `padding_mask.all()`) is answered; any
+other read keeps the one-line refusal.
 
 torch is imported inside functions only: the kernel shim must load without it."""
 
@@ -134,7 +136,7 @@ class SizeHints:
     def dispatch(self, func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
-        if len(self.values) and self._all_known(args, kwargs):
+        if (len(self.values) or _real_tensor_in(args)) and self._all_known(args, kwargs):
             out = self._on_values(func, args, kwargs)
             self.masks.see(func, args, kwargs, out)
             return out
@@ -156,9 +158,41 @@ class SizeHints:
         if len(self.values):
             self._forget_written(func, args, kwargs)
         self.masks.see(func, args, kwargs, out)
-        if func.overloadpacket.__name__ in _COUNTS:
+        name = func.overloadpacket.__name__
+        if name in _COUNTS:
             self._count(func, args[0], out)
+        elif name in _FILLS:
+            self._filled(name, args, kwargs, out)
         return out
+
+    def real_values(self, fake: Any) -> Any:
+        """The values the trace kept for a fake tensor (a real tensor is its own), None when it kept none."""
+        return self._real(fake) if self._known(fake) else None
+
+    def note(self, op: str, where: str, text: str) -> None:
+        """A note of the trace's, once per (op, where) (analysis.fake.attention_path's unknown masks)."""
+        self._note(op, where, text)
+
+    def _filled(self, name: str, args: Sequence[Any], kwargs: Dict[str, Any], out: Any) -> None:
+        """An integer or boolean tensor made by a fill (ones, zeros, full, their _like and new_ forms) keeps the
+        values it was made with: an attention mask of ones built in a batch function, read by transformers to
+        decide its attention path (analysis.fake.attention_path)."""
+        import torch
+
+        if not isinstance(out, torch.Tensor) or out.is_floating_point() or out.is_complex():
+            return
+        if out.numel() > VALUES_LIMIT:
+            return
+        if "ones" in name:
+            value: Any = 1
+        elif "zeros" in name:
+            value = 0
+        else:  # full(size, value), full_like(self, value), new_full(self, size, value)
+            at = 2 if name == "new_full" else 1
+            value = args[at] if len(args) > at else kwargs.get("fill_value")
+        if not isinstance(value, (bool, int)):
+            return
+        self.values[out] = _real_values(lambda: torch.full(tuple(out.shape), value, dtype=out.dtype))
 
     def _known(self, value: Any) -> bool:
         from torch._subclasses.fake_tensor import FakeTensor
@@ -434,3 +468,15 @@ _RULES: Dict[str, _Rule] = {
     "nms": _nms,
 }
 _COUNTS = frozenset({"sum", "count_nonzero"})
+_FILLS = frozenset(
+    {"ones", "zeros", "full", "ones_like", "zeros_like", "full_like", "new_ones", "new_zeros", "new_full"}
+)
+
+
+def _real_tensor_in(args: Sequence[Any]) -> bool:
+    """A real tensor among the op's arguments (a sample batch's attention mask, kept real in a fake trace): its
+    values are known, so the op runs on them too. The arguments' top level only: the check runs for every op."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return any(isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) for a in args)
