@@ -49,6 +49,9 @@ class AnalysisRequest:
     peft: Any = None
     # plan quantize= for this bitsandbytes ('0.41'): its rules (analysis.model.bnb_rules); None: as 0.43.2+ runs it
     bnb_version: Optional[str] = None
+    # the built-in token batch padded as a fine-tuning loop pads it: an attention_mask with padding, labels -100 there
+    # (analysis.request.inputs.padded_tokens)
+    padded: bool = False
     # the JupyterLab settings "Batch-size rounding" and "Sequence-length multiple" as the front end passed them on:
     # the defaults of `rounding` and `seq_multiple` when the call gives none
     rounding_setting: Any = None
