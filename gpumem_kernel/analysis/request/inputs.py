@@ -4,7 +4,7 @@ torch is imported inside functions only."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from gpumem_kernel.analysis.request.arguments import positive_int, parse_shape
 
@@ -66,13 +66,87 @@ def _fake_cpu_leaves(batch: Any) -> Any:
     return tree_map(convert, batch)
 
 
-def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tuple[Callable[[int, bool], Any], str]:
-    """(make_batch(batch_size, fake), description) for the accepted input forms."""
+def _forward_takes(model: Any, name: str) -> bool:
+    """Whether the model's forward takes the keyword `name` (by name, or through **kwargs)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
+def padded_tokens(ids: Any, labels: bool) -> Dict[str, Any]:
+    """{input_ids, attention_mask[, labels]} of a token batch padded as a fine-tuning loop pads it: each batch padded
+    to its longest sample (a collator's dynamic padding), so the first row is whole and every other row ends in
+    padding, here its last quarter (a batch of one sample is padded the same way, as padding to a fixed length
+    does); the mask is 0 there, the labels -100 (the loss skips them).
+
+    The memory does not depend on where the zeros are, nor how many: every tensor keeps the (batch, longest) shape,
+    and what changes memory is only whether there is padding at all. transformers reads the mask to decide whether it
+    can leave causality to SDPA's is_causal (no mask, K/V of a grouped-query model kept unexpanded) or must build a
+    4-D mask (batch x 1 x seq x seq) and expand K/V to every query head (analysis.fake.attention_path). The mask is
+    made by fills, so a fake trace keeps its values and decides as the real run does."""
+    import torch
+
+    batch, seq = ids.shape[0], ids.shape[1]
+    start = 1 if batch > 1 else 0
+    cut = seq - max(1, seq // 4)
+    mask = torch.ones((batch, seq), dtype=torch.long, device=ids.device)
+    mask[start:, cut:] = 0
+    out = {"input_ids": ids, "attention_mask": mask}
+    if labels:
+        targets = ids.clone()
+        targets[start:, cut:] = -100
+        out["labels"] = targets
+    return out
+
+
+def _check_padded(model: Any, shape: Tuple[int, ...], vocab_size: Optional[int]) -> bool:
+    """Whether the padded batch can carry labels; ValueError (one line) for a model or input it does not fit."""
+    if vocab_size is None or len(shape) != 1:
+        raise ValueError(
+            "padded: a padded batch is a token batch; pass input=N tokens for a model starting with an Embedding "
+            "(or vocab_size=)"
+        )
+    if shape[0] < 2:
+        raise ValueError(f"padded: a sequence of {shape[0]} token has no room for padding; pass input=2 or more")
+    name = type(model).__name__
+    if not (_forward_takes(model, "input_ids") and _forward_takes(model, "attention_mask")):
+        raise ValueError(
+            f"padded: {name}.forward takes no input_ids and attention_mask; pass a sample batch or a function "
+            "batch_size -> batch with your own mask"
+        )
+    return _forward_takes(model, "labels")
+
+
+def _kept_real(t: Any, b: int) -> Any:
+    """A sample's attention mask at batch b, its rows cycled, as a real tensor also in a fake trace (the same ops
+    as the real run): transformers reads its values to choose the attention path (analysis.fake.attention_path)."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        rows = torch.arange(b, device=t.device) % t.shape[0]
+        return t.detach()[rows]
+
+
+def batch_maker(
+    model: Any, input: Any, vocab_size: Optional[int] = None, padded: bool = False
+) -> Tuple[Callable[[int, bool], Any], str]:
+    """(make_batch(batch_size, fake), description) for the accepted input forms. `padded`: the token batch carries
+    an attention mask with padding and labels (padded_tokens); a sample batch carries its own mask, as given."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
 
     if input is None:
         input = infer_input(model)
+    if padded and (callable(input) or isinstance(input, (torch.Tensor, dict))):
+        raise ValueError(
+            "padded: applies to the built-in token batch (input=N tokens); a sample batch or a batch function "
+            "carries its own attention_mask"
+        )
     if callable(input) and not isinstance(input, torch.Tensor):
 
         def from_callable(b: int, fake: bool) -> Any:
@@ -87,9 +161,11 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tup
         if not samples or any(t.dim() == 0 for t in samples):
             raise ValueError("input tensors must have a batch dimension first")
 
-        def resize(t: Any, b: int, fake: bool) -> Any:
+        def resize(t: Any, b: int, fake: bool, values: bool = False) -> Any:
             if not isinstance(t, torch.Tensor):
                 return t
+            if values:
+                return _kept_real(t, b).requires_grad_(t.requires_grad)
             if fake:
                 batch = torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
             else:
@@ -100,13 +176,28 @@ def batch_maker(model: Any, input: Any, vocab_size: Optional[int] = None) -> Tup
             return batch.requires_grad_(t.requires_grad)
 
         described = ", ".join(f"{tuple(t.shape[1:])} {str(t.dtype).replace('torch.', '')}" for t in samples)
-        return (lambda b, fake: tree_map(lambda t: resize(t, b, fake), input)), f"sample: {described}"
+
+        def from_sample(b: int, fake: bool) -> Any:
+            if isinstance(input, dict) and isinstance(input.get("attention_mask"), torch.Tensor):
+                masked = {k: v for k, v in input.items() if k != "attention_mask"}
+                batch = tree_map(lambda t: resize(t, b, fake), masked)
+                return {k: batch[k] if k in batch else resize(v, b, fake, values=True) for k, v in input.items()}
+            return tree_map(lambda t: resize(t, b, fake), input)
+
+        return from_sample, f"sample: {described}"
     shape = parse_shape(input)
     leaf = first_leaf(model)
     if vocab_size is None and len(shape) == 1 and isinstance(leaf, torch.nn.Embedding):
         vocab_size = leaf.num_embeddings
+    if padded:
+        labels = _check_padded(model, shape, vocab_size)
     if vocab_size is not None:
         vocab = positive_int(vocab_size, "vocab_size")
+        if padded:
+            return (
+                (lambda b, fake: padded_tokens(torch.randint(0, vocab, (b,) + shape, device="cpu"), labels)),
+                f"tokens {shape} (vocab {vocab}), padded: attention_mask{' + labels' if labels else ''}",
+            )
         return (
             (lambda b, fake: torch.randint(0, vocab, (b,) + shape, device="cpu")),
             f"tokens {shape} (vocab {vocab})",
