@@ -117,6 +117,9 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     prefix or P-tuning, added to the copy with peft's get_peft_model (analysis.model.peft_config); not with lora=.
     bnb_version: plan quantize= for that bitsandbytes ('0.41'): its memory rules (analysis.model.bnb_rules: a 4-bit
     layer kept its input for backward before 0.43.2); default the layers as 0.43.2 and later run them.
+    padded: the token batch (input=N tokens) carries an attention_mask with padding and labels -100 there, as a
+    fine-tuning loop's padded batches do (analysis.request.inputs.padded_tokens); transformers then builds a 4-D mask
+    and expands a grouped-query model's K/V (report.llm.attention_path names the path traced).
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
@@ -172,7 +175,7 @@ def _prepare(model: Any, request: AnalysisRequest) -> _Prepared:
     sequences = _sequence_maker(model, input, request)
     fine = _fine_tune_plan(model, request.lora, request.quantize, kind, request.bnb_version, request.peft)
     user_model, model = model, fine.model if fine else model
-    make_batch, input_text = batch_maker(model, input, request.vocab_size)
+    make_batch, input_text = batch_maker(model, input, request.vocab_size, request.padded)
     hints = check_size_hints(request.size_hints)
     planned_torch = resolve_torch(request.torch_version)
     stack = _planned_stack(planned_torch, request.torch_version, request.cuda_version)
@@ -397,7 +400,8 @@ def _sequence_maker(
     vocab_size = request.vocab_size
 
     def maker(length: int) -> Callable[[int, bool], Any]:
-        return batch_maker(model, at_sequence(model, input, length, vocab_size, override=True), vocab_size)[0]
+        at_length = at_sequence(model, input, length, vocab_size, override=True)
+        return batch_maker(model, at_length, vocab_size, request.padded)[0]
 
     maker(resolve_multiple(request.seq_multiple, request.seq_multiple_setting)[0])
     return maker
