@@ -77,11 +77,11 @@ def _forward_takes(model: Any, name: str) -> bool:
     return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
-def padded_tokens(ids: Any, labels: bool) -> Dict[str, Any]:
-    """{input_ids, attention_mask[, labels]} of a token batch padded as a fine-tuning loop pads it: each batch padded
-    to its longest sample (a collator's dynamic padding), so the first row is whole and every other row ends in
-    padding, here its last quarter (a batch of one sample is padded the same way, as padding to a fixed length
-    does); the mask is 0 there, the labels -100 (the loss skips them).
+def padded(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """A token batch {input_ids[, labels]} padded as a fine-tuning loop pads it: each batch padded to its longest
+    sample (a collator's dynamic padding), so the first row is whole and every other row ends in padding, here its
+    last quarter (a batch of one sample is padded the same way, as padding to a fixed length does); the added
+    attention_mask is 0 there, and labels of the ids' shape are -100 there (the loss skips them).
 
     The memory does not depend on where the zeros are, nor how many: every tensor keeps the (batch, longest) shape,
     and what changes memory is only whether there is padding at all. transformers reads the mask to decide whether it
@@ -90,17 +90,26 @@ def padded_tokens(ids: Any, labels: bool) -> Dict[str, Any]:
     made by fills, so a fake trace keeps its values and decides as the real run does."""
     import torch
 
-    batch, seq = ids.shape[0], ids.shape[1]
-    start = 1 if batch > 1 else 0
+    ids = batch["input_ids"]
+    rows, seq = ids.shape[0], ids.shape[1]
+    start = 1 if rows > 1 else 0
     cut = seq - max(1, seq // 4)
-    mask = torch.ones((batch, seq), dtype=torch.long, device=ids.device)
+    mask = torch.ones((rows, seq), dtype=torch.long, device=ids.device)
     mask[start:, cut:] = 0
-    out = {"input_ids": ids, "attention_mask": mask}
-    if labels:
-        targets = ids.clone()
-        targets[start:, cut:] = -100
-        out["labels"] = targets
-    return out
+    labels = batch.get("labels")
+    if isinstance(labels, torch.Tensor) and labels.shape == ids.shape:
+        labels[start:, cut:] = -100
+    return {**batch, "attention_mask": mask}
+
+
+def _padded_tokens(ids: Any, labels: bool) -> Dict[str, Any]:
+    return padded({"input_ids": ids, "labels": ids.clone()} if labels else {"input_ids": ids})
+
+
+def _token_batches(input: Any) -> bool:
+    """A model by name's token batches (analysis.request.sequence.TokenBatches, which imports this module): a
+    callable that also has its sequence length and a maker at another."""
+    return callable(input) and isinstance(getattr(input, "seq", None), int) and callable(getattr(input, "at", None))
 
 
 def _check_padded(model: Any, shape: Tuple[int, ...], vocab_size: Optional[int]) -> bool:
@@ -133,16 +142,19 @@ def _kept_real(t: Any, b: int) -> Any:
 
 
 def batch_maker(
-    model: Any, input: Any, vocab_size: Optional[int] = None, padded: bool = False
+    model: Any, input: Any, vocab_size: Optional[int] = None, pad: bool = False
 ) -> Tuple[Callable[[int, bool], Any], str]:
-    """(make_batch(batch_size, fake), description) for the accepted input forms. `padded`: the token batch carries
-    an attention mask with padding and labels (padded_tokens); a sample batch carries its own mask, as given."""
+    """(make_batch(batch_size, fake), description) for the accepted input forms. `pad`: the token batch (or a model
+    by name's) carries an attention mask with padding and labels -100 there (padded); a sample batch or a function
+    of the user's carries its own mask, as given."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
 
     if input is None:
         input = infer_input(model)
-    if padded and (callable(input) or isinstance(input, (torch.Tensor, dict))):
+    if pad and _token_batches(input):  # a model by name's batch, built here too
+        return (lambda b, fake: padded(input(b))), f"{input.__name__}(batch_size), padded"
+    if pad and (callable(input) or isinstance(input, (torch.Tensor, dict))):
         raise ValueError(
             "padded: applies to the built-in token batch (input=N tokens); a sample batch or a batch function "
             "carries its own attention_mask"
@@ -189,13 +201,13 @@ def batch_maker(
     leaf = first_leaf(model)
     if vocab_size is None and len(shape) == 1 and isinstance(leaf, torch.nn.Embedding):
         vocab_size = leaf.num_embeddings
-    if padded:
+    if pad:
         labels = _check_padded(model, shape, vocab_size)
     if vocab_size is not None:
         vocab = positive_int(vocab_size, "vocab_size")
-        if padded:
+        if pad:
             return (
-                (lambda b, fake: padded_tokens(torch.randint(0, vocab, (b,) + shape, device="cpu"), labels)),
+                (lambda b, fake: _padded_tokens(torch.randint(0, vocab, (b,) + shape, device="cpu"), labels)),
                 f"tokens {shape} (vocab {vocab}), padded: attention_mask{' + labels' if labels else ''}",
             )
         return (
