@@ -3,7 +3,8 @@
 # https://github.com/Lightning-AI/litgpt/blob/8641822b3249bb94f068c254aa5d13decbc9f0a0/LICENSE
 # Changes: the package's imports made relative; of its list of configs only the four models of the resource table's
 # LoRA rows are kept, written out as that file has them (stablelm-base-alpha-3b, Llama-2-7b-hf, Llama-2-13b-hf,
-# phi-1_5); from_json dropped.
+# phi-1_5); from_json dropped; lit_gpt.model imported where mlp_class reads it (this package has no __init__ that
+# imports the model first).
 # ruff: noqa
 
 from dataclasses import dataclass
@@ -13,7 +14,6 @@ from typing import Any, Literal, Optional, Type, Union
 import torch
 from typing_extensions import Self
 
-from . import model as _base_model
 from .utils import find_multiple
 
 
@@ -98,6 +98,8 @@ class Config:
     @property
     def mlp_class(self) -> Type:
         # `self._mlp_class` cannot be the type to keep the config json serializable
+        from . import model as _base_model
+
         return getattr(_base_model, self._mlp_class)
 
     @property
