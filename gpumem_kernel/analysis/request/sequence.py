@@ -126,8 +126,39 @@ class SequencePoint:
 
 
 @dataclass
+class SequenceDip:
+    """A shorter length that needs more memory than a longer one (the caching allocator's segments: a request
+    just under a size boundary can reserve a whole buffer that a slightly larger one does not)."""
+
+    shorter: int
+    longer: int
+    shorter_bytes: int  # footprints, as SequencePoint.peak_bytes
+    longer_bytes: int
+
+    @property
+    def excess(self) -> float:
+        """How much more the shorter length needs, as a share of the longer one's footprint."""
+        return self.shorter_bytes / self.longer_bytes - 1.0
+
+
+@dataclass
+class VariableLengths:
+    """With variable lengths every batch shorter than the longest must fit too: the length up to which every
+    multiple fits, the highest peaks over those lengths, and what it cost to know (analysis.search.max_sequence)."""
+
+    every_length: int  # every multiple up to it fits; below `maximum` when a shorter length needs more
+    peak_bytes: int  # the highest footprint (reserved + context) over the lengths up to every_length
+    allocated_bytes: int  # the highest peak allocated over them
+    checked: List[int]  # the lengths traced for the check (the search's and the extra ones), ascending
+    extra_traces: int  # traces the check added to the search's
+    complete: bool  # False: the check's run budget ended first; every_length is the longest length verified
+    dip: Optional[SequenceDip] = None  # the worst shorter length that needs more than a longer one, if any
+
+
+@dataclass
 class SequencePicks:
-    """The longest sequence that fits at `batch`, and the recommended and safe lengths below it."""
+    """The longest sequence that fits at `batch`, and the recommended and safe lengths below the length up to
+    which every length fits (variable.every_length: the same as the maximum unless a shorter length needs more)."""
 
     batch: int
     maximum: Optional[int]  # None without a device limit; 0: not even one multiple fits
@@ -136,6 +167,7 @@ class SequencePicks:
     extrapolated: bool
     note: str
     curve: List[SequencePoint] = field(default_factory=list)
+    variable: Optional[VariableLengths] = None  # None without a device limit or when no length fits
 
 
 @dataclass

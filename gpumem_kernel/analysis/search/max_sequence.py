@@ -2,6 +2,13 @@
 the sequence length instead of the batch, in steps of a multiple of tokens (64 by default), with the batch picks' rule
 (analysis.report.picks.picks_below) for the recommended and safe lengths.
 
+With variable lengths every length below the longest must fit too, and the peak is not monotone in the length: the
+caching allocator gives a request under 10 MiB a 20 MiB segment and a larger one a segment of its own size, so a
+shorter length can reserve more than a longer one. The check (check_every_length) traces the shortest length and
+bisects between traced lengths wherever the allocator opened different large segments (their kinds, in order),
+or the longer one is over: elsewhere the same segments grow with the requests. The picks are taken below the length
+up to which every length fits; a shorter length that needs more than a longer one is said in the note.
+
 The search counts in multiples: its candidate k is a sequence of k x multiple tokens, so search_maximum's bracket,
 growth and run budget apply unchanged and the maximum is a multiple already. Each candidate is the traced step at
 that batch with the input at that length (analysis.request.sequence.at_sequence). The multiple comes from the call's
@@ -11,17 +18,25 @@ that batch with the input at that length (analysis.request.sequence.at_sequence)
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Set, Tuple
 
+from gpumem_kernel.analysis.allocator.caching_allocator import LARGE_BUFFER
 from gpumem_kernel.analysis.search.engines import Point, TracedEngine
 from gpumem_kernel.analysis.report.picks import Rounding, picks_below
 from gpumem_kernel.analysis.search.max_batch import MAX_BATCH, TRACED_RUNS, search_maximum
-from gpumem_kernel.analysis.request.sequence import SequencePicks, SequencePoint, SequenceSearch
+from gpumem_kernel.analysis.request.sequence import (
+    SequenceDip,
+    SequencePicks,
+    SequencePoint,
+    SequenceSearch,
+    VariableLengths,
+)
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan
 
 DEFAULT_MULTIPLE = 64  # tensor-core friendly, and what tokenizers' pad_to_multiple_of is usually set to
 DEFAULT_BATCHES = (1, 4, 8)
 MAX_MULTIPLE = 1 << 16
+CHECK_RUNS = 16  # traces the every-length check may add to a batch's search (a bisection per segment change)
 
 
 # --- the multiple: the call's, the JupyterLab setting's, or the default ------------------------------------------
@@ -83,6 +98,7 @@ class _SequenceEngine:
         self.context, self.sharding, self.limit = context, sharding, limit
         self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
+        self.segments: Dict[int, Hashable] = {}
 
     def point(self, k: int) -> Optional[Point]:
         if k not in self.cache:
@@ -95,8 +111,23 @@ class _SequenceEngine:
             except TraceError as exc:
                 self.errors[seq] = str(exc)
                 found = None
+            if found is not None and found.trace is not None:
+                self.segments[k] = segment_kinds(found.trace.device.segments)
             self.cache[k] = None if found is None else replace(found, batch_size=k, trace=None)
         return self.cache[k]
+
+    def signature(self, k: int) -> Hashable:
+        """The segments the allocator opened at k x multiple tokens (segment_kinds); None when it did not trace."""
+        self.point(k)
+        return self.segments.get(k)
+
+
+def segment_kinds(segments: Iterable[Any]) -> Tuple[str, ...]:
+    """The large pool's segments in the order the allocator opened them, by kind: buffer (a 20 MiB segment for
+    requests of 1 to 10 MiB) or exact (a larger request's own size, to 2 MiB). Between two lengths with the same
+    kinds the same segments grow with the requests; where the kinds differ the peak can jump, either way. The small
+    pool's 2 MiB segments are left out: their number grows with the length, 2 MiB at a time."""
+    return tuple("buffer" if s.size == LARGE_BUFFER else "exact" for s in segments if s.pool != "small")
 
 
 def search_sequences(
@@ -119,11 +150,105 @@ def search_sequences(
         engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit)
         found = search_maximum(engine, limit, runs=TRACED_RUNS)
         maximum = None if found.maximum is None else found.maximum * size
-        recommended, safe = picks_below(maximum, rounding)
-        curve = [SequencePoint(p.batch_size * size, p.footprint) for p in found.points]
+        variable = None
+        if found.maximum and limit is not None:
+            variable = check_every_length(engine, found.maximum, limit, list(engine.cache))
+        recommended, safe = picks_below(maximum if variable is None else variable.every_length, rounding)
+        traced = {k: p for k, p in engine.cache.items() if p is not None}
+        curve = [SequencePoint(k * size, traced[k].footprint) for k in sorted(traced)]
         note = _note(maximum, batch, size, found, engine, model_context)
-        results.append(SequencePicks(batch, maximum, recommended, safe, found.extrapolated, note, curve))
+        note = "; ".join(words for words in (note, variable_note(variable, maximum)) if words)
+        results.append(SequencePicks(batch, maximum, recommended, safe, found.extrapolated, note, curve, variable))
     return SequenceSearch(size, multiple[1], model_context, "traced", results)
+
+
+# --- every length up to the picks must fit ---------------------------------------------------------------------
+
+
+def check_every_length(
+    engine: Any, maximum: int, limit: int, traced: Iterable[int], runs: int = CHECK_RUNS
+) -> VariableLengths:
+    """Up to which length every multiple fits, in tokens, from the search's `maximum` (in multiples) and the
+    multiples it `traced`. `engine` has point(k), signature(k) (the segments opened at k: segment_kinds) and
+    `multiple`. The shortest multiple is traced, then the gap between two traced multiples is bisected while
+    their signatures differ or the longer one is over the limit, shortest gaps first, at most `runs` new traces."""
+    known = set(traced)
+    fits = [k for k in known if k <= maximum and not _over(engine.point(k), limit)]
+    top = maximum if maximum in fits else max(fits)  # an extrapolated maximum: the check ends at the traces
+    ks: Set[int] = {k for k in known if k <= top} | {1}
+    while True:
+        first_over, gap = _first_gap(engine, sorted(ks), limit)
+        if gap is None or len(ks - known) >= runs:
+            break
+        ks.add((gap[0] + gap[1]) // 2)
+    every = gap[0] if gap is not None else (maximum if first_over is None else first_over - 1)
+    points = {k: engine.point(k) for k in sorted(ks) if engine.point(k) is not None}
+    below = [p for k, p in points.items() if k <= every] or [Point(0, 0, 0, 0, "traced")]
+    size = engine.multiple
+    return VariableLengths(
+        every * size,
+        max(p.footprint for p in below),
+        max(p.allocated for p in below),
+        [k * size for k in sorted(ks)],
+        len(ks - known),
+        gap is None,
+        _dip(points, size),
+    )
+
+
+def _over(point: Optional[Point], limit: int) -> bool:
+    return point is None or point.footprint > limit
+
+
+def _first_gap(engine: Any, ks: List[int], limit: int) -> Tuple[Optional[int], Optional[Tuple[int, int]]]:
+    """(the shortest traced multiple that is over, the shortest gap still to bisect below it)."""
+    first_over = next((k for k in ks if _over(engine.point(k), limit)), None)
+    upto = ks if first_over is None else [k for k in ks if k <= first_over]
+    for a, b in zip(upto, upto[1:]):
+        if b - a > 1 and (b == first_over or engine.signature(a) != engine.signature(b)):
+            return first_over, (a, b)
+    return first_over, None
+
+
+def _dip(points: Dict[int, Point], size: int) -> Optional[SequenceDip]:
+    """The shorter length with the highest footprint among those that need more than some longer length, and the
+    longer length that needs least; None when the footprint never falls as the length grows."""
+    ks = sorted(points)
+    worst: Optional[Tuple[int, int]] = None
+    for i, s in enumerate(ks[:-1]):
+        longer = min(ks[i + 1 :], key=lambda k: points[k].footprint)
+        if points[s].footprint > points[longer].footprint:
+            if worst is None or points[s].footprint > points[worst[0]].footprint:
+                worst = (s, longer)
+    if worst is None:
+        return None
+    s, longer = worst
+    return SequenceDip(s * size, longer * size, points[s].footprint, points[longer].footprint)
+
+
+def variable_note(variable: Optional[VariableLengths], maximum: Optional[int]) -> str:
+    """ "512 tokens need 7.6 % more than 560: with variable lengths the limit is 496", when a shorter length needs
+    more than a longer one; that the check stopped early, when it did; else ""."""
+    if variable is None:
+        return ""
+    words = []
+    dip = variable.dip
+    if dip is not None:
+        limit = (
+            f"with variable lengths the limit is {variable.every_length:,}"
+            if variable.every_length != maximum
+            else f"every length up to {variable.every_length:,} fits"
+        )
+        words.append(f"{dip.shorter:,} tokens need {_percent(dip.excess)} more than {dip.longer:,}: {limit}")
+    elif variable.every_length != maximum:
+        words.append(f"with variable lengths the limit is {variable.every_length:,}")
+    if not variable.complete:
+        words.append(f"every length was checked up to {variable.every_length:,} only ({CHECK_RUNS} extra traces)")
+    return "; ".join(words)
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.1f} %" if share >= 0.001 else f"{100 * share:.2f} %"
 
 
 def _note(

@@ -404,10 +404,50 @@ export interface IAnalysisSequenceSearchResults {
   extrapolated: boolean;
   note: string;
   curve: IAnalysisSequenceSearchResultsCurve[];
+  variable?: null | IAnalysisSequenceSearchResultsVariable;
 }
 export interface IAnalysisSequenceSearchResultsCurve {
   seq: number;
   peak_bytes: number;
+}
+/**
+ * With variable lengths every length below the longest must fit too: the length up to which every multiple fits (the picks are taken below it), checked by tracing where the allocator's large segments change between traced lengths. null without a device limit or when no length fits. Absent from outputs saved before it existed.
+ */
+export interface IAnalysisSequenceSearchResultsVariable {
+  /**
+   * every multiple up to it fits; below `maximum` when a shorter length needs more
+   */
+  every_length: number;
+  /**
+   * the highest footprint (reserved + context) over the lengths up to every_length
+   */
+  peak_bytes: number;
+  /**
+   * the highest peak allocated over them
+   */
+  allocated_bytes: number;
+  /**
+   * the lengths traced for the check, ascending
+   */
+  checked: number[];
+  /**
+   * traces the check added to the search's
+   */
+  extra_traces: number;
+  /**
+   * false: the check's run budget ended first; every_length is the longest length verified
+   */
+  complete: boolean;
+  dip: null | IAnalysisSequenceSearchResultsVariableDip;
+}
+/**
+ * the shorter length with the highest footprint among those that need more than a longer one (the caching allocator's segments), and the longer length that needs least; null when the footprint never falls as the length grows
+ */
+export interface IAnalysisSequenceSearchResultsVariableDip {
+  shorter: number;
+  longer: number;
+  shorter_bytes: number;
+  longer_bytes: number;
 }
 /**
  * The largest batch that ran full training steps (forward, loss, backward, optimizer step) and a recommended batch below it. Sizes are integer bytes. engine 'simulated': a cap on tracked tensor bytes on the CPU, not a GPU.

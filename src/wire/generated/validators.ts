@@ -181,20 +181,22 @@ const processState: Check = object({
 /** reply.schema.json#/$defs/processes_result */
 export const processesResult: Check = object({ processes: array(processState) });
 
+const c8: Check = array(integer(1));
+
 /** reply.schema.json#/$defs/refusal */
 const refusal: Check = object({ pid: integer(), reason: string() });
 
 /** reply.schema.json#/$defs/terminate_result */
-export const terminateResult: Check = object({ terminated: array(integer(1)), refused: array(refusal) });
+export const terminateResult: Check = object({ terminated: c8, refused: array(refusal) });
 
 /** reply.schema.json#/$defs/ping_result */
 export const pingResult: Check = object({});
 
-const c8: Check = all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')));
+const c9: Check = all(string(), pattern(new RegExp('^tl-[0-9a-f]{8,32}$', 'u')));
 
 /** reply.schema.json#/$defs/timeline_export_result */
 export const timelineExportResult: Check = object({
-  id: c8,
+  id: c9,
   format: enumOf('snapshot', 'csv'),
   filename: string(1),
   media_type: string(1),
@@ -305,7 +307,7 @@ const clearHolder: Check = object({
   graph_by_device: optional(clearByDevice)
 });
 
-const c9: Check = array(clearHolder);
+const c10: Check = array(clearHolder);
 
 /** clear.schema.json#/$defs/device */
 const clearDevice: Check = object({
@@ -328,15 +330,15 @@ export const clearPayload: Check = object({
   traceback_sources: array(string()),
   traceback_frames: integer(0),
   traceback_freed: nullable(clearHolder),
-  output_cache: c9,
+  output_cache: c10,
   output_cache_entries: integer(0),
-  deleted: c9,
+  deleted: c10,
   gc_collected: c5,
   emptied_cache: type('boolean'),
   devices: array(clearDevice),
   host_rss_before: c5,
   host_rss_after: c5,
-  holders: c9,
+  holders: c10,
   holders_more: integer(0),
   notes: array(string()),
   reclaimed: all(
@@ -417,9 +419,9 @@ const oomHost: Check = object({
 /** oom.schema.json#/$defs/loader */
 const oomLoader: Check = object({ name: string(), batch_size: c5, num_workers: integer(0) });
 
-const c10: Check = nullable(type('boolean'));
+const c11: Check = nullable(type('boolean'));
 
-const c11: Check = nullable(integer(1));
+const c12: Check = nullable(integer(1));
 
 /** oom.schema.json#/$defs/input_size */
 const oomInputSize: Check = object({ name: string(), value: integer(1), kind: enumOf('image', 'sequence') });
@@ -464,8 +466,8 @@ const oomDiagnosis: Check = object({
   loaders: array(oomLoader),
   num_workers: c5,
   amp: enumOf('likely', 'unknown'),
-  bf16_supported: c10,
-  batch_size: c11,
+  bf16_supported: c11,
+  batch_size: c12,
   batch_size_source: c2,
   input_size: nullable(oomInputSize),
   model: nullable(oomModel),
@@ -514,14 +516,14 @@ const oomAliveSource: Check = object({
   user: type('boolean')
 });
 
-const c12: Check = nullable(oomAliveSource);
+const c13: Check = nullable(oomAliveSource);
 
 /** oom.schema.json#/$defs/alive_holder */
 const oomAliveHolder: Check = object({
   size: integer(0),
   count: integer(1),
   category: enumOf('parameter', 'gradient', 'optimizer_state', 'activation', 'input', 'other'),
-  source: c12
+  source: c13
 });
 
 /** oom.schema.json#/$defs/alive */
@@ -532,7 +534,7 @@ const oomAlive: Check = object({
   blocks: integer(0),
   holders: all(array(oomAliveHolder), maxItems(20)),
   rest: nullable(object({ size: integer(0), count: integer(0) })),
-  failed: nullable(object({ size: integer(0), device_free: c5, source: c12 })),
+  failed: nullable(object({ size: integer(0), device_free: c5, source: c13 })),
   notes: array(string())
 });
 
@@ -547,28 +549,28 @@ export const oomPayload: Check = object({
   alive: optional(oomAlive)
 });
 
-const c13: Check = enumOf('traced', 'measured');
+const c14: Check = enumOf('traced', 'measured');
 
-const c14: Check = all(type('object'), additionalProperties(integer(0)));
+const c15: Check = all(type('object'), additionalProperties(integer(0)));
 
-const c15: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
+const c16: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
 
-const c16: Check = enumOf('option', 'setting', 'default');
+const c17: Check = enumOf('option', 'setting', 'default');
 
-const c17: Check = number(0, 1, 'min');
+const c18: Check = number(0, 1, 'min');
 
-const c18: Check = enumOf('traced');
+const c19: Check = enumOf('traced');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
   version: constant(1),
-  engine: c13,
+  engine: c14,
   model: object({
     name: string(),
     parameter_count: integer(0),
     trainable_parameter_count: integer(0),
-    parameters_by_dtype: c14,
-    buffers_by_dtype: c14,
+    parameters_by_dtype: c15,
+    buffers_by_dtype: c15,
     largest_layer: object({ name: string(), bytes: integer(0) })
   }),
   settings: object({
@@ -584,13 +586,13 @@ export const analysisPayload: Check = object({
     memory: c2,
     world_size: integer(1),
     strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
-    multiple: c11,
+    multiple: c12,
     effective_batch: integer(1),
-    round: optional(c15),
-    round_source: optional(c16),
+    round: optional(c16),
+    round_source: optional(c17),
     step_autocast: optional(object({ device_type: string(), amp: enumOf('fp16', 'bf16') })),
-    pick_shares: optional(object({ recommended: c17, safe: c17 })),
-    seq: optional(c11),
+    pick_shares: optional(object({ recommended: c18, safe: c18 })),
+    seq: optional(c12),
     search: optional(enumOf('batch', 'seq'))
   }),
   parameters_bytes: integer(0),
@@ -655,7 +657,7 @@ export const analysisPayload: Check = object({
     reserve_bytes: c5,
     limit_bytes: c5,
     compute_capability: c2,
-    bf16: c10,
+    bf16: c11,
     context_bytes: integer(0),
     context_source: enumOf('estimate', 'nvml', 'in use', 'none'),
     context_basis: string()
@@ -666,7 +668,7 @@ export const analysisPayload: Check = object({
       peak_bytes: integer(),
       peak_allocated_bytes: integer(),
       peak_reserved_bytes: c7,
-      engine: c13
+      engine: c14
     })
   ),
   fit: nullable(
@@ -737,7 +739,7 @@ export const analysisPayload: Check = object({
         input_bytes: integer(0),
         max_batch: c5,
         rule_of_thumb_batch: integer(1),
-        engine: c18,
+        engine: c19,
         note: string()
       })
     )
@@ -771,18 +773,38 @@ export const analysisPayload: Check = object({
     nullable(
       object({
         multiple: integer(1),
-        multiple_source: c16,
-        context: c11,
-        engine: c18,
+        multiple_source: c17,
+        context: c12,
+        engine: c19,
         results: array(
           object({
             batch: integer(1),
             maximum: c5,
-            recommended: c11,
-            safe: c11,
+            recommended: c12,
+            safe: c12,
             extrapolated: type('boolean'),
             note: string(),
-            curve: array(object({ seq: integer(1), peak_bytes: integer() }))
+            curve: array(object({ seq: integer(1), peak_bytes: integer() })),
+            variable: optional(
+              nullable(
+                object({
+                  every_length: integer(0),
+                  peak_bytes: integer(),
+                  allocated_bytes: integer(),
+                  checked: c8,
+                  extra_traces: integer(0),
+                  complete: type('boolean'),
+                  dip: nullable(
+                    object({
+                      shorter: integer(1),
+                      longer: integer(1),
+                      shorter_bytes: integer(),
+                      longer_bytes: integer()
+                    })
+                  )
+                })
+              )
+            )
           })
         )
       })
@@ -797,8 +819,8 @@ export const autobatchPayload: Check = object({
   recommended: integer(0),
   margin: number(0, 1, 'max'),
   rounding: string(),
-  round: optional(c15),
-  round_source: optional(c16),
+  round: optional(c16),
+  round_source: optional(c17),
   trials: array(
     object({
       batch: integer(1),
@@ -828,7 +850,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c19: Check = nullable(number(0));
+const c20: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -840,15 +862,15 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c19,
-  gpu_util: c19,
+  efficiency: c20,
+  gpu_util: c20,
   note: string(),
-  energy_per_sample_j: optional(c19)
+  energy_per_sample_j: optional(c20)
 });
 
-const c20: Check = nullable(benchmarkPick);
+const c21: Check = nullable(benchmarkPick);
 
-const c21: Check = array(integer());
+const c22: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -856,7 +878,7 @@ export const benchmarkPayload: Check = object({
   engine: enumOf('cuda', 'cpu', 'simulated'),
   device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
   limit_bytes: c5,
-  memory_target: c17,
+  memory_target: c18,
   memory_source: string(),
   amp_dtype: enumOf('float16', 'bfloat16'),
   config: object({
@@ -866,7 +888,7 @@ export const benchmarkPayload: Check = object({
     warmup_steps: integer(0),
     test_mixed_precision: type('boolean'),
     test_pin_memory: type('boolean'),
-    memory_target: c17
+    memory_target: c18
   }),
   model: object({ name: string(), parameter_count: integer(0) }),
   optimizer: string(),
@@ -878,37 +900,37 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c19,
-      h2d_ms: c19,
-      forward_ms: c19,
-      backward_ms: c19,
-      optimizer_ms: c19,
-      total_ms: c19,
-      samples_per_s: c19,
-      gpu_util: c19,
+      io_ms: c20,
+      h2d_ms: c20,
+      forward_ms: c20,
+      backward_ms: c20,
+      optimizer_ms: c20,
+      total_ms: c20,
+      samples_per_s: c20,
+      gpu_util: c20,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c19,
-      energy_per_sample_j: optional(c19),
-      mean_power_w: optional(c19),
+      efficiency: c20,
+      energy_per_sample_j: optional(c20),
+      mean_power_w: optional(c20),
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
   picks: object({
-    highest_throughput: c20,
-    best_efficiency: c20,
-    recommended: c20,
-    most_energy_efficient: optional(c20)
+    highest_throughput: c21,
+    best_efficiency: c21,
+    recommended: c21,
+    most_energy_efficient: optional(c21)
   }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c21, terminated: c21 }),
+  workers: object({ leftover: c22, terminated: c22 }),
   config_yaml: optional(c2)
 });
 
@@ -980,7 +1002,7 @@ const timelineFailed: Check = object({ size: integer(0), device_free: c5, stack:
 /** timeline.schema.json */
 export const timelinePayload: Check = object({
   version: constant(1),
-  id: c8,
+  id: c9,
   source: enumOf('recorded', 'predicted'),
   title: string(),
   device: timelineDevice,
@@ -1057,7 +1079,7 @@ export const holdersMessage: Check = object({
   note: c2,
   history_hint: c2,
   elapsed_ms: number(0),
-  budget_ms: c19,
+  budget_ms: c20,
   devices: array(holdersDevice)
 });
 
