@@ -282,6 +282,16 @@ OPTIONS: Tuple[Option, ...] = (
         request="seq",
     ),
     Option(
+        ("--padded",),
+        dict(
+            action="store_true",
+            help="the token batch padded as fine-tuning pads it: an attention_mask with padding, labels -100 there "
+            "(transformers then builds a 4-D mask and expands grouped-query K/V)",
+        ),
+        request="padded",
+        cli=dict(help="the token batch with an attention_mask that has padding (and labels -100 there)"),
+    ),
+    Option(
         ("--search",),
         dict(
             choices=("batch", "seq"),
