@@ -73,6 +73,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "AnalysisReport": ("report.report", "AnalysisReport"),
     "AnalysisRequest": ("request.request", "AnalysisRequest"),
     "search_maximum": ("search.max_batch", "search_maximum"),
+    "GenerationPlan": ("search.generation_plan", "GenerationPlan"),
+    "plan_generation": ("search.generation_plan", "plan_generation"),
     "MAX_SEQ_MULTIPLE": ("search.max_sequence", "MAX_MULTIPLE"),
     "parse_multiple": ("search.max_sequence", "parse_multiple"),
     "StepError": ("request.step_error", "StepError"),
