@@ -129,3 +129,143 @@ def test_the_browser_sends_the_multiple_with_configure(make_prober):
             assert seq_search.resolve_multiple(None, channel.settings.seq_multiple) == (value, "setting")
     finally:
         channel.unregister()
+
+
+# --- with variable lengths every length up to the picks must fit -------------------------------------------------
+
+MiB = 1 << 20
+SCHEMA = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas" / "analysis.schema.json"
+
+
+class CurveEngine:
+    """The sequence engine's interface over a constructed curve: k x 64 tokens need footprints[k] MiB, with the
+    large segments kinds(k); `traced` lists every length it was asked for, once, in order."""
+
+    multiple = 64
+
+    def __init__(self, footprints, kinds) -> None:
+        self.footprints, self.kinds, self.traced = footprints, kinds, []
+
+    def point(self, k):
+        if k not in self.traced:
+            self.traced.append(k)
+        mib = self.footprints(k)
+        return seq_search.Point(k, mib * MiB // 2, mib * MiB, mib * MiB, "traced")
+
+    def signature(self, k):
+        return self.kinds(k)
+
+
+def search_then_check(engine, limit_mib):
+    found = seq_search.search_maximum(engine, limit_mib * MiB)
+    searched = list(engine.traced)
+    variable = seq_search.check_every_length(engine, found.maximum, limit_mib * MiB, searched)
+    return found.maximum, variable, len(engine.traced) - len(searched)
+
+
+def every_length_by_scan(engine, maximum, limit_mib):
+    """The longest length up to which every multiple fits, by asking for each length in turn."""
+    k = 0
+    while k < maximum and engine.footprints(k + 1) <= limit_mib:
+        k += 1
+    return k * engine.multiple
+
+
+def test_a_shorter_length_that_reserves_a_20_mib_buffer_lowers_the_limit_for_variable_lengths():
+    # 5 to 7 multiples: a request under 10 MiB takes a 20 MiB buffer; from 8 it gets its own, smaller segment
+    def kinds(k):
+        return ("buffer",) if k < 5 else ("buffer", "buffer") if k < 8 else ("exact",)
+
+    engine = CurveEngine(lambda k: 500 + 4 * k + (20 if 5 <= k < 8 else 0), kinds)
+    assert [engine.footprints(k) for k in (4, 5, 7, 8, 10, 11)] == [516, 540, 548, 532, 540, 544]
+    maximum, variable, extra = search_then_check(engine, 539)
+
+    assert maximum == 9 and variable.every_length == every_length_by_scan(engine, maximum, 539) == 4 * 64
+    assert variable.complete and variable.extra_traces == extra <= seq_search.CHECK_RUNS
+    assert (variable.peak_bytes, variable.allocated_bytes) == (516 * MiB, 258 * MiB)  # the highest up to 256 tokens
+    dip = variable.dip
+    assert (dip.shorter, dip.longer, dip.shorter_bytes, dip.longer_bytes) == (384, 512, 544 * MiB, 532 * MiB)
+    assert seq_search.variable_note(variable, maximum * 64) == (
+        "384 tokens need 2.3 % more than 512: with variable lengths the limit is 256"
+    )
+    assert 256 in variable.checked and 320 in variable.checked  # the first length over, found by the check
+    assert 448 not in variable.checked  # between two lengths over: not needed
+
+
+def test_a_dip_under_the_limit_is_said_and_keeps_the_maximum():
+    def kinds(k):
+        return ("buffer",) if k < 5 else ("buffer", "buffer") if k < 8 else ("exact",)
+
+    engine = CurveEngine(lambda k: 500 + 4 * k + (20 if 5 <= k < 8 else 0), kinds)
+    maximum, variable, extra = search_then_check(engine, 560)
+    assert variable.every_length == every_length_by_scan(engine, maximum, 560) == maximum * 64
+    assert variable.dip is not None and variable.extra_traces == extra
+    assert seq_search.variable_note(variable, maximum * 64).endswith(f"every length up to {maximum * 64:,} fits")
+
+
+def test_a_curve_that_only_grows_has_no_note_and_with_the_same_segments_costs_one_trace():
+    engine = CurveEngine(lambda k: 500 + 4 * k, lambda k: ("exact",) * (1 + k // 6))  # more segments, never less
+    maximum, variable, extra = search_then_check(engine, 541)
+    assert variable.every_length == every_length_by_scan(engine, maximum, 541) == maximum * 64
+    assert variable.dip is None and seq_search.variable_note(variable, maximum * 64) == ""
+    assert variable.extra_traces == extra
+    same = CurveEngine(lambda k: 500 + 4 * k, lambda k: ("exact",))
+    assert search_then_check(same, 541)[2] == 1  # the shortest length, nothing between: the kinds agree
+
+
+class Wide(torch.nn.Module):
+    """Token ids -> a 4096-wide activation: at batch 4 a 32 x 4096 fp32 activation is 2 MiB per 32 tokens, so
+    lengths around 100 to 170 tokens put it under 10 MiB (a 20 MiB buffer) and longer ones over (its own segment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 4096)
+        self.out = torch.nn.Linear(4096, 64)
+
+    def forward(self, ids):
+        return self.out(torch.relu(self.embed(ids)) * 2)
+
+
+def traced_search(monkeypatch, memory):
+    """analyze(search="seq") at batch 4 in multiples of 24 tokens, with the search's engine kept to trace more
+    lengths, and the traces the bracket made before the check."""
+    kept = {}
+    search_maximum = seq_search.search_maximum
+
+    def keep(engine, limit, runs):
+        found = search_maximum(engine, limit, runs)
+        kept.update(engine=engine, bracket=len(engine.cache))
+        return found
+
+    monkeypatch.setattr(seq_search, "search_maximum", keep)
+    report = analyze(Wide(), batch_size=4, input=(24,), memory=memory, search="seq", seq_multiple=24, seq_batches=4)
+    return report, kept["engine"], len(kept["engine"].cache) - kept["bracket"]
+
+
+def test_a_traced_model_whose_shorter_lengths_reserve_more_gets_the_limit_every_length_fits(monkeypatch):
+    probe, engine, _ = traced_search(monkeypatch, "4GiB")
+    at = {k: engine.point(k).footprint for k in range(1, 10)}  # 24 to 216 tokens
+    dips = [k for k in range(1, 9) if at[k] > at[8]]
+    assert dips, f"the 20 MiB buffer should make a length under 192 tokens need more: {at}"
+    # a device where 192 tokens just fit: the shorter lengths that reserve the buffer do not
+    memory = f"{(4 << 30) + at[8] - probe.device.limit_bytes}B"
+    report, engine, extra = traced_search(monkeypatch, memory)
+    result = report.sequence_search.results[0]
+    variable, limit = result.variable, report.device.limit_bytes
+
+    fits = {k: engine.point(k) is not None and engine.point(k).footprint <= limit for k in range(1, 10)}
+    every = variable.every_length // 24
+    assert result.maximum == 192 and 0 < every < 8
+    assert all(fits[k] for k in range(1, every + 1)) and not fits[every + 1]  # traced at each length below
+    assert (result.recommended, result.safe) == picks_below(variable.every_length, Rounding(multiple=24))
+    assert variable.extra_traces == extra and 0 < extra <= seq_search.CHECK_RUNS  # counted by the engine's cache
+    dip = variable.dip
+    assert dip.longer == 192 and dip.shorter < 192 and dip.shorter_bytes > dip.longer_bytes
+    assert (
+        f"{dip.shorter} tokens need {100 * (dip.shorter_bytes / dip.longer_bytes - 1):.1f} % more than 192: "
+        f"with variable lengths the limit is {variable.every_length}"
+    ) in result.note
+    assert f"with variable lengths the limit is {variable.every_length}" in str(report)
+
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(json.loads(json.dumps(report.to_payload())), json.loads(SCHEMA.read_text()))
