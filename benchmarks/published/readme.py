@@ -74,6 +74,45 @@ def _allocated_source(source: Dict[str, Any], targets: Dict[str, float]) -> str:
     return head + "\n".join(lines) + "\n" + tail
 
 
+def _settings_text(settings: Dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items() if v not in (None, ""))
+
+
+def within(row: Dict[str, Any], target: float) -> bool:
+    return abs(row["error"]) <= target
+
+
+def new_source_section(source: Dict[str, Any]) -> str:
+    """A source of the new-source protocol (its module's SOURCE, TARGET and rows), rendered the same way for
+    every source: published, predicted, error, and whether the row is within the source's target."""
+    rows = source["rows"]
+    target = source["target"]
+    met = sum(within(r, target) for r in rows)
+    head = (
+        f"\n**{source['name']}** ({source['url']}; text: {source['text']}). GPU: {source['gpu']}; planned for "
+        f"{source['stack']}; measure: {source['measure']}."
+        + (f" Left open by the source, assumed here: {source['open']}." if source.get("open") else "")
+        + f" **Figure:** {met}/{len(rows)} rows within the target ({target:.0%}).\n\n"
+        "| row | settings | published | predicted | error | within target | rule |\n|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        unit = r["unit"]
+        ok = within(r, target)
+        cells = [
+            r["name"],
+            _settings_text(r["settings"]),
+            f"{r['published']:,} {unit}",
+            f"{r['predicted']:,.2f} {unit}",
+            _pct(r["error"]),
+            "yes" if ok else "no: " + (r.get("note") or "unexplained"),
+            r.get("rule") or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    tail = f"\nRows not expressed: {source['not_expressed']}.\n" if source.get("not_expressed") else ""
+    return head + "\n".join(lines) + "\n" + tail
+
+
 def section(result: Optional[Dict[str, Any]], provenance: Any = None) -> str:
     if result is None:
         return HEAD + f"**Figure:** not measured: run `{RUN}`.\n"
@@ -101,6 +140,8 @@ def section(result: Optional[Dict[str, Any]], provenance: Any = None) -> str:
         parts.append("\n".join(_row(r, targets) for r in rows) + "\n")
         rules = sorted({rule for r in rows for rule in r["torch_rules"]})
         parts.append("\nRules applied: " + "; ".join(rules) + f". Context basis: {rows[0]['context_basis']}.\n")
+    for source in result.get("new_sources", []):
+        parts.append(new_source_section(source))
     if provenance:
         parts.append("\n" + provenance(result) + "\n")
     return "".join(parts)
