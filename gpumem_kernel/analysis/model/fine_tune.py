@@ -78,6 +78,9 @@ def planned_model(
     added, as asked. on_meta=False: real CPU tensors (zeros for quantised weights), for a real trace to compare the
     fake one with. use_peft=False: a plain LoRA config by gpumem's own adapter modules."""
     lora, peft_module = _peft_or_own(peft, lora, use_peft)
+    if peft is not None and quantize is not None and peft.peft_type in ("LOHA", "LOKR"):
+        # peft reshapes their delta weight to the base layer's weight: bitsandbytes' packed one has another shape
+        raise ValueError(f"peft: {peft.method} does not wrap bitsandbytes' quantised layers in peft; drop --quantize")
     _refuse_twice(model, lora or peft, quantize)
     plan = FineTunePlan(_copy(model, on_meta))
     if quantize is not None:

@@ -13,6 +13,7 @@ torch and peft are imported inside functions only: the kernel shim must load wit
 from __future__ import annotations
 
 import json
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -288,18 +289,17 @@ def steady_lycoris(model: Any) -> None:
 
     for module in model.modules():
         if isinstance(module, LycorisLayer) and hasattr(module, "_get_delta_activations"):
-            module.forward = _always_applied(module)
+            # a bound method: the trace's deep copies of the model bind it to their own layer
+            module.forward = types.MethodType(_always_applied, module)
 
 
-def _always_applied(layer: Any) -> Any:
-    def forward(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if layer.disable_adapters or layer.merged:
-            return layer.base_layer(x, *args, **kwargs)
-        previous_dtype = x.dtype
-        result = layer.base_layer(x, *args, **kwargs)
-        for active in layer.active_adapters:
-            if active in layer._available_adapters:
-                result = result + layer._get_delta_activations(active, x, *args, **kwargs)
-        return result.to(previous_dtype)
-
-    return forward
+def _always_applied(layer: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+    """peft's LycorisLayer forward, its adapters applied at every training step."""
+    if layer.disable_adapters or layer.merged:
+        return layer.base_layer(x, *args, **kwargs)
+    previous_dtype = x.dtype
+    result = layer.base_layer(x, *args, **kwargs)
+    for active in layer.active_adapters:
+        if active in layer._available_adapters:
+            result = result + layer._get_delta_activations(active, x, *args, **kwargs)
+    return result.to(previous_dtype)
