@@ -1,5 +1,7 @@
 """What a language model's step spends on its logits and loss, measured from the trace, and the facts an LLM user
-asks about next: the attention implementation and what gradient checkpointing wrapped.
+asks about next: the attention implementation, the attention path the trace took (no mask or a 4-D mask, a
+grouped-query model's K/V expanded or not: the first attention kernel call of the forward, analysis.fake.attention_path)
+and what gradient checkpointing wrapped.
 
 The trace's tracker hands every op's outputs to a LogitsWatch (analysis.trace.tracker). A tensor whose last
 dimension is the vocabulary is a logits tensor; which one it is follows from the op that made it: the lm_head's
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from gpumem_kernel.analysis.fake.attention_path import AttentionCall, attention_call, grouped_query, path_phrase
 from gpumem_kernel.analysis.trace.checkpointing import name_span, repeated_blocks
 
 # ops whose vocabulary-wide output is the lm_head's (nn.Linear reaches the dispatcher as one of these)
@@ -36,13 +39,19 @@ class LogitsWatch:
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
         self.seen: Dict[int, _Seen] = {}  # record sid -> what it is
+        # (step, micro) -> the first attention kernel call of that forward (analysis.fake.attention_path)
+        self.attention: Dict[Any, AttentionCall] = {}
 
-    def see(self, name: str, args: Any, out: Any, tracker: Any) -> None:
+    def see(self, name: str, args: Any, out: Any, tracker: Any, kwargs: Any = None) -> None:
         import torch
         from torch.utils._pytree import tree_leaves
 
         if tracker.phase not in ("forward", "backward"):
             return
+        if tracker.phase == "forward" and (tracker.step, tracker.micro) not in self.attention:
+            call = attention_call(name, args, kwargs)
+            if call is not None:
+                self.attention[(tracker.step, tracker.micro)] = call
         for t in tree_leaves(out):
             if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.shape[-1] != self.vocab:
                 continue
@@ -79,6 +88,7 @@ class LogitsTrace:
     bytes_by_kind: Dict[str, int]
     held_bytes: int  # the most alive at once during that step
     at_peak_bytes: int  # alive at the step's peak
+    attention: Optional[AttentionCall] = None  # that forward's first attention kernel call; None: none seen
 
 
 def logits_trace(tracker: Any, last: int, micro: int, peak: int) -> Optional[LogitsTrace]:
@@ -105,7 +115,8 @@ def logits_trace(tracker: Any, last: int, micro: int, peak: int) -> Optional[Log
         for sid in mine
         if records[sid].alloc_index < peak and (records[sid].free_index is None or records[sid].free_index >= peak)
     )
-    return LogitsTrace(watch.vocab, heads[0].numel, heads[0].dtype, by_kind, held, at_peak)
+    attention = watch.attention.get((last, micro))
+    return LogitsTrace(watch.vocab, heads[0].numel, heads[0].dtype, by_kind, held, at_peak, attention)
 
 
 # --- the report's section ------------------------------------------------------------------------------------------
@@ -144,6 +155,9 @@ class LlmFacts:
     checkpointing: Optional[Checkpointed]  # None without checkpointing, or when no blocks were found
     logits: Optional[LogitsMemory]
     notes: List[str] = field(default_factory=list)
+    # the attention path the trace took, e.g. "SDPA, grouped-query, no mask", "SDPA with a 4-D mask, K/V expanded",
+    # "eager" (analysis.fake.attention_path.path_phrase); None when the trace saw no attention kernel
+    attention_path: Optional[str] = None
 
 
 def output_vocabulary(model: Any) -> Optional[int]:
@@ -198,6 +212,9 @@ def llm_facts(model: Any, trace: Any, batch: int, checkpointing: bool) -> Option
             formula,
         )
     facts = LlmFacts(attention_implementation(model), checkpointed(model, checkpointing), logits)
+    if seen is not None:
+        grouped = grouped_query(getattr(model, "config", None))
+        facts.attention_path = path_phrase(facts.attention, grouped, seen.attention)
     if facts.attention is None and facts.checkpointing is None and facts.logits is None:
         return None
     return facts
