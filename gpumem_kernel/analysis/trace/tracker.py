@@ -123,7 +123,7 @@ def trace_tracker_class() -> type:
                     role = "autocast_cache"  # autocast's cached low-precision copy of a weight
             self.track_outputs(out, role)
             if self.logits is not None:
-                self.logits.see(name, args, out, self)
+                self.logits.see(name, args, out, self, kwargs)
             if name in _MATMUL_OPS:
                 kind = "cublaslt" if name in _BIAS_OPS and _runs_on_cublaslt(args, kwargs or {}, out) else "cublas"
                 self.markers.append(Marker(len(self.events), kind, self.phase))
