@@ -312,6 +312,10 @@ export interface IAnalysisLlm {
    * config._attn_implementation: eager, sdpa, flash_attention_2, ...; null without a config
    */
   attention: string | null;
+  /**
+   * The attention path the trace took, one short phrase: 'SDPA, grouped-query, no mask', 'SDPA with a 4-D mask, K/V expanded', 'eager', ...; null when the trace saw no attention kernel. Absent from outputs saved before it existed.
+   */
+  attention_path?: string | null;
   checkpointing: null | IAnalysisLlmCheckpointing;
   logits: null | IAnalysisLlmLogits;
   notes: string[];

@@ -748,6 +748,7 @@ export const analysisPayload: Check = object({
     nullable(
       object({
         attention: c2,
+        attention_path: optional(c2),
         checkpointing: nullable(object({ blocks: integer(1), kind: string(), names: string() })),
         logits: nullable(
           object({
