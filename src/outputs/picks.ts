@@ -112,7 +112,8 @@ export function analysisPickCaption(
 /**
  * The caption of a sequence-length pick (`--search seq`): the same shares as the batch picks, rounded down to a
  * multiple of the search's `multiple` tokens ("58% of the maximum 1984; aim 60%, rounded down to a multiple of
- * 64"); null when there is no maximum.
+ * 64"); null when there is no maximum. Below the length up to which every length fits when a shorter length
+ * needs more than the longest (the payload's `variable`): the kernel takes the picks there.
  */
 export function sequencePickCaption(
   payload: IAnalysisPayload,
@@ -122,7 +123,20 @@ export function sequencePickCaption(
   trans: Trans
 ): string | null {
   const rounding = multiple > 1 ? `multiple of ${multiple}` : 'none';
-  return pickCaption(payload, pick, result[pick], result.maximum, rounding, trans);
+  const every = result.variable?.every_length ?? null;
+  const value = result[pick];
+  if (every !== null && every > 0 && value !== null && result.maximum !== null && every < result.maximum) {
+    // a shorter length needs more than the longest: the kernel took the picks below the length every one fits up to
+    const aim = payload.settings.pick_shares?.[pick] ?? SHARES_BEFORE_PAYLOADS_SAID[pick];
+    return trans.__(
+      '%1% of %2, the length up to which every length fits; aim %3%, %4',
+      percent(value, every),
+      every,
+      percent(aim, 1),
+      roundingRule(rounding, trans)
+    );
+  }
+  return pickCaption(payload, pick, value, result.maximum, rounding, trans);
 }
 
 function pickCaption(

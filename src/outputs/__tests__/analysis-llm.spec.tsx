@@ -119,6 +119,52 @@ describe('analysis: the longest sequence (--search seq)', () => {
     expect(caption(4, 'safe')).toBe('38% of the maximum 512; aim 40%, rounded down to a multiple of 64');
   });
 
+  it('says up to which length every length fits when a shorter one needs more, and captions the picks below it', async () => {
+    // the kernel's batch-1 search on the same model, where 1,792 tokens reserve more than 1,856
+    const checked = {
+      peak_bytes: 1199570944,
+      allocated_bytes: 535484928,
+      checked: [64, 128, 256, 384, 448, 512, 1024, 1088, 1152, 1792, 1856, 1920, 1984],
+      extra_traces: 6,
+      complete: true
+    };
+    const dip = { shorter: 1792, longer: 1856, shorter_bytes: 1610612736, longer_bytes: 1530920960 };
+    let data = mutate(fixture('analysis_llm'), 'sequence_search.results.0.variable', {
+      ...checked,
+      every_length: 1088,
+      dip
+    });
+    data = mutate(data, 'sequence_search.results.0.recommended', 640);
+    data = mutate(data, 'sequence_search.results.0.safe', 384);
+    const note =
+      "over the model's context of 256 positions; 1,792 tokens need 5.2 % more than 1,856: " +
+      'with variable lengths the limit is 1,088';
+    data = mutate(data, 'sequence_search.results.0.note', note);
+    data = mutate(data, 'sequence_search.results.1.variable', { ...checked, every_length: 512, dip: null });
+    const node = await show(data);
+    expect(node.querySelector('.jp-GpuMem-invalid')).toBeNull();
+    const at = (batch: number, column: string): string =>
+      `.jp-GpuMem-sequence tr[data-batch="${batch}"] td[data-column="${column}"]`;
+    const text = (selector: string): string => node.querySelector(selector)?.textContent ?? '';
+
+    expect(text(at(1, 'maximum'))).toBe('1,984every length fits up to 1,088 tokens');
+    expect(text(`${at(1, 'maximum')} [data-role="every-length"]`)).toBe(
+      'every length fits up to 1,088 tokens'
+    );
+    expect(text(`${at(1, 'recommended')} .jp-GpuMem-richNote`)).toBe(
+      '59% of 1088, the length up to which every length fits; aim 60%, rounded down to a multiple of 64'
+    );
+    expect(text(`${at(1, 'safe')} .jp-GpuMem-richNote`)).toBe(
+      '35% of 1088, the length up to which every length fits; aim 40%, rounded down to a multiple of 64'
+    );
+    expect(text(at(1, 'note'))).toBe(note);
+    // batch 4: every length up to the longest fits, so nothing more is said
+    expect(node.querySelector(`${at(4, 'maximum')} [data-role="every-length"]`)).toBeNull();
+    expect(text(`${at(4, 'safe')} .jp-GpuMem-richNote`)).toBe(
+      '38% of the maximum 512; aim 40%, rounded down to a multiple of 64'
+    );
+  });
+
   it('words the multiple by where it came from, and a search without a device limit', async () => {
     let data = mutate(fixture('analysis_llm'), 'sequence_search.multiple_source', 'setting');
     data = mutate(data, 'sequence_search.multiple', 128);

@@ -3,7 +3,8 @@
  * batch, the float32 copy), the attention implementation, what gradient checkpointing wrapped and a LoRA / QLoRA
  * plan's quantised weights, adapters and dequantisation transients, from the payload's `llm` and `figures`; and the
  * longest sequence that fits at each batch (`--search seq`, the payload's `sequence_search`) with its picks,
- * captioned by the batch picks' rule (../picks.ts).
+ * captioned by the batch picks' rule (../picks.ts), and the length up to which every length fits where a shorter
+ * length needs more memory than the longest.
  *
  * The wording follows the kernel's text report (gpumem_kernel/analysis/llm_render.py, render.py's fine-tune rows).
  * Both sections are absent from payloads without them, and from outputs saved before the kernel wrote them.
@@ -166,6 +167,23 @@ function PickCell(props: {
   );
 }
 
+/**
+ * "every length fits up to 96 tokens" under the longest, when a shorter length needs more memory than the longest
+ * (the caching allocator's segments): with variable lengths that is the limit, and the picks are taken below it.
+ */
+function EveryLength(props: { result: IAnalysisSequenceSearchResults; trans: Trans }): JSX.Element | null {
+  const { result, trans } = props;
+  const every = result.variable?.every_length ?? null;
+  if (every === null || result.maximum === null || every >= result.maximum) {
+    return null;
+  }
+  return (
+    <div className="jp-GpuMem-richNote" data-role="every-length">
+      {trans.__('every length fits up to %1 tokens', formatCount(every))}
+    </div>
+  );
+}
+
 /** `<table class="jp-GpuMem-sequence">`: the longest sequence at each batch, with the recommended and safe picks. */
 export function SequenceTable(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element | null {
   const { payload, trans } = props;
@@ -196,6 +214,7 @@ export function SequenceTable(props: { payload: IAnalysisPayload; trans: Trans }
             <td className="jp-GpuMem-num" data-column="maximum">
               {tokens(result.maximum)}
               {result.extrapolated && <RichBadge kind="extrapolated">{trans.__('extrapolated')}</RichBadge>}
+              <EveryLength result={result} trans={trans} />
             </td>
             <PickCell payload={payload} search={search} result={result} pick="recommended" trans={trans} />
             <PickCell payload={payload} search={search} result={result} pick="safe" trans={trans} />
