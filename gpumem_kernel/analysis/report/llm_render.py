@@ -1,7 +1,7 @@
 """The report's language-model lines, from the payload's `llm` and `sequence_search` sections (analysis.trace.llm_facts,
-analysis.search.max_sequence): the logits and loss line, the attention implementation, what checkpointing wrapped, and
-the longest sequence at each batch. Text and HTML say the same; both sections are absent from older payloads. Kept apart
-from render.py so the report's other blocks and these change independently."""
+analysis.search.max_sequence): the logits and loss line, the attention implementation and the path traced, what
+checkpointing wrapped, and the longest sequence at each batch. Text and HTML say the same; both sections are absent
+from older payloads. Kept apart from render.py so the report's other blocks and these change independently."""
 
 from __future__ import annotations
 
@@ -52,6 +52,8 @@ def _llm_rows(payload: Mapping[str, Any]) -> List[Sequence[str]]:
     rows = []
     if llm["attention"]:
         rows.append(("Attention", f"{llm['attention']} (config._attn_implementation)"))
+    if llm.get("attention_path"):  # absent from older payloads
+        rows.append(("Attention path", f"{llm['attention_path']} (as traced)"))
     checkpointing = checkpointing_text(llm["checkpointing"], bool(payload["settings"].get("checkpointing")))
     if checkpointing:
         rows.append(("Checkpointing", checkpointing))
