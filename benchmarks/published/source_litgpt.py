@@ -10,18 +10,20 @@ StableLM Alpha 1034, Llama 2 1304), which finetune/lora.py at 8641822 forces int
 Each row is traced the way that script ran it: LitGPT's own model, LoRA and loss code at 8641822 (vendored in
 benchmarks/published/litgpt/, Apache-2.0), LoRA r=8, alpha=16, dropout 0.05 on query and value, the model in bf16
 (adapters too: Fabric's bf16-true builds every parameter in bf16), `model(x, lm_head_chunk_size=128)` with the
-logits list alive through backward, `chunked_cross_entropy`, AdamW (weight decay 0.01) on the adapters; the
-quantised rows with Fabric 2.1's BitsandbytesPrecision, which replaces every nn.Linear (lm_head too: no
-ignore_modules then) by a 4-bit layer, and bitsandbytes' PagedAdamW, whose state is paged (CUDA managed memory,
-outside max_memory_allocated). The rope cache is rebuilt at the longest length outside Fabric's bf16 context, in fp32,
-as `model.max_seq_length = longest_seq_length` did.
+logits list alive through backward and cast to fp32 as Fabric 2.1's module wrapper returns every floating output
+(`convert_output`: the default dtype, outside its bf16 context), `chunked_cross_entropy` over them in fp32, AdamW
+(weight decay 0.01) on the adapters; the quantised rows with Fabric 2.1's BitsandbytesPrecision, which replaces every
+nn.Linear (lm_head too: no ignore_modules then) by a 4-bit layer, and bitsandbytes' PagedAdamW, whose state is paged
+(CUDA managed memory, outside max_memory_allocated), traced with the bitsandbytes 0.41 rule (a 4-bit layer kept its
+input for backward). The rope cache is rebuilt at the longest length outside Fabric's bf16 context, in fp32, as
+`model.max_seq_length = longest_seq_length` did.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"  # the LitGPT the table names
 TABLE_COMMIT = "069f6584a2a99609e288c32cb49c028bcf35b747"
@@ -130,21 +132,36 @@ def batches(vocab: int, length: int) -> Any:
     return make
 
 
-def step(model: Any, optimizer: Any, batch: Any) -> None:
-    """finetune/lora.py's training iteration (the step that also steps the optimizer: its state is allocated)."""
-    from benchmarks.published.litgpt.utils import chunked_cross_entropy
+def make_step(fabric_output: bool = True) -> Callable[[Any, Any, Any], None]:
+    """finetune/lora.py's training iteration (the step that also steps the optimizer: its state is allocated).
 
-    input_ids, targets = batch
-    logits = model(input_ids, lm_head_chunk_size=128)
-    # shift the targets such that output n predicts token n+1
-    logits[-1] = logits[-1][..., :-1, :]
-    loss = chunked_cross_entropy(logits, targets[..., 1:])
-    (loss / 32).backward()  # fabric.backward(loss / gradient_accumulation_iters)
-    optimizer.step()
-    optimizer.zero_grad()
+    fabric_output: the model's outputs as Fabric 2.1's _FabricModule.forward returns them: `convert_output` casts
+    every floating output to the default dtype, fp32, outside the bf16 forward context (HalfPrecision and
+    BitsandbytesPrecision alike), so the logits list held through backward is fp32 and the cross-entropy runs in
+    fp32. False: the bf16 logits LitGPT's model itself returns."""
+
+    def step(model: Any, optimizer: Any, batch: Any) -> None:
+        import torch
+
+        from benchmarks.published.litgpt.utils import chunked_cross_entropy
+
+        input_ids, targets = batch
+        logits = model(input_ids, lm_head_chunk_size=128)
+        if fabric_output:
+            logits = [chunk.to(torch.get_default_dtype()) for chunk in logits]
+        # shift the targets such that output n predicts token n+1
+        logits[-1] = logits[-1][..., :-1, :]
+        loss = chunked_cross_entropy(logits, targets[..., 1:])
+        (loss / 32).backward()  # fabric.backward(loss / gradient_accumulation_iters)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step
 
 
-def analyse(row: Row, bnb_version: Optional[str] = BNB) -> Any:
+def analyse(row: Row, bnb_version: Optional[str] = BNB, fabric_output: bool = True) -> Any:
+    """The row traced as the source ran it; bnb_version=None / fabric_output=False: without the bitsandbytes 0.41
+    rule / without Fabric's fp32 outputs, to show what each changes."""
     import torch
 
     from gpumem_kernel.analysis import analyze
@@ -156,7 +173,7 @@ def analyse(row: Row, bnb_version: Optional[str] = BNB) -> Any:
     options: Dict[str, Any] = dict(
         batch_size=row.micro_batch,
         input=batches(model.config.padded_vocab_size, LONGEST[row.model]),
-        step=step,
+        step=make_step(fabric_output),
         target=GPU,
         torch_version=TORCH,
         cuda_version=CUDA,
