@@ -378,6 +378,36 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
             "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
         ),
     ),
+    # generate()'s memory instead of a training step (analysis.plan_generation): the magic's `analyze` only
+    Option(
+        ("--generate",),
+        dict(
+            action="store_true",
+            help="plan model.generate() instead of a training step: the prefill of --prompt tokens, the KV cache and "
+            "the last of --new decode steps; with --target/--memory the longest context and largest batch that fit",
+        ),
+        surfaces=(MAGIC,),
+    ),
+    Option(
+        ("--prompt",),
+        dict(type=argcheck.count, metavar="N", help="with --generate: prompt tokens per sequence"),
+        surfaces=(MAGIC,),
+    ),
+    Option(
+        ("--new",),
+        dict(type=argcheck.count, metavar="M", help="with --generate: new tokens generated (max_new_tokens)"),
+        surfaces=(MAGIC,),
+    ),
+    Option(
+        ("--cache",),
+        dict(
+            choices=("dynamic", "static"),
+            default="dynamic",
+            help="with --generate: DynamicCache (default, grows each step) or StaticCache (prompt + new allocated up "
+            "front)",
+        ),
+        surfaces=(MAGIC,),
+    ),
 )
 
 
