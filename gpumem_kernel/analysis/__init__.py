@@ -74,6 +74,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "AnalysisRequest": ("request.request", "AnalysisRequest"),
     "search_maximum": ("search.max_batch", "search_maximum"),
     "GenerationPlan": ("search.generation_plan", "GenerationPlan"),
+    "generation_bundle": ("report.generation_render", "generation_bundle"),
     "plan_generation": ("search.generation_plan", "plan_generation"),
     "MAX_SEQ_MULTIPLE": ("search.max_sequence", "MAX_MULTIPLE"),
     "parse_multiple": ("search.max_sequence", "parse_multiple"),
