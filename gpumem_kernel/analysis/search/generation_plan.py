@@ -65,23 +65,6 @@ class GenerationPlan:
     def to_payload(self) -> Dict[str, Any]:
         return {"kind": "generation_plan", **asdict(self)}
 
-    def rows(self) -> List[tuple]:
-        """(what, bytes, how it is counted) for the report's table."""
-        cache_what = (
-            f"KV cache ({self.cache}), {self.batch_size} x {self.new + self.prompt} tokens"
-            if self.cache == "static"
-            else f"KV cache ({self.cache}), {self.batch_size} x {self.prompt + self.new - 1} positions"
-        )
-        logits = "last position" if self.logits_positions == 1 else f"{self.logits_positions} positions"
-        return [
-            ("Weights", self.weights_bytes, "parameters and buffers" + (f", {self.quantize}" if self.quantize else "")),
-            (cache_what, self.kv_cache_bytes, f"{format_bytes(self.kv_bytes_per_token)} per token per sequence"),
-            ("Prefill peak", self.prefill_peak_bytes, f"prompt {self.prompt}, logits of the {logits}"),
-            ("Decode peak", self.decode_peak_bytes, f"last step, {self.prompt + self.new - 1} tokens in the cache"),
-            ("Peak allocated", self.peak_bytes, "the larger of the two"),
-            ("Peak reserved", self.peak_reserved_bytes, "caching allocator, cuBLAS workspace included"),
-        ]
-
 
 def plan_generation(
     model: Any,
@@ -204,7 +187,7 @@ def _plan(
     notes = list(notes) + traced.notes + _cache_notes(cache, traced)
     notes.append(
         "greedy decoding (generate()'s default); sampling adds a softmax of the fp32 logits row per step "
-        f"({format_bytes(traced.batch_size * _vocab_of(traced) * 4)}, freed at once): not traced"
+        f"({format_bytes(traced.batch_size * traced.vocab * 4, 'fit')}, freed at once): not traced"
     )
     return GenerationPlan(
         model=name,
@@ -228,11 +211,6 @@ def _plan(
         quantize=spec.text() if spec is not None else None,
         notes=notes,
     )
-
-
-def _vocab_of(traced: GenerationTrace) -> int:
-    positions = max(1, traced.logits_positions) * traced.batch_size
-    return traced.logits_bytes // positions // 2 if traced.logits_bytes else 0
 
 
 def _cache_notes(cache: str, traced: GenerationTrace) -> List[str]:
@@ -316,8 +294,8 @@ def _largest_batch(run: Callable[[int, int], GenerationTrace], prompt: int, batc
 
 def _pick_notes(plan: GenerationPlan) -> List[str]:
     notes = [
-        f"fits: the reserved peak plus the CUDA context ({format_bytes(plan.context_bytes)}, estimated) within "
-        f"{format_bytes(plan.total_bytes or 0)}; no safety reserve"
+        f"fits: the reserved peak plus the CUDA context ({format_bytes(plan.context_bytes, 'fit')}, estimated) "
+        f"within {format_bytes(plan.total_bytes or 0, 'fit')}; no safety reserve"
     ]
     if plan.longest is not None:
         notes.append(

@@ -63,6 +63,7 @@ class GenerationTrace:
     decode_peak_bytes: int  # live at the last decode step's peak, weights and cache included (prefill's if new == 1)
     logits_bytes: int  # the prefill's logits as the forward returns them (model dtype)
     logits_positions: int  # the positions they cover: 1 with logits_to_keep, else the prompt
+    vocab: int  # values per position of the logits
     device: AllocatorResult  # the whole stream replayed through the caching-allocator model, workspaces included
     notes: List[str] = field(default_factory=list)
 
@@ -137,6 +138,7 @@ def _trace(
             decode_peak_bytes=_span_peak(tracker, DECODE if new > 1 else PREFILL),
             logits_bytes=facts["logits_bytes"],
             logits_positions=facts["logits_positions"],
+            vocab=facts["vocab"],
             device=device,
             notes=facts["notes"],
         )
@@ -238,6 +240,7 @@ def _generate(model: Any, tracker: Any, prompt: int, new: int, batch_size: int, 
         "cache_length": cache_length if cache_kind == "static" else length,
         "logits_bytes": logits_bytes,
         "logits_positions": int(logits_shape[1]) if len(logits_shape) == 3 else 1,
+        "vocab": int(logits_shape[-1]),
         "notes": notes,
     }
 
