@@ -191,6 +191,22 @@ def test_a_shorter_length_that_reserves_a_20_mib_buffer_lowers_the_limit_for_var
     assert 256 in variable.checked and 320 in variable.checked  # the first length over, found by the check
     assert 448 not in variable.checked  # between two lengths over: not needed
 
+    budget = CurveEngine(engine.footprints, kinds)
+    found = seq_search.search_maximum(budget, 539 * MiB)
+    short = seq_search.check_every_length(budget, found.maximum, 539 * MiB, list(budget.traced), runs=2)
+    assert (short.complete, short.every_length, short.extra_traces) == (False, 256, 2)  # 64 and 256 verified only
+    assert seq_search.variable_note(short, 9 * 64) == (
+        "every length was checked up to 256 only (2 extra traces): the picks are below it"
+    )
+
+
+def test_when_the_shortest_length_is_over_no_length_is_picked():
+    engine = CurveEngine(lambda k: 600 if k == 1 else 500 + 4 * k, lambda k: ("buffer",) if k == 1 else ("exact",))
+    maximum, variable, _ = search_then_check(engine, 541)
+    assert maximum == 10 and variable.every_length == 0 and variable.dip.shorter == 64
+    assert seq_search.variable_note(variable, 640).endswith(": with variable lengths not even 64 tokens fit")
+    assert picks_below(variable.every_length, Rounding(multiple=64)) == (None, None)
+
 
 def test_a_dip_under_the_limit_is_said_and_keeps_the_maximum():
     def kinds(k):

@@ -228,23 +228,24 @@ def _dip(points: Dict[int, Point], size: int) -> Optional[SequenceDip]:
 
 def variable_note(variable: Optional[VariableLengths], maximum: Optional[int]) -> str:
     """ "512 tokens need 7.6 % more than 560: with variable lengths the limit is 496", when a shorter length needs
-    more than a longer one; that the check stopped early, when it did; else ""."""
+    more than a longer one; the limit alone when it is below the maximum for another reason (a shorter length that
+    could not be traced, a check that stopped early); else ""."""
     if variable is None:
         return ""
-    words = []
+    every = variable.every_length
+    if not variable.complete:
+        traces = variable.extra_traces
+        limit = f"every length was checked up to {every:,} only ({traces} extra traces): the picks are below it"
+    elif every == maximum:
+        limit = f"every length up to {every:,} fits"
+    elif every == 0:
+        limit = f"with variable lengths not even {variable.checked[0]:,} tokens fit"
+    else:
+        limit = f"with variable lengths the limit is {every:,}"
     dip = variable.dip
     if dip is not None:
-        limit = (
-            f"with variable lengths the limit is {variable.every_length:,}"
-            if variable.every_length != maximum
-            else f"every length up to {variable.every_length:,} fits"
-        )
-        words.append(f"{dip.shorter:,} tokens need {_percent(dip.excess)} more than {dip.longer:,}: {limit}")
-    elif variable.every_length != maximum:
-        words.append(f"with variable lengths the limit is {variable.every_length:,}")
-    if not variable.complete:
-        words.append(f"every length was checked up to {variable.every_length:,} only ({CHECK_RUNS} extra traces)")
-    return "; ".join(words)
+        return f"{dip.shorter:,} tokens need {_percent(dip.excess)} more than {dip.longer:,}: {limit}"
+    return "" if every == maximum else limit
 
 
 def _percent(share: float) -> str:
