@@ -21,6 +21,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
 import pytest
 
 from gpumem_kernel.analysis.report import report as analysis_report
+from gpumem_kernel.analysis.request import sequence as analysis_sequence
 from gpumem_kernel.analysis.trace import llm_facts
 from gpumem_kernel.autobatch import search
 from gpumem_kernel.benchmark import config as benchmark_config
@@ -71,6 +72,7 @@ NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     holders_message.DeviceHolders: frozenset({"graph_bytes"}),
     reclaim.Holder: frozenset({"graph_by_device"}),
     llm_facts.LlmFacts: frozenset({"attention_path"}),
+    analysis_sequence.SequencePicks: frozenset({"variable"}),
 }
 
 MIRRORS = [
