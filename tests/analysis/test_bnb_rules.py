@@ -63,3 +63,11 @@ def test_a_bad_version_is_one_line(value: str) -> None:
     with pytest.raises(ValueError) as info:
         with_bnb_version(parse_quantize("nf4"), value)
     assert f"bnb_version {value!r} not understood" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_analyze_says_a_bad_version_in_one_line_before_any_trace() -> None:
+    from gpumem_kernel.analysis import analyze
+
+    with pytest.raises(ValueError) as info:
+        analyze(Scaled(), batch_size=2, input=(64,), quantize="nf4", optimizer="adamw", bnb_version="0.4x")
+    assert str(info.value).startswith("bnb_version '0.4x' not understood") and "\n" not in str(info.value)
