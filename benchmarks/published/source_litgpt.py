@@ -42,11 +42,16 @@ SOURCE: Dict[str, str] = {
     "url": URL,
     "text": URL,
     "gpu": "NVIDIA A100-SXM4-40GB, driver 525.125.06",
-    "stack": "torch 2.1.0+cu121, Lightning 2.1.0.rc0, bitsandbytes 0.41.1, lit-gpt 8641822",
+    "stack": (
+        "torch 2.1.0+cu121, Lightning at git 71aed751 (2.1.0.rc0, pinned by lit-gpt's requirements.txt), "
+        "bitsandbytes 0.41.1, lit-gpt 8641822"
+    ),
     "measure": "torch.cuda.max_memory_allocated() / 1e9 (GB) after training",
     "open": (
         "the other samples of the first batch are random, but padded to the longest (forced first), so the peak "
-        "step is (micro batch, longest); flash-attn 2 not installed (not in requirements-all.txt): torch's SDPA"
+        "step is (micro batch, longest); flash-attn 2 not installed (not in requirements-all.txt): torch's SDPA; "
+        "Fabric's precision plugins as the 2.1.0rc0 and 2.1.0 wheels on either side of git 71aed751 have them "
+        "(outputs cast to the default dtype, every Linear quantised)"
     ),
 }
 TARGET = 0.05
