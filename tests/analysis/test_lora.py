@@ -76,6 +76,45 @@ def test_our_adapters_take_the_memory_peft_adapters_take(quantize: Any) -> None:
         assert getattr(traced_ours, name) == getattr(real, name), name
 
 
+@pytest.mark.parametrize("quantize", [None, "nf4"])
+def test_bf16_adapters_are_held_and_trained_in_bf16(quantize: Any) -> None:
+    """dtype=bf16 (LitGPT's and torchtune's adapters): peft's adapters and ours are bf16, take the same memory, and
+    half the adapter bytes of fp32 ones: parameters, gradients and AdamW's two moments (which follow the parameter's
+    dtype)."""
+    pytest.importorskip("peft")
+    model, quant = _llama(), parse_quantize(quantize)
+    spec, fp32 = parse_lora("r=8,targets=q_proj,v_proj,dtype=bf16"), parse_lora("r=8,targets=q_proj,v_proj")
+    ours = planned_model(model, spec, quant, use_peft=False)
+    theirs = planned_model(model, spec, quant, use_peft=True)
+    for plan in (ours, theirs):
+        assert {p.dtype for p in plan.model.parameters() if p.requires_grad} == {torch.bfloat16}
+    traced_ours, traced_theirs = _trace(ours.model, True), _trace(theirs.model, True)
+    for name in FIGURES:
+        assert getattr(traced_ours, name) == getattr(traced_theirs, name), name
+    real = _trace(planned_model(model, spec, quant, on_meta=False, use_peft=False).model, False)
+    for name in FIGURES:
+        assert getattr(traced_ours, name) == getattr(real, name), name
+    wide = _trace(planned_model(model, fp32, quant, use_peft=False).model, True)
+    adapters = 2 * 8 * ((64 + 64) + (64 + 32))  # A and B on q_proj and v_proj, 2 layers
+    assert wide.parameters - traced_ours.parameters == adapters * 2
+    assert wide.gradients - traced_ours.gradients == adapters * 2
+    assert wide.optimizer_state - traced_ours.optimizer_state == 2 * adapters * 2
+    assert "dtype=bf16" in ours.notes[-1] and "dtype=" not in planned_model(model, fp32, None).notes[-1]
+
+
+def test_bf16_adapters_on_a_bf16_model_are_what_peft_makes_without_autocast() -> None:
+    """On a bf16 model, dtype=bf16 is peft's get_peft_model(..., autocast_adapter_dtype=False): the planned copy's
+    traced step equals that PEFT model stepped for real."""
+    peft = pytest.importorskip("peft")
+    plan = planned_model(_llama().to(torch.bfloat16), parse_lora("r=8,targets=q_proj,v_proj,dtype=bf16"), None)
+    config = peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"])
+    real_model = peft.get_peft_model(_llama().to(torch.bfloat16), config, autocast_adapter_dtype=False)
+    fake, real = _trace(plan.model, True), _trace(real_model, False)
+    for name in FIGURES:
+        assert getattr(fake, name) == getattr(real, name), name
+    assert {p.dtype for p in real_model.parameters() if p.requires_grad} == {torch.bfloat16}
+
+
 def test_dropout_keeps_its_mask_and_copy() -> None:
     model = _llama()
     plain = _trace(planned_model(model, parse_lora("r=8"), None, use_peft=False).model, True)
@@ -131,6 +170,7 @@ def test_default_targets_are_the_familys_attention_projections() -> None:
         ({"lora": "r=8,targets=nothing_here"}, "lora: targets nothing_here match no Linear layer of LlamaForCausalLM"),
         ({"lora": "r=8,rank=4"}, "lora: unknown setting 'rank'"),
         ({"lora": "r=8,dropout=1.5"}, "lora: dropout must be in [0, 1)"),
+        ({"lora": "r=8,dtype=int4"}, "lora: dtype must be one of fp32, bf16, fp16, got 'int4'"),
         ({"lora": "alpha=16"}, "lora: give the rank"),
         ({"quantize": "nf5"}, "unknown quantize 'nf5'; use one of nf4, fp4, int8"),
     ],
