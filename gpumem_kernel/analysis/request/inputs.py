@@ -138,7 +138,7 @@ def _kept_real(t: Any, b: int) -> Any:
 
     with unset_fake_temporarily():
         rows = torch.arange(b, device=t.device) % t.shape[0]
-        return t.detach()[rows]
+        return t[rows].detach()
 
 
 def batch_maker(
@@ -182,7 +182,8 @@ def batch_maker(
                 batch = torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
             else:
                 rows = torch.arange(b, device=t.device) % t.shape[0]  # real rows, cycled: valid token ids
-                batch = t.detach()[rows]
+                # rows taken from the sample, not from a view of it: a view would count the user's sample in the step
+                batch = t[rows].detach()
             # a sample that requires grad (adversarial training, input saliency) keeps it: backward then
             # computes, and keeps until the step ends, a gradient of the input too
             return batch.requires_grad_(t.requires_grad)
