@@ -276,3 +276,23 @@ def test_the_magic_and_the_cli_plan_a_peft_file(tmp_path: Path, capsys: Any) -> 
     assert any("DoRA r=" in note for note in payload["notes"]), payload["notes"]
     code = cli.main(["analyze", "--model", str(CONFIGS / "llama"), "-b", "2", "--input", "16", "--peft", str(adapters)])
     assert code == 0 and "DoRA r=" in capsys.readouterr().out
+
+
+def test_without_peft_a_plain_lora_config_uses_our_adapters_and_any_other_says_so(monkeypatch: Any) -> None:
+    import gpumem_kernel.analysis.model.fine_tune as fine_tune
+
+    monkeypatch.setattr(fine_tune, "load_peft", lambda: None)  # a kernel without peft
+    lora = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+    plan = planned_model(_llama(), None, None, peft=parse_peft(lora))
+    assert plan.lora.with_peft is None and plan.lora.spec.r == 8 and plan.lora.spec.alpha == 16
+    for config in (LLAMA_METHODS["ia3"][0], LLAMA_METHODS["dora"][0], LLAMA_METHODS["prompt-tuning"][0]):
+        with pytest.raises(ValueError) as info:
+            analyze(_llama(), batch_size=2, input=32, peft=config)
+        assert str(info.value) == "--peft needs peft installed (pip install peft)"
+
+
+def test_loha_and_lokr_on_quantised_layers_are_refused_in_one_line() -> None:
+    with pytest.raises(ValueError) as info:
+        analyze(_llama(), batch_size=2, input=32, peft=LLAMA_METHODS["loha"][0], quantize="nf4")
+    assert "peft: LoHa does not wrap bitsandbytes' quantised layers" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -77,7 +77,7 @@ def planned_model(
     """A copy of `model` with its Linear layers quantised and LoRA adapters (lora) or a PEFT config's adapters (peft)
     added, as asked. on_meta=False: real CPU tensors (zeros for quantised weights), for a real trace to compare the
     fake one with. use_peft=False: a plain LoRA config by gpumem's own adapter modules."""
-    lora, peft_module = _peft_or_own(peft, lora, use_peft)
+    lora, peft_module, use_peft = _peft_or_own(peft, lora, use_peft)
     if peft is not None and quantize is not None and peft.peft_type in ("LOHA", "LOKR"):
         # peft reshapes their delta weight to the base layer's weight: bitsandbytes' packed one has another shape
         raise ValueError(f"peft: {peft.method} does not wrap bitsandbytes' quantised layers in peft; drop --quantize")
@@ -100,18 +100,18 @@ def planned_model(
 
 def _peft_or_own(
     peft: Optional[PeftSpec], lora: Optional[LoraSpec], use_peft: Optional[bool]
-) -> "tuple[Optional[LoraSpec], Any]":
-    """(the LoRA spec our own modules take in its place, peft's module): without peft (or with use_peft=False) a
-    plain LoRA config becomes a LoraSpec; any other config needs peft."""
+) -> "tuple[Optional[LoraSpec], Any, Optional[bool]]":
+    """(the LoRA spec, peft's module, use_peft): without peft (or with use_peft=False) a plain LoRA config becomes
+    a LoraSpec for our own modules; any other config needs peft."""
     if peft is None:
-        return lora, None
+        return lora, None, use_peft
     module = load_peft() if use_peft is not False else None
     if module is not None:
-        return None, module
+        return None, module, use_peft
     settings = lora_settings(peft)
     if settings is None or use_peft:
         raise ValueError(NEEDS_PEFT)
-    return parse_lora(settings), None
+    return parse_lora(settings), None, False
 
 
 def _dequantisable(model: Any) -> None:
