@@ -7,6 +7,7 @@ keeps every other source's entry as the last run wrote it; --rows runs only the 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
 import sys
@@ -53,12 +54,14 @@ def _seminar(rows: Optional[Sequence[str]]) -> Dict[str, Any]:
 def new_source(name: str, rows: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """One protocol module's entry: its SOURCE, its target and the rows its run() returns."""
     module = importlib.import_module(f"benchmarks.published.{name}")
+    ran = module.run(rows or None)
     return {
         "module": name,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),  # a partial run's own
         **module.SOURCE,
         "target": module.TARGET,
         "not_expressed": getattr(module, "NOT_EXPRESSED", ""),
-        "rows": module.run(rows or None),
+        "rows": ran,
     }
 
 
