@@ -174,7 +174,7 @@ def check_every_length(
     their signatures differ or the longer one is over the limit, shortest gaps first, at most `runs` new traces."""
     known = set(traced)
     fits = [k for k in known if k <= maximum and not _over(engine.point(k), limit)]
-    top = maximum if maximum in fits else max(fits)  # an extrapolated maximum: the check ends at the traces
+    top = maximum if maximum in fits else max(fits, default=0)  # an extrapolated maximum: the check ends at the traces
     ks: Set[int] = {k for k in known if k <= top} | {1}
     while True:
         first_over, gap = _first_gap(engine, sorted(ks), limit)
