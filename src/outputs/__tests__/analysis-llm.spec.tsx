@@ -49,6 +49,19 @@ describe('analysis: the language model', () => {
     expect(row(node, 'checkpointing')).toBe('2 LlamaDecoderLayer (base_model.model.model.layers.0-1)');
   });
 
+  it('names the attention path the trace took, and shows none for a payload without it', async () => {
+    const path = 'SDPA with a 4-D mask, K/V expanded';
+    const node = await show(mutate(fixture('analysis_llm'), 'llm.attention_path', path));
+    expect(row(node, 'attention-path')).toBe(`${path} (as traced)`);
+    expect(texts(node, '.jp-GpuMem-llm th').slice(0, 3)).toEqual([
+      'Attention',
+      'Attention path',
+      'Checkpointing'
+    ]);
+    const older = await show(fixture('analysis_llm'));
+    expect(older.querySelector('.jp-GpuMem-llm tr[data-row="attention-path"]')).toBeNull();
+  });
+
   it("lists a QLoRA plan's quantised weights, adapters and dequantisation transients as separate lines", async () => {
     const node = await show(fixture('analysis_llm'));
     expect(texts(node, '.jp-GpuMem-llm th')).toEqual([

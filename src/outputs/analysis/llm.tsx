@@ -88,6 +88,14 @@ export function llmRows(payload: IAnalysisPayload, trans: Trans): ILlmRow[] {
         value: trans.__('%1 (config._attn_implementation)', llm.attention)
       });
     }
+    if (llm.attention_path) {
+      // the path the trace took (a 4-D mask or none, K/V expanded or not); absent from older payloads
+      rows.push({
+        key: 'attention-path',
+        label: trans.__('Attention path'),
+        value: trans.__('%1 (as traced)', llm.attention_path)
+      });
+    }
     const wrapped = llm.checkpointing;
     if (wrapped) {
       const value = trans.__('%1 %2 (%3)', wrapped.blocks, wrapped.kind, wrapped.names);
