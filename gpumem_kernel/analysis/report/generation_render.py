@@ -19,7 +19,7 @@ def figure_rows(payload: Dict[str, Any]) -> List[Tuple[str, str, str]]:
     """(what, size, how it is counted) of the plan's byte figures."""
     batch, prompt, new = payload["batch_size"], payload["prompt"], payload["new"]
     static = payload["cache"] == "static"
-    positions = prompt + new if static else prompt + new - 1
+    positions = prompt + new - 1
     logits = "last position" if payload["logits_positions"] == 1 else f"all {payload['logits_positions']} positions"
     weights_how = "parameters and buffers" + (f", {payload['quantize']}" if payload.get("quantize") else "")
     return [

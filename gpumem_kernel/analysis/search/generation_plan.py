@@ -42,7 +42,7 @@ class GenerationPlan:
     batch_size: int
     cache: str
     weights_bytes: int
-    kv_cache_bytes: int  # at the cache's longest: prompt + new - 1 positions (dynamic), prompt + new (static)
+    kv_cache_bytes: int  # at the cache's longest: prompt + new - 1 positions (the last token is never fed back)
     kv_bytes_per_token: int  # one position of one sequence, all layers (keys and values)
     prefill_peak_bytes: int
     decode_peak_bytes: int
@@ -216,8 +216,8 @@ def _plan(
 def _cache_notes(cache: str, traced: GenerationTrace) -> List[str]:
     if cache == "static":
         return [
-            f"StaticCache: every layer allocated at {traced.cache_length} positions in the prefill (prompt + new), "
-            "written in place after that"
+            f"StaticCache: every layer allocated at {traced.cache_length} positions (prompt + new - 1, generate()'s "
+            "max_length - 1) by the prefill, written in place after that"
         ]
     return [
         "DynamicCache: each decode step concatenates each layer's keys, then values, with the new position "

@@ -20,7 +20,8 @@ Version differences it follows (read from the model's forward, not from a versio
   it (4.x: the static cache writes at those positions; 5.x tracks its length in the cache itself).
 - DynamicCache grows each layer by `torch.cat([old, new], dim=-2)`: the old and the grown tensor coexist while each
   layer's keys (then values) are concatenated, one layer at a time. StaticCache allocates every layer at the full
-  length (prompt + new) at its first update, in the prefill, and writes in place (index_copy_) after that.
+  length generate() gives it (max_length - 1 = prompt + new - 1) at its first update, in the prefill, and writes in
+  place (index_copy_) after that.
 
 No attention mask is passed: one prompt length for the whole batch, no padding. generate() builds a mask of ones
 (batch x length int64) that attention with SDPA drops; it and the few scalars of the stopping criteria (a few hundred
@@ -58,7 +59,7 @@ class GenerationTrace:
     cache: str
     weights_bytes: int  # parameters and buffers
     kv_cache_bytes: int  # the cache's keys and values at their longest (after the last decode step)
-    cache_length: int  # positions each layer's cache holds at its longest (static: its allocated length)
+    cache_length: int  # positions each layer's cache holds at its longest: prompt + new - 1, dynamic or static
     prefill_peak_bytes: int  # live at the prefill's peak, weights included
     decode_peak_bytes: int  # live at the last decode step's peak, weights and cache included (prefill's if new == 1)
     logits_bytes: int  # the prefill's logits as the forward returns them (model dtype)
@@ -112,15 +113,19 @@ def _trace(
     try:
         gc.freeze()  # what exists before the trace is no garbage of it
         mode: Any = tracer_imports()(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-        with mode, _quiet_fake_tensor_log(), tracker:
+        with mode, _quiet_fake_tensor_log():
+            # copied before the tracker starts: the copy's detach() of each weight is no allocation of the step
             copy, _, _ = copy_model(model, TensorCopier(fake=fake))
-            weights = _register_weights(tracker, copy)
-            try:
-                facts = _generate(copy, tracker, prompt, new, batch_size, cache)
-            except TraceError:
-                raise
-            except Exception as exc:
-                raise TraceError(f"generation could not be traced: {type(exc).__name__}: {_first_line(exc)}") from None
+            with tracker:
+                weights = _register_weights(tracker, copy)
+                try:
+                    facts = _generate(copy, tracker, prompt, new, batch_size, cache)
+                except TraceError:
+                    raise
+                except Exception as exc:
+                    raise TraceError(
+                        f"generation could not be traced: {type(exc).__name__}: {_first_line(exc)}"
+                    ) from None
             del copy
             gc.collect()
         plan = TracePlan(model=None, optimizer=None, make_batch=_no_batch, loss_fn=_no_batch, **workspaces)
@@ -206,7 +211,8 @@ def _generate(model: Any, tracker: Any, prompt: int, new: int, batch_size: int, 
         with tracker.span("input", 0, 0):
             ids = torch.zeros((batch_size, prompt), dtype=torch.long)
             tracker.register(ids, "input")
-        cache = _new_cache(model, cache_kind, prompt + new)
+        # generate() sizes a static cache at max_length - 1: the last new token is never fed back
+        cache = _new_cache(model, cache_kind, prompt + new - 1)
         with tracker.span(PREFILL, 1, 0):
             out = model(**_inputs(arguments, ids, cache, 0))
             logits_shape = tuple(out.logits.shape)
