@@ -114,6 +114,9 @@ def analyze(shell: Any, rest: str) -> None:
     from gpumem_kernel.timeline.predicted import option_problem
 
     args = parse(analyze_arguments, "analyze", rest)
+    if args.generate or args.prompt is not None or args.new is not None:
+        generate(shell, args, rest)
+        return
     problem = option_problem(
         timeline=args.timeline, save=args.save, world_size=args.world_size, strategy=args.strategy, json=args.json
     )
@@ -130,6 +133,90 @@ def analyze(shell: Any, rest: str) -> None:
         display(analysis_bundle(report), raw=True)
     if history is not None:
         _show_timeline(history, args.save, show=not args.json)
+
+
+# --- generate: model.generate()'s memory (analysis.plan_generation) ---------------------------------------------
+
+# options of a training step a generation plan has no use for: (dest, its flag, the value that means "not given")
+_TRAINING_ONLY = (
+    ("lora", "--lora", None),
+    ("step", "--step", None),
+    ("eval_batch", "--eval-batch", None),
+    ("timeline", "--timeline", False),
+    ("save", "--save", None),
+    ("checkpointing", "--checkpointing", False),
+    ("keep_grads", "--keep-grads", False),
+    ("loss", "--loss", None),
+    ("amp", "--amp (generation runs in the weights' dtype)", "off"),
+    ("seq", "--seq (use --prompt)", None),
+    ("input", "--input (use --prompt)", None),
+    ("accum", "--accum", 1),
+    ("world_size", "--world-size", 1),
+    ("strategy", "--strategy", None),
+    ("effective_batch", "--effective-batch", None),
+    ("device", "--device (generation plans are traced)", None),
+)
+
+
+def generation_problem(args: Any) -> Optional[str]:
+    """The one line a --generate line gets for a missing count or an option of a training step."""
+    if not args.generate:
+        return "--prompt and --new go with --generate"
+    if args.prompt is None or args.new is None:
+        return "--generate needs --prompt N and --new M (prompt tokens, new tokens)"
+    if args.search != "batch":
+        return f"--generate plans generation, not a training step: drop --search {args.search}"
+    for dest, flag, unset in _TRAINING_ONLY:
+        if getattr(args, dest, unset) != unset:
+            return f"--generate plans generation, not a training step: drop {flag}"
+    return None
+
+
+def _batch_given(rest: str) -> bool:
+    """Whether the line names the batch: -b's default (32) is a training batch; generation defaults to 1."""
+    return any(t in ("-b", "--batch") or t.startswith(("--batch=", "-b=")) for t in rest.split())
+
+
+@import_repair()  # a model by name imports its library (transformers) before the plan begins
+def generate(shell: Any, args: Any, rest: str) -> None:
+    """`%gpumem analyze MODEL --generate --prompt N --new M`: the plan's table, or its payload with --json."""
+    from gpumem_kernel.analysis import generation_bundle, plan_generation
+
+    problem = generation_problem(args)
+    if problem is not None:
+        raise usage_error("analyze", problem)
+    try:
+        model, name = _generation_model(shell, args)
+        plan = plan_generation(
+            model,
+            prompt=args.prompt,
+            new=args.new,
+            batch_size=args.batch if _batch_given(rest) else 1,
+            cache=args.cache,
+            quantize=args.quantize,
+            target=resolve_target(args.target, "analyze"),
+            memory=resolve_memory(args.memory, "--memory", "analyze"),
+            torch_version=args.torch,
+            model_name=name,
+        )
+    except ValueError as exc:
+        if debug_enabled():
+            raise
+        raise usage_error("analyze", engine_message_line(exc)) from None
+    if args.json:
+        print(json.dumps(plan.to_payload(), indent=2))
+    else:
+        display(generation_bundle(plan.to_payload()), raw=True)
+
+
+def _generation_model(shell: Any, args: Any) -> Any:
+    """(model, its name in the output): the kernel's variable, or a model by name built on the meta device."""
+    if is_model_source(args.model, shell.user_ns):
+        from gpumem_kernel.analysis import build_named_model
+
+        built = build_named_model(args.model, args.task, args.trust_remote_code)
+        return built.model, args.model
+    return resolve_module(shell, args.model, "analyze"), args.model
 
 
 def _show_timeline(history: Any, save: Optional[str], show: bool = True) -> None:
