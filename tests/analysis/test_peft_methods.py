@@ -146,6 +146,13 @@ def test_qlora_with_another_method_traces_as_it_runs(method: str) -> None:
     assert fake_plan.quantised.layers == 14 and fake_plan.peft.trainable == real_plan.peft.trainable
 
 
+def test_the_adapters_line_names_the_method() -> None:
+    report = analyze(_llama(), batch_size=2, input=32, peft=LLAMA_METHODS["dora"][0], quantize="nf4")
+    adapters = next(f for f in report.figures if f.name == "adapters")
+    assert adapters.note.startswith("DoRA: ")
+    assert any(note.startswith("DoRA r=8, alpha=16, dropout=0 on q_proj,v_proj on 4 layers") for note in report.notes)
+
+
 def test_dora_holds_more_than_lora_of_the_same_rank() -> None:
     lora = {"peft_type": "LORA", "r": 8, "target_modules": ["q_proj", "v_proj"]}
     plain = _trace(planned_model(_llama(), None, None, peft=parse_peft(lora)).model, True)

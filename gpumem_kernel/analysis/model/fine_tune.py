@@ -200,8 +200,7 @@ def add_to_report(report: AnalysisReport, model: Any, plan: Optional[FineTunePla
     if plan is not None and plan.quantised is not None:
         figures += _quantised_figures(plan.quantised)
     if adapters:
-        method = plan.peft.spec.method if plan is not None and plan.peft is not None else method_of(model)
-        figures.append(_adapter_figure(adapters, report, method))
+        figures.append(_adapter_figure(adapters, report, method_of(model)))
     report.figures += figures
     if plan is not None:  # after the model's own notes (a model by name's come first)
         report.notes[:0] = plan.notes

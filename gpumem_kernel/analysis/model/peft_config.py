@@ -74,7 +74,8 @@ class PeftSpec:
 
     @property
     def method(self) -> str:
-        return METHODS[self.peft_type]
+        """The method's name: 'DoRA' for a LoRA config with use_dora."""
+        return "DoRA" if self.peft_type == "LORA" and self.settings.get("use_dora") else METHODS[self.peft_type]
 
 
 @dataclass
