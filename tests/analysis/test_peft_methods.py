@@ -186,6 +186,24 @@ def test_prompt_learning_reads_the_task_from_the_model() -> None:
     assert "prompt tuning: task_type CAUSAL_LM read from LlamaForCausalLM" in plan.notes
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"], "init_lora_weights": "pissa"},
+        {
+            "peft_type": "PROMPT_TUNING",
+            "num_virtual_tokens": 4,
+            "prompt_tuning_init": "TEXT",
+            "prompt_tuning_init_text": "Hi",
+        },
+    ],
+)
+def test_initialisations_that_read_weights_or_a_tokenizer_are_not_run(config: Dict[str, Any]) -> None:
+    plan = planned_model(_llama(), None, None, peft=parse_peft(config))
+    assert any("not run on the copy (the adapters' memory does not depend on it)" in note for note in plan.notes)
+    assert plan.peft.trainable > 0
+
+
 def test_lycoris_module_dropout_plans_the_step_that_applies_the_adapters() -> None:
     """LoHa and LoKr skip their adapters at random (module_dropout): the plan counts the step that applies them."""
     config = {"peft_type": "LOHA", "r": 8, "target_modules": ["q_proj", "v_proj"], "module_dropout": 0.5}

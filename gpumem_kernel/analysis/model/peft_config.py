@@ -192,6 +192,7 @@ def apply_peft(model: Any, spec: PeftSpec, peft: Any) -> Tuple[Any, PeftAdapters
     if spec.peft_type in PROMPT_LEARNING and not settings.get("task_type"):
         settings["task_type"] = task_type(model)
         notes.append(f"{spec.method}: task_type {settings['task_type']} read from {type(model).__name__}")
+    _plain_initialisation(spec, settings, notes)
     config = _config(spec, settings, peft, notes)
     try:
         wrapped = peft.get_peft_model(model, config)
@@ -205,6 +206,20 @@ def apply_peft(model: Any, spec: PeftSpec, peft: Any) -> Tuple[Any, PeftAdapters
         notes.append(f"{spec.source} says inference_mode: true (as peft saves it); the plan trains the adapters")
     done = PeftAdapters(spec, describe(spec.peft_type, built), layers, trainable, str(peft.__version__), notes)
     return wrapped, done
+
+
+# initialisations that read the weights or a tokenizer (SVD of each weight, a download): the same tensors as the
+# default one, so the plan starts the adapters the default way
+_INITIALISERS = {"LORA": ("init_lora_weights", (True, False, "gaussian"), True)}
+_INITIALISERS["PROMPT_TUNING"] = ("prompt_tuning_init", ("RANDOM",), "RANDOM")
+
+
+def _plain_initialisation(spec: PeftSpec, settings: Dict[str, Any], notes: List[str]) -> None:
+    key, plain, default = _INITIALISERS.get(spec.peft_type, ("", (), None))
+    value = settings.get(key)
+    if key and value is not None and value not in plain:
+        settings[key] = default
+        notes.append(f"{spec.method}: {key} {value!r} not run on the copy (the adapters' memory does not depend on it)")
 
 
 def _config(spec: PeftSpec, settings: Dict[str, Any], peft: Any, notes: List[str]) -> Any:
