@@ -22,6 +22,8 @@ from benchmarks.published import source_seminar as sem
 NEW_SOURCES = (
     "source_torchtune",
     "source_torchao",
+    "source_litgpt_inference",
+    "source_octocoder",
 )
 OLD_SOURCES = ("hf", "seminar")
 TARGETS = {"reserved": 0.03, "total": 0.05, "allocated": 0.03}
