@@ -34,10 +34,19 @@ FOUR_BIT_KEEPS_INPUT = BnbRule(
     "each traced 4-bit layer whose input needs a gradient keeps that input (cast to the compute dtype) on its "
     "autograd node, freed with the graph as ctx.tensors was",
 )
-RULES: Tuple[BnbRule, ...] = (FOUR_BIT_KEEPS_INPUT,)
+FOUR_BIT_FROM_FP16 = BnbRule(
+    "4bit-quantized-from-fp16",
+    (0, 43, 0),
+    "https://github.com/bitsandbytes-foundation/bitsandbytes/pull/970 (commit dcfb6f8, first released in 0.43.0)",
+    "Params4bit quantised a copy of the weight cast to fp16 (`.half()`), so MatMul4Bit dequantised into fp16 and cast "
+    "that to the input's dtype in forward (`.to(A.dtype)`) and to the gradient's in backward",
+    "each traced 4-bit layer dequantises into fp16 and casts to the compute dtype, in forward and in backward",
+)
+RULES: Tuple[BnbRule, ...] = (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FROM_FP16)
 BNB_HELP = (
     "plan the quantised layers for this bitsandbytes, e.g. 0.41: its memory rules (4-bit layers kept their input "
-    "for backward before 0.43.2) (default: the layers as bitsandbytes 0.43.2 and later run them)"
+    "for backward before 0.43.2, and were quantised from fp16 before 0.43.0) (default: the layers as bitsandbytes "
+    "0.43.2 and later run them)"
 )
 
 

@@ -20,7 +20,8 @@ Run time, as CUDA runs a training batch (tokens above the fused kernels' few row
   block) and the weight dequantised into a [out, in] transient of the compute dtype, then `F.linear`; backward
   (`MatMul4Bit.backward`, only when the input needs a gradient) dequantises again, into the dtype the weight was
   quantised from, cast to the gradient's dtype where it differs. Nothing of the layer is saved for backward but the
-  packed weight itself (before 0.43.2 its input too: the rule of analysis.model.bnb_rules, `bnb_version=`).
+  packed weight itself (before 0.43.2 its input too, and before 0.43.0 the weight was quantised from fp16 and
+  dequantised into it: the rules of analysis.model.bnb_rules, `bnb_version=`).
 - 8-bit forward (`MatMul8bitLt`): the input cast to fp16, int8-quantised (int8 [tokens, in], fp32 scale per row),
   an int32 product [tokens, out] dequantised into the output; the input is kept for backward, which dequantises the
   weight into the input's dtype ([out, in]) for the input's gradient.
@@ -34,7 +35,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
-from gpumem_kernel.analysis.model.bnb_rules import FOUR_BIT_KEEPS_INPUT, note, rules_for
+from gpumem_kernel.analysis.model.bnb_rules import FOUR_BIT_FROM_FP16, FOUR_BIT_KEEPS_INPUT, note, rules_for
 
 KINDS = ("nf4", "fp4", "int8")
 BLOCKSIZE = 64  # Params4bit's default blocksize
@@ -63,6 +64,9 @@ class QuantSpec:
     threshold: float = DEFAULT_THRESHOLD  # int8: outlier threshold (outliers not traced)
     # 4-bit: the layer keeps its input for backward, as bitsandbytes before 0.43.2 did (bnb_rules.FOUR_BIT_KEEPS_INPUT)
     keeps_input: bool = False
+    # 4-bit: the dtype the weight was quantised from, where not its own (bitsandbytes before 0.43.0: float16,
+    # bnb_rules.FOUR_BIT_FROM_FP16): dequantised into it, then cast to the compute dtype
+    quantized_from: Optional[str] = None
 
     @property
     def four_bit(self) -> bool:
@@ -73,7 +77,8 @@ class QuantSpec:
             return f"int8 (LLM.int8, threshold {self.threshold:g})"
         double = "double quantisation" if self.double_quant else "no double quantisation"
         kept = ", each layer's input kept for backward" if self.keeps_input else ""
-        return f"{self.kind} ({double}, compute {self.compute}{kept})"
+        origin = f", quantised from {self.quantized_from}" if self.quantized_from else ""
+        return f"{self.kind} ({double}, compute {self.compute}{origin}{kept})"
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,12 @@ def with_bnb_version(spec: Optional[QuantSpec], bnb_version: Optional[str]) -> T
     """`spec` as the planned bitsandbytes runs it (analysis.model.bnb_rules), and a note per rule applied; the
     version is checked (ValueError, one line) even without a spec."""
     rules = rules_for(bnb_version)
-    if spec is None or not spec.four_bit or FOUR_BIT_KEEPS_INPUT not in rules:
+    if spec is None or not spec.four_bit or not rules:
         return spec, []
-    return _replace(spec, keeps_input=True), [note(str(bnb_version), FOUR_BIT_KEEPS_INPUT)]
+    changes = {"keeps_input": FOUR_BIT_KEEPS_INPUT in rules}
+    if FOUR_BIT_FROM_FP16 in rules:
+        changes["quantized_from"] = "float16"
+    return _replace(spec, **changes), [note(str(bnb_version), rule) for rule in rules]
 
 
 def _with_setting(spec: QuantSpec, setting: str, text: str) -> QuantSpec:
@@ -185,8 +193,11 @@ def dequant_bytes(spec: QuantSpec, out_features: int, in_features: int, weight_d
     absmax = _blocks(numel, BLOCKSIZE) * 4 if spec.double_quant else 0
     compute = COMPUTE_DTYPES[spec.compute]
     forward = numel * _ITEMSIZE[compute] + absmax
-    backward = numel * _ITEMSIZE[weight_dtype] + absmax
-    if weight_dtype != compute:
+    origin = spec.quantized_from or weight_dtype
+    if spec.quantized_from and origin != compute:  # dequantised into the fp16 it was quantised from, then cast
+        forward += numel * _ITEMSIZE[origin]
+    backward = numel * _ITEMSIZE[origin] + absmax
+    if origin != compute:
         backward += numel * _ITEMSIZE[compute]
     return forward, backward
 
@@ -290,6 +301,8 @@ def quant_linear_class() -> type:
             self.in_features, self.out_features = linear.in_features, linear.out_features
             self.spec = spec
             self.weight_dtype = str(linear.weight.dtype).replace("torch.", "")
+            # what bitsandbytes dequantises into: the dtype the weight was quantised from
+            self.dequant_dtype = spec.quantized_from or self.weight_dtype
             for piece in layout(spec, self.out_features, self.in_features):
                 tensor = torch.zeros(piece.shape, dtype=getattr(torch, piece.dtype), device=device)
                 if piece.name == "weight":  # a frozen Parameter, as Params4bit and Int8Params are
@@ -340,7 +353,10 @@ def _dequantise_function() -> type:
             if layer.spec.four_bit:
                 if layer.spec.keeps_input and ctx.needs_input_grad[0]:
                     ctx.kept = x  # MatMul4Bit before 0.43.2: ctx.tensors = (A, B), alive as long as the node
-                weight = _dequantised(layer, x.dtype)
+                if layer.spec.quantized_from:  # F.dequantize_4bit(B, state).to(A.dtype)
+                    weight = _dequantised(layer, getattr(torch, layer.dequant_dtype)).to(x.dtype)
+                else:
+                    weight = _dequantised(layer, x.dtype)
                 return torch.nn.functional.linear(x, weight, layer.bias)
             ctx.kept = x  # MatMul8bitLt keeps its input (ctx.tensors = (CAt, subA, A))
             return _int8_forward(x, layer)
@@ -349,7 +365,7 @@ def _dequantise_function() -> type:
         def backward(ctx: Any, grad: Any) -> Tuple[Any, None]:
             layer = ctx.layer
             if layer.spec.four_bit:
-                weight = _dequantised(layer, getattr(torch, layer.weight_dtype))
+                weight = _dequantised(layer, getattr(torch, layer.dequant_dtype))
                 return torch.matmul(grad, weight.to(grad.dtype)), None
             weight = layer.weight.to(ctx.kept.dtype).mul_(layer.SCB.unsqueeze(1).mul(1.0 / 127.0))
             return torch.matmul(grad.to(ctx.kept.dtype), weight), None
