@@ -53,13 +53,17 @@ def _seminar(rows: Optional[Sequence[str]]) -> Dict[str, Any]:
     }
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def new_source(name: str, rows: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """One protocol module's entry: its SOURCE, its target and the rows its run() returns."""
     module = importlib.import_module(f"benchmarks.published.{name}")
     ran = module.run(rows or None)
     return {
         "module": name,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),  # a partial run's own
+        "date": _now(),  # a partial run keeps the others' entries, each with the date it ran
         **module.SOURCE,
         "target": module.TARGET,
         "not_expressed": getattr(module, "NOT_EXPRESSED", ""),
@@ -83,9 +87,10 @@ def collect(sources: Optional[Sequence[str]], rows: Optional[Sequence[str]]) -> 
     new_before = {s.get("module"): s for s in previous.get("new_sources", [])}
     old: List[Any] = []
     for index, (key, make) in enumerate((("hf", _hf), ("seminar", _seminar))):
-        entry = make(rows) if key in wanted else old_before.get(index)
-        if entry is not None:
-            old.append(entry)
+        if key in wanted:
+            old.append({**make(rows), "date": _now()})
+        elif index in old_before:  # kept: the date it ran, not this run's
+            old.append({**old_before[index], "date": old_before[index].get("date", previous.get("date"))})
     new = [new_source(n, rows) if n in wanted else new_before.get(n) for n in NEW_SOURCES]
     return {"sources": old, "new_sources": [s for s in new if s is not None], "targets": TARGETS}
 

@@ -113,6 +113,16 @@ def new_source_section(source: Dict[str, Any]) -> str:
     return head + "\n".join(lines) + "\n" + tail
 
 
+def _run_dates(result: Dict[str, Any]) -> str:
+    """When a --sources run kept older entries: the day each source last ran (the provenance line is the file's)."""
+    run = str(result.get("date", ""))[:10]
+    sources = [*result["sources"], *result.get("new_sources", [])]
+    dates = [(s["name"].split(",")[0], str(s.get("date") or run)[:10]) for s in sources]
+    if all(d == run for _, d in dates):
+        return ""
+    return "\nEach source's last run: " + "; ".join(f"{name} {day}" for name, day in dates) + ".\n"
+
+
 def section(result: Optional[Dict[str, Any]], provenance: Any = None) -> str:
     if result is None:
         return HEAD + f"**Figure:** not measured: run `{RUN}`.\n"
@@ -142,6 +152,7 @@ def section(result: Optional[Dict[str, Any]], provenance: Any = None) -> str:
         parts.append("\nRules applied: " + "; ".join(rules) + f". Context basis: {rows[0]['context_basis']}.\n")
     for source in result.get("new_sources", []):
         parts.append(new_source_section(source))
+    parts.append(_run_dates(result))
     if provenance:
         parts.append("\n" + provenance(result) + "\n")
     return "".join(parts)

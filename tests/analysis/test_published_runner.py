@@ -137,17 +137,28 @@ def test_the_readme_renders_each_new_source_with_its_target() -> None:
     assert "**Example source**" in text and "1/2 rows within the target (3%)" in text
     assert "| packed | batch 2 | 60.0 GiB | 59.67 GiB | -0.5% | yes |" in text
     assert "no: fusions not traced" in text and "Rows not expressed: Compile: fused kernels." in text
+    assert "last run" not in text  # one run: the provenance line dates it
+
+
+def test_the_readme_dates_each_source_a_partial_run_kept() -> None:
+    from benchmarks.published import readme
+
+    kept = {**_source([]), "name": "Kept source, old", "date": "2026-01-02T00:00:00+00:00"}
+    fresh = {**_source([]), "name": "Fresh source", "date": "2026-02-03T00:00:00+00:00"}
+    text = readme.section({"date": fresh["date"], "sources": [], "new_sources": [kept, fresh], "targets": {}})
+    assert "Each source's last run: Kept source 2026-01-02; Fresh source 2026-02-03." in text
 
 
 def test_a_partial_run_keeps_the_other_sources(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks.published import __main__ as published
 
-    before = {"sources": [{"name": "hf"}, {"name": "seminar"}], "new_sources": [_source([]), {"module": "old"}]}
+    before = {"date": "2026-01-02T03:04:05+00:00", "sources": [{"name": "hf"}, {"name": "seminar"}]}
+    before["new_sources"] = [_source([]), {"module": "old"}]
     monkeypatch.setattr(published, "_previous", lambda: before)
     monkeypatch.setattr(published, "NEW_SOURCES", ("source_x", "old"))
     monkeypatch.setattr(published, "new_source", lambda name, rows=None: {"module": name, "rows": ["fresh"]})
     result = published.collect(["source_x"], None)
-    assert result["sources"] == before["sources"]
+    assert result["sources"] == [{"name": n, "date": "2026-01-02T03:04:05+00:00"} for n in ("hf", "seminar")]
     assert result["new_sources"] == [{"module": "source_x", "rows": ["fresh"]}, {"module": "old"}]
     with pytest.raises(SystemExit, match="unknown source"):
         published.collect(["nope"], None)
