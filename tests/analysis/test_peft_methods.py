@@ -316,6 +316,14 @@ def test_without_peft_a_plain_lora_config_uses_our_adapters_and_any_other_says_s
         assert str(info.value) == "--peft needs peft installed (pip install peft)"
 
 
+def test_a_peft_model_is_not_given_a_second_adapter() -> None:
+    model = _real_peft_model(_llama, LLAMA_METHODS["ia3"][0])
+    with pytest.raises(ValueError) as info:
+        analyze(model, batch_size=2, input=32, peft=LLAMA_METHODS["dora"][0])
+    said = f"peft: {type(model).__name__} already has adapters: drop peft= to analyse it as it is"
+    assert str(info.value) == said
+
+
 def test_loha_and_lokr_on_quantised_layers_are_refused_in_one_line() -> None:
     with pytest.raises(ValueError) as info:
         analyze(_llama(), batch_size=2, input=32, peft=LLAMA_METHODS["loha"][0], quantize="nf4")

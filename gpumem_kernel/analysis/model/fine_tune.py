@@ -134,8 +134,9 @@ def _dequantised_weight(layer: Any) -> Any:
 
 def _refuse_twice(model: Any, lora: Any, quantize: Optional[QuantSpec]) -> None:
     if lora is not None and adapter_parameters(model):
-        option = "peft=" if isinstance(lora, PeftSpec) else "lora="
-        raise ValueError(f"lora: {type(model).__name__} already has adapters: drop {option} to analyse it as it is")
+        option = "peft" if isinstance(lora, PeftSpec) else "lora"
+        name = type(model).__name__
+        raise ValueError(f"{option}: {name} already has adapters: drop {option}= to analyse it as it is")
     names = {type(m).__name__ for m in model.modules()}
     if quantize is not None and names & {"Linear4bit", "Linear8bitLt"}:
         raise ValueError(f"quantize: {type(model).__name__} is already quantised by bitsandbytes")
