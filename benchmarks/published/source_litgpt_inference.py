@@ -6,7 +6,12 @@ October 2023; its figures unchanged since): "Lit-GPT version: commit 8641822", "
 0.41.1", `--precision bf16-true`. The table names no prompt or length: generate/base.py at 8641822 ran with its
 defaults, prompt "Hello, my name is", max_new_tokens=50, num_samples=1, batch 1 (`model.set_kv_cache(batch_size=1)`),
 the KV cache allocated at prompt + 50 positions before the first token (`model.max_seq_length =
-max_returned_tokens`), as a static cache is. The peak was never reset: it covers loading the checkpoint too.
+max_returned_tokens`), as a static cache is. The peak was never reset: it covers loading the checkpoint too, which
+in bf16 copies into the weights in place and with 4-bit layers re-quantises each from an fp16 copy of its weight on
+the GPU, one layer at a time: less than the prompt's forward holds when it dequantises the lm_head (an fp16 and a
+bf16 copy), so the peak is the prompt's.
+The 4-bit rows are planned as Fabric 2.1's BitsandbytesPrecision ran them: every nn.Linear quantised, the lm_head
+too, each from fp16 (the model built with its Linear weights in fp16, the rest in bf16).
 
 The models are transformers models built from configs equivalent to LitGPT's (lit_gpt/config.py at 8641822, each
 written out below with its LitGPT fields beside it): the generation plan traces a transformers model's forward with
@@ -247,7 +252,8 @@ CAUSES = {
     "({layer})",
     "subclass": "plan: only exact torch.nn.Linear layers are quantised (analysis/model/quantize.py, _linears: "
     "`type(child) is torch.nn.Linear`); transformers' Falcon builds FalconLinear, an nn.Linear subclass that "
-    "bitsandbytes' replacement (transformers' and Fabric's alike) converts: {count} layers left in bf16",
+    "bitsandbytes' replacement (transformers' and Fabric's alike) converts: {count} layers left in bf16 (planned "
+    "as plain Linear layers, {extra:+.3f} GB)",
     "gqa_cache": "LitGPT 8641822 caches keys and values for all n_head heads under GQA (build_kv_cache: heads = "
     "n_head unless n_query_groups == 1), the StaticCache of the equivalent Llama for the n_query_groups heads: "
     "{extra:.3f} GB more",
@@ -294,12 +300,11 @@ def build(model: str, quantised: bool = False) -> Any:
     return built.eval()
 
 
-def analyse(row: Row) -> Any:
+def analyse(row: Row, model: Any = None) -> Any:
     from gpumem_kernel.analysis import plan_generation
 
-    model = build(row.model, quantised=bool(row.quantize))
     return plan_generation(
-        model,
+        model if model is not None else build(row.model, quantised=bool(row.quantize)),
         prompt=prompt_tokens(row.model),
         new=NEW,
         batch_size=1,
@@ -338,14 +343,32 @@ def _gqa_cache_extra(row: Row) -> int:
     return config["num_hidden_layers"] * 2 * (heads - groups) * head_dim * (prompt_tokens(row.model) + NEW) * 2
 
 
-def causes(row: Row) -> List[Tuple[str, int]]:
+def _plain_linears(model: Any) -> Any:
+    """The model with each nn.Linear subclass replaced by a plain nn.Linear of the same shape and dtype (their
+    forward is the same matmul): what the plan would quantise had it taken the subclasses."""
+    import torch
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and type(child) is not torch.nn.Linear:
+                with torch.device("meta"):
+                    plain = torch.nn.Linear(
+                        child.in_features, child.out_features, bias=child.bias is not None, dtype=child.weight.dtype
+                    )
+                setattr(parent, name, plain)
+    return model
+
+
+def causes(row: Row, predicted_bytes: int) -> List[Tuple[str, int]]:
     """(cause, the bytes it leaves out of the plan: 0 where not counted) of this row's difference from LitGPT."""
     found: List[Tuple[str, int]] = []
     model = build(row.model, quantised=bool(row.quantize))
     if row.quantize:
         subclasses = _linear_subclasses(model)
-        if subclasses:
-            found.append((CAUSES["subclass"].format(count=subclasses), 0))
+        if subclasses:  # counted by planning the same model with plain Linear layers
+            plain = analyse(row, _plain_linears(model))
+            extra = int(plain.peak_bytes) - predicted_bytes
+            found.append((CAUSES["subclass"].format(count=subclasses, extra=extra / 1e9), extra))
         layer, numel = _largest_linear(model)
         extra = numel * 2  # the bf16 copy beside the fp16 one
         found.append((CAUSES["cast"].format(extra=extra / 1e9, layer=layer), extra))
@@ -377,7 +400,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             "note": "",
         }
         if abs(error) > row.target:
-            found = causes(row)
+            found = causes(row, int(plan.peak_bytes))
             explained = predicted + sum(extra for _, extra in found) / 1e9
             result["note"] = "; ".join(text for text, _ in found) or "unexplained"
             if any(extra for _, extra in found):

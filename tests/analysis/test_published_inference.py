@@ -76,3 +76,13 @@ def test_an_octocoder_row_runs_through_the_generation_plan() -> None:
     (row,) = octocoder.run(["bf16"])
     assert row["unit"] == "GiB" and row["published"] == 29.026
     _check(row)
+
+
+def test_a_quantised_row_that_misses_names_its_cause_and_its_bytes() -> None:
+    """phi-1.5 nf4: a miss carries its cause, and the plan with the bytes the cause names comes within 1 %."""
+    (row,) = litgpt.run(["phi-1_5 bnb.nf4 generate"])
+    if abs(row["error"]) <= row["target"]:
+        assert row["note"] == ""
+        return
+    assert "dequantises" in row["note"] and "lm_head" in row["note"]
+    assert row["explained"] == pytest.approx(row["published"], rel=0.01)
