@@ -12,20 +12,26 @@ the last position copied to fp32 (`outputs.logits[:, -1].to(copy=True, dtype=flo
 `torch.cat`, the outputs dropped; the previous step's fp32 logits stay bound through the next forward, as there.
 Sampling adds a softmax of that fp32 row per step (batch x vocab x 4 bytes, freed at once): not traced.
 
-Version differences it follows (read from the model's forward, not from a version number):
+Version differences it follows (read from the model's forward and the cache classes, not from a version number;
+tested on transformers 4.57 and 5.24: the same model plans within a few hundred bytes in both, but for GPT-2, whose
+4.x attention holds a causal-mask buffer per layer (n_positions squared bytes) that 5.x dropped):
 - logits kept by the prefill: generate() passes `logits_to_keep=1` (transformers >= 4.50; `num_logits_to_keep=1`
   in 4.45-4.49) when the forward takes it: only the last position's logits exist. A model whose forward takes
   neither computes logits for every prompt position (batch x prompt x vocab), as generate() of those versions did.
 - the cache argument: `past_key_values` (4.x) or `cache` (5.x); `cache_position` is passed where the forward takes
-  it (4.x: the static cache writes at those positions; 5.x tracks its length in the cache itself).
+  it (4.x: the static cache writes at those positions; 5.x has no such argument: its StaticCache layers count their
+  length in a `cumulative_length` tensor of their own). Growing the cache to the last step's length goes through the
+  cache's own update(), so each version's bookkeeping is its own.
+- both make the cache as generate() does: DynamicCache(config=text config) (per-layer sliding windows included), and
+  StaticCache(config=, max_cache_len=max_length - 1) whose layers allocate at their first update.
 - DynamicCache grows each layer by `torch.cat([old, new], dim=-2)`: the old and the grown tensor coexist while each
   layer's keys (then values) are concatenated, one layer at a time. StaticCache allocates every layer at the full
   length generate() gives it (max_length - 1 = prompt + new - 1) at its first update, in the prefill, and writes in
   place (index_copy_) after that.
 
 No attention mask is passed: one prompt length for the whole batch, no padding. generate() builds a mask of ones
-(batch x length int64) that attention with SDPA drops; it and the few scalars of the stopping criteria (a few hundred
-bytes) are left out.
+(batch x length int64) that attention with SDPA drops; it, cache_position and the stopping criteria's flags are left
+out (a real generate() of the tests' small models peaks under 16 KiB above the traced loop, at batch 3).
 
 torch and transformers are imported inside functions only: the kernel shim must load without them.
 """
