@@ -223,6 +223,8 @@ class SizeHints:
         from torch.utils._python_dispatch import _disable_current_modes
 
         real_args, real_kwargs = tree_map_only(torch.Tensor, self._real, (tuple(args), kwargs))
+        if real_kwargs.get("device") is not None:  # `mask.to("cuda")`: values stay on the CPU, no GPU is touched
+            real_kwargs = {**real_kwargs, "device": torch.device("cpu")}
         with _disable_current_modes():
             real_out = func(*real_args, **real_kwargs)
         try:

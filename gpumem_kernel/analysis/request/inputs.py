@@ -130,12 +130,17 @@ def _check_padded(model: Any, shape: Tuple[int, ...], vocab_size: Optional[int])
     return _forward_takes(model, "labels")
 
 
-def _kept_real(t: Any, b: int) -> Any:
+def _kept_real(t: Any, b: int, fake: bool) -> Any:
     """A sample's attention mask at batch b, its rows cycled, as a real tensor also in a fake trace (the same ops
-    as the real run): transformers reads its values to choose the attention path (analysis.fake.attention_path)."""
+    as the real run): transformers reads its values to choose the attention path (analysis.fake.attention_path). A
+    fake trace runs on the CPU: a mask on a GPU is read to the host first, untracked, and nothing runs on the GPU."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
 
+    if fake and t.device.type != "cpu":
+        with _disable_current_modes():
+            t = t.detach().cpu()
     with unset_fake_temporarily():
         rows = torch.arange(b, device=t.device) % t.shape[0]
         return t[rows].detach()
@@ -177,7 +182,7 @@ def batch_maker(
             if not isinstance(t, torch.Tensor):
                 return t
             if values:
-                return _kept_real(t, b).requires_grad_(t.requires_grad)
+                return _kept_real(t, b, fake).requires_grad_(t.requires_grad)
             if fake:
                 batch = torch.empty((b,) + tuple(t.shape[1:]), dtype=t.dtype, device="cpu")
             else:
