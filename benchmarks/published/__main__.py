@@ -24,6 +24,7 @@ NEW_SOURCES = (
     "source_torchao",
     "source_litgpt_inference",
     "source_octocoder",
+    "source_litgpt",
 )
 OLD_SOURCES = ("hf", "seminar")
 TARGETS = {"reserved": 0.03, "total": 0.05, "allocated": 0.03}
