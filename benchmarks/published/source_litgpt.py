@@ -14,9 +14,10 @@ logits list alive through backward and cast to fp32 as Fabric 2.1's module wrapp
 (`convert_output`: the default dtype, outside its bf16 context), `chunked_cross_entropy` over them in fp32, AdamW
 (weight decay 0.01) on the adapters; the quantised rows with Fabric 2.1's BitsandbytesPrecision, which replaces every
 nn.Linear (lm_head too: no ignore_modules then) by a 4-bit layer, and bitsandbytes' PagedAdamW, whose state is paged
-(CUDA managed memory, outside max_memory_allocated), traced with the bitsandbytes 0.41 rule (a 4-bit layer kept its
-input for backward). The rope cache is rebuilt at the longest length outside Fabric's bf16 context, in fp32, as
-`model.max_seq_length = longest_seq_length` did.
+(CUDA managed memory, outside max_memory_allocated), traced with the bitsandbytes 0.41 rules (a 4-bit layer kept its
+input for backward; its weight was quantised from an fp16 copy, as Fabric's _Linear4bit also did, so it is dequantised
+into fp16 and cast to bf16 in forward and backward). The rope cache is rebuilt at the longest length outside Fabric's
+bf16 context, in fp32, as `model.max_seq_length = longest_seq_length` did.
 """
 
 from __future__ import annotations
