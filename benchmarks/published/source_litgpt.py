@@ -9,15 +9,16 @@ StableLM Alpha 1034, Llama 2 1304), which finetune/lora.py at 8641822 forces int
 
 Each row is traced the way that script ran it: LitGPT's own model, LoRA and loss code at 8641822 (vendored in
 benchmarks/published/litgpt/, Apache-2.0), LoRA r=8, alpha=16, dropout 0.05 on query and value, the model in bf16
-(adapters too: Fabric's bf16-true builds every parameter in bf16), `model(x, lm_head_chunk_size=128)` with the
-logits list alive through backward and cast to fp32 as Fabric 2.1's module wrapper returns every floating output
+(adapters too: Fabric's bf16-true builds every parameter in bf16), `model(x, lm_head_chunk_size=128)` with the logits
+list alive through backward and cast to fp32 as Fabric 2.1's module wrapper returns every floating output
 (`convert_output`: the default dtype, outside its bf16 context), `chunked_cross_entropy` over them in fp32, AdamW
 (weight decay 0.01) on the adapters; the quantised rows with Fabric 2.1's BitsandbytesPrecision, which replaces every
-nn.Linear (lm_head too: no ignore_modules then) by a 4-bit layer, and bitsandbytes' PagedAdamW, whose state is paged
-(CUDA managed memory, outside max_memory_allocated), traced with the bitsandbytes 0.41 rules (a 4-bit layer kept its
-input for backward; its weight was quantised from an fp16 copy, as Fabric's _Linear4bit also did, so it is dequantised
-into fp16 and cast to bf16 in forward and backward). The rope cache is rebuilt at the longest length outside Fabric's
-bf16 context, in fp32, as `model.max_seq_length = longest_seq_length` did.
+nn.Linear (lm_head too: no ignore_modules then) by a 4-bit layer, and bitsandbytes' PagedAdamW, whose fp32 state is
+device memory here (get_state_buffer pages only parameters of 1e5 elements or more; no adapter matrix has that),
+traced with the bitsandbytes 0.41 rules (a 4-bit layer kept its input for backward; its weight was quantised from an
+fp16 copy, as Fabric's _Linear4bit also did, so it is dequantised into fp16 and cast to bf16 in forward and backward).
+The rope cache is rebuilt at the longest length outside Fabric's bf16 context, in fp32, as `model.max_seq_length =
+longest_seq_length` did.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Row:
             "micro_batch": self.micro_batch,
             "sequence": LONGEST[self.model],
             "lora": "r=8, alpha=16, dropout=0.05, query and value",
-            "optimizer": "bnb PagedAdamW (paged state)" if self.quantize else "torch.optim.AdamW",
+            "optimizer": "bnb PagedAdamW (fp32 state, unpaged below 1e5 elements)" if self.quantize else "AdamW",
             "loss": "chunked_cross_entropy, lm_head_chunk_size=128",
         }
 
