@@ -222,7 +222,12 @@ class Row:
         }
 
 
-# the table's rows with a figure (the OOM and CUBLAS-error rows have none)
+# the rows the plan cannot be compared on, with why (said once in the README)
+NOT_EXPRESSED = (
+    "bf16 CodeLlama-34B, Falcon-40B and Llama-2-70B (OOM on the 40 GB A100) and Llama-2-70B nf4 (a CUBLAS error): "
+    "no figure to compare"
+)
+# the table's rows with a figure
 ROWS: Tuple[Row, ...] = (
     Row("phi-1_5", None, 2.86),
     Row("phi-1_5", "bnb.nf4", 1.39),
@@ -405,6 +410,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             result["note"] = "; ".join(text for text, _ in found) or "unexplained"
             if any(extra for _, extra in found):
                 result["explained"] = round(explained, 3)  # the plan with the bytes the causes name added
+                result["note"] += f" (with them: {explained:.2f} GB, {_error(explained, row.published_gb):+.1%})"
         out.append(result)
         print(f"{row.name:<40} published {row.published_gb:>6.2f} GB | predicted {predicted:>6.2f} ({error:+.1%})")
     return out

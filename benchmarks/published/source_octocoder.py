@@ -99,6 +99,10 @@ class Row:
         }
 
 
+# the rows the plan cannot be compared on, with why (said once in the README)
+NOT_EXPRESSED = (
+    "the page's later cells (generation with the KV cache by hand, the multi-round chat) print no memory figure"
+)
 ROWS: Tuple[Row, ...] = (
     Row("bf16", 29.0260648727417, SHORT_PROMPT, "bfloat16"),
     Row("8-bit", 15.219234466552734, SHORT_PROMPT, "float16", "int8"),
@@ -221,6 +225,8 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             result["note"] = cause
             if extra:
                 result["explained"] = round(predicted + extra, 3)  # the plan with the bytes the cause names added
+                explained = _error(predicted + extra, row.published_gib)
+                result["note"] += f" (with it: {predicted + extra:.2f} GiB, {explained:+.1%})"
         out.append(result)
         print(f"{row.name:<30} published {row.published_gib:>6.2f} GiB | predicted {predicted:>6.2f} ({error:+.1%})")
     return out
