@@ -109,7 +109,9 @@ def _assert_same_trace(fake: TraceResult, real: TraceResult) -> None:
 
 
 @pytest.mark.parametrize("mask", MASKS)
-@pytest.mark.parametrize("family, attention", [("llama", "sdpa"), ("gpt2", "sdpa"), ("llama", "eager")])
+@pytest.mark.parametrize(
+    "family, attention", [("llama", "sdpa"), ("gpt2", "sdpa"), ("llama", "eager"), ("gpt2", "eager")]
+)
 def test_the_trace_takes_the_path_real_tensors_take(family: str, attention: str, mask: str, monkeypatch: Any) -> None:
     model, make = _model(family, attention), _batches(mask)
     expected = _expected(family, attention, mask)
