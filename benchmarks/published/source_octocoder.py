@@ -18,8 +18,10 @@ The quantised loads name no torch_dtype: transformers then loads the other weigh
 
 The prompt is given as text only, so its tokens are counted: the short prompt is 20 tokens (the page's own KV-cache
 cell prints "length of key-value cache 20" for it), the long one `10 * system_prompt + prompt` 5,610 tokens,
-counted with the StarCoder-family byte-level BPE (the 49,152-token vocabulary llama.cpp ships for StarCoder models
-as models/ggml-vocab-starcoder.gguf, which gives 20 for the short prompt too); 1,994 characters of system prompt.
+counted with the StarCoder-family byte-level BPE: the 49,152-token vocabulary llama.cpp ships as
+models/ggml-vocab-starcoder.gguf (its metadata names starcoder2; rebuilt with the tokenizers package it gives
+llama.cpp's expected ids for all 47 of its test strings, and 20 tokens for the short prompt, as the page printed);
+1,994 characters of system prompt, 559 tokens.
 The page's transformers (4.33/4.34 in September 2023) computed the logits of every prompt position in the prefill
 (generate() had no logits_to_keep): the model here takes no logits_to_keep either.
 """
@@ -51,8 +53,8 @@ SOURCE: Dict[str, str] = {
     "open": (
         "prompts are given as text: the short prompt's 20 tokens are the page's own (its KV-cache cell); the long "
         "prompt's 5,610 were counted here with the StarCoder-family BPE vocabulary (llama.cpp's "
-        "ggml-vocab-starcoder.gguf), not printed by the page; greedy decoding assumed (octocoder's generation "
-        "config samples nothing: the pipeline's default); the stack's versions are not printed"
+        "ggml-vocab-starcoder.gguf, which gives the page's 20 for the short prompt), not printed by the page; "
+        "greedy decoding assumed (the page passes no sampling option); the stack's versions are not printed"
     ),
 }
 TARGET = 0.05  # every row (Row.target): the quantised ones too, their bitsandbytes settings being the defaults named
@@ -123,8 +125,9 @@ CAUSES: Dict[str, Tuple[str, float]] = {
         24576 * 6144 * 2 / 2**30,
     ),
     "long prompt, eager": (
-        "the page's transformers (4.33/4.34) ran GPTBigCode's own attention: baddbmm into a bf16 buffer and a "
-        "TorchScript upcast_masked_softmax (fused on CUDA: about 6 bytes per score); today's eager_attention_forward, "
+        "the page's transformers (4.33/4.34) ran GPTBigCode's own attention (baddbmm into a bf16 buffer and a "
+        "TorchScript upcast_masked_softmax: the published figure is about 6 bytes per score over the short "
+        "prompt's); today's eager_attention_forward, "
         "which the plan traces, scales and masks in bf16 and calls softmax(dtype=float32), which converts a bf16 "
         "input to fp32 before the kernel (ATen's fused half_to_float path is for fp16 only): about 10 bytes per "
         f"score, 48 x {LONG_PROMPT} x {LONG_PROMPT} of them",
