@@ -53,6 +53,7 @@ from gpumem_kernel.analysis.trace.tracker import trace_tracker_class
 
 CACHES = ("dynamic", "static")
 PREFILL, GROW, DECODE = "prefill", "grow", "decode"
+_STEP = {PREFILL: 1, GROW: 2, DECODE: 3}  # each phase's step number in the tracker's spans
 
 
 @dataclass
@@ -180,12 +181,7 @@ def _span_peak(tracker: Any, phase: str) -> int:
         live += tracker.records[sid].nbytes if kind == "alloc" else -tracker.records[sid].nbytes
         if index + 1 >= start:
             peak = max(peak, live)
-    if start == 0:
-        peak = max(peak, 0)
     return peak
-
-
-_STEP = {PREFILL: 1, GROW: 2, DECODE: 3}
 
 
 @contextlib.contextmanager
