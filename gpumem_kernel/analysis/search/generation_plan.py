@@ -105,8 +105,15 @@ def plan_generation(
     workspaces = gpus.blas_workspaces(device.cc, planned.text if torch_version else None).plan_fields()
     settings = settings_from_env()
 
+    traces: Dict[tuple, GenerationTrace] = {}
+
     def run(length_prompt: int, batch: int) -> GenerationTrace:
-        return _traced(model, length_prompt, new, batch, cache, workspaces, settings.expandable_segments)
+        # each point traced once: the searches start from the asked one
+        if (length_prompt, batch) not in traces:
+            traces[(length_prompt, batch)] = _traced(
+                model, length_prompt, new, batch, cache, workspaces, settings.expandable_segments
+            )
+        return traces[(length_prompt, batch)]
 
     traced = run(prompt, batch_size)
     plan = _plan(name, traced, cache, spec, device, notes, _model_context(model))
