@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional
 
 RUN = "PYTHONPATH=. .venv/bin/python -m benchmarks.published"
@@ -120,7 +121,7 @@ def _run_dates(result: Dict[str, Any]) -> str:
     """When a --sources run kept older entries: the day each source last ran (the provenance line is the file's)."""
     run = str(result.get("date", ""))[:10]
     sources = [*result["sources"], *result.get("new_sources", [])]
-    dates = [(s["name"].split(",")[0], str(s.get("date") or run)[:10]) for s in sources]
+    dates = [(re.split("[,:]", s["name"])[0], str(s.get("date") or run)[:10]) for s in sources]
     if all(d == run for _, d in dates):
         return ""
     return "\nEach source's last run: " + "; ".join(f"{name} {day}" for name, day in dates) + ".\n"
