@@ -270,7 +270,9 @@ def _largest(over: Callable[[int], Optional[int]], start: int, ceiling: int, ste
         if failing - fitting <= 1:
             return fitting * step
         guess = _secant(seen, fitting, failing, top)
-        if guess is None or not fitting < guess < failing or guess in seen:
+        if guess is not None and guess <= fitting and failing > top:
+            guess = fitting + 1  # the line puts the boundary at the largest fit: its neighbour settles it
+        elif guess is None or not fitting < guess < failing or guess in seen:
             guess = (fitting + failing) // 2 if failing <= top else min(top, max(fitting * 2, fitting + 1))
         value(guess)
 
