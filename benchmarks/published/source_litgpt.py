@@ -218,7 +218,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
                 "predicted": round(predicted, 3),
                 "error": error,
                 "seconds": round(time.perf_counter() - started, 1),
-                "note": "" if abs(error) <= TARGET else NOTES.get(row.model, ""),
+                "note": NOTES.get(row.model.split("-")[0], ""),
                 **({"rule": f"bitsandbytes {BNB}"} if row.quantize else {}),
             }
         )
@@ -226,4 +226,12 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
     return out
 
 
-NOTES: Dict[str, str] = {}
+# what is left, per model family (the rows within target say it too: they are low by the same cause)
+NOTES: Dict[str, str] = {
+    "Llama": (
+        "Llama 2's memory per sample is 9 % low (7B: 7.05 vs 7.77 GB per sample; the fixed part within 0.5 %), where "
+        "phi-1.5 and StableLM match within 0.4 %: an op of the Llama block (RMSNorm, SiLU-gated MLP, full rotary, "
+        "bias-free linears) keeps about 4 bytes per token and channel per layer more on torch 2.1's CUDA than the "
+        "trace; benchmarks/gpu/litgpt-llama-per-sample.md says what a GPU run must measure"
+    ),
+}
