@@ -13,7 +13,7 @@ backward in every layer. The decision reads the mask's values, and asks whether 
 - 5.x (`_ignore_causal_mask_sdpa(padding_mask, q_length, kv_length, q_offset, kv_offset, local_attention_size)`,
   and `_ignore_bidirectional_mask_sdpa` for encoders) skips a missing mask without reading values, but asks
   `is_tracing(padding_mask)`, True for a fake tensor and under the compile answer: an all-ones mask would be
-  materialised, K/V expanded (+5 % on a 3B grouped-query Llama with LoRA at batch 4 x 560).
+  materialised, K/V expanded (+0.90 GB, 4 %, on a 3B grouped-query Llama with LoRA r=16 at batch 4 x 560).
 
 Each of these is swapped, for the length of a trace, for one that asks the original with the mask's real values
 and the answers an eager run gets (not compiling): a fake trace keeps the values of the masks it can know (the
