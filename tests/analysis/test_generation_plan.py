@@ -73,7 +73,7 @@ def _real_generate(model: Any, prompt: int, new: int, batch: int, cache: str) ->
         peak = tracker.peak
     finally:
         tracker.close()
-    returned = getattr(out, "past_key_values", None) or getattr(out, "cache", None)  # 4.x | 5.x
+    returned = getattr(out, "cache", None) or out.past_key_values  # 5.x (which warns on the old name) | 4.x
     kv = sum(t.untyped_storage().nbytes() for layer in returned.layers for t in (layer.keys, layer.values))
     del out, returned
     gc.collect()
