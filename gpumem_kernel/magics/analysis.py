@@ -140,6 +140,9 @@ def analyze(shell: Any, rest: str) -> None:
 # options of a training step a generation plan has no use for: (dest, its flag, the value that means "not given")
 _TRAINING_ONLY = (
     ("lora", "--lora", None),
+    ("peft", "--peft", None),
+    ("padded", "--padded", False),
+    ("optimizer", "--optimizer", "adamw"),
     ("step", "--step", None),
     ("eval_batch", "--eval-batch", None),
     ("timeline", "--timeline", False),
