@@ -96,6 +96,39 @@ def test_the_prefill_keeps_the_last_positions_logits_only() -> None:
     assert fake.logits_bytes == 2 * 1 * 1000 * 2  # batch x 1 x vocab, bf16
 
 
+class _AllLogits(transformers.LlamaForCausalLM):
+    """A causal LM whose forward takes no logits_to_keep, as before transformers 4.45: logits for every position."""
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: Any = None,
+        past_key_values: Any = None,
+        use_cache: Any = None,
+        cache_position: Any = None,
+        return_dict: Any = None,
+    ) -> Any:
+        import inspect
+
+        takes = inspect.signature(transformers.LlamaForCausalLM.forward).parameters
+        keywords = {"cache" if "cache" in takes else "past_key_values": past_key_values, "use_cache": use_cache}
+        if "cache_position" in takes:
+            keywords["cache_position"] = cache_position
+        return super().forward(input_ids=input_ids, return_dict=return_dict, **keywords)
+
+
+def test_a_forward_without_logits_to_keep_keeps_every_positions_logits() -> None:
+    torch.manual_seed(0)
+    model = _AllLogits(transformers.LlamaConfig.from_json_file(str(CONFIGS / "llama" / "config.json"))).eval()
+    fake, real = _both(model, prompt=64, new=4, batch_size=2)
+    assert {f: getattr(fake, f) for f in FIGURES} == {f: getattr(real, f) for f in FIGURES}
+    assert fake.logits_positions == 64 and fake.logits_bytes == 2 * 64 * 1000 * 4  # fp32 weights: fp32 logits
+    assert any("no logits_to_keep" in note for note in fake.notes)
+    kept = trace_generation(_model("llama").float(), prompt=64, new=4, batch_size=2)
+    assert fake.prefill_peak_bytes > kept.prefill_peak_bytes
+    # at the prefill's end: the weights, the prompt's cache and every position's logits at once
+    assert fake.prefill_peak_bytes >= fake.weights_bytes + fake.kv_cache_bytes * 64 // 67 + fake.logits_bytes
+
+
 def test_a_dynamic_cache_grows_and_a_static_one_is_allocated_up_front() -> None:
     model = _model("llama")
     dynamic = trace_generation(model, prompt=32, new=200, batch_size=2, cache="dynamic")
