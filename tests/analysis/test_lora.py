@@ -136,7 +136,7 @@ def test_analyze_plans_on_a_copy_and_reports_the_fine_tune() -> None:
     assert report.trainable_parameter_count == adapters
     assert names["adapters"].bytes == adapters * 4 * 4
     text = str(report)
-    assert "LoRA Adapters" in text and "Quantised" in text and "Dequantisation" in text
+    assert "Adapters:" in text and "(LoRA: " in text and "Quantised" in text and "Dequantisation" in text
     assert any("r=8, targets=q_proj,k_proj,v_proj,o_proj" in note for note in report.notes)
 
 

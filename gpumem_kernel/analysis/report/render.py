@@ -101,10 +101,11 @@ def _model_block(payload: Mapping[str, Any]) -> List[str]:
     ]
 
 
-# a LoRA / QLoRA plan's figures (analysis.model.fine_tune), each inside the lines above or the step's temporaries
+# a PEFT plan's figures (LoRA, QLoRA, DoRA, IA3, ...: analysis.model.fine_tune), each inside the lines above or the
+# step's temporaries
 _FINE_TUNE = (
     ("quantised_weights", "Quantised"),
-    ("adapters", "LoRA Adapters"),
+    ("adapters", "Adapters"),  # any PEFT method: its figure's note names it (LoRA, DoRA, IA3, ...)
     ("dequant_transient", "Dequantisation"),
 )
 

@@ -69,7 +69,7 @@ describe('analysis: the language model', () => {
       'Checkpointing',
       'Logits & loss',
       'Quantised',
-      'LoRA adapters',
+      'Adapters',
       'Dequantisation'
     ]);
     expect(row(node, 'quantised_weights')).toBe(
@@ -77,6 +77,17 @@ describe('analysis: the language model', () => {
     );
     expect(row(node, 'adapters')).toContain(`${size(114688)} (LoRA: `);
     expect(row(node, 'dequant_transient')).toContain('one layer at a time (model.layers.0.mlp.gate_proj)');
+  });
+
+  it("labels another PEFT method's adapters by their note, not as LoRA", async () => {
+    const payload = fixture('analysis_llm') as { figures: Array<{ name: string; note: string }> };
+    const figures = payload.figures.map(f =>
+      f.name === 'adapters' ? { ...f, note: 'IA3: 1.2 KiB parameters + 1.2 KiB gradients' } : f
+    );
+    const node = await show(mutate(payload, 'figures', figures));
+    expect(texts(node, '.jp-GpuMem-llm th')).toContain('Adapters');
+    expect(texts(node, '.jp-GpuMem-llm th').join(' ')).not.toContain('LoRA');
+    expect(row(node, 'adapters')).toContain('(IA3: 1.2 KiB parameters');
   });
 
   it('says when checkpointing was asked for but found no blocks, and shows nothing for a model without facts', async () => {

@@ -56,7 +56,7 @@ export function logitsText(logits: IAnalysisLlmLogits, trans: Trans): string {
   return `${head}: ${parts.join(' + ')}; ${held}`;
 }
 
-// a LoRA / QLoRA plan's figures (gpumem_kernel/analysis/fine_tune.py), each inside the breakdown's rows
+// a PEFT plan's figures (LoRA, QLoRA, DoRA, IA3, ...: gpumem_kernel/analysis/model/fine_tune.py), each inside the breakdown's rows
 const FINE_TUNE = ['quantised_weights', 'adapters', 'dequant_transient'] as const;
 
 function fineTuneLabel(name: (typeof FINE_TUNE)[number], trans: Trans): string {
@@ -64,7 +64,8 @@ function fineTuneLabel(name: (typeof FINE_TUNE)[number], trans: Trans): string {
     case 'quantised_weights':
       return trans.__('Quantised');
     case 'adapters':
-      return trans.__('LoRA adapters');
+      // any PEFT method (LoRA, DoRA, IA3, prompt tuning, ...): the figure's note names it
+      return trans.__('Adapters');
     case 'dequant_transient':
       return trans.__('Dequantisation');
   }
