@@ -11,7 +11,13 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from gpumem_kernel.analysis.model.bnb_rules import FOUR_BIT_FROM_FP16, FOUR_BIT_KEEPS_INPUT, parse, rules_for  # noqa: E402
+from gpumem_kernel.analysis.model.bnb_rules import (  # noqa: E402
+    FOUR_BIT_FORWARD_CASTS,
+    FOUR_BIT_FROM_FP16,
+    FOUR_BIT_KEEPS_INPUT,
+    parse,
+    rules_for,
+)
 from gpumem_kernel.analysis.model.fine_tune import planned_model  # noqa: E402
 from gpumem_kernel.analysis.model.lora import parse_lora  # noqa: E402
 from gpumem_kernel.analysis.model.quantize import QuantSpec, dequant_bytes, parse_quantize, with_bnb_version  # noqa: E402
@@ -49,15 +55,17 @@ def test_before_0_43_2_each_4bit_layer_keeps_its_input_and_nothing_more() -> Non
     # down's input, cast to the compute dtype (bf16): kept; up's input needs no gradient: not kept
     assert old.activations - today.activations == BATCH * WIDE * 2
     assert old.peak_live > today.peak_live
-    assert none == [] and len(notes) == 2 and "4bit-keeps-input" in notes[0] and "pull/1270" in notes[0]
+    assert none == [] and len(notes) == 3 and "4bit-keeps-input" in notes[0] and "pull/1270" in notes[0]
     assert "4bit-quantized-from-fp16" in notes[1] and "pull/970" in notes[1]
+    assert "4bit-forward-casts" in notes[2] and "pull/1949" in notes[2]
 
 
 def test_before_0_43_0_the_weight_is_dequantised_into_fp16_and_cast() -> None:
     today, _ = _trace(None)
     spec = with_bnb_version(parse_quantize("nf4"), "0.42")[0]
-    assert spec.quantized_from == "float16" and spec.keeps_input
-    old, _ = _trace(None, QuantSpec("nf4", quantized_from="float16"))  # that rule alone: no input kept
+    assert spec.quantized_from == "float16" and spec.keeps_input and spec.forward_casts
+    # those two rules without the kept input
+    old, _ = _trace(None, QuantSpec("nf4", quantized_from="float16", forward_casts=True))
     assert old.activations == today.activations
     # the peak is at a dequantised 64 x 1024 weight, now in fp16 and its bf16 cast at once: one more weight's bytes
     # (less the few small tensors alive at today's peak and not at that one)
@@ -68,9 +76,10 @@ def test_before_0_43_0_the_weight_is_dequantised_into_fp16_and_cast() -> None:
 
 
 def test_the_rule_names_the_versions_before_the_change() -> None:
-    assert rules_for("0.41") == (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FROM_FP16)
-    assert rules_for("0.43.0") == rules_for("0.43.1") == (FOUR_BIT_KEEPS_INPUT,)
-    assert rules_for("0.43.2") == rules_for("0.50.2") == rules_for(None) == ()
+    assert rules_for("0.41") == (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FROM_FP16, FOUR_BIT_FORWARD_CASTS)
+    assert rules_for("0.43.0") == rules_for("0.43.1") == (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FORWARD_CASTS)
+    assert rules_for("0.43.2") == rules_for("0.49.1") == (FOUR_BIT_FORWARD_CASTS,)
+    assert rules_for("0.50.0") == rules_for("0.50.2") == rules_for(None) == ()
     assert parse("0.41.1+cu121") == (0, 41, 1) and parse("0.44.0.dev0") == (0, 44, 0)
     assert with_bnb_version(parse_quantize("int8"), "0.41")[0] == parse_quantize("int8")  # 4-bit only
 

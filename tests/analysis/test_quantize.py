@@ -20,6 +20,7 @@ from gpumem_kernel.analysis.model.quantize import (  # noqa: E402
     packed_numel,
     parse_quantize,
     resident_bytes,
+    with_bnb_version,
 )
 from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
 from gpumem_kernel.analysis.trace.plan import TracePlan  # noqa: E402
@@ -147,3 +148,108 @@ def test_settings_are_read() -> None:
     assert parse_quantize("NF4,double=off,compute=fp16") == QuantSpec("nf4", double_quant=False, compute="fp16")
     assert parse_quantize("int8,threshold=4") == QuantSpec("int8", threshold=4.0)
     assert parse_quantize(None) is None
+
+
+class Head(nn.Module):
+    """`big`'s input is the batch (no gradient): only its forward dequantises; the adapter on `small` trains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.big = nn.Linear(64, 4096)
+        self.small = nn.Linear(4096, 8)
+
+    def forward(self, x: Any) -> Any:
+        return self.small(self.big(x))
+
+
+def _head_traces(spec: Any) -> Any:
+    """The fp16 Head quantised as `spec` says (compute bf16), traced fake and run for real on the CPU."""
+    results = []
+    for fake in (True, False):
+        planned = planned_model(Head().to(torch.float16), parse_lora("r=4,targets=small"), spec, on_meta=fake)
+        batch = lambda b, fake: torch.randn(b, 64, dtype=torch.float16)  # noqa: E731
+        results.append(run_trace(TracePlan(planned.model, "adamw", batch, default_loss), 4, fake=fake))
+    return results
+
+
+def test_a_4bit_layer_quantised_from_fp16_with_bf16_compute_traces_as_it_runs() -> None:
+    """bitsandbytes 0.50 dequantises straight into the compute dtype in forward; before 0.50.0 into the fp16 the
+    weight was quantised from, then cast: both copies of the largest layer alive at once, the fake trace as the real."""
+    today_fake, today_real = _head_traces(parse_quantize("nf4"))
+    old_fake, old_real = _head_traces(with_bnb_version(parse_quantize("nf4"), "0.49")[0])
+    for fake, real in ((today_fake, today_real), (old_fake, old_real)):
+        assert fake.peak_live == real.peak_live and fake.phase_peaks == real.phase_peaks
+    weight_fp16 = 4096 * 64 * 2
+    # the peak is big's forward in both: the extra fp16 copy, less the absmax and the few small tensors freed before it
+    assert weight_fp16 * 0.9 < old_fake.peak_live - today_fake.peak_live <= weight_fp16
+    spec = with_bnb_version(parse_quantize("nf4"), "0.49")[0]
+    forward_old, _ = dequant_bytes(spec, 4096, 64, "float16")
+    forward_today, _ = dequant_bytes(parse_quantize("nf4"), 4096, 64, "float16")
+    assert forward_old - forward_today == weight_fp16
+
+
+class FalconLike(nn.Module):
+    """Layers as transformers builds them: an nn.Linear subclass (Falcon's FalconLinear), a Conv1D (GPT-2's), an
+    output layer it keeps, and a module the model keeps in fp32."""
+
+    _keep_in_fp32_modules = ["wo"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dense = Subclass(64, 64)
+        self.c_attn = Conv1D(192, 64)
+        self.wo = nn.Linear(192, 64)
+        self.lm_head = nn.Linear(64, 100)
+
+    def get_output_embeddings(self) -> Any:
+        return self.lm_head
+
+    def forward(self, x: Any) -> Any:
+        return self.lm_head(self.wo(self.c_attn(self.dense(x))))
+
+
+class Subclass(nn.Linear):
+    def forward(self, x: Any) -> Any:
+        return x @ self.weight.T + self.bias
+
+
+class Conv1D(nn.Module):
+    """transformers.pytorch_utils.Conv1D as it stores its weight: [in, out]."""
+
+    def __init__(self, nf: int, nx: int) -> None:
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.zeros(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x: Any) -> Any:
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+
+def test_linear_subclasses_and_conv1d_are_quantised_and_kept_modules_are_not() -> None:
+    from gpumem_kernel.analysis.model.quantize import is_quantised, quantize_linears
+
+    model = FalconLike()
+    done = quantize_linears(model, parse_quantize("nf4"), on_meta=False)
+    assert is_quantised(model.dense) and is_quantised(model.c_attn)
+    assert (model.c_attn.in_features, model.c_attn.out_features) == (64, 192)  # [out, in] as Linear4bit holds it
+    assert type(model.wo) is nn.Linear and type(model.lm_head) is nn.Linear
+    assert done.layers == 2 and done.skipped == ["lm_head", "wo"]
+    assert model(torch.zeros(2, 64)).shape == (2, 100)  # the quantised model still runs
+
+
+def test_the_transformers_falcon_linear_is_quantised() -> None:
+    transformers = pytest.importorskip("transformers")
+    from gpumem_kernel.analysis.model.quantize import is_quantised, quantize_linears
+
+    config = transformers.FalconConfig(
+        hidden_size=64, num_attention_heads=4, num_hidden_layers=1, vocab_size=128, new_decoder_architecture=True
+    )
+    with torch.device("meta"):
+        model = transformers.FalconForCausalLM(config)
+    falcon_linear = [n for n, m in model.named_modules() if type(m).__name__ == "FalconLinear"]
+    assert falcon_linear
+    quantize_linears(model, parse_quantize("nf4"))
+    modules = dict(model.named_modules())
+    assert all(is_quantised(modules[name]) for name in falcon_linear)
+    assert not is_quantised(model.lm_head)

@@ -40,13 +40,23 @@ FOUR_BIT_FROM_FP16 = BnbRule(
     "https://github.com/bitsandbytes-foundation/bitsandbytes/pull/970 (commit dcfb6f8, first released in 0.43.0)",
     "Params4bit quantised a copy of the weight cast to fp16 (`.half()`), so MatMul4Bit dequantised into fp16 and cast "
     "that to the input's dtype in forward (`.to(A.dtype)`) and to the gradient's in backward",
-    "each traced 4-bit layer dequantises into fp16 and casts to the compute dtype, in forward and in backward",
+    "each traced 4-bit layer is dequantised into fp16 (the dtype it was quantised from), cast to the gradient's "
+    "dtype in backward and, with 4bit-forward-casts (before 0.50.0), to the input's in forward",
 )
-RULES: Tuple[BnbRule, ...] = (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FROM_FP16)
+FOUR_BIT_FORWARD_CASTS = BnbRule(
+    "4bit-forward-casts",
+    (0, 50, 0),
+    "https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1949 (commit 5453368, first released in 0.50.0)",
+    "MatMul4Bit.forward dequantised the weight into the dtype it was quantised from and cast that to the input's "
+    "(`F.dequantize_4bit(B, quant_state).to(A.dtype)`): two [out, in] copies where those dtypes differ",
+    "each traced 4-bit layer's forward dequantises into the dtype its weight was quantised from, then casts to the "
+    "compute dtype where that differs (since 0.50.0 the gemm_4bit fallback dequantises into the compute dtype)",
+)
+RULES: Tuple[BnbRule, ...] = (FOUR_BIT_KEEPS_INPUT, FOUR_BIT_FROM_FP16, FOUR_BIT_FORWARD_CASTS)
 BNB_HELP = (
     "plan the quantised layers for this bitsandbytes, e.g. 0.41: its memory rules (4-bit layers kept their input "
-    "for backward before 0.43.2, and were quantised from fp16 before 0.43.0) (default: the layers as bitsandbytes "
-    "0.43.2 and later run them)"
+    "for backward before 0.43.2, were quantised from fp16 before 0.43.0, and their forward dequantised into that "
+    "dtype and cast before 0.50.0) (default: the layers as bitsandbytes 0.50 runs them)"
 )
 
 

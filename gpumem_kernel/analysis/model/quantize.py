@@ -20,8 +20,9 @@ Run time, as CUDA runs a training batch (tokens above the fused kernels' few row
   block) and the weight dequantised into a [out, in] transient of the compute dtype, then `F.linear`; backward
   (`MatMul4Bit.backward`, only when the input needs a gradient) dequantises again, into the dtype the weight was
   quantised from, cast to the gradient's dtype where it differs. Nothing of the layer is saved for backward but the
-  packed weight itself (before 0.43.2 its input too, and before 0.43.0 the weight was quantised from fp16 and
-  dequantised into it: the rules of analysis.model.bnb_rules, `bnb_version=`).
+  packed weight itself (before 0.43.2 its input too; before 0.43.0 the weight was quantised from fp16 and
+  dequantised into it; before 0.50.0 forward too dequantised into the dtype the weight was quantised from and cast
+  to the compute dtype, two copies where they differ: the rules of analysis.model.bnb_rules, `bnb_version=`).
 - 8-bit forward (`MatMul8bitLt`): the input cast to fp16, int8-quantised (int8 [tokens, in], fp32 scale per row),
   an int32 product [tokens, out] dequantised into the output; the input is kept for backward, which dequantises the
   weight into the input's dtype ([out, in]) for the input's gradient.
@@ -35,7 +36,13 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
-from gpumem_kernel.analysis.model.bnb_rules import FOUR_BIT_FROM_FP16, FOUR_BIT_KEEPS_INPUT, note, rules_for
+from gpumem_kernel.analysis.model.bnb_rules import (
+    FOUR_BIT_FORWARD_CASTS,
+    FOUR_BIT_FROM_FP16,
+    FOUR_BIT_KEEPS_INPUT,
+    note,
+    rules_for,
+)
 
 KINDS = ("nf4", "fp4", "int8")
 BLOCKSIZE = 64  # Params4bit's default blocksize
@@ -65,8 +72,11 @@ class QuantSpec:
     # 4-bit: the layer keeps its input for backward, as bitsandbytes before 0.43.2 did (bnb_rules.FOUR_BIT_KEEPS_INPUT)
     keeps_input: bool = False
     # 4-bit: the dtype the weight was quantised from, where not its own (bitsandbytes before 0.43.0: float16,
-    # bnb_rules.FOUR_BIT_FROM_FP16): dequantised into it, then cast to the compute dtype
+    # bnb_rules.FOUR_BIT_FROM_FP16): what backward (and an old forward) dequantises into
     quantized_from: Optional[str] = None
+    # 4-bit: forward dequantises into the dtype the weight was quantised from, then casts to the compute dtype, as
+    # bitsandbytes before 0.50.0 did (bnb_rules.FOUR_BIT_FORWARD_CASTS); since, into the compute dtype at once
+    forward_casts: bool = False
 
     @property
     def four_bit(self) -> bool:
@@ -78,7 +88,8 @@ class QuantSpec:
         double = "double quantisation" if self.double_quant else "no double quantisation"
         kept = ", each layer's input kept for backward" if self.keeps_input else ""
         origin = f", quantised from {self.quantized_from}" if self.quantized_from else ""
-        return f"{self.kind} ({double}, compute {self.compute}{origin}{kept})"
+        cast = ", forward dequantised into the weight's dtype, then cast" if self.forward_casts else ""
+        return f"{self.kind} ({double}, compute {self.compute}{origin}{cast}{kept})"
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,7 @@ def with_bnb_version(spec: Optional[QuantSpec], bnb_version: Optional[str]) -> T
     rules = rules_for(bnb_version)
     if spec is None or not spec.four_bit or not rules:
         return spec, []
-    changes = {"keeps_input": FOUR_BIT_KEEPS_INPUT in rules}
+    changes = {"keeps_input": FOUR_BIT_KEEPS_INPUT in rules, "forward_casts": FOUR_BIT_FORWARD_CASTS in rules}
     if FOUR_BIT_FROM_FP16 in rules:
         changes["quantized_from"] = "float16"
     return _replace(spec, **changes), [note(str(bnb_version), rule) for rule in rules]
@@ -186,7 +197,8 @@ def resident_bytes(spec: QuantSpec, out_features: int, in_features: int) -> int:
 
 def dequant_bytes(spec: QuantSpec, out_features: int, in_features: int, weight_dtype: str) -> Tuple[int, int]:
     """(forward, backward) bytes of one layer's dequantisation transients: the dequantised weight (and the fp32
-    absmax it is scaled by); in backward a cast to the compute dtype too where the weight was quantised from another."""
+    absmax it is scaled by); a cast to the compute dtype too where the weight was quantised from another: always in
+    backward, in forward only as bitsandbytes before 0.50.0 ran it (`forward_casts`)."""
     numel = out_features * in_features
     if not spec.four_bit:  # backward only: the int8 weight dequantised into the input's dtype
         return 0, numel * _ITEMSIZE[weight_dtype] + out_features * 4
@@ -194,7 +206,7 @@ def dequant_bytes(spec: QuantSpec, out_features: int, in_features: int, weight_d
     compute = COMPUTE_DTYPES[spec.compute]
     forward = numel * _ITEMSIZE[compute] + absmax
     origin = spec.quantized_from or weight_dtype
-    if spec.quantized_from and origin != compute:  # dequantised into the fp16 it was quantised from, then cast
+    if spec.forward_casts and origin != compute:  # dequantised into the dtype it was quantised from, then cast
         forward += numel * _ITEMSIZE[origin]
     backward = numel * _ITEMSIZE[origin] + absmax
     if origin != compute:
@@ -220,15 +232,17 @@ class Quantised:
 
 
 def quantize_linears(model: Any, spec: QuantSpec, on_meta: bool = True) -> Quantised:
-    """Replace each nn.Linear of `model` (a planning copy: never the user's) but its output layer by the stand-in
-    for bitsandbytes' layer; tensors on the meta device (or zeros on the CPU, for a real trace to compare with)."""
+    """Replace each layer of `model` (a planning copy: never the user's) that transformers' replace_with_bnb_linear
+    converts by the stand-in for bitsandbytes' layer; tensors on the meta device (or zeros on the CPU, for a real trace
+    to compare with)."""
     import torch
 
-    skip = _output_layers(model)
-    done = Quantised(spec, skipped=sorted(name for name, m in model.named_modules() if id(m) in skip))
-    for parent, name, child, path in _linears(model):
-        if id(child) in skip:
-            continue
+    kept = _kept_names(model)
+    linears = _linears(model, kept)
+    converted = {id(child) for _, _, child, _ in linears}
+    skipped = [path for path, m in model.named_modules() if path and _convertible(m) and id(m) not in converted]
+    done = Quantised(spec, skipped=sorted(skipped))
+    for parent, name, child, path in linears:
         stand_in = quant_linear_class()(child, spec, torch.device("meta") if on_meta else torch.device("cpu"))
         setattr(parent, name, stand_in)
         _count(done, stand_in, path)
@@ -245,26 +259,57 @@ def _count(done: Quantised, layer: Any, path: str) -> None:
         done.forward_transient, done.backward_transient, done.largest = forward, backward, path
 
 
-def _linears(model: Any) -> List[Tuple[Any, str, Any, str]]:
-    """(parent, attribute, nn.Linear, dotted path) for each plain Linear layer."""
+def _linears(model: Any, kept: List[str]) -> List[Tuple[Any, str, Any, str]]:
+    """(parent, attribute, layer, dotted path) for each layer transformers' `_replace_with_bnb_linear` converts: an
+    nn.Linear, its subclasses too (Falcon's FalconLinear), or a transformers Conv1D (GPT-2), unless its name is one
+    of `kept` or its path is or lies under one of them."""
     import torch
 
     found = []
     for path, parent in model.named_modules():
+        if isinstance(parent, torch.nn.MultiheadAttention):  # reads out_proj.weight itself: never calls the layer
+            continue
         for name, child in parent.named_children():
-            if type(child) is torch.nn.Linear:
-                found.append((parent, name, child, f"{path}.{name}" if path else name))
+            full = f"{path}.{name}" if path else name
+            if _convertible(child) and name not in kept and not any(k == full or k + "." in full for k in kept):
+                found.append((parent, name, child, full))
     return found
 
 
-def _output_layers(model: Any) -> set:
-    """The output layer transformers keeps unquantised (`get_keys_to_not_convert`: the output embeddings)."""
+def _convertible(module: Any) -> bool:
+    """A float layer bitsandbytes' replacement takes: not one of its own layers, nor our stand-in for them."""
+    import torch
+
+    if type(module).__module__.startswith("bitsandbytes") or isinstance(module, quant_linear_class()):
+        return False
+    return isinstance(module, torch.nn.Linear) or _is_conv1d(module)
+
+
+def _is_conv1d(module: Any) -> bool:
+    """transformers' Conv1D (GPT-2's projections): a Linear with its weight stored [in, out]; by name, so that
+    transformers need not be imported."""
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf") and getattr(module, "weight", None) is not None
+
+
+def _features(layer: Any) -> Tuple[int, int]:
+    """(in_features, out_features) as transformers reads them for the bitsandbytes layer it builds."""
+    if _is_conv1d(layer):
+        in_features, out_features = layer.weight.shape
+        return int(in_features), int(out_features)
+    return layer.in_features, layer.out_features
+
+
+def _kept_names(model: Any) -> List[str]:
+    """The modules transformers keeps unquantised by default: the output layer (`get_keys_to_not_convert`: the
+    output embeddings; lm_head) and the model's `_keep_in_fp32_modules`, which its bitsandbytes quantizers add."""
     getter = getattr(model, "get_output_embeddings", None)
     try:
         output = getter() if callable(getter) else None
     except (NotImplementedError, AttributeError):
         output = None
-    return {id(output)} if output is not None else set()
+    kept = [path for path, m in model.named_modules() if output is not None and m is output and path]
+    fp32 = getattr(model, "_keep_in_fp32_modules", None)
+    return kept + [str(name) for name in fp32 or () if isinstance(name, str)]
 
 
 def is_quantised(module: Any) -> bool:
@@ -298,7 +343,7 @@ def quant_linear_class() -> type:
     class QuantLinear(torch.nn.Linear):
         def __init__(self, linear: Any, spec: QuantSpec, device: Any) -> None:
             torch.nn.Module.__init__(self)
-            self.in_features, self.out_features = linear.in_features, linear.out_features
+            self.in_features, self.out_features = _features(linear)
             self.spec = spec
             self.weight_dtype = str(linear.weight.dtype).replace("torch.", "")
             # what bitsandbytes dequantises into: the dtype the weight was quantised from
@@ -353,9 +398,9 @@ def _dequantise_function() -> type:
             if layer.spec.four_bit:
                 if layer.spec.keeps_input and ctx.needs_input_grad[0]:
                     ctx.kept = x  # MatMul4Bit before 0.43.2: ctx.tensors = (A, B), alive as long as the node
-                if layer.spec.quantized_from:  # F.dequantize_4bit(B, state).to(A.dtype)
+                if layer.spec.forward_casts:  # before 0.50.0: F.dequantize_4bit(B, state).to(A.dtype)
                     weight = _dequantised(layer, getattr(torch, layer.dequant_dtype)).to(x.dtype)
-                else:
+                else:  # gemm_4bit's fallback: dequantised into A.dtype (_dequant_linear_fallback)
                     weight = _dequantised(layer, x.dtype)
                 return torch.nn.functional.linear(x, weight, layer.bias)
             ctx.kept = x  # MatMul8bitLt keeps its input (ctx.tensors = (CAt, subA, A))
