@@ -749,7 +749,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 7 timeline frame capture (issue 13) | `{RUN} benchmarks/timeline_capture.py` | ~3 min on CPU |
 | 8 listing workers on a busy machine | `{RUN} benchmarks/descendants_walk.py` | ~1.5 min |
 | 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
-| 10 published figures (issue 24; torchao's ViT-H needs timm, one of the zoo's extra packages) | `{published_readme.RUN}` (`--sources NAME ...`: only those, the others kept) | ~7 min on 2 cores |
+| 10 published figures (issue 24; torchao's ViT-H needs timm, one of the zoo's extra packages) | `{published_readme.RUN}` (`--sources NAME ...`: only those, the others kept) | ~16 min on 2 cores |
 | 11 repeated blocks traced once (issue 25) | `{RUN} benchmarks/replicate_speed.py` | ~13 min on 2 cores |
 | 12 holders after each cell (issue 27) | `{RUN} benchmarks/holders_cost.py` | ~10 s |
 | README | `{RUN} benchmarks/make_readme.py` | instant |
