@@ -116,7 +116,8 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     text, a dict or a peft.PeftConfig): LoRA (DoRA, rsLoRA, modules_to_save), IA3, LoHa, LoKr, LN tuning, prompt,
     prefix or P-tuning, added to the copy with peft's get_peft_model (analysis.model.peft_config); not with lora=.
     bnb_version: plan quantize= for that bitsandbytes ('0.41'): its memory rules (analysis.model.bnb_rules: a 4-bit
-    layer kept its input for backward before 0.43.2); default the layers as 0.43.2 and later run them.
+    layer kept its input for backward before 0.43.2, its forward dequantised into the dtype it was quantised from and
+    cast before 0.50.0); default the layers as 0.50 and later run them.
     padded: the token batch (input=N tokens) carries an attention_mask with padding and labels -100 there, as a
     fine-tuning loop's padded batches do (analysis.request.inputs.padded_tokens); transformers then builds a 4-D mask
     and expands a grouped-query model's K/V (report.llm.attention_path names the path traced).
