@@ -1,6 +1,6 @@
 """The bitsandbytes version rules (analysis/model/bnb_rules.py) as the quantised plan applies them: before 0.43.2 a
-4-bit layer kept its input for backward, and the trace keeps exactly that input per layer; a bad version is one
-line."""
+4-bit layer kept its input for backward, and the trace keeps exactly that input per layer; before 0.43.0 its weight
+was quantised from fp16, and before 0.50.0 forward dequantised into that dtype and cast; a bad version is one line."""
 
 from __future__ import annotations
 
