@@ -11,7 +11,9 @@ in bf16 copies into the weights in place and with 4-bit layers re-quantises each
 the GPU, one layer at a time: less than the prompt's forward holds when it dequantises the lm_head (an fp16 and a
 bf16 copy), so the peak is the prompt's.
 The 4-bit rows are planned as Fabric 2.1's BitsandbytesPrecision ran them: every nn.Linear quantised, the lm_head
-too, each from fp16 (the model built with its Linear weights in fp16, the rest in bf16).
+too, each from fp16 (the model built with its Linear weights in fp16, the rest in bf16), for the bitsandbytes the
+table names (0.41.1): its rules (analysis/model/bnb_rules.py), among them 4bit-forward-casts, a forward that
+dequantised into fp16 and cast that to bf16, are applied, and each 4-bit row names them (`rule`).
 
 The models are transformers models built from configs equivalent to LitGPT's (lit_gpt/config.py at 8641822, each
 written out below with its LitGPT fields beside it): the generation plan traces a transformers model's forward with
@@ -35,13 +37,15 @@ GPU = "A100 40GB"  # NVIDIA A100-SXM4-40GB (gpu_table.py)
 TORCH = "2.1"  # 2.1.0+cu121
 PROMPT = "Hello, my name is"  # generate/base.py's default prompt
 NEW = 50  # generate/base.py's default max_new_tokens
+BNB = "0.41"  # bitsandbytes 0.41.1, the table's "Bitsandbytes 0.41.1"
 
 SOURCE: Dict[str, str] = {
     "name": "LitGPT resource tables: single-GPU inference (October 2023)",
     "url": URL,
     "text": f"{URL} (with {GENERATE_URL})",
     "gpu": "NVIDIA A100-SXM4-40GB, driver 525.125.06",
-    "stack": "torch 2.1.0+cu121, Lightning 2.1.0.rc0, bitsandbytes 0.41.1, lit-gpt 8641822",
+    "stack": "torch 2.1.0+cu121, Lightning 2.1.0.rc0, bitsandbytes 0.41.1 (the 4-bit rows planned with its rules), "
+    "lit-gpt 8641822",
     "measure": "torch.cuda.max_memory_allocated() / 1e9 (GB) after generating, loading included",
     "open": (
         "the table names no prompt or length: generate/base.py's defaults assumed (prompt 'Hello, my name is', "
@@ -250,15 +254,6 @@ ROWS: Tuple[Row, ...] = (
 
 # How LitGPT's run differs from the plan of the equivalent transformers model, said in the rows that miss.
 CAUSES = {
-    "cast": "plan: its 4-bit forward dequantises into the compute dtype (analysis/model/quantize.py, Dequantise."
-    "forward); bitsandbytes (0.41.1 and since: MatMul4Bit.forward, `F.dequantize_4bit(B, quant_state).to(A.dtype)`) "
-    "dequantises into the dtype the weight was quantised from, fp16 here (Fabric's `.to(dtype=torch.half)`), then "
-    "casts it to bf16: a second [out, in] copy of the largest layer in the prompt's forward, {extra:.3f} GB "
-    "({layer})",
-    "subclass": "plan: only exact torch.nn.Linear layers are quantised (analysis/model/quantize.py, _linears: "
-    "`type(child) is torch.nn.Linear`); transformers' Falcon builds FalconLinear, an nn.Linear subclass that "
-    "bitsandbytes' replacement (transformers' and Fabric's alike) converts: {count} layers left in bf16 (planned "
-    "as plain Linear layers, {extra:+.3f} GB)",
     "gqa_cache": "LitGPT 8641822 caches keys and values for all n_head heads under GQA (build_kv_cache: heads = "
     "n_head unless n_query_groups == 1), the StaticCache of the equivalent Llama for the n_query_groups heads: "
     "{extra:.3f} GB more",
@@ -305,16 +300,30 @@ def build(model: str, quantised: bool = False) -> Any:
     return built.eval()
 
 
-def analyse(row: Row, model: Any = None) -> Any:
+def planned_quantize(row: Row) -> Tuple[Any, List[str]]:
+    """The row's QuantSpec as bitsandbytes 0.41.1 ran it, and the notes of the rules applied ([] for bf16)."""
+    from gpumem_kernel.analysis import parse_quantize, with_bnb_version
+
+    return with_bnb_version(parse_quantize(row.plan_quantize), BNB)
+
+
+def rule(row: Row) -> str:
+    """The bitsandbytes rules the row is planned with, by name ('' for bf16)."""
+    from gpumem_kernel.analysis import bnb_rules_for
+
+    return f"bitsandbytes {BNB}: " + ", ".join(r.name for r in bnb_rules_for(BNB)) if planned_quantize(row)[1] else ""
+
+
+def analyse(row: Row) -> Any:
     from gpumem_kernel.analysis import plan_generation
 
     return plan_generation(
-        model if model is not None else build(row.model, quantised=bool(row.quantize)),
+        build(row.model, quantised=bool(row.quantize)),
         prompt=prompt_tokens(row.model),
         new=NEW,
         batch_size=1,
         cache="static",
-        quantize=row.plan_quantize,
+        quantize=planned_quantize(row)[0],
         torch_version=TORCH,  # no target: its longest-context and largest-batch searches are not compared here
         model_name=row.model,
     )
@@ -322,20 +331,6 @@ def analyse(row: Row, model: Any = None) -> Any:
 
 def _error(predicted: float, published: float) -> float:
     return round((predicted - published) / published, 4)
-
-
-def _largest_linear(model: Any) -> Tuple[str, int]:
-    import torch
-
-    found = [(m.weight.numel(), name) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-    numel, name = max(found)
-    return name, numel
-
-
-def _linear_subclasses(model: Any) -> int:
-    import torch
-
-    return sum(isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear for m in model.modules())
 
 
 def _gqa_cache_extra(row: Row) -> int:
@@ -348,35 +343,9 @@ def _gqa_cache_extra(row: Row) -> int:
     return config["num_hidden_layers"] * 2 * (heads - groups) * head_dim * (prompt_tokens(row.model) + NEW) * 2
 
 
-def _plain_linears(model: Any) -> Any:
-    """The model with each nn.Linear subclass replaced by a plain nn.Linear of the same shape and dtype (their
-    forward is the same matmul): what the plan would quantise had it taken the subclasses."""
-    import torch
-
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear) and type(child) is not torch.nn.Linear:
-                with torch.device("meta"):
-                    plain = torch.nn.Linear(
-                        child.in_features, child.out_features, bias=child.bias is not None, dtype=child.weight.dtype
-                    )
-                setattr(parent, name, plain)
-    return model
-
-
-def causes(row: Row, predicted_bytes: int) -> List[Tuple[str, int]]:
+def causes(row: Row) -> List[Tuple[str, int]]:
     """(cause, the bytes it leaves out of the plan: 0 where not counted) of this row's difference from LitGPT."""
     found: List[Tuple[str, int]] = []
-    model = build(row.model, quantised=bool(row.quantize))
-    if row.quantize:
-        subclasses = _linear_subclasses(model)
-        if subclasses:  # counted by planning the same model with plain Linear layers
-            plain = analyse(row, _plain_linears(model))
-            extra = int(plain.peak_bytes) - predicted_bytes
-            found.append((CAUSES["subclass"].format(count=subclasses, extra=extra / 1e9), extra))
-        layer, numel = _largest_linear(model)
-        extra = numel * 2  # the bf16 copy beside the fp16 one
-        found.append((CAUSES["cast"].format(extra=extra / 1e9, layer=layer), extra))
     gqa = _gqa_cache_extra(row)
     if gqa:
         found.append((CAUSES["gqa_cache"].format(extra=gqa / 1e9), gqa))
@@ -403,9 +372,10 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             "target": row.target,
             "seconds": seconds,
             "note": "",
+            **({"rule": rule(row)} if row.quantize else {}),
         }
         if abs(error) > row.target:
-            found = causes(row, int(plan.peak_bytes))
+            found = causes(row)
             explained = predicted + sum(extra for _, extra in found) / 1e9
             result["note"] = "; ".join(text for text, _ in found) or "unexplained"
             if any(extra for _, extra in found):

@@ -41,20 +41,25 @@ TORCH = "2.0"  # the page's pip line pins nothing; torch 2.0.1 was current in Se
 SHORT_PROMPT = 20
 LONG_PROMPT = 5610  # 10 * system_prompt (559 tokens each) + the short prompt
 NEW = 60  # max_new_tokens=60 in every cell
+# the page prints no bitsandbytes version: 0.41.1 (August 2023) was the release current in September 2023, and any
+# 0.41.x or 0.42 plans the same (the bitsandbytes rules change at 0.43.0)
+BNB = "0.41"
 
 SOURCE: Dict[str, str] = {
     "name": "transformers docs: Optimizing LLMs for Speed and Memory, bigcode/octocoder (September 2023)",
     "url": URL,
     "text": TEXT,
     "gpu": "A100 40GB (the page: 'can be run on a single 40 GB A100 GPU device chip'; the run's GPU is not printed)",
-    "stack": "not printed: transformers 4.33/4.34, torch 2.0, bitsandbytes 0.41, optimum (BetterTransformer) of "
-    "September 2023 assumed",
+    "stack": "not printed: transformers 4.33/4.34, torch 2.0, bitsandbytes 0.41.1 (the 4-bit row planned with its "
+    "rules), optimum (BetterTransformer) of September 2023 assumed",
     "measure": "torch.cuda.max_memory_allocated() / 1024**3 (GiB; the page calls it GB)",
     "open": (
         "prompts are given as text: the short prompt's 20 tokens are the page's own (its KV-cache cell); the long "
         "prompt's 5,610 were counted here with the StarCoder-family BPE vocabulary (llama.cpp's "
         "ggml-vocab-starcoder.gguf, which gives the page's 20 for the short prompt), not printed by the page; "
-        "greedy decoding assumed (the page passes no sampling option); the stack's versions are not printed"
+        "greedy decoding assumed (the page passes no sampling option); the stack's versions are not printed: "
+        "bitsandbytes 0.41.1 assumed, the release current in September 2023 (0.41.2 came in November; any 0.41.x "
+        "or 0.42 is planned the same)"
     ),
 }
 TARGET = 0.05  # every row (Row.target): the quantised ones too, their bitsandbytes settings being the defaults named
@@ -117,13 +122,6 @@ ROWS: Tuple[Row, ...] = (
 # plan leaves out where counted)
 SCORES_GIB = 48 * LONG_PROMPT * LONG_PROMPT * 2 / 2**30  # one bf16 tensor of attention scores, heads x N x N
 CAUSES: Dict[str, Tuple[str, float]] = {
-    "4-bit": (
-        "plan: its 4-bit forward dequantises into the compute dtype (analysis/model/quantize.py, Dequantise.forward); "
-        "bitsandbytes (MatMul4Bit.forward, `F.dequantize_4bit(B, quant_state).to(A.dtype)`) dequantises into the "
-        "dtype the weight was quantised from (fp16: transformers' default for a bitsandbytes load) and casts it to "
-        "the fp32 compute dtype: an fp16 copy of the largest layer (c_fc, 151M values) beside the fp32 one",
-        24576 * 6144 * 2 / 2**30,
-    ),
     "long prompt, eager": (
         "the page's transformers (4.33/4.34) ran GPTBigCode's own attention (baddbmm into a bf16 buffer and a "
         "TorchScript upcast_masked_softmax: the published figure is about 6 bytes per score over the short "
@@ -184,6 +182,20 @@ def build(dtype: str = "bfloat16", attention: str = "eager") -> Any:
     return model.eval()
 
 
+def planned_quantize(row: Row) -> Tuple[Any, List[str]]:
+    """The row's QuantSpec as bitsandbytes 0.41 ran it, and the notes of the rules applied ([] but for 4-bit)."""
+    from gpumem_kernel.analysis import parse_quantize, with_bnb_version
+
+    return with_bnb_version(parse_quantize(row.quantize), BNB)
+
+
+def rule(row: Row) -> str:
+    """The bitsandbytes rules the row is planned with, by name ('' where none applies: bf16, 8-bit)."""
+    from gpumem_kernel.analysis import bnb_rules_for
+
+    return f"bitsandbytes {BNB}: " + ", ".join(r.name for r in bnb_rules_for(BNB)) if planned_quantize(row)[1] else ""
+
+
 def analyse(row: Row) -> Any:
     from gpumem_kernel.analysis import plan_generation
 
@@ -193,7 +205,7 @@ def analyse(row: Row) -> Any:
         new=NEW,
         batch_size=1,
         cache="dynamic",
-        quantize=row.quantize,
+        quantize=planned_quantize(row)[0],
         torch_version=TORCH,  # no target: its longest-context and largest-batch searches are not compared here
         model_name="bigcode/octocoder",
     )
@@ -222,6 +234,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             "target": row.target,
             "seconds": round(time.perf_counter() - started, 1),
             "note": "",
+            **({"rule": rule(row)} if rule(row) else {}),
         }
         if abs(error) > row.target:
             cause, extra = CAUSES.get(row.name, ("unexplained", 0.0))
