@@ -238,16 +238,18 @@ def test_the_example_adapters_plan(example: str) -> None:
 
 
 def _bad(tmp_path: Path) -> Dict[str, Any]:
-    """case -> (the option's words as the shell hands them on, the message)."""
+    """case -> (the option's words as the shell hands them on, the message). The files are named relative to
+    tmp_path, the test's working directory, as a user names a file next to the notebook: a message echoes the name
+    as given, and a long absolute path (pytest's temporary folders differ in length between machines) would be cut."""
     (tmp_path / "bad.json").write_text('{"peft_type": "LORA", "r": 8,}')
     (tmp_path / "vera.json").write_text('{"peft_type": "NOPE", "r": 8}')
     (tmp_path / "empty").mkdir()
     targets = '{"peft_type": "LORA", "r": 8, "target_modules": ["nothing_here"]}'
     return {
-        "bad json": (["--peft", str(tmp_path / "bad.json")], f"peft: {tmp_path / 'bad.json'} is not valid JSON"),
-        "missing": (["--peft", str(tmp_path / "nothing.json")], "peft: no such file or directory: "),
-        "no config in dir": (["--peft", str(tmp_path / "empty")], f"peft: no adapter_config.json in {tmp_path}"),
-        "unknown method": (["--peft", str(tmp_path / "vera.json")], "has peft_type 'NOPE', not one planned; use one"),
+        "bad json": (["--peft", "bad.json"], "peft: bad.json is not valid JSON"),
+        "missing": (["--peft", "nothing.json"], "peft: no such file or directory: nothing.json"),
+        "no config in dir": (["--peft", "empty"], "peft: no adapter_config.json in "),
+        "unknown method": (["--peft", "vera.json"], "has peft_type 'NOPE', not one planned; use one"),
         "inline bad json": (["--peft", "{peft_type:"], "peft: the inline JSON is not valid JSON"),
         "no peft_type": (["--peft", '{"r": 8}'], "peft: the inline JSON has no peft_type"),
         "with lora": (["--peft", '{"peft_type": "IA3"}', "--lora", "r=8"], "--peft and --lora both add adapters"),
@@ -262,9 +264,10 @@ BAD = ["bad json", "missing", "no config in dir", "unknown method", "inline bad 
 
 
 @pytest.mark.parametrize("case", BAD + ["bad value"])
-def test_the_cli_says_a_bad_peft_in_one_line(case: str, tmp_path: Path, capsys: Any) -> None:
+def test_the_cli_says_a_bad_peft_in_one_line(case: str, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
     from gpumem_kernel import cli
 
+    monkeypatch.chdir(tmp_path)
     words, message = _bad(tmp_path)[case]
     code = cli.main(["analyze", "--model", str(CONFIGS / "llama"), "-b", "2", "--input", "16", *words])
     err = capsys.readouterr().err
@@ -272,11 +275,12 @@ def test_the_cli_says_a_bad_peft_in_one_line(case: str, tmp_path: Path, capsys: 
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_the_magic_says_a_bad_peft_in_one_line(case: str, tmp_path: Path) -> None:
+def test_the_magic_says_a_bad_peft_in_one_line(case: str, tmp_path: Path, monkeypatch: Any) -> None:
     from IPython.utils.capture import capture_output
 
     from conftest import gpumem_shell
 
+    monkeypatch.chdir(tmp_path)
     words, message = _bad(tmp_path)[case]
     with gpumem_shell({"model": _llama()}) as shell:
         with capture_output() as captured:
