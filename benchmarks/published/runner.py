@@ -75,8 +75,16 @@ def analyse(model: Any, row: hf.Row, vocab: int, sequence: int = hf.SEQUENCE) ->
     )
 
 
-def _error(predicted: float, published: float) -> float:
+def relative_error(predicted: float, published: float) -> float:
+    """(predicted - published) / published, to 4 places: every source's rows give their error this way."""
     return round((predicted - published) / published, 4)
+
+
+def bnb_rule(version: str, applied: bool) -> str:
+    """The bitsandbytes rules a row was planned with, by name ('' where none applied)."""
+    from gpumem_kernel.analysis import bnb_rules_for
+
+    return f"bitsandbytes {version}: " + ", ".join(r.name for r in bnb_rules_for(version)) if applied else ""
 
 
 def compare(row: hf.Row, report: Any, seconds: float) -> Dict[str, Any]:
@@ -90,8 +98,8 @@ def compare(row: hf.Row, report: Any, seconds: float) -> Dict[str, Any]:
         "predicted_reserved_mib": round(reserved / MiB, 1),
         "predicted_total_mib": round(total / MiB, 1),
         "predicted_context_mib": round(report.context_bytes / MiB, 1),
-        "reserved_error": _error(reserved / MiB, published_reserved),
-        "total_error": _error(total / MiB, row.published_mib),
+        "reserved_error": relative_error(reserved / MiB, published_reserved),
+        "total_error": relative_error(total / MiB, row.published_mib),
         "settings": {**row.settings(), "keep_grads": True, "attention": "eager", "target": hf.GPU},
         "torch_rules": [n for n in report.notes if n.startswith(f"torch {hf.TORCH}: rule")],
         "context_basis": report.device.context_basis,
@@ -150,7 +158,7 @@ def run_seminar(rows: List[Any]) -> List[Dict[str, Any]]:
                 "row": row.name,
                 "published_mb": row.published_mb,
                 "predicted_allocated_mb": {gpu: round(mb, 1) for gpu, mb in predicted.items()},
-                "allocated_error": {gpu: _error(mb, row.published_mb) for gpu, mb in predicted.items()},
+                "allocated_error": {gpu: relative_error(mb, row.published_mb) for gpu, mb in predicted.items()},
                 "settings": row.settings(),
                 "seconds": round(time.perf_counter() - started, 1),
                 "source": sem.URL,

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.published.runner import relative_error
+
 COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"  # the LitGPT the table names
 TABLE_COMMIT = "069f6584a2a99609e288c32cb49c028bcf35b747"
 URL = f"https://github.com/Lightning-AI/litgpt/blob/{TABLE_COMMIT}/tutorials/resource-tables.md"
@@ -196,10 +198,6 @@ def analyse(row: Row, bnb_version: Optional[str] = BNB, fabric_output: bool = Tr
     return analyze(model, **options)
 
 
-def _error(predicted: float, published: float) -> float:
-    return round((predicted - published) / published, 4)
-
-
 def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
     out = []
     for row in ROWS:
@@ -208,7 +206,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
         started = time.perf_counter()
         report = analyse(row)
         predicted = int(report.peak_allocated_bytes) / 1e9
-        error = _error(predicted, row.published_gb)
+        error = relative_error(predicted, row.published_gb)
         out.append(
             {
                 "name": row.name,

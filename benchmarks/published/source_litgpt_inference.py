@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.published.runner import bnb_rule, relative_error
+
 COMMIT = "8641822b3249bb94f068c254aa5d13decbc9f0a0"  # the LitGPT the table names
 TABLE_COMMIT = "069f6584a2a99609e288c32cb49c028bcf35b747"
 URL = f"https://github.com/Lightning-AI/litgpt/blob/{TABLE_COMMIT}/tutorials/resource-tables.md"
@@ -309,9 +311,7 @@ def planned_quantize(row: Row) -> Tuple[Any, List[str]]:
 
 def rule(row: Row) -> str:
     """The bitsandbytes rules the row is planned with, by name ('' for bf16)."""
-    from gpumem_kernel.analysis import bnb_rules_for
-
-    return f"bitsandbytes {BNB}: " + ", ".join(r.name for r in bnb_rules_for(BNB)) if planned_quantize(row)[1] else ""
+    return bnb_rule(BNB, bool(planned_quantize(row)[1]))
 
 
 def analyse(row: Row) -> Any:
@@ -327,10 +327,6 @@ def analyse(row: Row) -> Any:
         torch_version=TORCH,  # no target: its longest-context and largest-batch searches are not compared here
         model_name=row.model,
     )
-
-
-def _error(predicted: float, published: float) -> float:
-    return round((predicted - published) / published, 4)
 
 
 def _gqa_cache_extra(row: Row) -> int:
@@ -360,7 +356,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
         started = time.perf_counter()
         plan = analyse(row)
         predicted = int(plan.peak_bytes) / 1e9
-        error = _error(predicted, row.published_gb)
+        error = relative_error(predicted, row.published_gb)
         seconds = round(time.perf_counter() - started, 1)
         result: Dict[str, Any] = {
             "name": row.name,
@@ -380,7 +376,8 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             result["note"] = "; ".join(text for text, _ in found) or "unexplained"
             if any(extra for _, extra in found):
                 result["explained"] = round(explained, 3)  # the plan with the bytes the causes name added
-                result["note"] += f" (with them: {explained:.2f} GB, {_error(explained, row.published_gb):+.1%})"
+                off = relative_error(explained, row.published_gb)
+                result["note"] += f" (with them: {explained:.2f} GB, {off:+.1%})"
         out.append(result)
         print(f"{row.name:<40} published {row.published_gb:>6.2f} GB | predicted {predicted:>6.2f} ({error:+.1%})")
     return out

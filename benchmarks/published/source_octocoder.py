@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.published.runner import bnb_rule, relative_error
+
 COMMIT = "008f5c8c29be84d4721dc6d1e0fcd72300580be4"
 URL = "https://huggingface.co/docs/transformers/llm_tutorial_optimization"
 TEXT = f"https://github.com/huggingface/transformers/blob/{COMMIT}/docs/source/en/llm_tutorial_optimization.md"
@@ -191,9 +193,7 @@ def planned_quantize(row: Row) -> Tuple[Any, List[str]]:
 
 def rule(row: Row) -> str:
     """The bitsandbytes rules the row is planned with, by name ('' where none applies: bf16, 8-bit)."""
-    from gpumem_kernel.analysis import bnb_rules_for
-
-    return f"bitsandbytes {BNB}: " + ", ".join(r.name for r in bnb_rules_for(BNB)) if planned_quantize(row)[1] else ""
+    return bnb_rule(BNB, bool(planned_quantize(row)[1]))
 
 
 def analyse(row: Row) -> Any:
@@ -211,10 +211,6 @@ def analyse(row: Row) -> Any:
     )
 
 
-def _error(predicted: float, published: float) -> float:
-    return round((predicted - published) / published, 4)
-
-
 def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
     out = []
     for row in ROWS:
@@ -223,7 +219,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
         started = time.perf_counter()
         plan = analyse(row)
         predicted = int(plan.peak_bytes) / 2**30
-        error = _error(predicted, row.published_gib)
+        error = relative_error(predicted, row.published_gib)
         result: Dict[str, Any] = {
             "name": row.name,
             "settings": row.settings(),
@@ -241,7 +237,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
             result["note"] = cause
             if extra:
                 result["explained"] = round(predicted + extra, 3)  # the plan with the bytes the cause names added
-                explained = _error(predicted + extra, row.published_gib)
+                explained = relative_error(predicted + extra, row.published_gib)
                 result["note"] += f" (with it: {predicted + extra:.2f} GiB, {explained:+.1%})"
         out.append(result)
         print(f"{row.name:<30} published {row.published_gib:>6.2f} GiB | predicted {predicted:>6.2f} ({error:+.1%})")

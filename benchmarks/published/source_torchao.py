@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.published.runner import relative_error
+
 COMMIT = "56d46a2869d5342568e3d746d4b907966e0341ce"
 SOURCE: Dict[str, str] = {
     "name": "torchao, low-bit optimizers: ViT-H fine-tune (July 2024)",
@@ -153,7 +155,7 @@ def _row(name: str, published: float, kind: str, rule: str, net: Any, trace: Cal
         "unit": "GB",
         "published": published,
         "predicted": round(predicted, 3),
-        "error": round((predicted - published) / published, 4),
+        "error": relative_error(predicted, published),
         "seconds": round(time.perf_counter() - started, 1),
         "note": "",
         "rule": rule,

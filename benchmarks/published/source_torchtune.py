@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from benchmarks.published.runner import relative_error
+
 COMMIT = "1814feb17a9038e1a8053ce93111bd26774a8db6"
 SOURCE: Dict[str, str] = {
     "name": "torchtune, Optimization flags (Llama 3.2 3B, November 2024)",
@@ -186,7 +188,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
                 "unit": "GiB",
                 "published": published,
                 "predicted": round(predicted, 2),
-                "error": round((predicted - published) / published, 4),
+                "error": relative_error(predicted, published),
                 "seconds": round(time.perf_counter() - started, 1),
                 "note": "",
             }
