@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
+import subprocess
+import sys
 import types
 import warnings
 from pathlib import Path
@@ -692,30 +693,55 @@ def test_halving_the_workers_counts_down_from_the_users_own() -> None:
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (32 → 16 → 8)"
 
 
-class _KilledWorker(torch.utils.data.Dataset):
-    """Its worker ends itself with SIGKILL, as the kernel's out-of-memory killer ends one."""
+_KILLED_WORKER_RUN = """
+import json, os, signal, sys, types
+import torch
+from torch.utils.data import DataLoader
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 
-    def __len__(self) -> int:
+class KilledWorker(torch.utils.data.Dataset):
+    # Its worker ends itself with SIGKILL, as the kernel's out-of-memory killer ends one.
+    def __len__(self):
         return 64
 
-    def __getitem__(self, i: int) -> Any:
+    def __getitem__(self, i):
         if torch.utils.data.get_worker_info() is not None and i >= 4:
             os.kill(os.getpid(), signal.SIGKILL)
         return torch.zeros(4)
+
+loader = DataLoader(KilledWorker(), num_workers=2, batch_size=2, multiprocessing_context="fork")
+try:
+    for _ in loader:
+        pass
+except RuntimeError as error:
+    shell = types.SimpleNamespace(user_ns={"loader": loader}, user_ns_hidden={})
+    bundle = checklist_bundle(error, shell, sample=json.load(sys.stdin), env={})
+    print(json.dumps(None if bundle is None else bundle[OOM_MIME]))
+    sys.stdout.flush()
+    os._exit(0)  # the other worker's SIGCHLD may still raise from PyTorch's handler anywhere after this
+print("no error")
+"""
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() -> None:
     """Which error the user sees is a race in PyTorch: its SIGCHLD handler raises "DataLoader worker (pid N) is
     killed by signal: Killed." in the loop itself, or the loop's next fetch raises "DataLoader worker (pid(s) N)
-    exited unexpectedly" from it. Either way the checklist is the host's, and names the worker's message."""
-    loader = DataLoader(_KilledWorker(), num_workers=2, batch_size=2)
-    with pytest.raises(RuntimeError, match="exited unexpectedly|is killed by signal: Killed") as raised:
-        for _ in loader:
-            pass
-    bundle = checklist_bundle(raised.value, shell_with(loader=loader), sample=sample(), env={})
-    assert bundle is not None
-    payload = bundle[OOM_MIME]
+    exited unexpectedly" from it. Either way the checklist is the host's, and names the worker's message.
+
+    The loop runs in its own process: PyTorch's SIGCHLD handler stays armed while the failed iterator is alive
+    (the traceback holds it), and the second worker's death would raise inside whatever code runs next."""
+    run = subprocess.run(
+        [sys.executable, "-c", _KILLED_WORKER_RUN],
+        input=json.dumps(sample()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    payload = json.loads(run.stdout.strip().splitlines()[-1])
+    assert payload is not None
     assert payload["info"]["family"] == "host" and "is killed by signal: Killed." in payload["info"]["message"]
     assert [step["id"] for step in payload["steps"]][:2] == ["fewer-workers", "host-memory"]
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (2 → 1)"
