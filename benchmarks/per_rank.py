@@ -1,12 +1,13 @@
-"""A rank's memory under DDP, ZeRO and FSDP2: what the report's per-rank formula says, against what a rank of a real
-sharded run holds.
+"""A rank's memory under DDP, ZeRO and FSDP2: what the report's per-rank formula says, and what a traced rank says,
+against what a rank of a real sharded run holds.
 
 The real run: world_size processes on the gloo backend (CPU tensors, 127.0.0.1), each wrapping its copy of the
 model as the strategy does (DistributedDataParallel; + ZeroRedundancyOptimizer; fully_shard per block and at the
-root) and measuring its live tensor bytes over its second training step with the storage tracker
-(analysis.measure.gloo_ranks). The formula: the single-process trace's peak live bytes less what the report's
-sharding takes off (its peak allocated at world size 1 minus its per-rank peak allocated), i.e. the same tensor-level
-figure, without the allocator model's rounding and workspaces.
+root) and measuring its live tensor bytes over its third (steady) training step with the storage tracker
+(analysis.measure.gloo_ranks). The traced rank (rank 0): the same wrapping and steps on fake tensors under a fake
+process group of the world size, in this process (analysis.trace.ranks.trace_rank). The formula: the single-process
+trace's peak live bytes less what the report's sharding takes off (its peak allocated at world size 1 minus its
+per-rank peak allocated), i.e. the same tensor-level figure, without the allocator model's rounding and workspaces.
 
     PYTHONPATH=. .venv/bin/python benchmarks/per_rank.py [--world-sizes 2 4] [--models mlp llama]
 """
@@ -22,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from _common import write_result
-from gpumem_kernel.analysis import RandomBatch, RankSetup, analyze, default_loss, measure_ranks
+from gpumem_kernel.analysis import RandomBatch, RankSetup, analyze, default_loss, measure_ranks, trace_rank
 
 LLAMA_CONFIG = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs" / "llama" / "config.json"
 
@@ -85,8 +86,9 @@ def rows_for(name: str, world_size: int) -> List[Dict[str, Any]]:
     measured = measure_ranks(model, setups, batch, default_loss, timeout=900)
     seconds = time.perf_counter() - started
     rows = []
-    for (label, _, strategy, amp), ranks in zip(SETTINGS, measured):
+    for (label, _, strategy, amp), setup, ranks in zip(SETTINGS, setups, measured):
         figures = formula(model, keywords, world_size, strategy, amp)
+        traced = trace_rank(model, setup, batch, default_loss)
         peak = max(r.peak_live for r in ranks)
         rows.append(
             {
@@ -97,6 +99,11 @@ def rows_for(name: str, world_size: int) -> List[Dict[str, Any]]:
                 "measured_min_peak_live": min(r.peak_live for r in ranks),
                 "measured_start_live": max(r.start_live for r in ranks),
                 "measured_peak_phase": ranks[0].peak_phase,
+                "traced_peak_live": traced.peak_live,
+                "traced_start_live": traced.start_live,
+                "traced_peak_phase": traced.peak_phase,
+                "traced_error": round(traced.peak_live / peak - 1, 4),
+                "setup": setup.label(),
                 **figures,
                 "formula_error": round(figures["formula_peak_live"] / peak - 1, 4),
             }
@@ -115,17 +122,20 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["mlp", "llama"], choices=["mlp", "llama"])
     args = parser.parse_args()
     rows = [row for name in args.models for n in args.world_sizes for row in rows_for(name, n)]
-    print(f"{'model':6} {'N':>2} {'setting':52} {'measured MiB':>12} {'formula MiB':>11} {'error':>7}")
+    print(f"{'model':6} {'N':>2} {'setting':52} {'measured':>9} {'formula':>8} {'error':>7} {'traced':>8} {'error':>7}")
     for r in rows:
         print(
-            f"{r['model']:6} {r['world_size']:>2} {r['setting']:52} {_mib(r['measured_peak_live']):>12} "
-            f"{_mib(r['formula_peak_live']):>11} {r['formula_error']:>+7.1%}"
+            f"{r['model']:6} {r['world_size']:>2} {r['setting']:52} {_mib(r['measured_peak_live']):>9} "
+            f"{_mib(r['formula_peak_live']):>8} {r['formula_error']:>+7.1%} {_mib(r['traced_peak_live']):>8} "
+            f"{r['traced_error']:>+7.2%}"
         )
     write_result(
         "per_rank",
         {
-            "what": "a rank's peak live tensor bytes over its second training step: measured on gloo CPU ranks "
-            "against the report's per-rank formula (the single-process trace less the sharding's saving)",
+            "what": "a rank's peak live tensor bytes (MiB in the printed table) over its third training step: "
+            "measured on gloo CPU ranks (the largest rank; min too), against the report's per-rank formula (the "
+            "single-process trace less the sharding's saving) and a rank traced on fake tensors under a fake "
+            "process group",
             "optimizer": "adamw (foreach)",
             "rows": rows,
         },

@@ -53,6 +53,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "RanksFailed": ("measure.gloo_ranks", "RanksFailed"),
     "measure_ranks": ("measure.gloo_ranks", "measure_ranks"),
     "RankSetup": ("trace.ranks", "RankSetup"),
+    "RankTraceError": ("trace.ranks", "RankTraceError"),
+    "trace_rank": ("trace.ranks", "trace_rank"),
     "analyze_named": ("pipeline.model_source", "analyze_named"),
     "build_named_model": ("pipeline.model_source", "build"),
     "default_input": ("pipeline.model_source", "default_input"),

@@ -1,5 +1,6 @@
 """A rank's memory under DDP, ZeRO and FSDP2, measured on real gloo ranks (CPU processes on 127.0.0.1): what each
-strategy keeps per rank between steps, and what it adds at the step's peak."""
+strategy keeps per rank between steps, and what it adds at the step's peak; and the same rank traced on fake tensors
+under a fake process group, against it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from gpumem_kernel.analysis import RandomBatch, RankSetup, RanksFailed, default_loss, measure_ranks  # noqa: E402
+from gpumem_kernel.analysis import (  # noqa: E402
+    RandomBatch,
+    RankSetup,
+    RanksFailed,
+    RankTraceError,
+    default_loss,
+    measure_ranks,
+    trace_rank,
+)
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"),
@@ -37,6 +46,8 @@ def _mlp() -> torch.nn.Module:
 
 
 PARAMS = sum(p.numel() * p.element_size() for p in _mlp().parameters())
+# a block's parameters in fp32: what one collective's buffers hold (a block gathered, or its gradients reduced)
+BLOCK = PARAMS // 4
 
 
 def _measure(world_size: int) -> Dict[str, List]:
@@ -104,3 +115,61 @@ def test_a_rank_that_fails_says_why_in_one_line() -> None:
 def test_a_strategy_of_no_rank_wrapper_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown strategy 'zero4'"):
         RankSetup("zero4", 2)
+
+
+@pytest.fixture(scope="module")
+def traced() -> Dict[int, Dict[str, object]]:
+    model = _mlp()
+
+    def rank(n: int, setting: Dict[str, str]) -> object:
+        return trace_rank(model, RankSetup(world_size=n, **setting), BATCH, default_loss)
+
+    return {n: {name: rank(n, setting) for name, setting in SETTINGS.items()} for n in (2, 4)}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_traced_rank_keeps_to_the_byte_what_a_real_rank_keeps(
+    by_world: Dict[int, Dict[str, List]], traced: Dict[int, Dict[str, object]], n: int
+) -> None:
+    for name, ranks in by_world[n].items():
+        assert {r.start_live for r in ranks} == {traced[n][name].start_live}, name
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_traced_ddp_or_zero1_rank_peaks_to_the_byte_as_a_real_one(
+    by_world: Dict[int, Dict[str, List]], traced: Dict[int, Dict[str, object]], n: int
+) -> None:
+    for name in ("ddp", "zero1"):
+        real = by_world[n][name][0]  # rank 0, as traced: ZeroRedundancyOptimizer's shards differ by rank
+        assert (traced[n][name].peak_live, traced[n][name].peak_phase) == (real.peak_live, real.peak_phase), name
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_traced_fsdp_rank_peaks_at_most_one_collective_below_a_real_one(
+    by_world: Dict[int, Dict[str, List]], traced: Dict[int, Dict[str, object]], n: int
+) -> None:
+    # the fake group's collectives complete at once; gloo's free their tensors when its thread is done with them
+    for name in ("zero2", "fsdp", "fsdp-bf16"):
+        for real in by_world[n][name]:
+            assert traced[n][name].peak_live <= real.peak_live <= traced[n][name].peak_live + BLOCK, name
+
+
+def test_a_traced_rank_leaves_the_model_and_the_process_untouched() -> None:
+    model = _mlp()
+    before = [(p, p.detach().clone()) for p in model.parameters()]
+    trace_rank(model, RankSetup("fsdp", 4), BATCH, default_loss)
+    trace_rank(model, RankSetup("ddp", 4), BATCH, default_loss)
+    assert [p for p, _ in before] == list(model.parameters())
+    assert all(torch.equal(p, copy) and p.grad is None for p, copy in before)
+    assert type(model) is torch.nn.Sequential and not dist.is_initialized()
+
+
+def test_a_rank_is_not_traced_beside_a_process_group_in_use() -> None:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        with pytest.raises(RankTraceError, match="a process group is already initialised"):
+            trace_rank(_mlp(), RankSetup("ddp", 2), BATCH, default_loss)
+    finally:
+        dist.destroy_process_group()

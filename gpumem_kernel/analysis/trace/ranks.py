@@ -30,6 +30,9 @@ from gpumem_kernel.analysis.trace.model_copy import make_optimizer
 from gpumem_kernel.analysis.trace.training_loop import autocast_factory, train_steps
 
 RANK_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
+# the step measured: the third, when DDP has rebuilt its buckets (at the second forward) and every optimizer
+# state exists: the steady step the analysis models
+STEPS = 3
 _ZERO_CLASSES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD"}
 
 
@@ -73,7 +76,7 @@ class RankSetup:
 
 @dataclass
 class RankPeak:
-    """One rank's live tensor bytes over its second (steady) training step."""
+    """One rank's live tensor bytes over its steady training step (the STEPS-th)."""
 
     rank: int
     peak_live: int  # the most bytes alive at once during the step
@@ -81,20 +84,59 @@ class RankPeak:
     peak_phase: str  # input | forward | backward | optimizer | zero_grad
 
 
-def wrap(model: Any, setup: RankSetup, group: Any = None) -> Tuple[Any, Any]:
-    """(the model as the strategy wraps it, its optimizer); the default process group unless `group`."""
+def wrap(model: Any, setup: RankSetup, group: Any = None, mesh: Any = None, traced: bool = False) -> Tuple[Any, Any]:
+    """(the model as the strategy wraps it, its optimizer); the default process group unless `group`, FSDP's
+    default mesh (every rank, on the CPU) unless `mesh`. `traced`: under a fake process group, whose all-reduce
+    gives DDP's reducer no tensor back: a hook that averages the bucket in place stands in for it."""
     if setup.sharded:
-        return _fully_sharded(model, setup), make_optimizer(setup.optimizer, list(model.parameters()))
+        return _fully_sharded(model, setup, mesh), make_optimizer(setup.optimizer, list(model.parameters()))
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(model, bucket_cap_mb=setup.bucket_cap_mb, process_group=group)
+    if traced:
+        ddp.register_comm_hook(setup.world_size, _averaged_in_place)
+        ddp.reducer = _KeptBuckets(ddp.reducer)
     params = [p for p in ddp.parameters() if p.requires_grad]
     if setup.strategy == "ddp":
         return ddp, make_optimizer(setup.optimizer, params)
     return ddp, _zero_optimizer(params, setup.optimizer, group)
 
 
-def _fully_sharded(model: Any, setup: RankSetup) -> Any:
+class _KeptBuckets:
+    """DDP's reducer as a traced rank runs it: its buckets kept as built. The real reducer rebuilds them once, at
+    the forward after the first backward, in the order the gradients came (the same parameters, so the same
+    bytes), agreeing on that order with the other ranks through tensors whose values it reads, which fake
+    tensors do not have. A rank's steady step (the third, STEPS) comes after that rebuild."""
+
+    def __init__(self, reducer: Any) -> None:
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reducer, name)
+
+
+def _averaged_in_place(world_size, bucket):  # type: ignore[no-untyped-def]
+    """DDP's default all-reduce as the rank sees it: the bucket divided by the world size in place, then handed
+    back (the collective itself writes into the same bucket). Unannotated: DDP refuses a hook whose annotations
+    are not its own classes (and this module's are strings)."""
+    import torch
+
+    done: Any = torch.futures.Future()
+    done.set_result(bucket.buffer().div_(world_size))
+    return done
+
+
+def cpu_mesh(world_size: int) -> Any:
+    """The device mesh fully_shard makes by default, on the CPU (made outside a fake mode: it holds real ranks)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (world_size,))
+
+
+def _fully_sharded(model: Any, setup: RankSetup, mesh: Any) -> Any:
     """fully_shard on each repeated block, then on the root (FSDP2's documented order)."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -102,9 +144,10 @@ def _fully_sharded(model: Any, setup: RankSetup) -> Any:
     policy = MixedPrecisionPolicy()
     if setup.param_dtype:
         policy = MixedPrecisionPolicy(param_dtype=getattr(torch, setup.param_dtype), reduce_dtype=torch.float32)
+    mesh = mesh if mesh is not None else cpu_mesh(setup.world_size)
     for _, block in repeated_blocks(model):
-        fully_shard(block, reshard_after_forward=setup.reshards, mp_policy=policy)
-    return fully_shard(model, reshard_after_forward=setup.reshards, mp_policy=policy)
+        fully_shard(block, mesh=mesh, reshard_after_forward=setup.reshards, mp_policy=policy)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=setup.reshards, mp_policy=policy)
 
 
 def _zero_optimizer(params: List[Any], kind: str, group: Any) -> Any:
@@ -147,26 +190,30 @@ def rank_step(
     loss_fn: Callable[[Any, Any], Any],
     amp: Optional[str] = None,
     group: Any = None,
+    mesh: Any = None,
+    traced: bool = False,
 ) -> RankPeak:
-    """Wrap `model` (the rank's own copy: it is changed) as `setup` says and run two training steps under the
-    tracker; the second one's figures. A process group must be initialised (or `group` given)."""
+    """Wrap `model` (the rank's own copy: it is changed) as `setup` says and run STEPS training steps under the
+    tracker; the last one's figures. A process group must be initialised (or `group` given)."""
+    if setup.sharded and mesh is None:
+        mesh = cpu_mesh(setup.world_size)  # host memory on a GPU too (the ranks' numbers): not the rank's to count
     tracker = make_tracker()
     with tracker, storage_resizes(tracker):
         tracker.register(list(model.parameters()) + list(model.buffers()))
-        wrapped, optimizer = wrap(model, setup, group)
+        wrapped, optimizer = wrap(model, setup, group, mesh, traced)
         del model
         train_steps(
             wrapped,
             optimizer,
             make_batch,
             loss_fn,
-            steps=2,
+            steps=STEPS,
             micro=1,
             grad_accum=1,
             autocast=autocast_factory(amp, "cpu"),
             tracker=tracker,
         )
-        peak = step_peak(tracker, rank, 2)
+        peak = step_peak(tracker, rank, STEPS)
         del wrapped, optimizer
     tracker.close()
     return peak
@@ -196,3 +243,62 @@ def figures(peaks: List[RankPeak]) -> Dict[str, int]:
         "min_peak_live": min(p.peak_live for p in peaks),
         "start_live": max(p.start_live for p in peaks),
     }
+
+
+class RankTraceError(RuntimeError):
+    """A rank's step cannot be traced here (a process group already in use, a wrapper that fails on fake tensors):
+    one line; the report falls back to its formula."""
+
+
+def trace_rank(
+    model: Any,
+    setup: RankSetup,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[Any, Any], Any],
+    amp: Optional[str] = None,
+    rank: int = 0,
+) -> RankPeak:
+    """Rank `rank`'s step traced in this process: a fake copy of `model` (the user's stays untouched), wrapped as
+    `setup` says under a fake process group of its world size (collectives return at once, their tensors as
+    the real ones are), through the same tracker and steps as a real rank (rank_step). `make_batch` runs under
+    the fake mode: its tensors are fake."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise RankTraceError("this torch has no torch.distributed: a rank cannot be traced")
+    if dist.is_initialized():
+        raise RankTraceError("a process group is already initialised in this process: a rank is traced in its own")
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from gpumem_kernel.analysis.allocator.import_guard import tracer_imports
+    from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=setup.world_size)
+    try:
+        mesh = cpu_mesh(setup.world_size) if setup.sharded else None
+        with tracer_imports()(allow_non_fake_inputs=True), _ddp_checks_skipped():
+            copy = copy_model(model, TensorCopier(fake=True))[0]
+            return rank_step(copy, setup, rank, make_batch, loss_fn, amp, mesh=mesh, traced=True)
+    except RankTraceError:
+        raise
+    except Exception as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise RankTraceError(f"{setup.label()}: {type(exc).__name__}: {text[:200]}") from None
+    finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _ddp_checks_skipped() -> Iterator[None]:
+    """DistributedDataParallel's construction without its two cross-rank checks, which read tensor values in C++
+    (fake tensors have none): that every rank's parameters have the same shapes, and rank 0's values broadcast to
+    the others. Neither leaves a tensor alive: the step they precede allocates the same."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    saved = ddp_module._verify_param_shape_across_processes, ddp_module._sync_module_states
+    ddp_module._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    ddp_module._sync_module_states = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        ddp_module._verify_param_shape_across_processes, ddp_module._sync_module_states = saved
