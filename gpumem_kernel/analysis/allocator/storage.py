@@ -185,19 +185,19 @@ def tracker_class() -> type:
             self.peak = max(self.peak, live)
             return record
 
-        def resized(self, st: Any) -> None:
+        def resized(self, st: Any, role: Optional[str] = None) -> None:
             """A storage resized in place by `UntypedStorage.resize_`, which no dispatch mode sees (FSDP frees its
             gathered parameters with resize_(0) and refills them with resize_(n)): its old size freed, its new
-            size (if any) a new allocation with the old role."""
+            size (if any) a new allocation with the old role, or `role`."""
             with self._lock:
                 sid = self._sids.get(st)
                 nbytes = int(st.nbytes())
                 if sid is not None and nbytes == self.records[sid].nbytes:
                     return
-                role, host = None, False
+                host = False
                 if sid is not None:
                     self._on_free(sid)
-                    role, host = self.records[sid].role, self.records[sid].host
+                    role, host = self.records[sid].role or role, self.records[sid].host
                     del self._sids[st]
                 if nbytes:
                     self._new(st, role, host)

@@ -21,12 +21,12 @@ torch is imported inside functions only: the kernel shim must load without it.""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from gpumem_kernel.analysis.allocator.storage import make_tracker
 from gpumem_kernel.analysis.trace.checkpointing import repeated_blocks
-from gpumem_kernel.analysis.trace.model_copy import make_optimizer
+from gpumem_kernel.analysis.trace.model_copy import make_optimizer, register_optimizer_state
 from gpumem_kernel.analysis.trace.training_loop import autocast_factory, train_steps
 
 RANK_STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
@@ -82,6 +82,9 @@ class RankPeak:
     peak_live: int  # the most bytes alive at once during the step
     start_live: int  # alive as the step begins: what the rank keeps between steps
     peak_phase: str  # input | forward | backward | optimizer | zero_grad
+    # alive at the peak, by what holds it: parameter, buffer, gradient, optimizer_state, input, gathered (FSDP's
+    # unsharded parameters), held (made by the wrappers before the step: DDP's buckets), activation (the rest)
+    breakdown: Dict[str, int] = field(default_factory=dict)
 
 
 def wrap(model: Any, setup: RankSetup, group: Any = None, mesh: Any = None, traced: bool = False) -> Tuple[Any, Any]:
@@ -172,7 +175,7 @@ def storage_resizes(tracker: Any) -> Iterator[None]:
 
     def resize_(storage: Any, size: int) -> Any:
         result = original(storage, size)
-        tracker.resized(storage)
+        tracker.resized(storage, "gathered")
         return result
 
     torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
@@ -184,7 +187,7 @@ def storage_resizes(tracker: Any) -> Iterator[None]:
 
 def rank_step(
     model: Any,
-    setup: RankSetup,
+    setup: Optional[RankSetup],
     rank: int,
     make_batch: Callable[[], Any],
     loss_fn: Callable[[Any, Any], Any],
@@ -192,15 +195,28 @@ def rank_step(
     group: Any = None,
     mesh: Any = None,
     traced: bool = False,
+    optimizer_kind: Optional[str] = None,
 ) -> RankPeak:
     """Wrap `model` (the rank's own copy: it is changed) as `setup` says and run STEPS training steps under the
-    tracker; the last one's figures. A process group must be initialised (or `group` given)."""
-    if setup.sharded and mesh is None:
+    tracker; the last one's figures. A process group must be initialised (or `group` given). Without a setup:
+    the same steps in one process, unwrapped (what the ranks are compared with)."""
+    if setup is not None and setup.sharded and mesh is None:
         mesh = cpu_mesh(setup.world_size)  # host memory on a GPU too (the ranks' numbers): not the rank's to count
     tracker = make_tracker()
     with tracker, storage_resizes(tracker):
         tracker.register(list(model.parameters()) + list(model.buffers()))
-        wrapped, optimizer = wrap(model, setup, group, mesh, traced)
+        if setup is None:
+            wrapped, optimizer = (
+                model,
+                make_optimizer(
+                    "adamw" if optimizer_kind is None else optimizer_kind,
+                    [p for p in model.parameters() if p.requires_grad],
+                ),
+            )
+        else:
+            wrapped, optimizer = wrap(model, setup, group, mesh, traced)
+        tracker.register(list(wrapped.parameters()), "parameter")
+        tracker.register(list(wrapped.buffers()), "buffer")
         del model
         train_steps(
             wrapped,
@@ -213,6 +229,8 @@ def rank_step(
             autocast=autocast_factory(amp, "cpu"),
             tracker=tracker,
         )
+        # ZeroRedundancyOptimizer keeps its shard's state in the optimizer it wraps (`optim`), not in its own `state`
+        register_optimizer_state(tracker, getattr(optimizer, "optim", optimizer))
         peak = step_peak(tracker, rank, STEPS)
         del wrapped, optimizer
     tracker.close()
@@ -233,7 +251,17 @@ def step_peak(tracker: Any, rank: int, step: int) -> RankPeak:
     if start == end:
         start_live = peak = live
     phase = next((p for p, (a, b) in spans.items() if a <= peak_at < b), "input")
-    return RankPeak(rank=rank, peak_live=peak, start_live=start_live, peak_phase=phase)
+    return RankPeak(rank, peak, start_live, phase, _held_at(tracker, peak_at + 1 if end > start else start))
+
+
+def _held_at(tracker: Any, position: int) -> Dict[str, int]:
+    """Bytes alive just after event `position - 1`, by what holds them (RankPeak.breakdown)."""
+    held: Dict[str, int] = {}
+    for record in tracker.records:
+        if record.alloc_index < position and (record.free_index is None or record.free_index >= position):
+            kind = record.role or ("held" if record.phase == "setup" else "activation")
+            held[kind] = held.get(kind, 0) + record.nbytes
+    return held
 
 
 def figures(peaks: List[RankPeak]) -> Dict[str, int]:
@@ -276,16 +304,69 @@ def trace_rank(
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=setup.world_size)
     try:
         mesh = cpu_mesh(setup.world_size) if setup.sharded else None
-        with tracer_imports()(allow_non_fake_inputs=True), _ddp_checks_skipped():
+        with tracer_imports()(allow_non_fake_inputs=True), _ddp_checks_skipped(), _failures(setup.label()):
             copy = copy_model(model, TensorCopier(fake=True))[0]
             return rank_step(copy, setup, rank, make_batch, loss_fn, amp, mesh=mesh, traced=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def trace_alone(
+    model: Any, optimizer: str, make_batch: Callable[[], Any], loss_fn: Callable[[Any, Any], Any], amp: Optional[str]
+) -> RankPeak:
+    """The same steps as a traced rank's (rank_step) in one process, unwrapped: what a rank is compared with."""
+    from gpumem_kernel.analysis.allocator.import_guard import tracer_imports
+    from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
+
+    with tracer_imports()(allow_non_fake_inputs=True), _failures("one process"):
+        copy = copy_model(model, TensorCopier(fake=True))[0]
+        return rank_step(copy, None, 0, make_batch, loss_fn, amp, optimizer_kind=optimizer)
+
+
+@contextlib.contextmanager
+def _failures(what: str) -> Iterator[None]:
+    """Any exception of a traced step as one RankTraceError line."""
+    try:
+        yield
     except RankTraceError:
         raise
     except Exception as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise RankTraceError(f"{setup.label()}: {type(exc).__name__}: {text[:200]}") from None
-    finally:
-        dist.destroy_process_group()
+        raise RankTraceError(f"{what}: {type(exc).__name__}: {text[:200]}") from None
+
+
+@dataclass
+class RankTrace:
+    """A traced rank beside the same steps in one process: what the strategy takes off a rank, by the trace."""
+
+    setup: RankSetup
+    rank: RankPeak
+    alone: RankPeak
+
+    @property
+    def saving(self) -> int:
+        """Bytes a rank does not hold at its peak, against one process (negative: it holds more)."""
+        return self.alone.peak_live - self.rank.peak_live
+
+
+def plan_rank(
+    model: Any,
+    strategy: str,
+    world_size: int,
+    optimizer: Any,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[Any, Any], Any],
+    amp: Optional[str],
+) -> RankTrace:
+    """Rank 0 of `strategy` x `world_size` traced, and the same steps alone; RankTraceError (one line) where the
+    step is not one a rank wrapper runs here (an optimizer object, a kind ZeroRedundancyOptimizer does not wrap)."""
+    if not isinstance(optimizer, str) or optimizer not in _ZERO_CLASSES:
+        raise RankTraceError(
+            f"the optimizer {optimizer!r} is not one a traced rank builds ({', '.join(_ZERO_CLASSES)})"
+        )
+    setup = RankSetup(strategy, world_size, optimizer=optimizer)
+    rank = trace_rank(model, setup, make_batch, loss_fn, amp)
+    return RankTrace(setup, rank, trace_alone(model, optimizer, make_batch, loss_fn, amp))
 
 
 @contextlib.contextmanager
