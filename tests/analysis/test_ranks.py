@@ -173,3 +173,15 @@ def test_a_rank_is_not_traced_beside_a_process_group_in_use() -> None:
             trace_rank(_mlp(), RankSetup("ddp", 2), BATCH, default_loss)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["ddp", "zero1"])
+def test_the_reports_per_rank_figure_is_what_a_real_rank_holds(by_world: Dict[int, Dict[str, List]], name: str) -> None:
+    from gpumem_kernel.analysis import analyze
+
+    model = _mlp()
+    alone = analyze(model, batch_size=8, input=(128,))
+    ranked = analyze(model, batch_size=8, input=(128,), world_size=4, strategy=name)
+    assert ranked.distributed.engine == "traced" and not any("by the formula" in n for n in ranked.notes)
+    per_rank_live = alone.peak_live_bytes - (alone.peak_allocated_bytes - ranked.peak_allocated_bytes)
+    assert per_rank_live == by_world[4][name][0].peak_live

@@ -364,6 +364,8 @@ def _traced_distributed(sharding: Sharding, point: Point) -> Distributed:
         "under FSDP may hold up to one collective's buffers more while the backend finishes with them; "
         "communication buffers (NCCL) are not counted"
     )
+    if (sharding.strategy or "").startswith("zero"):
+        note += "; DeepSpeed's ZeRO stage of that name keeps its own buffers (not traced)"
     return Distributed(
         world_size=sharding.world_size,
         strategy=sharding.strategy or "ddp",

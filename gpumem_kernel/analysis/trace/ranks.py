@@ -65,13 +65,17 @@ class RankSetup:
         return self.strategy != "zero2"
 
     def label(self) -> str:
-        """e.g. "fsdp (reshard_after_forward=False, bf16 params) x 4"."""
-        extras = []
-        if self.sharded and self.reshard_after_forward is not None:
-            extras.append(f"reshard_after_forward={self.reshards}")
+        """The strategy and the PyTorch wrappers that run it, e.g. "zero2 (fully_shard, reshard_after_forward=False,
+        bfloat16 params) x 4": DeepSpeed's stage of the same name may hold other buffers."""
+        if self.sharded:
+            parts = ["fully_shard"]
+            if self.reshard_after_forward is not None or not self.reshards:
+                parts.append(f"reshard_after_forward={self.reshards}")
+        else:
+            parts = ["DistributedDataParallel" + (" + ZeroRedundancyOptimizer" if self.strategy == "zero1" else "")]
         if self.param_dtype:
-            extras.append(f"{self.param_dtype} params")
-        return f"{self.strategy}{' (' + ', '.join(extras) + ')' if extras else ''} x {self.world_size}"
+            parts.append(f"{self.param_dtype} params")
+        return f"{self.strategy} ({', '.join(parts)}) x {self.world_size}"
 
 
 @dataclass
