@@ -5,9 +5,10 @@ The real run: world_size processes on the gloo backend (CPU tensors, 127.0.0.1),
 model as the strategy does (DistributedDataParallel; + ZeroRedundancyOptimizer; fully_shard per block and at the
 root) and measuring its live tensor bytes over its third (steady) training step with the storage tracker
 (analysis.measure.gloo_ranks). The traced rank (rank 0): the same wrapping and steps on fake tensors under a fake
-process group of the world size, in this process (analysis.trace.ranks.trace_rank). The formula: the single-process
-trace's peak live bytes less what the report's sharding takes off (its peak allocated at world size 1 minus its
-per-rank peak allocated), i.e. the same tensor-level figure, without the allocator model's rounding and workspaces.
+process group of the world size, in this process (analysis.trace.ranks.trace_rank), which the report now uses. The
+formula (the report's fallback, and what it said before): the single-process trace's peak live bytes less what the
+strategy's shares take off (Sharding.saving), i.e. the same tensor-level figure, without the allocator model's
+rounding and workspaces.
 
     PYTHONPATH=. .venv/bin/python benchmarks/per_rank.py [--world-sizes 2 4] [--models mlp llama]
 """
@@ -23,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from _common import write_result
-from gpumem_kernel.analysis import RandomBatch, RankSetup, analyze, default_loss, measure_ranks, trace_rank
+from gpumem_kernel.analysis import RandomBatch, RankSetup, Sharding, analyze, default_loss, measure_ranks, trace_rank
 
 LLAMA_CONFIG = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs" / "llama" / "config.json"
 
@@ -67,14 +68,22 @@ def models() -> Dict[str, Tuple[Any, RandomBatch, Dict[str, Any]]]:
 
 
 def formula(model: Any, keywords: Dict[str, Any], world_size: int, strategy: str, amp: Optional[str]) -> Dict[str, int]:
-    """The report's per-rank figures: its peak allocated, and the peak live bytes less its sharding's saving."""
+    """The per-rank figures of the formula (the report's fallback: the single-process trace's states at its peak
+    divided by the strategy's shares, plus DDP's bucket copy or the largest layer gathered) and of the report as
+    it is now (rank 0 traced): the peak live bytes less each one's saving, and the per-rank peak allocated."""
     alone = analyze(model, amp=amp, **keywords)
     ranked = analyze(model, amp=amp, world_size=world_size, strategy=strategy, **keywords)
-    saving = alone.peak_allocated_bytes - ranked.peak_allocated_bytes
+    at_peak = alone.breakdown_at_peak or {}
+    sharding = Sharding(world_size, strategy, alone.largest_layer["bytes"], alone.parameters_bytes)  # all trainable
+    saving = sharding.saving(at_peak["parameter"], at_peak["gradient"], at_peak["optimizer_state"])
+    traced_saving = alone.peak_allocated_bytes - ranked.peak_allocated_bytes
     return {
         "single_process_peak_live": alone.peak_live_bytes,
         "formula_peak_live": alone.peak_live_bytes - saving,
-        "formula_peak_allocated": ranked.peak_allocated_bytes,
+        "formula_peak_allocated": alone.peak_allocated_bytes - saving,
+        "report_engine": ranked.distributed.engine,
+        "report_peak_live": alone.peak_live_bytes - traced_saving,
+        "report_peak_allocated": ranked.peak_allocated_bytes,
     }
 
 

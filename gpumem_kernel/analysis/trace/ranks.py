@@ -207,38 +207,50 @@ def rank_step(
     if setup is not None and setup.sharded and mesh is None:
         mesh = cpu_mesh(setup.world_size)  # host memory on a GPU too (the ranks' numbers): not the rank's to count
     tracker = make_tracker()
-    with tracker, storage_resizes(tracker):
-        tracker.register(list(model.parameters()) + list(model.buffers()))
-        if setup is None:
-            wrapped, optimizer = (
-                model,
-                make_optimizer(
-                    "adamw" if optimizer_kind is None else optimizer_kind,
-                    [p for p in model.parameters() if p.requires_grad],
-                ),
-            )
-        else:
-            wrapped, optimizer = wrap(model, setup, group, mesh, traced)
-        tracker.register(list(wrapped.parameters()), "parameter")
-        tracker.register(list(wrapped.buffers()), "buffer")
-        del model
-        train_steps(
-            wrapped,
-            optimizer,
-            make_batch,
-            loss_fn,
-            steps=STEPS,
-            micro=1,
-            grad_accum=1,
-            autocast=autocast_factory(amp, "cpu"),
-            tracker=tracker,
-        )
-        # ZeroRedundancyOptimizer keeps its shard's state in the optimizer it wraps (`optim`), not in its own `state`
-        register_optimizer_state(tracker, getattr(optimizer, "optim", optimizer))
-        peak = step_peak(tracker, rank, STEPS)
-        del wrapped, optimizer
-    tracker.close()
-    return peak
+    try:
+        with tracker, storage_resizes(tracker):
+            return _steps(tracker, model, setup, rank, make_batch, loss_fn, amp, group, mesh, traced, optimizer_kind)
+    finally:
+        tracker.close()
+
+
+def _steps(
+    tracker: Any,
+    model: Any,
+    setup: Optional[RankSetup],
+    rank: int,
+    make_batch: Callable[[], Any],
+    loss_fn: Callable[[Any, Any], Any],
+    amp: Optional[str],
+    group: Any,
+    mesh: Any,
+    traced: bool,
+    optimizer_kind: Optional[str],
+) -> RankPeak:
+    """rank_step's body, under its tracker."""
+    tracker.register(list(model.parameters()) + list(model.buffers()))
+    if setup is None:
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        wrapped, optimizer = model, make_optimizer(optimizer_kind or "adamw", trainable)
+    else:
+        wrapped, optimizer = wrap(model, setup, group, mesh, traced)
+    tracker.register(list(wrapped.parameters()), "parameter")
+    tracker.register(list(wrapped.buffers()), "buffer")
+    del model
+    train_steps(
+        wrapped,
+        optimizer,
+        make_batch,
+        loss_fn,
+        steps=STEPS,
+        micro=1,
+        grad_accum=1,
+        autocast=autocast_factory(amp, "cpu"),
+        tracker=tracker,
+    )
+    # ZeroRedundancyOptimizer keeps its shard's state in the optimizer it wraps (`optim`), not in its own `state`
+    register_optimizer_state(tracker, getattr(optimizer, "optim", optimizer))
+    return step_peak(tracker, rank, STEPS)
 
 
 def step_peak(tracker: Any, rank: int, step: int) -> RankPeak:
@@ -262,7 +274,8 @@ def _held_at(tracker: Any, position: int) -> Dict[str, int]:
     """Bytes alive just after event `position - 1`, by what holds them (RankPeak.breakdown)."""
     held: Dict[str, int] = {}
     for record in tracker.records:
-        if record.alloc_index < position and (record.free_index is None or record.free_index >= position):
+        alive = record.alloc_index < position and (record.free_index is None or record.free_index >= position)
+        if alive and record.nbytes:
             kind = record.role or ("held" if record.phase == "setup" else "activation")
             held[kind] = held.get(kind, 0) + record.nbytes
     return held
