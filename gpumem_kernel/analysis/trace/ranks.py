@@ -313,19 +313,20 @@ def trace_rank(
         raise RankTraceError("this torch has no torch.distributed: a rank cannot be traced")
     if dist.is_initialized():
         raise RankTraceError("a process group is already initialised in this process: a rank is traced in its own")
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     from gpumem_kernel.analysis.allocator.import_guard import tracer_imports
     from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
 
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=setup.world_size)
-    try:
-        mesh = cpu_mesh(setup.world_size) if setup.sharded else None
-        with tracer_imports()(allow_non_fake_inputs=True), _ddp_checks_skipped(), _failures(setup.label()):
-            copy = copy_model(model, TensorCopier(fake=True))[0]
-            return rank_step(copy, setup, rank, make_batch, loss_fn, amp, mesh=mesh, traced=True)
-    finally:
-        dist.destroy_process_group()
+    with _failures(setup.label()):
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=setup.world_size)
+        try:
+            mesh = cpu_mesh(setup.world_size) if setup.sharded else None
+            with tracer_imports()(allow_non_fake_inputs=True), _ddp_checks_skipped():
+                copy = copy_model(model, TensorCopier(fake=True))[0]
+                return rank_step(copy, setup, rank, make_batch, loss_fn, amp, mesh=mesh, traced=True)
+        finally:
+            dist.destroy_process_group()
 
 
 def trace_alone(
