@@ -341,7 +341,7 @@ OPTIONS: Tuple[Option, ...] = (
         ("--strategy",),
         dict(
             choices=("ddp", "fsdp", "zero1", "zero2", "zero3"),
-            help="how model states are sharded over --world-size ranks",
+            help="how model states are sharded over --world-size ranks (rank 0 traced under PyTorch's wrappers)",
         ),
         request="strategy",
         cli=dict(help=None),

@@ -73,6 +73,7 @@ NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     reclaim.Holder: frozenset({"graph_by_device"}),
     llm_facts.LlmFacts: frozenset({"attention_path"}),
     analysis_sequence.SequencePicks: frozenset({"variable"}),
+    analysis_report.Distributed: frozenset({"engine"}),
 }
 
 MIRRORS = [

@@ -77,7 +77,7 @@ def tracker_class() -> type:
     Long as one function because it is one class: torch is imported inside functions only, so the class that
     subclasses TorchDispatchMode is defined here; its methods are each short."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
     from torch.utils._pytree import tree_leaves
     from torch.utils.weak import WeakIdKeyDictionary
 
@@ -156,7 +156,12 @@ def tracker_class() -> type:
 
         def track(self, t: Any, role: Optional[str] = None, host: bool = False, check: bool = True) -> Optional[Record]:
             """The record of `t`'s storage: a new one when the storage is new (or was resized in place, which
-            is a new allocation of the new size). Over the cap (and `check`): SimulatedOOM."""
+            is a new allocation of the new size). Over the cap (and `check`): SimulatedOOM. A wrapper subclass
+            (DTensor: a rank's shard inside a tensor of the global shape) holds no storage of its own: its inner
+            tensors are tracked, and the first one's record returned."""
+            if is_traceable_wrapper_subclass(t):
+                inner = [self.track(getattr(t, name), role, host, check) for name in t.__tensor_flatten__()[0]]
+                return next((r for r in inner if r is not None), None)
             st = self._storage(t)
             if st is None:
                 return None
@@ -179,6 +184,24 @@ def tracker_class() -> type:
                 )
             self.peak = max(self.peak, live)
             return record
+
+        def resized(self, st: Any, role: Optional[str] = None) -> None:
+            """A storage resized in place by `UntypedStorage.resize_`, which no dispatch mode sees (FSDP frees its
+            gathered parameters with resize_(0) and refills them with resize_(n)): its old size freed, its new
+            size (if any) a new allocation with the old role, or `role`."""
+            with self._lock:
+                sid = self._sids.get(st)
+                nbytes = int(st.nbytes())
+                if sid is not None and nbytes == self.records[sid].nbytes:
+                    return
+                host = False
+                if sid is not None:
+                    self._on_free(sid)
+                    role, host = self.records[sid].role or role, self.records[sid].host
+                    del self._sids[st]
+                if nbytes:
+                    self._new(st, role, host)
+                self.peak = max(self.peak, self.live)
 
         def register(self, tree: Any, role: Optional[str] = None, host: bool = False, check: bool = False) -> None:
             """Track tensors made outside the mode (model states, a batch from DataLoader workers), and give
@@ -231,6 +254,10 @@ def tracker_class() -> type:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             if self.interrupts is not None:
                 self.interrupts.raise_if_pending()
+            if any(is_traceable_wrapper_subclass(t) for t in tree_leaves((args, kwargs))):
+                # the subclass (DTensor) runs its op on its inner tensors: returned to it, the ops it runs come
+                # back here, temporaries and all; run here, they would run with this mode off, unseen
+                return NotImplemented
             out = func(*args, **(kwargs or {}))
             self.track_outputs(out)
             return out

@@ -180,6 +180,8 @@ class Sharding:
     strategy: Optional[str]
     largest_layer: int
     gradients_total: int
+    # rank 0's step traced under the strategy's wrappers (analysis.trace.ranks.RankTrace); None: the formula below
+    traced: Any = None
 
     def factors(self) -> Tuple[float, float, float]:
         """Per-rank shares of (parameters, gradients, optimizer state)."""
@@ -211,6 +213,10 @@ class Sharding:
         ]
 
     def saving(self, params: int, grads: int, optimizer: int) -> int:
-        """Bytes a rank does not hold (of those live at the peak) minus what the strategy adds."""
+        """Bytes a rank does not hold (of those live at the peak) minus what the strategy adds: the traced rank's
+        against the same steps in one process where traced (at the analysed batch: the states and the wrappers'
+        buffers do not grow with the batch), else by the formula."""
+        if self.traced is not None:
+            return int(self.traced.saving)
         fp, fg, fo = self.factors()
         return int(params * (1 - fp) + grads * (1 - fg) + optimizer * (1 - fo)) - self.extra()[0]

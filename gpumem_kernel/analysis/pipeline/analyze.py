@@ -22,6 +22,7 @@ assemble (the AnalysisReport of report.py).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -66,6 +67,7 @@ from gpumem_kernel.analysis.search.max_batch import MEASURED_RUNS, TRACED_RUNS, 
 from gpumem_kernel.analysis.search.max_sequence import check_batches, model_context, resolve_multiple, search_sequences
 from gpumem_kernel.analysis.request.sequence import at_sequence, sequence_of
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
+from gpumem_kernel.analysis.trace.ranks import RankTraceError, plan_rank
 from gpumem_kernel.analysis.fake.torch_rules import parse as parse_torch
 from gpumem_kernel.analysis.fake.torch_rules import resolve as resolve_torch
 from gpumem_kernel.analysis.trace.training_loop import default_loss
@@ -195,6 +197,7 @@ def _prepare(model: Any, request: AnalysisRequest) -> _Prepared:
     plan, notes = _trace_plan(model, kind, make_batch, request, info, stack, hints, rules)
     notes = basis_notes(info, request.target, request.memory) + list(planned_torch.notes) + notes
     sharding = _sharding(model, request, notes)
+    sharding.traced = _traced_rank(plan, sharding, request, notes)
     # a model on the meta device (built by name) has no weights to run on a GPU: traced against it instead
     measured_on = (
         None
@@ -345,6 +348,33 @@ def _sharding(model: Any, request: AnalysisRequest, notes: List[str]) -> Shardin
         sharding.strategy = "ddp"
         notes.append("world_size > 1 without a strategy: DDP assumed")
     return sharding
+
+
+def _traced_rank(plan: TracePlan, sharding: Sharding, request: AnalysisRequest, notes: List[str]) -> Any:
+    """Rank 0's step traced as the strategy wraps it (analysis.trace.ranks), or None with a note where the
+    formula stands in: a step the rank wrappers do not run here, or a trace that failed."""
+    if sharding.world_size < 2 or sharding.strategy is None:
+        return None
+    unsupported = [
+        why
+        for why, present in (
+            ("a step of your own", plan.step_fn is not None),
+            ("gradient accumulation", plan.grad_accum > 1),
+            ("checkpointing", plan.checkpointing),
+            ("kept gradients", plan.keep_grads),
+        )
+        if present
+    ]
+    try:
+        if unsupported:
+            raise RankTraceError(f"{', '.join(unsupported)}: not traced per rank yet")
+        make_batch = functools.partial(plan.make_batch, request.batch_size, True)
+        return plan_rank(
+            plan.model, sharding.strategy, sharding.world_size, plan.optimizer, make_batch, plan.loss_fn, plan.amp
+        )
+    except RankTraceError as exc:
+        notes.append(f"per-rank figures by the formula (a rank's step was not traced: {exc})")
+        return None
 
 
 def _amp_saving(

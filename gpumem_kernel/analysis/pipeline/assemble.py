@@ -327,6 +327,8 @@ def _loss_setting(plan: TracePlan, trace: TraceResult) -> str:
 
 
 def _distributed(sharding: Sharding, trace: TraceResult, point: Point, recs: Recommendations) -> Distributed:
+    if sharding.traced is not None:
+        return _traced_distributed(sharding, point)
     fp, fg, fo = sharding.factors()
     extra, extra_note = sharding.extra()
     note = (
@@ -344,6 +346,38 @@ def _distributed(sharding: Sharding, trace: TraceResult, point: Point, recs: Rec
         activations_bytes=trace.activations,
         peak_bytes=point.footprint,
         note=note,
+    )
+
+
+# what the wrappers hold besides the states (analysis.trace.ranks.RankPeak.breakdown), in the report's words
+_HELD = {"held": "DDP's gradient buckets", "gathered": "parameters FSDP gathered in full"}
+
+
+def _traced_distributed(sharding: Sharding, point: Point) -> Distributed:
+    """The per-rank lines from rank 0's traced step: what it holds at its peak, by what holds it."""
+    traced = sharding.traced
+    held = traced.rank.breakdown
+    extra = {name: held.get(key, 0) for key, name in _HELD.items() if held.get(key, 0)}
+    note = (
+        f"traced: rank 0's step as {traced.setup.label()} runs it (PyTorch's own wrappers on fake tensors under a "
+        "fake process group), figures at its peak; a real rank matches it to the byte under DDP and ZeRO-1, and "
+        "under FSDP may hold a collective's buffers more while the backend finishes with them; "
+        "communication buffers (NCCL) are not counted"
+    )
+    if (sharding.strategy or "").startswith("zero"):
+        note += "; DeepSpeed's ZeRO stage of that name keeps its own buffers (not traced)"
+    return Distributed(
+        world_size=sharding.world_size,
+        strategy=sharding.strategy or "ddp",
+        parameters_bytes=held.get("parameter", 0) + held.get("buffer", 0),
+        gradients_bytes=held.get("gradient", 0),
+        optimizer_bytes=held.get("optimizer_state", 0),
+        extra_bytes=sum(extra.values()),
+        extra_note=", ".join(extra),
+        activations_bytes=held.get("activation", 0) + held.get("input", 0),
+        peak_bytes=point.footprint,
+        note=note,
+        engine="traced",
     )
 
 

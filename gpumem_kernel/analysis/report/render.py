@@ -304,20 +304,27 @@ def _settings_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _rank_engine(dist: Mapping[str, Any]) -> str:
+    """How the per-rank lines were found: rank 0 traced (figures at its peak), or the formula (states shared)."""
+    return "rank 0 traced, at its peak" if dist.get("engine") == "traced" else "by formula"
+
+
 def _distributed_block(payload: Mapping[str, Any]) -> List[str]:
     dist = payload["distributed"]
     if not dist:
         return []
     lines = [
-        f"🌐 Per Rank ({dist['strategy']}, world size {dist['world_size']}):",
+        f"🌐 Per Rank ({dist['strategy']}, world size {dist['world_size']}, {_rank_engine(dist)}):",
         _row("Parameters", human(dist["parameters_bytes"])),
         _row("Gradients", human(dist["gradients_bytes"])),
         _row("Optimizer State", human(dist["optimizer_bytes"])),
     ]
     if dist["extra_bytes"]:
         lines.append(_row("Extra", f"{human(dist['extra_bytes'])} ({dist['extra_note']})"))
+    # a traced rank at its peak: activations with the step's temporaries (the optimizer's, at its step)
+    activations = "Other at Peak" if dist.get("engine") == "traced" else "Activations"
     lines += [
-        _row("Activations", human(dist["activations_bytes"])),
+        _row(activations, human(dist["activations_bytes"])),
         _row("Peak per Rank", f"{human(dist['peak_bytes'])} (a rank's Peak Footprint, not the sum above)"),
     ]
     return lines

@@ -111,6 +111,9 @@ class Distributed:
     activations_bytes: int
     peak_bytes: int
     note: str
+    # "traced": rank 0's step traced under the strategy's wrappers, its figures at its peak; "formula": the
+    # single-process trace's states divided by the strategy's shares
+    engine: str = "formula"
 
 
 @dataclass

@@ -275,6 +275,10 @@ export interface IDistributed {
   activations_bytes: number;
   peak_bytes: number;
   note: string;
+  /**
+   * traced: rank 0's step traced under the strategy's wrappers, figures at its peak; formula: the single-process states divided by the strategy's shares
+   */
+  engine?: 'traced' | 'formula';
 }
 export interface IErrorBound {
   relative: number;

@@ -718,7 +718,8 @@ export const analysisPayload: Check = object({
       extra_note: string(),
       activations_bytes: integer(0),
       peak_bytes: integer(),
-      note: string()
+      note: string(),
+      engine: optional(enumOf('traced', 'formula'))
     })
   ),
   error_bound: object({ relative: number(0), absolute_bytes: integer(0), statement: string() }),
