@@ -16,6 +16,7 @@ from gpumem_kernel.analysis import is_model_source
 from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import debug_enabled, usage_error, engine_message_line, parse
+from gpumem_kernel.magics.progress import ProgressLine
 from gpumem_kernel.magics.shared_options import MAGIC, request_fields
 from gpumem_kernel.magics.resolve import (
     resolve_amp,
@@ -62,9 +63,10 @@ def browser_settings() -> Dict[str, Any]:
 
 
 @import_repair()  # a model by name imports its library (transformers) before analyze() begins
-def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
+def run_analysis(shell: Any, args: Any, command: str, progress: ProgressLine, timeline: bool = False) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
-    (report, the History of its traced step)."""
+    (report, the History of its traced step). `progress` draws the analysis' progress line; Ctrl-C ends the cell
+    with its one line."""
     from gpumem_kernel.analysis import analyze
 
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
@@ -79,6 +81,7 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         target=resolve_target(args.target, command),
         memory=resolve_memory(args.memory, "--memory", command),
         **browser_settings(),
+        on_progress=progress.update,
     )
     try:
         request = AnalysisRequest(**options)
@@ -87,13 +90,21 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         elif timeline:
             from gpumem_kernel.timeline.predicted import predict
 
-            report, history = predict(model, **request.options())
+            report, history = predict(model, on_progress=request.on_progress, **request.options())
         else:
             report, history = analyze(model, request), None
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        raise progress.interrupted() from None
     except ValueError as exc:
+        progress.clear()
         if debug_enabled():
             raise
         raise usage_error(command, engine_message_line(exc)) from None
+    except Exception:
+        progress.clear()
+        raise
     remember(shell, report, model)
     return (report, history) if timeline else report
 
@@ -122,15 +133,17 @@ def analyze(shell: Any, rest: str) -> None:
     )
     if problem is not None:
         raise usage_error("analyze", problem)
+    progress = ProgressLine(f"gpumem analyze {args.model}")
     if not args.timeline:
-        report = run_analysis(shell, args, "analyze")
+        report = run_analysis(shell, args, "analyze", progress)
         history = None
     else:
-        report, history = run_analysis(shell, args, "analyze", timeline=True)
+        report, history = run_analysis(shell, args, "analyze", progress, timeline=True)
     if args.json:
+        progress.clear()
         print(json.dumps(report.to_payload(), indent=2))
     else:
-        display(analysis_bundle(report), raw=True)
+        progress.show(analysis_bundle(report))
     if history is not None:
         _show_timeline(history, args.save, show=not args.json)
 
@@ -264,9 +277,11 @@ def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
 
 def recommend(shell: Any, rest: str) -> None:
     args = parse(recommend_arguments, "recommend", rest)
-    report = run_analysis(shell, args, "recommend")
+    progress = ProgressLine(f"gpumem recommend {args.model}")
+    report = run_analysis(shell, args, "recommend", progress)
     payload = report.to_payload()
     if args.json:
+        progress.clear()
         recs = payload["recommendations"]
         print(
             json.dumps(
@@ -281,4 +296,4 @@ def recommend(shell: Any, rest: str) -> None:
             )
         )
     else:
-        display(recommend_bundle(payload), raw=True)
+        progress.show(recommend_bundle(payload))
