@@ -663,7 +663,11 @@ def _cache_written(tracker: Any, cache: Any, before: List[Any], window: Window, 
     position = {sid: k for k, sid in enumerate(local)}
     allocs = [e for e in window.entries if isinstance(e, Alloc)]
     found = _CacheWrite(written[0], _fresh_state(before[written[0]]))
+    had = dict(before[written[0]])
     for name, value in sorted(vars(cache.layers[written[0]]).items()):
+        before_value = had.get(name)
+        if _is_tensor(value) and isinstance(before_value, tuple) and before_value[:2] == ("tensor", id(value)):
+            continue  # a tensor of the layer's own from before the call (the sliding window's size): left as it is
         if not _is_tensor(value):
             if not _is_plain(value):  # an object every replayed layer would share
                 return _CacheWrite(problem="a KV cache layer holds an object besides its tensors")
