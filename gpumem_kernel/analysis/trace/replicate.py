@@ -356,7 +356,7 @@ class Replicator:
             self.skipped.add("blocks run without gradients (an evaluation step) are not replayed")
             return real(*args, **kwargs)
         if not _flatten((args, kwargs), tensors, plain, caches) or len(caches) > 1:
-            self.skipped.add("the blocks are handed an object that may differ per layer (a KV cache)")
+            self.skipped.add("the blocks are handed an object that may differ per layer (a cache without layers)")
             return real(*args, **kwargs)
         cache = caches[0] if caches else None
         if sum(t.requires_grad for t in tensors) != 1:  # the backward window ends at the one input's gradient
