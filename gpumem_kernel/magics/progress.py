@@ -3,6 +3,8 @@ output updated in place."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from typing import Any, Dict, List, Optional
 
@@ -39,6 +41,15 @@ def progress_bundle(text: str, table: Optional[str] = None) -> Dict[str, str]:
 SHOW_AFTER_SECONDS = 2.0
 
 
+def show_after() -> float:
+    """SHOW_AFTER_SECONDS, or GPUMEM_PROGRESS_AFTER's seconds (0: every update; inf: never, as the tests set it,
+    where a busy machine would otherwise add the line to any analysis)."""
+    try:
+        return float(os.environ.get("GPUMEM_PROGRESS_AFTER", SHOW_AFTER_SECONDS))
+    except ValueError:
+        return SHOW_AFTER_SECONDS
+
+
 class AnalysisInterrupted(KeyboardInterrupt):
     """Ctrl-C during an analysis: the notebook shows its one line, not a traceback of the estimator's frames
     (IPython asks an exception for `_render_traceback_` before it formats one)."""
@@ -49,7 +60,7 @@ class AnalysisInterrupted(KeyboardInterrupt):
 
 class ProgressLine:
     """A running analysis' progress (analysis.request.progress.Progress, through the request's on_progress) as one
-    line updated in place, shown once the analysis has run SHOW_AFTER_SECONDS; replaced by the report when done."""
+    line updated in place, shown once the analysis has run show_after() seconds; replaced by the report when done."""
 
     def __init__(self, label: str) -> None:
         self.label = label
@@ -61,9 +72,11 @@ class ProgressLine:
         self.last = progress
         if progress.phase == "done":
             return
-        if self.live.handle is None and time.perf_counter() - self.started < SHOW_AFTER_SECONDS:
+        if self.live.handle is None and time.perf_counter() - self.started < show_after():
             return
-        self.live.show(progress_bundle(f"{self.label}: {progress.line()}"))
+        # the seconds since the command began: the levers' analyses (analysis.advise) each count from their own start
+        since = dataclasses.replace(progress, elapsed=time.perf_counter() - self.started)
+        self.live.show(progress_bundle(f"{self.label}: {since.line()}"))
 
     def show(self, bundle: Dict[str, Any]) -> None:
         """The result in place of the line, or displayed when no line was shown."""

@@ -46,7 +46,7 @@ def state(model):
 
 
 def test_a_long_analysis_shows_one_line_updated_in_place_then_the_report(ip, monkeypatch):
-    monkeypatch.setattr(progress_module, "SHOW_AFTER_SECONDS", 0.0)  # every analysis counts as long here
+    monkeypatch.setenv("GPUMEM_PROGRESS_AFTER", "0")  # every analysis counts as long here
     captured = run(ip, LINE)
 
     assert captured.stderr == ""
@@ -62,7 +62,7 @@ def test_a_long_analysis_shows_one_line_updated_in_place_then_the_report(ip, mon
 
 
 def test_a_quick_analysis_shows_only_its_report(ip, monkeypatch):
-    monkeypatch.setattr(progress_module, "SHOW_AFTER_SECONDS", 3600.0)
+    monkeypatch.setenv("GPUMEM_PROGRESS_AFTER", "3600")
     captured = run(ip, LINE)
 
     assert len(captured.outputs) == 1 and not captured.outputs[0].update
@@ -70,7 +70,7 @@ def test_a_quick_analysis_shows_only_its_report(ip, monkeypatch):
 
 
 def test_ctrl_c_at_a_trace_ends_the_cell_with_one_line_and_the_next_analysis_runs(ip, monkeypatch):
-    monkeypatch.setattr(progress_module, "SHOW_AFTER_SECONDS", 0.0)
+    monkeypatch.setenv("GPUMEM_PROGRESS_AFTER", "0")
     drawn = progress_module.ProgressLine.update
 
     def interrupted_at_trace_3(self, progress):
