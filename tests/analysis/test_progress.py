@@ -101,3 +101,20 @@ def test_an_interrupt_from_the_callback_at_trace_k_stops_between_traces_and_leav
     for payload in (again, fresh):
         payload.pop("elapsed_seconds", None)
     assert again == fresh
+
+
+def test_a_model_by_name_with_the_sequence_search_hears_the_build_and_each_length():
+    from pathlib import Path
+
+    from gpumem_kernel.analysis import analyze_named
+
+    config = Path(__file__).resolve().parents[1] / "data" / "hf_configs" / "llama"
+    seen: List[Progress] = []
+    report = analyze_named(
+        str(config), batch_size=1, memory="2GiB", search="seq", seq_batches="1", on_progress=seen.append
+    )
+
+    assert _phases(seen) == ["building", "batch", "maximum", "sequence", "done"]
+    assert seen[0].doing == f"building {config}" and seen[0].traces == 0
+    lengths = {u.doing.split("(")[1].split(" tokens")[0] for u in seen if u.phase == "sequence"}
+    assert {str(p.seq) for p in report.sequence_search.results[0].curve} <= lengths  # each length traced was told
