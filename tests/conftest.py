@@ -17,6 +17,9 @@ from gpumem_kernel.probe.nvml import Nvml
 from gpumem_kernel.probe.prober import Prober
 
 KERNEL_PYTHON = os.environ.get("GPUMEM_TEST_KERNEL_PYTHON") or sys.executable
+# an analysis's progress line shows once it has run 2 s, which a busy machine reaches in any test (and in the test
+# kernels, which inherit this): it shows where a test asks for it (tests/magics/test_analysis_progress.py)
+os.environ.setdefault("GPUMEM_PROGRESS_AFTER", "inf")
 
 _GPU_CHECK = """
 import sys

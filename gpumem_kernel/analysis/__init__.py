@@ -26,6 +26,7 @@ from typing import Any, Dict, Tuple
 _EXPORTS: Dict[str, Tuple[str, str]] = {
     "CachingAllocatorModel": ("allocator.caching_allocator", "CachingAllocatorModel"),
     "analyze": ("pipeline.analyze", "analyze"),
+    "advise": ("pipeline.advice", "advise"),
     "trace_step": ("pipeline.analyze", "trace_step"),
     "OPTIMIZERS": ("request.arguments", "OPTIMIZERS"),
     "OPTIMIZER_ALIASES": ("request.arguments", "OPTIMIZER_ALIASES"),

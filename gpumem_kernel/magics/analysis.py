@@ -16,6 +16,7 @@ from gpumem_kernel.analysis import is_model_source
 from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import debug_enabled, usage_error, engine_message_line, parse
+from gpumem_kernel.magics.progress import ProgressLine
 from gpumem_kernel.magics.shared_options import MAGIC, request_fields
 from gpumem_kernel.magics.resolve import (
     resolve_amp,
@@ -62,9 +63,13 @@ def browser_settings() -> Dict[str, Any]:
 
 
 @import_repair()  # a model by name imports its library (transformers) before analyze() begins
-def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) -> Any:
+def run_analysis(
+    shell: Any, args: Any, command: str, progress: ProgressLine, timeline: bool = False, advise: bool = False
+) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
-    (report, the History of its traced step)."""
+    (report, the History of its traced step); with `advise`: (report, what makes it fit: analysis.advise). `progress`
+    draws the analysis' progress line; Ctrl-C ends the cell with its one line."""
+    from gpumem_kernel.analysis import advise as advice_of
     from gpumem_kernel.analysis import analyze
 
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
@@ -79,34 +84,56 @@ def run_analysis(shell: Any, args: Any, command: str, timeline: bool = False) ->
         target=resolve_target(args.target, command),
         memory=resolve_memory(args.memory, "--memory", command),
         **browser_settings(),
+        on_progress=progress.update,
     )
     try:
         request = AnalysisRequest(**options)
         if by_name:
-            report, history = _by_name(args, request, timeline)
+            report, history = _by_name(args, request, timeline, advise)
         elif timeline:
             from gpumem_kernel.timeline.predicted import predict
 
-            report, history = predict(model, **request.options())
+            report, history = predict(model, on_progress=request.on_progress, **request.options())
         else:
-            report, history = analyze(model, request), None
+            report = analyze(model, request)
+            history = advice_of(model, request, report) if advise else None
+    except KeyboardInterrupt:
+        if debug_enabled():
+            raise
+        raise progress.interrupted() from None
     except ValueError as exc:
+        progress.clear()
         if debug_enabled():
             raise
         raise usage_error(command, engine_message_line(exc)) from None
+    except Exception:
+        progress.clear()
+        raise
     remember(shell, report, model)
-    return (report, history) if timeline else report
+    return (report, history) if timeline or advise else report
 
 
-def _by_name(args: Any, request: AnalysisRequest, timeline: bool) -> Any:
-    """(report, history or None) of a model built on the meta device from its config (analysis.model_source)."""
+def _by_name(args: Any, request: AnalysisRequest, timeline: bool, advise: bool) -> Any:
+    """(report, history, the advice or None) of a model built on the meta device from its config
+    (analysis.model_source)."""
     from gpumem_kernel.analysis import analyze_named
 
-    run = None
+    run: Any = None
     if timeline:
         from gpumem_kernel.timeline.predicted import predict as run
+    elif advise:
+        run = _with_advice
     result = analyze_named(args.model, request, task=args.task, trust_remote_code=args.trust_remote_code, run=run)
-    return result if timeline else (result, None)
+    return result if run is not None else (result, None)
+
+
+def _with_advice(model: Any, **options: Any) -> Any:
+    """(report, what makes it fit) of the model analyze_named built."""
+    from gpumem_kernel.analysis import advise, analyze
+
+    request = AnalysisRequest(**options)
+    report = analyze(model, request)
+    return report, advise(model, request, report)
 
 
 def analyze(shell: Any, rest: str) -> None:
@@ -120,17 +147,26 @@ def analyze(shell: Any, rest: str) -> None:
     problem = option_problem(
         timeline=args.timeline, save=args.save, world_size=args.world_size, strategy=args.strategy, json=args.json
     )
+    if problem is None and args.advise and args.timeline:
+        problem = "--advise and --timeline: one at a time"
     if problem is not None:
         raise usage_error("analyze", problem)
-    if not args.timeline:
-        report = run_analysis(shell, args, "analyze")
-        history = None
+    progress = ProgressLine(f"gpumem analyze {args.model}")
+    history = advice = None
+    if args.timeline:
+        report, history = run_analysis(shell, args, "analyze", progress, timeline=True)
+    elif args.advise:
+        report, advice = run_analysis(shell, args, "analyze", progress, advise=True)
     else:
-        report, history = run_analysis(shell, args, "analyze", timeline=True)
+        report = run_analysis(shell, args, "analyze", progress)
     if args.json:
-        print(json.dumps(report.to_payload(), indent=2))
+        progress.clear()
+        payload = report.to_payload()
+        print(json.dumps(payload if advice is None else {**payload, "advice": advice.to_payload()}, indent=2))
     else:
-        display(analysis_bundle(report), raw=True)
+        progress.show(analysis_bundle(report))
+        if advice is not None:
+            display(advice.bundle(), raw=True)
     if history is not None:
         _show_timeline(history, args.save, show=not args.json)
 
@@ -146,6 +182,7 @@ _TRAINING_ONLY = (
     ("step", "--step", None),
     ("eval_batch", "--eval-batch", None),
     ("timeline", "--timeline", False),
+    ("advise", "--advise", False),
     ("save", "--save", None),
     ("checkpointing", "--checkpointing", False),
     ("keep_grads", "--keep-grads", False),
@@ -264,9 +301,11 @@ def recommend_bundle(payload: Dict[str, Any]) -> Dict[str, str]:
 
 def recommend(shell: Any, rest: str) -> None:
     args = parse(recommend_arguments, "recommend", rest)
-    report = run_analysis(shell, args, "recommend")
+    progress = ProgressLine(f"gpumem recommend {args.model}")
+    report = run_analysis(shell, args, "recommend", progress)
     payload = report.to_payload()
     if args.json:
+        progress.clear()
         recs = payload["recommendations"]
         print(
             json.dumps(
@@ -281,4 +320,4 @@ def recommend(shell: Any, rest: str) -> None:
             )
         )
     else:
-        display(recommend_bundle(payload), raw=True)
+        progress.show(recommend_bundle(payload))

@@ -378,6 +378,15 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
             "pytorch.org/memory_viz) or FILE.csv (one row per allocation)",
         ),
     ),
+    Option(
+        ("--advise",),
+        dict(
+            action="store_true",
+            help="also what makes it fit: the step again with each lever set (AMP, checkpointing, a smaller "
+            "micro-batch with accumulation, an 8-bit optimizer), each traced as an analysis of its own",
+        ),
+        surfaces=(MAGIC,),
+    ),
     # generate()'s memory instead of a training step (analysis.plan_generation): the magic's `analyze` only
     Option(
         ("--generate",),

@@ -84,11 +84,15 @@ def test_gradient_accumulation_and_kept_gradients() -> None:
     _same(replicated, full)
 
 
-def test_kv_cache_runs_every_block() -> None:
-    """Without checkpointing a causal LM keeps a KV cache per layer: not replayable, so every block runs."""
-    replicated, full = _traces(_hf(LLMS["llama"]()), _tokens, amp="bf16")
-    assert not replicated.replication.used and "KV cache" in replicated.replication.reason
-    assert any("full trace of every block" in note for note in replicated.notes)
+@pytest.mark.parametrize("family", list(LLMS))
+def test_kv_cache_of_use_cache_is_replicated(family: str) -> None:
+    """Without checkpointing a causal LM with use_cache (the Hub configs' default) hands its blocks a KV cache,
+    each writing its own layer (a copy of its keys and values, kept as long as the model's output): the replayed
+    blocks' copies are made as the cache's tensors, and the trace equals the full one to the byte."""
+    config = LLMS[family]()
+    assert config.use_cache
+    replicated, full = _traces(_hf(config), _tokens, amp="bf16")
+    assert replicated.replication.used and replicated.replication.replayed == 1 + 4, replicated.replication
     _same(replicated, full)
 
 

@@ -17,7 +17,8 @@ is restored. torch is imported inside functions only.
 
 analyze() runs the parts in order: arguments (checks), inputs (the batches), device (the limit), engines with
 measure (real steps) and search (the maximum), recommendations (the picks), evaluation (eval_batch=), and
-assemble (the AnalysisReport of report.py).
+assemble (the AnalysisReport of report.py). The request's on_progress hears each phase and trace
+(analysis.request.progress).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from gpumem_kernel.analysis.report.picks import from_options as rounding_from_op
 from gpumem_kernel.analysis.report.picks import resolve as resolve_rounding
 from gpumem_kernel.analysis.search.recommendations import recommend
 from gpumem_kernel.analysis.report.report import AnalysisReport
+from gpumem_kernel.analysis.request.progress import ProgressReporter
 from gpumem_kernel.analysis.request.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.fake.size_hints import check as check_size_hints
 from gpumem_kernel.analysis.search.max_batch import MEASURED_RUNS, TRACED_RUNS, with_analysed_batch, search_maximum
@@ -123,14 +125,20 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     padded: the token batch (input=N tokens) carries an attention_mask with padding and labels -100 there, as a
     fine-tuning loop's padded batches do (analysis.request.inputs.padded_tokens); transformers then builds a 4-D mask
     and expands a grouped-query model's K/V (report.llm.attention_path names the path traced).
+    on_progress: called with a Progress (analysis.request.progress) as each phase and each trace begins and as each
+    trace ends, between traces only: a front end draws it (the magic's progress line); what it raises stops the
+    analysis there, the user's objects untouched.
     Raises ValueError with a one-line message on bad arguments.
     """
     started = time.perf_counter()
     check_model(model)
     request = request_of(request, keywords)
     prepared = _prepare(model, request)
+    prepared.plan.progress = ProgressReporter(request.on_progress, started)
     ran = _run_engines(prepared, request)
-    return _report(prepared, ran, request, started)
+    report = _report(prepared, ran, request, started)
+    prepared.plan.progress.finish()
+    return report
 
 
 @dataclass
@@ -216,6 +224,7 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
         traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
+        plan.progress.enter("batch", f"analysing batch {batch_size}")
         current_trace = traced.point(batch_size, request.stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
             raise TraceError(f"batch {batch_size} could not be traced")
@@ -228,6 +237,7 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
         else:
             engine = traced
         notes += cuda_notes(info, request.cuda_version)
+        plan.progress.enter("maximum", "searching the largest batch")
         found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
         found = with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
@@ -237,6 +247,7 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
         amp_saved = _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
         evaluation = None
         if request.eval_batch is not None:
+            plan.progress.enter("evaluation", f"analysing the evaluation step at batch {request.eval_batch}")
             evaluation = evaluate(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
@@ -393,6 +404,7 @@ def _amp_saving(
         return None
     plain_plan = TracePlan(**{**asdict_shallow(plan), "amp": None})
     plain = TracedEngine(plain_plan, info.context_to_add, sharding, info.limit_bytes)
+    plan.progress.enter("amp", "tracing the step without AMP")
     plain_point = plain.point(current.batch_size)
     return plain_point.footprint - current.footprint if plain_point else None
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from gpumem_kernel.analysis.request.progress import ProgressReporter
 from gpumem_kernel.analysis.request.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.request.sequence import TokenBatches, at_sequence
 
@@ -393,6 +394,8 @@ def analyze_named(
     request = request_of(request, keywords)
     if request.device is not None and str(request.device).startswith("cuda"):
         raise ValueError(f"{name}: a model built by name has no weights to measure on a GPU; drop --device (traced)")
+    building = ProgressReporter(request.on_progress)
+    building.enter("building", f"building {name}")
     built = build(name, task, trust_remote_code)
     vocab_size = request.vocab_size
     input = at_sequence(built.model, request.input, request.seq, vocab_size)  # --seq N: N tokens, or one line why not
@@ -404,7 +407,7 @@ def analyze_named(
 
         result = analyze(built.model, planned)
     else:
-        result = run(built.model, **planned.options())
+        result = run(built.model, on_progress=planned.on_progress, **planned.options())
     report = result[0] if isinstance(result, tuple) else result
     report.notes[:0] = built.notes + notes
     if described:

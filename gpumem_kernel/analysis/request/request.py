@@ -63,6 +63,8 @@ class AnalysisRequest:
     # batch_size, on_trace with that trace, its events kept
     stack_hook: Optional[Callable[[], Any]] = field(default=None, compare=False)
     on_trace: Optional[Callable[[Any], None]] = field(default=None, compare=False)
+    # called with a Progress (analysis.request.progress) at each phase and trace: a front end's progress line
+    on_progress: Optional[Callable[[Any], None]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "world_size"):

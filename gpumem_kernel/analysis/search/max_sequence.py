@@ -103,6 +103,8 @@ class _SequenceEngine:
     def point(self, k: int) -> Optional[Point]:
         if k not in self.cache:
             seq = k * self.multiple
+            if self.plan.progress is not None:
+                self.plan.progress.enter("sequence", f"searching sequence length ({seq} tokens)")
             engine = TracedEngine(
                 replace(self.plan, make_batch=self.maker(seq)), self.context, self.sharding, self.limit
             )

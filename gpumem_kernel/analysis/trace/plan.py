@@ -69,6 +69,9 @@ class TracePlan:
     # the optimizer's steps recorded by the first trace and replayed by the others (analysis.trace.optimizer_replay's
     # OptimizerReplay, shared by the plans of one analysis); None: always run
     optimizer_replay: Any = None
+    # the analysis' progress (analysis.request.progress.ProgressReporter, shared by the plans of one analysis): told
+    # when each trace begins and ends; None: silent
+    progress: Any = None
 
 
 @dataclass

@@ -20,9 +20,16 @@ whether a block keeps its input (the first's may be kept by its caller). Autocas
 their window's allocs its cache clear frees, and the replayed blocks' copies of those are freed in the same clear,
 which frees in the order the casts were made (trace_tracker.ordered_cache_clears).
 
-A call that differs, a KV cache or another object among the arguments, a storage that outlives the block in a
-way the replay cannot reproduce, or a last block whose windows differ from the first's: that call runs for real,
-or the trace reruns in full (ReplicationMismatch, trace.run_trace).
+A transformers KV cache among the arguments (a causal LM's forward with use_cache, the Hub configs' default): each
+block writes its own layer of it (DynamicCache.update: a copy of its keys and values, kept by the cache until the
+model's output lets go of it). The real blocks record which of their window's allocs their layer keeps and its
+other attributes; a replayed block makes those allocs as real tensors and puts them in its layer (its index in the
+run plus the first's offset), so they live as long as the cache, as the full trace's do. A layer not fresh as the
+first block's was, or a block writing several layers, runs for real.
+
+A call that differs, another object among the arguments, a storage that outlives the block in a way the replay
+cannot reproduce, or a last block whose windows differ from the first's: that call runs for real, or the trace
+reruns in full (ReplicationMismatch, trace.run_trace).
 
 torch is imported inside functions only: the kernel shim must load without it."""
 
@@ -141,6 +148,13 @@ class Pass:
     awaiting: List[List[int]] = field(default_factory=list)
     unsupported: str = ""
     replayed: int = 0
+    # the KV cache layer the run's blocks write (their index in the run + cache_offset; None: no cache), its state
+    # before the first's call (a replayed block's must match), and its attributes after: (name, value), a kept
+    # storage as ("cache", j) with cache_metas[j]
+    cache_offset: Optional[int] = None
+    cache_before: Any = None
+    cache_after: List[Tuple[str, Any]] = field(default_factory=list)
+    cache_metas: List[Meta] = field(default_factory=list)
 
 
 def _meta(t: Any, tracker: Any) -> Meta:
@@ -181,11 +195,16 @@ def _materialize(meta: Meta) -> Any:
     return base.as_strided(meta.shape, meta.stride, meta.offset)
 
 
-def _flatten(value: Any, tensors: List[Any], plain: List[Any]) -> bool:
-    """Tensors and plain values of the call's arguments, through tuples, lists and dicts only: anything else
-    (a KV cache, a config) may change with the layer, so the call runs for real (False)."""
+def _flatten(value: Any, tensors: List[Any], plain: List[Any], caches: List[Any]) -> bool:
+    """Tensors and plain values of the call's arguments, through tuples, lists and dicts only, and transformers KV
+    caches (`caches`, each block writing its own layer): anything else (a config) may change with the layer, so the
+    call runs for real (False)."""
     import torch
 
+    if is_layered_cache(value):
+        caches.append(value)
+        plain.append(("cache", type(value).__name__, len(value.layers)))
+        return True
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         plain.append("<tensor>")
@@ -195,11 +214,39 @@ def _flatten(value: Any, tensors: List[Any], plain: List[Any]) -> bool:
         return True
     if isinstance(value, (tuple, list)):
         plain.append((type(value).__name__, len(value)))
-        return all(_flatten(v, tensors, plain) for v in value)
+        return all(_flatten(v, tensors, plain, caches) for v in value)
     if isinstance(value, dict):
         plain.append(("dict", tuple(value)))
-        return all(_flatten(v, tensors, plain) for v in value.values())
+        return all(_flatten(v, tensors, plain, caches) for v in value.values())
     return False
+
+
+def is_layered_cache(value: Any) -> bool:
+    """A transformers Cache of per-layer objects (DynamicCache and its kin since 4.56), where a decoder layer's
+    update touches only layers[layer_idx]."""
+    module = type(value).__module__ or ""
+    return module.startswith("transformers.") and isinstance(getattr(value, "layers", None), list)
+
+
+def _is_plain(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, _PLAIN) or isinstance(value, (torch.dtype, torch.device))
+
+
+def _layer_state(layer: Any) -> Tuple[Any, ...]:
+    """A cache layer's attributes, its tensors by identity and metadata: what tells a written layer from a fresh one."""
+    state = []
+    for name, value in sorted(vars(layer).items()):
+        if _is_tensor(value):
+            value = ("tensor", id(value), tuple(value.shape), value.dtype)
+        state.append((name, value))
+    return tuple(state)
+
+
+def _fresh_state(state: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """A layer's state with tensor identities left out: what two blocks' layers must share before they are written."""
+    return tuple((n, v[2:] if isinstance(v, tuple) and v[:1] == ("tensor",) else v) for n, v in state)
 
 
 def _plain_attributes(module: Any) -> Tuple[Any, ...]:
@@ -302,14 +349,16 @@ class Replicator:
 
         tensors: List[Any] = []
         plain: List[Any] = []
+        caches: List[Any] = []
         tracker = self.tracker
         real = functools.partial(self._real, real)
         if tracker.phase != "forward" or not torch.is_grad_enabled():
             self.skipped.add("blocks run without gradients (an evaluation step) are not replayed")
             return real(*args, **kwargs)
-        if not _flatten((args, kwargs), tensors, plain):
-            self.skipped.add("the blocks are handed an object that may differ per layer (a KV cache)")
+        if not _flatten((args, kwargs), tensors, plain, caches) or len(caches) > 1:
+            self.skipped.add("the blocks are handed an object that may differ per layer (a cache without layers)")
             return real(*args, **kwargs)
+        cache = caches[0] if caches else None
         if sum(t.requires_grad for t in tensors) != 1:  # the backward window ends at the one input's gradient
             self.skipped.add("the blocks take no input, or several, that needs a gradient")
             return real(*args, **kwargs)
@@ -330,7 +379,7 @@ class Replicator:
             return real(*args, **kwargs)
         if state.forward is None:
             state.first_index = index
-            return self._first(state, block, real, args, kwargs, tensors)
+            return self._first(state, block, real, args, kwargs, tensors, cache)
         if not state.probe:  # the block after the first runs for real: what it keeps of its input, _holds reads
             state.probe = [_sid(tracker, t) or -1 for t in tensors]
             return real(*args, **kwargs)
@@ -338,8 +387,12 @@ class Replicator:
             state.hold = self._holds(state, tensors)
         complete = state.backward is not None and state.backward_first is not None
         if not complete and index == len(members) - 1:
-            return self._last(state, block, real, args, kwargs, tensors)
-        return self._replay(state, block, tensors, complete and index == state.first_index)
+            return self._last(state, block, real, args, kwargs, tensors, cache)
+        layer = _target_layer(state, cache, index)
+        if layer is False:
+            self.skipped.add("a block's KV cache layer was written already")
+            return real(*args, **kwargs)
+        return self._replay(state, block, tensors, complete and index == state.first_index, layer)
 
     def _real(self, real: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """The block's own forward; the frames of this module leave its storages' stacks (the timeline's), which
@@ -355,7 +408,7 @@ class Replicator:
         self, real: Callable[..., Any], args: Any, kwargs: Any, tensors: List[Any]
     ) -> Tuple[Any, Window, List[int], List[Any], Dict[int, Ref]]:
         """Run the block for real and read its forward window: (output, window, its allocs' sids, output
-        tensors, slots of the storages from outside)."""
+        tensors, slots of the storages from outside). The KV cache a block writes: _cache_written after it."""
         from torch.utils._pytree import tree_flatten
 
         tracker = self.tracker
@@ -372,19 +425,33 @@ class Replicator:
         return out, window, local, outputs, slots
 
     def _first(
-        self, state: Pass, block: Any, real: Callable[..., Any], args: Any, kwargs: Any, tensors: List[Any]
+        self,
+        state: Pass,
+        block: Any,
+        real: Callable[..., Any],
+        args: Any,
+        kwargs: Any,
+        tensors: List[Any],
+        cache: Any,
     ) -> Any:
         """The run's first block runs for real and records its forward window, and its backward window for the
         next step, whose first block is replayed too."""
         from torch.utils._pytree import tree_flatten
 
         tracker = self.tracker
+        before = None if cache is None else [_layer_state(layer) for layer in cache.layers]
         out, window, local, outputs, slots = self._record(real, args, kwargs, tensors)
         if cpu_autocast_on():
             state.recorded.append(local)
         leaves, state.out_spec = tree_flatten(out)
         state.out_leaves = [_TENSOR if _is_tensor(leaf) else leaf for leaf in leaves]
         state.unsupported = _tag_outputs(tracker, window, local, outputs)
+        if before is not None and not state.unsupported:
+            written = _cache_written(tracker, cache, before, window, local)
+            state.unsupported = written.problem
+            if written.layer is not None:
+                state.cache_offset = written.layer - state.first_index
+                state.cache_before, state.cache_after, state.cache_metas = written.before, written.after, written.metas
         state.outputs = [_meta(t, tracker) for t in outputs]
         state.out_counts = [_use_count(t) for t in outputs]
         state.forward = window
@@ -406,14 +473,25 @@ class Replicator:
         return holds
 
     def _last(
-        self, state: Pass, block: Any, real: Callable[..., Any], args: Any, kwargs: Any, tensors: List[Any]
+        self,
+        state: Pass,
+        block: Any,
+        real: Callable[..., Any],
+        args: Any,
+        kwargs: Any,
+        tensors: List[Any],
+        cache: Any,
     ) -> Any:
         """The run's last block runs for real and records its backward window, which the replayed blocks emit."""
         tracker = self.tracker
+        before = None if cache is None else [_layer_state(layer) for layer in cache.layers]
         out, window, local, outputs, slots = self._record(real, args, kwargs, tensors)
         if cpu_autocast_on():
             state.recorded.append(local)
         problem = _tag_outputs(tracker, window, local, outputs)
+        if before is not None and not problem:
+            index = self.position[id(block)][1]
+            problem = _same_cache_write(state, _cache_written(tracker, cache, before, window, local), index)
         if problem or window.shape() != state.forward.shape():  # type: ignore[union-attr]
             if state.replayed:
                 raise ReplicationMismatch(problem or "the run's last block's forward differs from its first's")
@@ -445,6 +523,9 @@ class Replicator:
         handles: List[Any] = []
         forward_local = {sid: k for k, sid in enumerate(local)}
         kept = {_sid(tracker, t) for t in outputs}  # ids only: a tensor in a hook would live as long as the graph
+        allocs = [e for e in state.forward.entries if isinstance(e, Alloc)]  # type: ignore[union-attr]
+        cached = {k for k, e in enumerate(allocs) if e.tag is not None and e.tag[0] == "cache"}
+        kept |= {sid for sid, k in forward_local.items() if k in cached}  # the KV cache keeps them past the block
 
         def started(k: int) -> Callable[[Any], None]:
             def hook(grad: Any) -> None:
@@ -466,6 +547,8 @@ class Replicator:
             window, own = _window(tracker, start, marks, slots, forward_local)
             backward = Backward(window)
             problem = self._tag_gradients(backward, own, grad, params, slots) or _outlives(tracker, forward_local, kept)
+            if any(isinstance(e, Free) and e.ref[0] == "f" and e.ref[1] in cached for e in window.entries):
+                problem = problem or "the KV cache let go of a block's keys in its backward"
             state.unsupported = state.unsupported or problem
             if first:
                 state.backward_first = backward
@@ -512,12 +595,12 @@ class Replicator:
 
     # the replay ----------------------------------------------------------------------------------------
 
-    def _replay(self, state: Pass, block: Any, tensors: List[Any], first: bool) -> Any:
+    def _replay(self, state: Pass, block: Any, tensors: List[Any], first: bool, layer: Any) -> Any:
         from torch.utils._pytree import tree_unflatten
 
         state.replayed += 1
         params = [p for p in block.parameters() if p.requires_grad]
-        node = _Replayed(self.tracker, state, tensors, params, first)
+        node = _Replayed(self.tracker, state, tensors, params, first, layer)
         outputs = iter(_replay_function().apply(node, *tensors))
         if cpu_autocast_on():
             state.awaiting.append(node.forward_local)
@@ -557,6 +640,77 @@ def _window(
     return Window(entries, markers), list(local)
 
 
+@dataclass
+class _CacheWrite:
+    """What a real block's call did to the KV cache: the layer it wrote (None: none), that layer's state before,
+    its attributes after (a kept storage as ("cache", j), its metadata metas[j]), or why it cannot be replayed."""
+
+    layer: Optional[int] = None
+    before: Any = None
+    after: List[Tuple[str, Any]] = field(default_factory=list)
+    metas: List[Meta] = field(default_factory=list)
+    problem: str = ""
+
+
+def _cache_written(tracker: Any, cache: Any, before: List[Any], window: Window, local: List[int]) -> _CacheWrite:
+    """The layer the block's call wrote, its storages tagged in `window` as ("cache", j): each must be one the
+    block made (a replay makes it anew)."""
+    written = [k for k, layer in enumerate(cache.layers) if k >= len(before) or _layer_state(layer) != before[k]]
+    if not written:
+        return _CacheWrite()
+    if len(written) > 1 or written[0] >= len(before):
+        return _CacheWrite(problem="a block wrote several layers of the KV cache")
+    position = {sid: k for k, sid in enumerate(local)}
+    allocs = [e for e in window.entries if isinstance(e, Alloc)]
+    found = _CacheWrite(written[0], _fresh_state(before[written[0]]))
+    had = dict(before[written[0]])
+    for name, value in sorted(vars(cache.layers[written[0]]).items()):
+        before_value = had.get(name)
+        if _is_tensor(value) and isinstance(before_value, tuple) and before_value[:2] == ("tensor", id(value)):
+            continue  # a tensor of the layer's own from before the call (the sliding window's size): left as it is
+        if not _is_tensor(value):
+            if not _is_plain(value):  # an object every replayed layer would share
+                return _CacheWrite(problem="a KV cache layer holds an object besides its tensors")
+            found.after.append((name, value))
+            continue
+        k = position.get(_sid(tracker, value))  # type: ignore[arg-type]
+        if k is None or allocs[k].tag is not None:
+            return _CacheWrite(problem="the KV cache keeps a storage its block did not make")
+        allocs[k].tag = ("cache", len(found.metas))
+        found.after.append((name, ("cache", len(found.metas))))
+        found.metas.append(_meta(value, tracker))
+    return found
+
+
+def _same_cache_write(state: Pass, written: _CacheWrite, index: int) -> str:
+    """'' when the run's last block (at `index`) wrote its cache layer as its first did: the same place relative to
+    it, the same state before and the same attributes and storages after."""
+    if written.problem:
+        return written.problem
+    offset = None if written.layer is None else written.layer - index
+    same = offset == state.cache_offset and (
+        offset is None
+        or (
+            written.before == state.cache_before
+            and written.after == state.cache_after
+            and written.metas == state.cache_metas
+        )
+    )
+    return "" if same else "the run's last block wrote the KV cache unlike its first"
+
+
+def _target_layer(state: Pass, cache: Any, index: int) -> Any:
+    """The cache layer a replayed block at `index` writes (None: no cache), or False when it is not fresh as the
+    first block's was (that call runs for real)."""
+    if state.cache_offset is None:
+        return None
+    place = index + state.cache_offset
+    if cache is None or not 0 <= place < len(cache.layers):
+        return False
+    layer = cache.layers[place]
+    return layer if _fresh_state(_layer_state(layer)) == state.cache_before else False
+
+
 def _outlives(tracker: Any, forward_local: Dict[int, int], kept: Any) -> str:
     """'' when every storage the block's forward made is freed by its backward's end or is an output (`kept`)."""
     for sid in forward_local:
@@ -582,9 +736,12 @@ def _tag_outputs(tracker: Any, window: Window, local: List[int], outputs: List[A
 class _Replayed:
     """One replayed block call: its bindings from window slots to storage ids, and what it must hand back."""
 
-    def __init__(self, tracker: Any, state: Pass, tensors: List[Any], params: List[Any], first: bool) -> None:
+    def __init__(
+        self, tracker: Any, state: Pass, tensors: List[Any], params: List[Any], first: bool, layer: Any = None
+    ) -> None:
         self.tracker = tracker
         self.state = state
+        self.layer = layer  # the KV cache layer it writes, or None
         self.params = params
         self.first = first  # the run's first block, in a step after the first: its own backward window
         self.bound: Dict[Ref, int] = {("in", k): _sid(tracker, t) for k, t in enumerate(tensors)}  # type: ignore
@@ -601,12 +758,21 @@ class _Replayed:
         state = self.state
         outputs: Dict[int, Any] = {}
 
+        cached: Dict[int, Any] = {}
+
         def make(tag: Ref) -> Any:
+            if tag[0] == "cache":
+                cached[tag[1]] = _materialize(state.cache_metas[tag[1]])
+                return cached[tag[1]]
             t = _materialize(state.outputs[tag[1]])
             outputs[tag[1]] = t
             return t
 
         self.forward_local = emit_region(self.tracker, state.forward, self.bound, None, make)  # type: ignore[arg-type]
+        if self.layer is not None:  # the layer as the block's update leaves it, its storages kept by the cache
+            for name, value in state.cache_after:
+                is_kept = isinstance(value, tuple) and len(value) == 2 and value[0] == "cache"
+                setattr(self.layer, name, cached[value[1]] if is_kept else value)
         for k, t in outputs.items():
             self.bound[("out", k)] = _sid(self.tracker, t)  # type: ignore[assignment]
             if _use_count(t) < state.out_counts[k]:

@@ -94,9 +94,17 @@ def run_trace(plan: TracePlan, batch_size: int, *, fake: bool = True) -> TraceRe
     without oneDNN, where CPU autocast leaves RNN layers in fp32 (an upper bound for them, and said so).
 
     Ctrl-C during the trace is raised at the tracker's next operator (analysis.allocator.import_guard: elsewhere in a
-    fake trace it could abort the process)."""
+    fake trace it could abort the process).
+
+    The plan's progress reporter is told before the trace begins and after it ends, never inside it: a callback that
+    raises (Ctrl-C while it draws) stops the analysis between traces."""
+    if plan.progress is not None:
+        plan.progress.tracing(batch_size)
     with interrupts_deferred():
-        return _with_onednn_fallback(plan, batch_size, fake)
+        result = _with_onednn_fallback(plan, batch_size, fake)
+    if plan.progress is not None:
+        plan.progress.traced()
+    return result
 
 
 def _with_onednn_fallback(plan: TracePlan, batch_size: int, fake: bool) -> TraceResult:
