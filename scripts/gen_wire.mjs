@@ -101,6 +101,8 @@ const TYPE_NAMES = {
   'analysis#/properties/recommendations': 'IRecommendations',
   'analysis#/properties/distributed/anyOf/1': 'IDistributed',
   'analysis#/properties/error_bound': 'IErrorBound',
+  'analysis#/properties/advice': 'IAdvice',
+  'analysis#/properties/advice/properties/rows/items': 'IAdviceRow',
   autobatch: 'IAutobatchPayload',
   'autobatch#/properties/trials/items': 'ITrial',
   benchmark: 'IBenchmarkPayload',

@@ -109,7 +109,7 @@ MIRRORS = [
     Mirror(
         analysis_report.AnalysisReport,
         "analysis.schema.json",
-        added=frozenset({"model"}),
+        added=frozenset({"model", "advice"}),  # advice: the magic adds it with --advise
         moved={
             "model_name": "model.name",
             "parameter_count": "model.parameter_count",

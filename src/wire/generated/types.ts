@@ -110,6 +110,7 @@ export interface IAnalysisPayload {
   evaluation?: null | IAnalysisEvaluation;
   llm?: null | IAnalysisLlm;
   sequence_search?: null | IAnalysisSequenceSearch;
+  advice?: IAdvice;
 }
 export interface IAnalysisModel {
   name: string;
@@ -456,6 +457,72 @@ export interface IAnalysisSequenceSearchResultsVariableDip {
   longer: number;
   shorter_bytes: number;
   longer_bytes: number;
+}
+/**
+ * What makes it fit (%gpumem analyze --advise): the analysed step again with each lever, one row per lever or combination
+ */
+export interface IAdvice {
+  /**
+   * the analysed step's own peak footprint
+   */
+  peak_bytes: number;
+  status: 'fits' | 'tight' | 'will-not-fit' | 'unknown';
+  /**
+   * the device the rows are judged against
+   */
+  target: string | null;
+  /**
+   * index into rows of the row to use; null when none fits
+   */
+  recommended: number | null;
+  /**
+   * one sentence: why that row
+   */
+  reason: string | null;
+  rows: IAdviceRow[];
+}
+export interface IAdviceRow {
+  /**
+   * the lever, or levers joined with '+': amp-bf16, checkpointing, micro-batch, 8bit-optimizer, paged-optimizer, adafactor, lora, qlora, shorter-sequence, expandable-segments, fsdp-2/fsdp-4/fsdp-8, gpu
+   */
+  key: string;
+  /**
+   * the lever's label
+   */
+  lever: string;
+  /**
+   * the flags that set it, added to the analysed command
+   */
+  flags: string;
+  /**
+   * the whole %gpumem analyze line with those flags
+   */
+  command: string;
+  /**
+   * what the lever costs, one phrase
+   */
+  cost: string;
+  cost_kind: 'none' | 'compute' | 'precision' | 'training' | 'gpus' | 'hardware';
+  /**
+   * the step's peak footprint with the lever; null when it could not be traced
+   */
+  peak_bytes: number | null;
+  peak_allocated_bytes: number | null;
+  /**
+   * the largest batch (or sequence, by maximum_of) that fits with the lever
+   */
+  maximum: number | null;
+  maximum_of: 'batch' | 'sequence';
+  /**
+   * the analysed (micro-)batch's status with the lever
+   */
+  status: 'fits' | 'tight' | 'will-not-fit' | 'unknown';
+  fits: boolean;
+  /**
+   * the figures are one GPU's of several (a sharding lever)
+   */
+  per_rank: boolean;
+  note: string | null;
 }
 /**
  * The largest batch that ran full training steps (forward, loss, backward, optimizer step) and a recommended batch below it. Sizes are integer bytes. engine 'simulated': a cap on tracked tensor bytes on the CPU, not a GPU.

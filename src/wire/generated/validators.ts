@@ -559,7 +559,9 @@ const c17: Check = enumOf('option', 'setting', 'default');
 
 const c18: Check = number(0, 1, 'min');
 
-const c19: Check = enumOf('traced');
+const c19: Check = enumOf('fits', 'tight', 'will-not-fit', 'unknown');
+
+const c20: Check = enumOf('traced');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
@@ -686,12 +688,7 @@ export const analysisPayload: Check = object({
     rounding: string(),
     extrapolated: type('boolean'),
     note: string(),
-    current: object({
-      batch_size: integer(1),
-      peak_bytes: integer(),
-      status: enumOf('fits', 'tight', 'will-not-fit', 'unknown'),
-      fraction_of_limit: c3
-    }),
+    current: object({ batch_size: integer(1), peak_bytes: integer(), status: c19, fraction_of_limit: c3 }),
     accumulation: object({
       target_effective_batch: integer(1),
       explicit_target: type('boolean'),
@@ -740,7 +737,7 @@ export const analysisPayload: Check = object({
         input_bytes: integer(0),
         max_batch: c5,
         rule_of_thumb_batch: integer(1),
-        engine: c19,
+        engine: c20,
         note: string()
       })
     )
@@ -777,7 +774,7 @@ export const analysisPayload: Check = object({
         multiple: integer(1),
         multiple_source: c17,
         context: c12,
-        engine: c19,
+        engine: c20,
         results: array(
           object({
             batch: integer(1),
@@ -811,6 +808,33 @@ export const analysisPayload: Check = object({
         )
       })
     )
+  ),
+  advice: optional(
+    object({
+      peak_bytes: integer(0),
+      status: c19,
+      target: c2,
+      recommended: c5,
+      reason: c2,
+      rows: array(
+        object({
+          key: string(),
+          lever: string(),
+          flags: string(),
+          command: string(),
+          cost: string(),
+          cost_kind: enumOf('none', 'compute', 'precision', 'training', 'gpus', 'hardware'),
+          peak_bytes: c5,
+          peak_allocated_bytes: c5,
+          maximum: c5,
+          maximum_of: enumOf('batch', 'sequence'),
+          status: c19,
+          fits: type('boolean'),
+          per_rank: type('boolean'),
+          note: c2
+        })
+      )
+    })
   )
 });
 
@@ -852,7 +876,7 @@ export const autobatchPayload: Check = object({
   config_yaml: optional(string())
 });
 
-const c20: Check = nullable(number(0));
+const c21: Check = nullable(number(0));
 
 /** benchmark.schema.json#/$defs/pick */
 const benchmarkPick: Check = object({
@@ -864,15 +888,15 @@ const benchmarkPick: Check = object({
   pin_memory: type('boolean'),
   samples_per_s: number(0),
   peak_bytes: c5,
-  efficiency: c20,
-  gpu_util: c20,
+  efficiency: c21,
+  gpu_util: c21,
   note: string(),
-  energy_per_sample_j: optional(c20)
+  energy_per_sample_j: optional(c21)
 });
 
-const c21: Check = nullable(benchmarkPick);
+const c22: Check = nullable(benchmarkPick);
 
-const c22: Check = array(integer());
+const c23: Check = array(integer());
 
 /** benchmark.schema.json */
 export const benchmarkPayload: Check = object({
@@ -902,37 +926,37 @@ export const benchmarkPayload: Check = object({
       amp: type('boolean'),
       pin_memory: type('boolean'),
       status: enumOf('ok', 'oom', 'swapping-suspected'),
-      io_ms: c20,
-      h2d_ms: c20,
-      forward_ms: c20,
-      backward_ms: c20,
-      optimizer_ms: c20,
-      total_ms: c20,
-      samples_per_s: c20,
-      gpu_util: c20,
+      io_ms: c21,
+      h2d_ms: c21,
+      forward_ms: c21,
+      backward_ms: c21,
+      optimizer_ms: c21,
+      total_ms: c21,
+      samples_per_s: c21,
+      gpu_util: c21,
       peak_bytes: c5,
       peak_allocated_bytes: c5,
       peak_reserved_bytes: c5,
       device_used_bytes: c5,
-      efficiency: c20,
-      energy_per_sample_j: optional(c20),
-      mean_power_w: optional(c20),
+      efficiency: c21,
+      energy_per_sample_j: optional(c21),
+      mean_power_w: optional(c21),
       loader_restarts: integer(0),
       seconds: number(0),
       error: c2
     })
   ),
   picks: object({
-    highest_throughput: c21,
-    best_efficiency: c21,
-    recommended: c21,
-    most_energy_efficient: optional(c21)
+    highest_throughput: c22,
+    best_efficiency: c22,
+    recommended: c22,
+    most_energy_efficient: optional(c22)
   }),
   diagnostics: array(string()),
   notes: array(string()),
   interrupted: type('boolean'),
   seconds: number(0),
-  workers: object({ leftover: c22, terminated: c22 }),
+  workers: object({ leftover: c23, terminated: c23 }),
   config_yaml: optional(c2)
 });
 
@@ -1081,7 +1105,7 @@ export const holdersMessage: Check = object({
   note: c2,
   history_hint: c2,
   elapsed_ms: number(0),
-  budget_ms: c20,
+  budget_ms: c21,
   devices: array(holdersDevice)
 });
 
