@@ -166,6 +166,15 @@ OPTIONS: Tuple[Option, ...] = (
         request="keep_grads",
         surfaces=(MAGIC,),
     ),
+    Option(
+        ("--expandable-segments",),
+        dict(
+            action="store_true",
+            help="trace the caching allocator with expandable segments, as "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True runs it (default: as the environment says)",
+        ),
+        request="expandable_segments",
+    ),
     Option(("--lora",), dict(metavar="r=N[,targets=..]", help=LORA_HELP), request="lora"),
     Option(("--peft",), dict(metavar="FILE|JSON", help=PEFT_HELP), request="peft"),
     Option(("--quantize",), dict(metavar="nf4|fp4|int8", help=QUANTIZE_HELP), request="quantize"),

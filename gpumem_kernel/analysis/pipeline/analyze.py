@@ -125,6 +125,8 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     padded: the token batch (input=N tokens) carries an attention_mask with padding and labels -100 there, as a
     fine-tuning loop's padded batches do (analysis.request.inputs.padded_tokens); transformers then builds a 4-D mask
     and expands a grouped-query model's K/V (report.llm.attention_path names the path traced).
+    expandable_segments: trace the caching allocator with expandable segments, as
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True runs it (default: as the environment says).
     on_progress: called with a Progress (analysis.request.progress) as each phase and each trace begins and as each
     trace ends, between traces only: a front end draws it (the magic's progress line); what it raises stops the
     analysis there, the user's objects untouched.
@@ -328,7 +330,7 @@ def _trace_plan(
         grad_accum=request.grad_accum,
         checkpointing=bool(request.checkpointing),
         **gpus.blas_workspaces(info.compute_capability, stack[0] if stack else _torch_version()).plan_fields(),
-        expandable_segments=settings.expandable_segments,
+        expandable_segments=settings.expandable_segments or request.expandable_segments,
         keep_grads=bool(request.keep_grads),
         step_fn=request.step,
         torch_rules=rules,
@@ -345,7 +347,7 @@ def _trace_plan(
         )
     elif request.keep_grads:
         notes.append("gradients kept between steps (zero_grad(set_to_none=False)): allocated through each forward")
-    if settings.expandable_segments:
+    if settings.expandable_segments or request.expandable_segments:
         notes.append("expandable segments (allocator configuration): traced reserved figures model its 2/20 MiB pages")
     if settings.note:
         notes.append(settings.note)

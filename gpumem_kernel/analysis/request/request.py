@@ -59,6 +59,9 @@ class AnalysisRequest:
     # False: every trace of the search runs its own optimizer steps instead of replaying the first one's (the
     # benchmark of that replay compares both)
     replay_optimizer: bool = True
+    # the caching allocator traced with expandable segments, as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    # runs it (False: as the environment says)
+    expandable_segments: bool = False
     # the predicted timeline's hooks (timeline.predicted): stack_hook at each storage birth of the trace of
     # batch_size, on_trace with that trace, its events kept
     stack_hook: Optional[Callable[[], Any]] = field(default=None, compare=False)
