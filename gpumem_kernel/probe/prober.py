@@ -33,6 +33,7 @@ from gpumem_kernel.probe.hostpid import (
 from gpumem_kernel.probe.nvml import Nvml, describe_error
 from gpumem_kernel.probe.hostpidrecord import HostPidRecord
 from gpumem_kernel.probe.power import PowerReader
+from gpumem_kernel.probe.processes import rank_of
 from gpumem_kernel.wire.protocol import Device, Gpu, GpuProcess, KernelInfo, Sample
 from gpumem_kernel.probe.torchstats import allocator_stats, cuda_initialised, sm_counts, torch_info
 
@@ -408,6 +409,8 @@ def _label(process: GpuProcess, relation: Optional[Relation]) -> None:
     process.this_kernel = relation.relation == THIS_KERNEL
     process.note, process.local_pid = relation.note, relation.local_pid
     process.create_time, process.cmdline = relation.create_time, relation.cmdline
+    if relation.relation == NOTEBOOK and relation.local_pid is not None:
+        process.rank = rank_of(relation.local_pid, relation.create_time)
 
 
 def _figure(processes: Sequence[GpuProcess], relations: Tuple[str, ...]) -> Optional[int]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import time
+from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import psutil
 
 from gpumem_kernel.probe.descendants import descendant_pids
 from gpumem_kernel.probe.lineage import Lineage
-from gpumem_kernel.wire.protocol import ChildProcess, ProcessRef, ProcessState, Refusal, Terminated
+from gpumem_kernel.wire.protocol import ChildProcess, ProcessRank, ProcessRef, ProcessState, Refusal, Terminated
 
 SAME_START = 0.01  # seconds: psutil's create_time is exact to the clock tick; more means another process
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL
@@ -78,6 +79,60 @@ def own_create_time() -> Optional[float]:
         return psutil.Process().create_time()
     except psutil.Error:
         return None
+
+
+# --- a process's rank in a distributed run -------------------------------------------------------------------
+
+_RANK_KEYS = (b"RANK", b"LOCAL_RANK", b"WORLD_SIZE")
+ENVIRON_BYTES = 1 << 20  # an environment larger than this is not a launcher's: the rank is not looked for
+
+
+def _environ_ints(raw: bytes) -> Dict[bytes, int]:
+    """RANK, LOCAL_RANK and WORLD_SIZE among NUL-separated KEY=VALUE entries, where each is a whole number."""
+    found: Dict[bytes, int] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key in _RANK_KEYS:
+            try:
+                found[key] = int(value)
+            except ValueError:
+                continue  # not a launcher's rank (some other tool's RANK=...)
+    return found
+
+
+def parse_rank(raw: bytes) -> Optional[ProcessRank]:
+    """The rank an environment (as /proc/PID/environ holds it) gives; None unless RANK and WORLD_SIZE are whole
+    numbers with 0 <= RANK < WORLD_SIZE (LOCAL_RANK, where set, below WORLD_SIZE too)."""
+    values = _environ_ints(raw)
+    rank, world, local = values.get(b"RANK"), values.get(b"WORLD_SIZE"), values.get(b"LOCAL_RANK")
+    if rank is None or world is None or not 0 <= rank < world:
+        return None
+    if local is not None and not 0 <= local < world:
+        local = None
+    return ProcessRank(rank=rank, local_rank=local, world_size=world)
+
+
+@lru_cache(maxsize=256)
+def _rank_of(pid: int, create_time: Optional[float], proc: str) -> Optional[ProcessRank]:
+    folder = f"{proc}/{pid}"
+    try:
+        if os.stat(folder).st_uid != os.getuid():
+            return None  # another user's process: its environment is not ours to read
+        with open(f"{folder}/environ", "rb") as handle:
+            raw = handle.read(ENVIRON_BYTES)
+    except OSError:  # ended, or not readable (hidepid, a setuid process): no rank, never an error
+        return None
+    return parse_rank(raw)
+
+
+def rank_of(pid: int, create_time: Optional[float] = None, proc: str = "/proc") -> Optional[ProcessRank]:
+    """The rank of a process of this user in a distributed run it was started into (torchrun and most launchers
+    set RANK, LOCAL_RANK and WORLD_SIZE before it execs), or None. Remembered per (pid, create_time): the
+    sampler asks every second, and an environment is fixed at exec. A process forked without an exec shows its
+    parent's environment there, so a rank set by `os.environ` after the fork is not seen."""
+    if create_time is None:
+        return _rank_of.__wrapped__(pid, None, proc)  # no start time to tell a reused PID apart: read it now
+    return _rank_of(pid, create_time, proc)
 
 
 # --- looking processes up ------------------------------------------------------------------------------------

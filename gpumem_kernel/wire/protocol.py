@@ -59,6 +59,15 @@ class Allocator:
 
 
 @dataclass
+class ProcessRank:
+    """A process's place in a distributed run, from the RANK, LOCAL_RANK and WORLD_SIZE of its environment."""
+
+    rank: int
+    local_rank: Optional[int]
+    world_size: int
+
+
+@dataclass
 class GpuProcess:
     pid: int
     name: Optional[str]
@@ -73,6 +82,8 @@ class GpuProcess:
     local_pid: Optional[int] = None
     create_time: Optional[float] = None
     cmdline: Optional[str] = None
+    # a process started from this notebook that is one rank of a distributed run (torchrun, notebook_launcher)
+    rank: Optional[ProcessRank] = None
 
     def __post_init__(self) -> None:
         if self.relation == "external" and (self.this_kernel or self.kernel_id):

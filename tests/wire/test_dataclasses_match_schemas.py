@@ -65,7 +65,7 @@ NESTED_ADDED_LATER: Mapping[type, FrozenSet[str]] = {
     protocol.Device: frozenset(
         {"power_mw", "power_limit_mw", "energy_mj", "power_note", "notebook_processes", "uncertain"}
     ),
-    protocol.GpuProcess: frozenset({"relation", "note", "local_pid", "create_time", "cmdline"}),
+    protocol.GpuProcess: frozenset({"relation", "note", "local_pid", "create_time", "cmdline", "rank"}),
     benchmark_result.BenchmarkRow: frozenset({"energy_per_sample_j", "mean_power_w"}),
     benchmark_result.Pick: frozenset({"energy_per_sample_j"}),
     holders_message.HolderLine: frozenset({"graph_bytes"}),

@@ -998,6 +998,24 @@ export interface IGpuProcess {
    * command line of a process started from this notebook (first 300 characters); null otherwise
    */
   cmdline?: string | null;
+  /**
+   * its rank in a distributed run (torchrun, notebook_launcher), from RANK, LOCAL_RANK and WORLD_SIZE in its environment; null unless started from this notebook, of this user and with both RANK and WORLD_SIZE set. Added later
+   */
+  rank?: null | ISampleProcessRank;
+}
+export interface ISampleProcessRank {
+  /**
+   * RANK: its place among all the run's processes, below world_size
+   */
+  rank: number;
+  /**
+   * LOCAL_RANK: its place on this machine; null when unset
+   */
+  local_rank: number | null;
+  /**
+   * WORLD_SIZE: how many processes the run has
+   */
+  world_size: number;
 }
 export interface IKernelUsage {
   pid: number;

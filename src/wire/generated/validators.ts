@@ -68,6 +68,9 @@ const allocator: Check = object({
   num_alloc_retries: integer(0)
 });
 
+/** sample.schema.json#/$defs/process_rank */
+const sampleProcessRank: Check = object({ rank: integer(0), local_rank: c5, world_size: integer(1) });
+
 /** sample.schema.json#/$defs/process */
 const gpuProcess: Check = object({
   pid: integer(0),
@@ -81,7 +84,8 @@ const gpuProcess: Check = object({
   note: optional(c2),
   local_pid: optional(c5),
   create_time: optional(c3),
-  cmdline: optional(c2)
+  cmdline: optional(c2),
+  rank: optional(nullable(sampleProcessRank))
 });
 
 /** sample.schema.json#/$defs/device */
