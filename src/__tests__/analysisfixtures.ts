@@ -104,3 +104,102 @@ export function harness(mimeType: string, options: IGpumemRendererOptions = {}):
 export function texts(node: ParentNode, selector: string): string[] {
   return [...node.querySelectorAll(selector)].map(e => e.textContent ?? '');
 }
+
+const GIB = 1024 ** 3;
+const ADVISED = '%gpumem analyze Net --input x -b 32 --optimizer adamw --target "RTX 4080 Super"';
+
+/** One row of the `advice` payload (what makes it fit): a lever that applies, with its own analysis. */
+function adviceRow(
+  key: string,
+  lever: string,
+  flags: string,
+  cost: [string, string],
+  peak: number,
+  maximum: number,
+  status: string,
+  extra: Json = {}
+): Json {
+  return {
+    key,
+    lever,
+    flags,
+    command: `${ADVISED} ${flags}`,
+    cost: cost[0],
+    cost_kind: cost[1],
+    peak_bytes: Math.round(peak * GIB),
+    peak_allocated_bytes: Math.round(peak * GIB * 0.9),
+    maximum,
+    maximum_of: 'batch',
+    status,
+    fits: status === 'fits' || status === 'tight',
+    per_rank: false,
+    note: null,
+    ...extra
+  };
+}
+
+/**
+ * The `advice` object of `%gpumem analyze … --advise` (gpumem_kernel/analysis/pipeline/advice.py), for the
+ * analysis_target payload on a 16 GB card where the analysed step (22 GiB) will not fit: one lever alone does not
+ * do it, AMP with checkpointing does (the recommended row), sharding over two GPUs does per GPU.
+ */
+export function adviceFixture(): Json {
+  return {
+    peak_bytes: 22 * GIB,
+    status: 'will-not-fit',
+    target: 'RTX 4080 Super',
+    recommended: 2,
+    reason: 'the cheapest row that fits: activations in bf16 and recomputed blocks, on this one GPU',
+    rows: [
+      adviceRow(
+        'amp-bf16',
+        'AMP bf16',
+        '--amp bf16',
+        ['activations in bf16', 'precision'],
+        17.5,
+        26,
+        'will-not-fit'
+      ),
+      adviceRow(
+        'checkpointing',
+        'gradient checkpointing',
+        '--checkpointing',
+        ['about a third more compute', 'compute'],
+        16.2,
+        30,
+        'will-not-fit'
+      ),
+      adviceRow(
+        'amp-bf16+checkpointing',
+        'AMP bf16 + gradient checkpointing',
+        '--amp bf16 --checkpointing',
+        ['activations in bf16; about a third more compute', 'precision'],
+        11.8,
+        52,
+        'fits'
+      ),
+      adviceRow(
+        'micro-batch',
+        'smaller micro-batch',
+        '-b 16 --accum 2',
+        ['more, smaller steps per update', 'compute'],
+        14.9,
+        30,
+        'tight'
+      ),
+      adviceRow(
+        'fsdp-2',
+        'FSDP over 2 GPUs',
+        '--world-size 2 --strategy fsdp',
+        ['a second GPU', 'gpus'],
+        12.4,
+        44,
+        'fits',
+        {
+          per_rank: true,
+          note: 'rank 0 traced under FSDP with a fake process group'
+        }
+      )
+    ]
+  };
+}

@@ -1,13 +1,14 @@
 /**
  * The breakdown tables of the analysis output: the memory of one training step by category (its size, what of
  * it is alive at the peak, the engine, a note) with the peak totals, and the per-rank figures of a distributed
- * run. The rows follow the text report (gpumem_kernel/analysis/render.py).
+ * run, labelled with where they come from (traced or the formula fallback). The rows follow the text report
+ * (gpumem_kernel/analysis/render.py).
  */
 import * as React from 'react';
 
 import { engineLabel, figure, size } from './figures';
 import { peakComposition } from './stack';
-import type { FigureEngine, IAnalysisPayload } from '../../wire/analysispayload';
+import type { FigureEngine, IAnalysisPayload, IDistributed } from '../../wire/analysispayload';
 import type { Trans } from '../../ui/i18n';
 
 export interface IBreakdownRow {
@@ -210,6 +211,37 @@ export function BreakdownTable(props: { payload: IAnalysisPayload; trans: Trans 
   );
 }
 
+/**
+ * Where the per-rank figures come from: rank 0's step traced under the strategy's wrappers, or the formula (the
+ * single-process states divided by the strategy's shares) the kernel falls back to. Nothing for outputs saved
+ * before the kernel said.
+ */
+function DistributedEngine(props: { engine: IDistributed['engine']; trans: Trans }): JSX.Element | null {
+  const { engine, trans } = props;
+  if (engine === undefined) {
+    return null;
+  }
+  const [label, title] =
+    engine === 'traced'
+      ? [trans.__('traced rank 0'), trans.__("rank 0's step traced under the strategy's wrappers")]
+      : [
+          trans.__('formula fallback'),
+          trans.__("the single-process states divided by the strategy's shares (the rank was not traced)")
+        ];
+  return (
+    <>
+      {' '}
+      <span
+        className={`jp-GpuMem-engine jp-GpuMem-distributedEngine jp-GpuMem-engine-${engine === 'traced' ? 'traced' : 'estimate'}`}
+        data-engine={engine}
+        title={title}
+      >
+        {label}
+      </span>
+    </>
+  );
+}
+
 export function DistributedTable(props: { payload: IAnalysisPayload; trans: Trans }): JSX.Element | null {
   const { trans } = props;
   const dist = props.payload.distributed;
@@ -226,7 +258,10 @@ export function DistributedTable(props: { payload: IAnalysisPayload; trans: Tran
   ];
   return (
     <table className="jp-GpuMem-richTable jp-GpuMem-distributed">
-      <caption>{trans.__('Per rank (%1, world size %2)', dist.strategy, dist.world_size)}</caption>
+      <caption>
+        {trans.__('Per rank (%1, world size %2)', dist.strategy, dist.world_size)}
+        <DistributedEngine engine={dist.engine} trans={trans} />
+      </caption>
       <tbody>
         {rows.map(([label, bytes, note]) => (
           <tr key={label}>

@@ -6,11 +6,12 @@
  * The meaning of every figure follows gpumem_kernel/analysis/render.py (the text/plain and text/html fallbacks).
  *
  * This file holds the top-level component (header, facts, error bound, notes and actions); its sections live
- * beside it: cards.tsx, stack.tsx, curve.tsx, breakdown.tsx, evaluation.tsx and llm.tsx (the language-model facts and
- * the longest sequence).
+ * beside it: cards.tsx, advice.tsx (what makes it fit, with `--advise`), stack.tsx, curve.tsx, breakdown.tsx,
+ * evaluation.tsx and llm.tsx (the language-model facts and the longest sequence).
  */
 import * as React from 'react';
 
+import { AdviceTable } from './advice';
 import { BreakdownTable, DistributedTable } from './breakdown';
 import { Cards } from './cards';
 import { CurveChart } from './curve';
@@ -125,6 +126,7 @@ export function AnalysisView(props: IAnalysisViewProps): JSX.Element {
         <span className="jp-GpuMem-richFact">{formatSeconds(payload.elapsed_seconds)}</span>
       </div>
       <Cards payload={payload} trans={trans} />
+      <AdviceTable payload={payload} copy={props.copy} trans={trans} />
       <StackedBar payload={payload} trans={trans} />
       <CurveChart payload={payload} trans={trans} />
       <SequenceTable payload={payload} trans={trans} />
