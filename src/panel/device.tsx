@@ -201,13 +201,45 @@ export function processMeta(process: IGpuProcess, ambiguous: ReadonlyArray<numbe
   return trans.__('PID %1 · %2', process.pid, what);
 }
 
+/** "rank 1/4" for a rank of a distributed run started from this notebook; null for any other process. */
+export function rankText(process: IGpuProcess, trans: Trans): string | null {
+  const rank = process.rank ?? null;
+  return rank === null ? null : trans.__('rank %1/%2', rank.rank, rank.world_size);
+}
+
+/** The tooltip of a rank: where it comes from, and its local rank where the launcher set one. */
+function rankTitle(process: IGpuProcess, trans: Trans): string | null {
+  const rank = process.rank ?? null;
+  if (rank === null) {
+    return null;
+  }
+  const local = rank.local_rank === null ? '' : trans.__(', LOCAL_RANK %1', rank.local_rank);
+  return trans.__('RANK %1 of WORLD_SIZE %2%3, from its environment', rank.rank, rank.world_size, local);
+}
+
 /**
- * The processes on the device, largest first (unknown sizes last). Two lines per process (who, then PID and
- * command) so that the table stays readable in a narrow sidebar.
+ * The processes on the device, largest first (unknown sizes last), except that the ranks of a run started from
+ * this notebook stay together, in rank order, where the largest of them would be: a run is read rank by rank.
+ */
+export function orderProcesses(processes: ReadonlyArray<IGpuProcess>): IGpuProcess[] {
+  const bySize = [...processes].sort((a, b) => (b.used ?? -1) - (a.used ?? -1));
+  const ranked = (p: IGpuProcess): boolean => processRelation(p) === 'notebook' && (p.rank ?? null) !== null;
+  const ranks = bySize.filter(ranked).sort((a, b) => (a.rank?.rank ?? 0) - (b.rank?.rank ?? 0));
+  const first = bySize.findIndex(ranked);
+  if (first < 0) {
+    return bySize;
+  }
+  const rest = bySize.filter(p => !ranked(p)); // the first `first` of them are the processes above the run
+  return [...rest.slice(0, first), ...ranks, ...rest.slice(first)];
+}
+
+/**
+ * The processes on the device (orderProcesses). Two lines per process (who, then PID and command) so that the
+ * table stays readable in a narrow sidebar.
  */
 function ProcessTable(props: IProcessProps): JSX.Element {
   const { unit, trans } = props;
-  const processes = [...props.processes].sort((a, b) => (b.used ?? -1) - (a.used ?? -1));
+  const processes = orderProcesses(props.processes);
   return (
     <table className="jp-GpuMem-processes">
       <thead>
@@ -218,7 +250,8 @@ function ProcessTable(props: IProcessProps): JSX.Element {
       </thead>
       <tbody>
         {processes.map(p => {
-          const label = props.labelProcess(p);
+          const rank = rankText(p, trans);
+          const label = rank === null ? props.labelProcess(p) : `${props.labelProcess(p)} · ${rank}`;
           const meta = processMeta(p, props.ambiguous, trans);
           const relation = processRelation(p);
           const shutDown = props.shutDown ?? null;
@@ -238,7 +271,10 @@ function ProcessTable(props: IProcessProps): JSX.Element {
           return (
             <tr key={p.pid} className={rowClass} data-relation={relation}>
               <td>
-                <div className="jp-GpuMem-procLabel jp-GpuMem-ellipsis" title={p.note ?? label}>
+                <div
+                  className="jp-GpuMem-procLabel jp-GpuMem-ellipsis"
+                  title={[p.note ?? label, rankTitle(p, trans)].filter(t => t !== null).join('\n')}
+                >
                   {label}
                 </div>
                 <div className="jp-GpuMem-procMeta jp-GpuMem-ellipsis" title={p.note ?? meta}>

@@ -5,8 +5,8 @@ import { createRoot, type Root } from 'react-dom/client';
 import { labelProcess } from '../../channel/sample';
 import { DEFAULT_SETTINGS } from '../../settings';
 import { untranslated } from '../../ui/i18n';
-import type { IDevice } from '../../wire/protocol';
-import { DeviceSection, type IProcessEnd, processMeta } from '../device';
+import type { IDevice, IGpuProcess } from '../../wire/protocol';
+import { DeviceSection, type IProcessEnd, processMeta, rankText } from '../device';
 import * as fx from '../../__tests__/fixtures';
 
 (globalThis as { IS_REACT_ACT_ENVIRONMENT?: boolean }).IS_REACT_ACT_ENVIRONMENT = true;
@@ -90,5 +90,43 @@ describe('a device seen from a container', () => {
     });
     expect(asked).toEqual([{ pid: 88, create_time: 1763855100.5 }]);
     expect(host.querySelector('.jp-GpuMem-procEnd')?.textContent).toContain('not a process of this kernel');
+  });
+
+  it('groups the ranks of a run started from this notebook, in rank order, each labelled with its rank', () => {
+    const base = fx.containerDevice();
+    const [kernel, child, external] = base.processes;
+    const GIB = 1024 ** 3;
+    // torchrun's four ranks, rank 2 the largest and rank 0 the smallest; the kernel sits between them by size
+    const ranks: IGpuProcess[] = [3, 9, 12, 5].map((gib, rank) => ({
+      ...child,
+      pid: 4000300 + rank,
+      local_pid: 90 + rank,
+      used: gib * GIB,
+      cmdline: 'python -m torch.distributed.run train.py',
+      rank: { rank, local_rank: rank, world_size: 4 }
+    }));
+    render({ ...base, processes: [external, kernel, ...ranks] });
+    const labels = Array.from(host.querySelectorAll('.jp-GpuMem-processes tbody tr')).map(
+      tr => tr.querySelector('.jp-GpuMem-procLabel')?.textContent
+    );
+    expect(labels).toEqual([
+      'external',
+      'started from this notebook · rank 0/4',
+      'started from this notebook · rank 1/4',
+      'started from this notebook · rank 2/4',
+      'started from this notebook · rank 3/4',
+      'this kernel'
+    ]);
+    const title = host.querySelectorAll('.jp-GpuMem-procLabel')[2].getAttribute('title');
+    expect(title).toContain('RANK 1 of WORLD_SIZE 4, LOCAL_RANK 1');
+  });
+
+  it('says no rank for a process without one, nor for an older kernel that sends none', () => {
+    const [, child] = fx.containerDevice().processes;
+    expect(rankText(child, untranslated)).toBeNull();
+    expect(rankText({ ...child, rank: null }, untranslated)).toBeNull();
+    expect(rankText({ ...child, rank: { rank: 7, local_rank: null, world_size: 8 } }, untranslated)).toBe(
+      'rank 7/8'
+    );
   });
 });
