@@ -25,6 +25,7 @@ NEW_SOURCES = (
     "source_litgpt_inference",
     "source_octocoder",
     "source_litgpt",
+    "source_torchtitan",
 )
 OLD_SOURCES = ("hf", "seminar")
 TARGETS = {"reserved": 0.03, "total": 0.05, "allocated": 0.03}
