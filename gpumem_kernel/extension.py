@@ -83,6 +83,7 @@ def load(ip: Any, version: str) -> Kernel:
 def _start(ip: Any, version: str) -> Kernel:
     from gpumem_kernel.magics.gpumem import GpumemMagics  # IPython is only needed once the extension is loaded
     from gpumem_kernel.magics import memlog
+    from gpumem_kernel.magics.analysis import fit_advice
 
     prober = Prober()
     sampler = Sampler(prober)
@@ -107,8 +108,9 @@ def _start(ip: Any, version: str) -> Kernel:
     # The checklist's "reduce the batch size to N" uses the last %gpumem analyze/recommend pick when it was for the
     # model that failed.
     # With the setting "oomTimeline", the checklist also says what was alive at the error (timeline.capture).
+    # fit_advice: each lever's figures on its step, computed for a small model that failed (oom.figures).
     _, kernel.oom_handler = oom.install(
-        ip, probe=sampler.snapshot, analyzed=lambda: kernel.analyzed, capture=capture.alive_at_oom
+        ip, probe=sampler.snapshot, analyzed=lambda: kernel.analyzed, capture=capture.alive_at_oom, advise=fit_advice
     )
     sampler.start()
     kernel.watches = watch_registry.Registry(ip, sampler, channel, front_end=comm_target)  # `%gpumem watch`

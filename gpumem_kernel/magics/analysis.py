@@ -40,14 +40,21 @@ def last_recommendation(shell: Any) -> Optional[int]:
     return analyzed.recommended if analyzed is not None else None
 
 
-def remember(shell: Any, report: Any, model: Any = None) -> None:
+def remember(shell: Any, report: Any, model: Any = None, advice: Any = None) -> None:
     """Kept by the loaded Kernel (extension.Kernel.analyzed) with the model it is for (`model`, held weakly; None
-    for a model by name), which hands it to the OOM handler: the checklist offers it for that model only."""
+    for a model by name), which hands it to the OOM handler: the checklist offers it for that model only, with
+    the fit advice computed with it (`advice`: its levers' figures go on the checklist's steps)."""
     from gpumem_kernel.oom.analyzed import AnalyzedModel
 
     kernel = current.kernel()
     if kernel is not None:
-        kernel.analyzed = AnalyzedModel.of(model, report)
+        kernel.analyzed = AnalyzedModel.of(model, report, advice)
+
+
+def fit_advice(model: Any, **options: Any) -> Any:
+    """What makes it fit (analysis.advise) of `model` with these AnalysisRequest fields: the OOM checklist's
+    figures for a small model that failed (the extension hands it to the OOM handler)."""
+    return _with_advice(model, **options)[1]
 
 
 # --- analyze and recommend -----------------------------------------------------------------------------------
@@ -109,7 +116,7 @@ def run_analysis(
     except Exception:
         progress.clear()
         raise
-    remember(shell, report, model)
+    remember(shell, report, model, history if advise else None)
     return (report, history) if timeline or advise else report
 
 
