@@ -29,10 +29,13 @@ class AnalyzedModel:
     type_name: str  # the model's class name
     parameters: Optional[int]  # its parameter count as the analysis read it
     ref: Optional[Callable[[], Any]] = None  # a weak reference to the model object; None for a model by name
+    advice: Any = None  # its fit advice (analysis.Advice) when it was analysed with --advise; None: not computed
+    batch: Optional[int] = None  # the batch it analysed (the advice's rows are at this batch)
 
     @classmethod
-    def of(cls, model: Any, report: Any) -> "AnalyzedModel":
-        """The record of `report` (analysis.AnalysisReport) for `model` (None when analysed by name)."""
+    def of(cls, model: Any, report: Any, advice: Any = None) -> "AnalyzedModel":
+        """The record of `report` (analysis.AnalysisReport) for `model` (None when analysed by name), with the
+        fit advice computed with it (`advice`, analysis.advise), if any."""
         ref: Optional[Callable[[], Any]] = None
         if model is not None:
             try:
@@ -42,7 +45,15 @@ class AnalyzedModel:
         name = type_name(type(model)) if model is not None else str(getattr(report, "model_name", "") or "")
         count = getattr(report, "parameter_count", None)
         recommended = getattr(getattr(report, "recommendations", None), "recommended", None)
-        return cls(recommended, name, count if isinstance(count, int) else None, ref)
+        batch = getattr(getattr(getattr(report, "recommendations", None), "current", None), "batch_size", None)
+        return cls(
+            recommended,
+            name,
+            count if isinstance(count, int) else None,
+            ref,
+            advice,
+            batch if isinstance(batch, int) else None,
+        )
 
     def is_for(self, model: Any, parameters: Optional[int]) -> bool:
         """Whether this analysis is for `model` (whose parameter count is `parameters`)."""

@@ -15,6 +15,7 @@ from gpumem_kernel.oom.checklist import build_checklist
 from gpumem_kernel.oom.classify import is_oom, oom_error_name, oom_in_chain
 from gpumem_kernel.oom.diagnose import diagnose_failed
 from gpumem_kernel.oom.diagnosis import Diagnosis
+from gpumem_kernel.oom.figures import Advise, find_advice
 from gpumem_kernel.oom.parse import MESSAGE_LIMIT, OomInfo, parse_oom_message
 from gpumem_kernel.oom.render import oom_html, oom_text, summary
 from gpumem_kernel.oom.rerun import timeline_rerun_step, with_rerun_step
@@ -79,6 +80,7 @@ def checklist_bundle(
     env: Optional[Mapping[str, str]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
     cell: Optional[str] = None,
+    advise: Optional[Advise] = None,
 ) -> Optional[Dict[str, Any]]:
     """One call for the handler and the comm: parse an exception or message text, probe, diagnose and
     return the checklist bundle; None when `source` is not an out-of-memory error.
@@ -88,7 +90,10 @@ def checklist_bundle(
     `capture(tried, device, title)`: what the OOM capture (setting "oomTimeline", timeline.capture.alive_at_oom)
     found alive at this error, or None; the extension passes it to the handler;
     `cell`: the failed cell's source, for the step "Re-run this cell with the timeline on" (offered when no
-    capture is attached)."""
+    capture is attached);
+    `advise(model, **request_fields)`: computes the fit advice for a small failed model now (oom.figures; the
+    loaded extension hands the handler one); the last analysis' advice for it is used either way, and a larger
+    model (or none given) gets the step that computes it."""
     chained = oom_in_chain(source) if isinstance(source, BaseException) else None
     if chained is not None:  # the error it was raised from says what ran out (a DataLoader worker's death)
         source = chained[0]
@@ -107,7 +112,9 @@ def checklist_bundle(
     sample = take_sample() if sample is None else sample
     diagnosis, failed = diagnose_failed(info, sample, shell, tb=tb, env=env)
     pick = batch_pick(analyzed, failed, batch_size or diagnosis.batch_size)
-    steps = build_checklist(info, diagnosis, pick.recommended, batch_size, sample, pick.hint)
+    batch = batch_size or diagnosis.batch_size
+    advice, advice_step = find_advice(analyzed, failed, batch, info, diagnosis, advise)
+    steps = build_checklist(info, diagnosis, pick.recommended, batch_size, sample, pick.hint, advice, advice_step)
     rerun = timeline_rerun_step(cell) if alive is None else None
     if rerun is not None:
         steps = with_rerun_step(steps, rerun)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional
 
 from gpumem_kernel.oom.diagnosis import Diagnosis
+from gpumem_kernel.oom.figures import EIGHT_BIT_STEP as EIGHT_BIT
+from gpumem_kernel.oom.figures import FitAdvice, cheapest_fitting, eight_bit_step, step_figures
 from gpumem_kernel.oom.not_applicable import not_applicable
 from gpumem_kernel.oom.order import family_steps, order_steps
 from gpumem_kernel.oom.parse import OomInfo
@@ -58,11 +60,15 @@ def build_checklist(
     batch_size: Optional[int] = None,
     sample: Optional[Mapping[str, Any]] = None,
     analyze_hint: Optional[str] = None,
+    advice: Optional[FitAdvice] = None,
+    advice_step: Optional[Step] = None,
 ) -> List[Step]:
     """The steps in order_steps's order: the diagnosis's causes first, then by cost, the steps that cannot
     help last (with why). `batch_size` overrides the one found in the namespace. `last_recommendation`: the
     last analysis's batch, given only when it is for the model that failed (oom.analyzed.batch_pick);
-    `analyze_hint`: else, the magic that computes one."""
+    `analyze_hint`: else, the magic that computes one. `advice`: the fit advice for the model that failed
+    (oom.figures.find_advice): each lever's figure goes on its step, and the cheapest lever that fits comes
+    first; `advice_step`: without it, the step that computes it."""
     d = diagnosis
     batch = batch_size or d.batch_size
     new_batch, why = suggested_batch(last_recommendation, batch)
@@ -87,8 +93,17 @@ def build_checklist(
         checkpoint_step(d),
         expandable_step(info, d),
         model_step(d),
+        advice_step,
     ]
+    figures = step_figures(advice) if advice is not None else []
+    if any(step == EIGHT_BIT for step, _ in figures):
+        steps.append(eight_bit_step(d))
     present = [s for s in steps if s is not None]
     for step in present:
         step.not_applicable = not_applicable(step, info, d, batch, sample)
-    return order_steps(present, d, family_steps(info))
+    by_id = {step.id: step for step in present}
+    for step_id, figure in figures:
+        if step_id in by_id:
+            by_id[step_id].figure = figure
+    applicable = [step.id for step in present if step.not_applicable is None]
+    return order_steps(present, d, family_steps(info), lead=cheapest_fitting(figures, applicable))

@@ -15,6 +15,7 @@ from gpumem_kernel import current
 from gpumem_kernel.oom.analyzed import AnalyzedModel
 from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.classify import is_oom
+from gpumem_kernel.oom.figures import Advise
 from gpumem_kernel.oom.rerun import failing_cell
 from gpumem_kernel.probe.snapshot import take_sample
 from gpumem_kernel.probe.torchstats import loaded_torch
@@ -30,6 +31,7 @@ class OomHandler:
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None
     analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None  # what the last analysis was for
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None  # the OOM capture's alive_at_oom
+    advise: Optional[Advise] = None  # computes the fit advice of a small failed model (oom.figures)
     last: Optional[Dict[str, Any]] = None  # the last OOM payload, for the panel
     last_bundle: Optional[Dict[str, Any]] = None  # the whole bundle, for `%gpumem oom`
 
@@ -59,6 +61,7 @@ def _handle(shell: Any, state: OomHandler, etype: type, value: BaseException, tb
             analyzed=analyzed,
             capture=state.capture,
             cell=failing_cell(shell),
+            advise=state.advise,
         )
         if bundle is not None:
             state.last, state.last_bundle = bundle[OOM_MIME], bundle
@@ -94,9 +97,11 @@ def install(
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
     analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
+    advise: Optional[Advise] = None,
 ) -> Tuple[str, Optional[OomHandler]]:
     """install_oom_handler's work, the handler handed to its owner (the loaded Kernel) rather than kept: (the
-    line, the new handler or None when `shell` already has one)."""
+    line, the new handler or None when `shell` already has one). `advise(model, **request_fields)`: the fit
+    advice (analysis.advise), computed for a small failed model so its steps show each lever's figures."""
     if handler_of(shell) is not None:
         return "the OOM checklist is already installed", None
     previous = tuple(getattr(shell, "custom_exceptions", ()) or ())
@@ -106,6 +111,7 @@ def install(
         probe=probe or take_sample,
         analyzed=analyzed,
         capture=capture,
+        advise=advise,
     )
 
     def handler(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int] = None) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.oom.diagnosis import Diagnosis
 from gpumem_kernel.oom.family import wrapper_kind
@@ -15,7 +15,8 @@ from gpumem_kernel.oom.step import Step
 #
 # COST_ORDER, cheapest and least drastic first: what changes nothing in your code (clear: nothing is lost;
 # restart: the variables are lost; other processes: someone else's work), then changes to the training step
-# that keep the model (batch, evaluation batch, accumulation, mixed precision, input size), the host side
+# that keep the model (computing what each lever does for it, then batch, evaluation batch, accumulation, mixed
+# precision, an 8-bit optimizer, input size), the host side
 # (host memory, workers), checkpointing (20–30 % more compute), expandable segments (a restart plus a
 # different allocator for every later allocation: worth it for fragmentation, which puts it first), and last
 # a smaller model (it changes what is trained).
@@ -24,10 +25,12 @@ COST_ORDER: Tuple[str, ...] = (
     "restart",
     "shutdown-*",
     "other-processes",
+    "fit-advice",
     "batch-size",
     "eval-batch-size",
     "grad-accumulation",
     "mixed-precision",
+    "8bit-optimizer",
     "smaller-inputs",
     "host-memory",
     "fewer-workers",
@@ -74,14 +77,19 @@ def step_key(step_id: str) -> str:
     return "shutdown-*" if step_id.startswith("shutdown-") else step_id
 
 
-def order_steps(steps: Sequence[Step], diagnosis: Diagnosis, first: Sequence[str] = ()) -> List[Step]:
-    """The checklist's order: the steps that may help, the evaluation batch when the OOM happened in evaluation
-    (`diagnosis.evaluation`), then those of the family (`first`, family_steps) and of the diagnosis's causes
-    (strongest cause first), then the rest by COST_ORDER; then the steps that cannot help here (shown folded),
-    by COST_ORDER."""
+def order_steps(
+    steps: Sequence[Step], diagnosis: Diagnosis, first: Sequence[str] = (), lead: Optional[str] = None
+) -> List[Step]:
+    """The checklist's order: the steps that may help, `lead` (the cheapest lever the fit advice computed to fit
+    this model: oom.figures.cheapest_fitting; a figure beats a guess), the evaluation batch when the OOM happened
+    in evaluation (`diagnosis.evaluation`), then those of the family (`first`, family_steps) and of the
+    diagnosis's causes (strongest cause first), then the rest by COST_ORDER; then the steps that cannot help
+    here (shown folded), by COST_ORDER."""
     rank: Dict[str, int] = {}
+    if lead is not None:
+        rank[lead] = 0
     if diagnosis.evaluation is not None:  # it ran out in evaluation: the evaluation batch comes first
-        rank["eval-batch-size"] = 0
+        rank.setdefault("eval-batch-size", len(rank))
     for key in first:
         rank.setdefault(key, len(rank))
     for cause in diagnosis.causes:

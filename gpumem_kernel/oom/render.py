@@ -127,6 +127,8 @@ def oom_text(info: OomInfo, d: Diagnosis, steps: Sequence[Step], alive: Optional
         lines.append(f"{number:2d}. [ ] {step.title}{button}")
         if step.not_applicable is not None:
             lines.append(f"      Not applicable: {step.not_applicable}")
+        if step.figure is not None:
+            lines.append(f"      {step.figure.text}")
         lines.append(f"      {step.detail}")
         if step.code:
             lines.extend(f"        {line}" for line in step.code.rstrip("\n").split("\n"))
@@ -151,8 +153,9 @@ def oom_html(info: OomInfo, d: Diagnosis, steps: Sequence[Step], alive: Optional
             parts.append(f'</ol><details><summary>Not applicable here ({len(folded)})</summary><ol start="{number}">')
         code = f"<pre><code>{e(step.code)}</code></pre>" if step.code else ""
         why = f"<br><em>Not applicable: {e(step.not_applicable)}</em>" if step.not_applicable is not None else ""
+        figure = f"<br><strong>{e(step.figure.text)}</strong>" if step.figure is not None else ""
         parts.append(
-            f'<li data-step="{e(step.id)}"><strong>{e(step.title)}</strong>{why}<br>{e(step.detail)}{code}</li>'
+            f'<li data-step="{e(step.id)}"><strong>{e(step.title)}</strong>{why}{figure}<br>{e(step.detail)}{code}</li>'
         )
     parts.append("</ol></details></div>" if folded else "</ol></div>")
     return "".join(parts)

@@ -104,7 +104,7 @@ MIRRORS = [
         "oom.schema.json#/$defs/diagnosis",
         added_later=frozenset({"causes", "evaluation", "this_kernel_pids"}),
     ),
-    Mirror(oom_step.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable"})),
+    Mirror(oom_step.Step, "oom.schema.json#/$defs/step", added_later=frozenset({"not_applicable", "figure"})),
     # %gpumem analyze, autobatch, benchmark
     Mirror(
         analysis_report.AnalysisReport,

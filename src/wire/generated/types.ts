@@ -1406,6 +1406,43 @@ export interface IOomStep {
    * Why this step cannot help with this OOM (the browser folds it under "Not applicable here", the payload lists such steps last); null when it may help. Optional: outputs saved by older kernels have none.
    */
   not_applicable?: string | null;
+  /**
+   * What the fit advice (%gpumem analyze --advise, analysis.advise) computed for this step's lever, for the model that failed; null when it was not computed. Optional: outputs saved by older kernels have none.
+   */
+  figure?: IOomFigure | null;
+}
+/**
+ * One row of the fit advice on the step that is its lever: the row's figures, to the byte, and one line saying them.
+ */
+export interface IOomFigure {
+  /**
+   * the advice row's key ("checkpointing", "amp-bf16")
+   */
+  key: string;
+  /**
+   * what the lever adds to %gpumem analyze ("--checkpointing")
+   */
+  flags: string;
+  /**
+   * the (micro-)batch the row analysed
+   */
+  batch: number;
+  peak_bytes: number;
+  peak_allocated_bytes: number | null;
+  /**
+   * the largest (micro-)batch that fits with the lever; null: no memory limit known
+   */
+  maximum: number | null;
+  status: 'fits' | 'tight' | 'will-not-fit' | 'unknown';
+  fits: boolean;
+  /**
+   * last-analysis: the last %gpumem analyze --advise of this model; computed: for this error (a small model)
+   */
+  source: 'last-analysis' | 'computed';
+  /**
+   * one line: "gradient checkpointing: peak 31.2 GiB → fits at batch 8 (up to 24)"
+   */
+  text: string;
 }
 /**
  * Which error the checklist is about: one out-of-memory error in one run of the kernel process. The browser keeps the checklist's ticks under `id` (a new error starts unticked; a reload keeps the ticks of the error still shown) and marks a checklist whose (kernel_pid, kernel_start) is not the connected kernel's hello (pid, create_time) as one of an earlier kernel run. Optional: outputs saved by older kernels have none.

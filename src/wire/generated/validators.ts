@@ -485,6 +485,22 @@ const oomDiagnosis: Check = object({
   this_kernel_pids: optional(array(integer(0)))
 });
 
+const c13: Check = enumOf('fits', 'tight', 'will-not-fit', 'unknown');
+
+/** oom.schema.json#/$defs/figure */
+const oomFigure: Check = object({
+  key: all(string(), pattern(new RegExp('^[a-z0-9+-]+$', 'u'))),
+  flags: string(),
+  batch: integer(1),
+  peak_bytes: integer(0),
+  peak_allocated_bytes: c5,
+  maximum: c5,
+  status: c13,
+  fits: type('boolean'),
+  source: enumOf('last-analysis', 'computed'),
+  text: string(1, 300)
+});
+
 /** oom.schema.json#/$defs/step */
 const oomStep: Check = all(
   object({
@@ -494,7 +510,8 @@ const oomStep: Check = all(
     action: enumOf('clear', 'restart', 'shutdown-kernel', 'insert-cell', 'insert-env-cell-and-restart', null),
     kernel_id: c2,
     code: c2,
-    not_applicable: optional(c2)
+    not_applicable: optional(c2),
+    figure: optional(nullable(oomFigure))
   }),
   when(properties({ action: constant('shutdown-kernel') }, []), properties({ kernel_id: string(1) }, [])),
   when(
@@ -520,14 +537,14 @@ const oomAliveSource: Check = object({
   user: type('boolean')
 });
 
-const c13: Check = nullable(oomAliveSource);
+const c14: Check = nullable(oomAliveSource);
 
 /** oom.schema.json#/$defs/alive_holder */
 const oomAliveHolder: Check = object({
   size: integer(0),
   count: integer(1),
   category: enumOf('parameter', 'gradient', 'optimizer_state', 'activation', 'input', 'other'),
-  source: c13
+  source: c14
 });
 
 /** oom.schema.json#/$defs/alive */
@@ -538,7 +555,7 @@ const oomAlive: Check = object({
   blocks: integer(0),
   holders: all(array(oomAliveHolder), maxItems(20)),
   rest: nullable(object({ size: integer(0), count: integer(0) })),
-  failed: nullable(object({ size: integer(0), device_free: c5, source: c13 })),
+  failed: nullable(object({ size: integer(0), device_free: c5, source: c14 })),
   notes: array(string())
 });
 
@@ -553,30 +570,28 @@ export const oomPayload: Check = object({
   alive: optional(oomAlive)
 });
 
-const c14: Check = enumOf('traced', 'measured');
+const c15: Check = enumOf('traced', 'measured');
 
-const c15: Check = all(type('object'), additionalProperties(integer(0)));
+const c16: Check = all(type('object'), additionalProperties(integer(0)));
 
-const c16: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
+const c17: Check = all(string(), pattern(new RegExp('^(pow2|none|[1-9][0-9]*)$', 'u')));
 
-const c17: Check = enumOf('option', 'setting', 'default');
+const c18: Check = enumOf('option', 'setting', 'default');
 
-const c18: Check = number(0, 1, 'min');
-
-const c19: Check = enumOf('fits', 'tight', 'will-not-fit', 'unknown');
+const c19: Check = number(0, 1, 'min');
 
 const c20: Check = enumOf('traced');
 
 /** analysis.schema.json */
 export const analysisPayload: Check = object({
   version: constant(1),
-  engine: c14,
+  engine: c15,
   model: object({
     name: string(),
     parameter_count: integer(0),
     trainable_parameter_count: integer(0),
-    parameters_by_dtype: c15,
-    buffers_by_dtype: c15,
+    parameters_by_dtype: c16,
+    buffers_by_dtype: c16,
     largest_layer: object({ name: string(), bytes: integer(0) })
   }),
   settings: object({
@@ -594,10 +609,10 @@ export const analysisPayload: Check = object({
     strategy: enumOf(null, 'ddp', 'fsdp', 'zero1', 'zero2', 'zero3'),
     multiple: c12,
     effective_batch: integer(1),
-    round: optional(c16),
-    round_source: optional(c17),
+    round: optional(c17),
+    round_source: optional(c18),
     step_autocast: optional(object({ device_type: string(), amp: enumOf('fp16', 'bf16') })),
-    pick_shares: optional(object({ recommended: c18, safe: c18 })),
+    pick_shares: optional(object({ recommended: c19, safe: c19 })),
     seq: optional(c12),
     search: optional(enumOf('batch', 'seq'))
   }),
@@ -674,7 +689,7 @@ export const analysisPayload: Check = object({
       peak_bytes: integer(),
       peak_allocated_bytes: integer(),
       peak_reserved_bytes: c7,
-      engine: c14
+      engine: c15
     })
   ),
   fit: nullable(
@@ -692,7 +707,7 @@ export const analysisPayload: Check = object({
     rounding: string(),
     extrapolated: type('boolean'),
     note: string(),
-    current: object({ batch_size: integer(1), peak_bytes: integer(), status: c19, fraction_of_limit: c3 }),
+    current: object({ batch_size: integer(1), peak_bytes: integer(), status: c13, fraction_of_limit: c3 }),
     accumulation: object({
       target_effective_batch: integer(1),
       explicit_target: type('boolean'),
@@ -776,7 +791,7 @@ export const analysisPayload: Check = object({
     nullable(
       object({
         multiple: integer(1),
-        multiple_source: c17,
+        multiple_source: c18,
         context: c12,
         engine: c20,
         results: array(
@@ -816,7 +831,7 @@ export const analysisPayload: Check = object({
   advice: optional(
     object({
       peak_bytes: integer(0),
-      status: c19,
+      status: c13,
       target: c2,
       recommended: c5,
       reason: c2,
@@ -832,7 +847,7 @@ export const analysisPayload: Check = object({
           peak_allocated_bytes: c5,
           maximum: c5,
           maximum_of: enumOf('batch', 'sequence'),
-          status: c19,
+          status: c13,
           fits: type('boolean'),
           per_rank: type('boolean'),
           note: c2
@@ -849,8 +864,8 @@ export const autobatchPayload: Check = object({
   recommended: integer(0),
   margin: number(0, 1, 'max'),
   rounding: string(),
-  round: optional(c16),
-  round_source: optional(c17),
+  round: optional(c17),
+  round_source: optional(c18),
   trials: array(
     object({
       batch: integer(1),
@@ -908,7 +923,7 @@ export const benchmarkPayload: Check = object({
   engine: enumOf('cuda', 'cpu', 'simulated'),
   device: object({ type: enumOf('cuda', 'cpu'), index: c5, name: string(), total_bytes: c5 }),
   limit_bytes: c5,
-  memory_target: c18,
+  memory_target: c19,
   memory_source: string(),
   amp_dtype: enumOf('float16', 'bfloat16'),
   config: object({
@@ -918,7 +933,7 @@ export const benchmarkPayload: Check = object({
     warmup_steps: integer(0),
     test_mixed_precision: type('boolean'),
     test_pin_memory: type('boolean'),
-    memory_target: c18
+    memory_target: c19
   }),
   model: object({ name: string(), parameter_count: integer(0) }),
   optimizer: string(),
