@@ -32,7 +32,7 @@ SOURCE: Dict[str, str] = {
     "url": "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md",
     "text": f"https://github.com/pytorch/torchtitan/blob/{COMMIT}/docs/performance.md",
     "gpu": "H100 with 96 GB HBM2e (Grand Teton, 500 W)",
-    "stack": "torch nightly 1963fc8 (2024/12/23), torchtitan 9dec370; planned with this torch's rules",
+    "stack": "torch nightly 1963fc8 (2024/12/23), torchtitan 9dec370 (traced with this machine's torch rules)",
     "measure": "torch.cuda.max_memory_reserved() / 2**30 (GiB), torchtitan's logged `memory` (the largest rank)",
     "open": "the activation checkpointing: torchtitan's selective 'op' policy keeps every other matmul's output and "
     "the attention's outputs of each block, traced here as full checkpointing of each decoder block (which keeps "
@@ -69,8 +69,8 @@ NOTES: Dict[str, str] = {
     "the selective 'op' policy (about half of each block's matmul outputs, about 27 GiB per rank at 2 x 8192 "
     "tokens), while the formula's reserved keeps the single process's cached blocks, replayed at the 96 GB limit",
     "FSDP, 128 GPUs (Table 3)": "the per-rank formula's reserved is the single process's peak reserved less the "
-    "sharded states: the single process's cache of whole-model blocks stays in it (reserved - allocated, "
-    "'predicted_allocated' beside), which a rank holding 1/128 of the states never builds",
+    "sharded states: the single process's cache of whole-model blocks stays in it, "
+    "which a rank holding 1/128 of the states never builds",
 }
 
 
@@ -134,7 +134,7 @@ def run(names: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
                 "engine": report.distributed.engine if report.distributed is not None else None,
                 "sharded_states_gib": round(_sharded_states(report) / 2**30, 2),
                 "seconds": round(time.perf_counter() - started, 1),
-                "note": "" if abs(error) <= TARGET else NOTES[name],
+                "note": "" if abs(error) <= TARGET else f"{NOTES[name]} (planned peak allocated {allocated:.2f} GiB)",
             }
         )
         print(
