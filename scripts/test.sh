@@ -26,6 +26,10 @@ serve() {
   done
 }
 
+step "the installed versions lie in the supported ranges (gpumem_kernel/supported.py, README's Supported versions)"
+# the venvs this script makes further down are checked from the second run on (the first run says "no venv yet")
+python scripts/check_versions.py .venv .venv-ipykernel6 .venv-lab-latest .venv-notebook7 .venv-widget
+
 step "the labextension is installed and enabled"
 jupyter labextension list 2>&1 | tee /tmp/gpumem-labext.txt
 grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" /tmp/gpumem-labext.txt >/dev/null
