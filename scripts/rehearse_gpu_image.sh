@@ -2,8 +2,9 @@
 # Rehearses a GPU run of the suite (python3 -m benchmarks.gpu) on this CPU machine, so that the scarce GPU
 # half hour is not spent on an install or an import that fails on the GPU image. It builds what the device tool
 # would hand the suite there:
-#   - a Python 3.12 venv with the GPU image's packages (benchmarks/gpu/image-packages.txt: torch 2.11,
-#     torchvision, Lightning, accelerate, transformers, timm, ...) and none of the kernel packages;
+#   - a Python 3.12 venv with the GPU image's packages (benchmarks/gpu/image-packages.txt: the newest torch
+#     (2.15) and torchvision, Lightning, accelerate, transformers, timm, ...) and none of the kernel packages;
+#     REHEARSAL_TORCH / REHEARSAL_TORCHVISION pin others (the image itself read torch 2.11.0, torchvision 0.26.0);
 #   - a copy of the working tree as the device tool sends it (tracked and untracked-not-ignored files) plus .whl;
 # and in that copy runs, with the venv's python3:
 #   1. the suite's dry run in the GPU run's process layout (GPUMEM_SUITE_PROCESSES=1), which installs .whl
@@ -26,7 +27,12 @@ fi
 
 echo "== the GPU image's packages in $VENV ($("$PY312" -V))"
 [ -x "$VENV/bin/python3" ] || "$PY312" -m venv "$VENV"
-"$VENV/bin/python3" -m pip install -q -r benchmarks/gpu/image-packages.txt 2>&1 | grep -v "is ignored" || true
+packages=$(mktemp /tmp/gpumem-image-packages-XXXX.txt)
+sed -e "${REHEARSAL_TORCH:+s/^torch==.*/torch==$REHEARSAL_TORCH/}" \
+  -e "${REHEARSAL_TORCHVISION:+s/^torchvision==.*/torchvision==$REHEARSAL_TORCHVISION/}" \
+  benchmarks/gpu/image-packages.txt >"$packages"
+# A machine-wide pip constraint may cap torch below the newest (what a local mirror holds): PyPI's own here.
+PIP_CONSTRAINT=/dev/null "$VENV/bin/python3" -m pip install -q -r "$packages" 2>&1 | grep -v "is ignored" || true
 "$VENV/bin/python3" -c "import torch, torchvision, lightning, accelerate, transformers, timm; print('torch', torch.__version__)"
 if "$VENV/bin/python3" -c "import ipykernel" 2>/dev/null; then
   echo "the venv has ipykernel: it would not rehearse the offline install"; exit 2
