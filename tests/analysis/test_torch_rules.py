@@ -90,3 +90,24 @@ def test_autocast_cache_under_no_grad_only_outside_2_2_to_2_10() -> None:
 def test_rms_norm_fp32_from_2_12() -> None:
     planned = torch_rules.resolve("2.11")
     assert torch_rules.RMS_NORM_FP32 in planned.rules or torch_rules.running() < (2, 12)
+
+
+@pytest.mark.parametrize("version", ["2.14", "2.14.1", "2.15", "2.15.0+cu130"])
+def test_2_14_and_2_15_are_planned_like_the_newest_rules(version: str) -> None:
+    """No rule names 2.14 or 2.15 (nothing they changed alters what is kept): planning for one adds no rule and
+    no note, and gives a running torch >= 2.12 (past every rule's change) the same activations."""
+    planned = torch_rules.resolve(version)
+    assert planned.text == version[:4]  # major.minor
+    assert planned.rules == () and planned.notes == ()
+    if torch_rules.running() >= (2, 12):
+        assert _activations(version) == _activations(None)
+
+
+def test_a_torch_newer_than_the_rules_know_is_said() -> None:
+    known = "{}.{}".format(*torch_rules.KNOWN_THROUGH)
+    assert known == "2.15"
+    planned = torch_rules.resolve("2.16")
+    assert planned.rules == ()
+    assert planned.notes == (f"torch 2.16 is newer than the torch rules know ({known}): planned as {known}",)
+    report = analyze(SoftmaxNet(), batch_size=8, input=(WIDTH,), optimizer="sgd", torch_version="2.16")
+    assert any("newer than the torch rules know" in note for note in report.notes)

@@ -5,6 +5,21 @@ A trace runs on the kernel's torch. A rule applies when the planned torch is on 
 the running torch on the new side (a running torch on the old side already behaves so itself). Never a factor:
 each rule makes the trace keep the tensors that torch kept.
 
+Read through 2.15 (KNOWN_THROUGH). 2.14 and 2.15 add no rule: nothing they changed alters what autograd, autocast
+or the caching allocator keeps, as read from PyPI's wheels (torch-2.14.1 and torch-2.15.0, manylinux x86-64)
+against 2.13.0's:
+- autocast: ATen/autocast_mode.h (the per-device lower-precision and fp32 op lists, the cache) and torch/amp/ are
+  the same in all three but for a message's wording;
+- autograd: torch/autograd/ and torch/utils/checkpoint.py change typing, messages and, in 2.15, selective
+  checkpointing saves the output of an op with an ordered effect (torch.library effects) instead of replaying it,
+  which no op of a training step has (c10d collectives are left out of that);
+- allocator: c10/cuda/CUDAAllocatorConfig.h and CUDACachingAllocator.h add, in 2.15, a per-stream-class size for
+  expandable segments' virtual-address reservation (expandable_segments_reserve[_by_class], off unless set: it
+  reserves address space, not memory) and user metadata on memory-history entries; the defaults
+  (expandable_segments off, rounding, garbage collection) are unchanged;
+- torch.nn.functional / torch.optim: typing and checks; linear_cross_entropy's chunked path is opt-in.
+A planned torch newer than KNOWN_THROUGH is planned as the newest known one behaves, said in a note.
+
 torch is imported inside functions only: the kernel shim must load without it."""
 
 from __future__ import annotations
@@ -72,6 +87,8 @@ RMS_NORM_FP32 = TorchRule(
     "autocast_policy.FP32_SINCE: rms_norm is not cast up to fp32",
 )
 RULES: Tuple[TorchRule, ...] = (SOFTMAX_SAVES_INPUT, AUTOCAST_CACHE_NO_GRAD, AUTOCAST_NO_CACHE_NO_GRAD, RMS_NORM_FP32)
+# the newest torch whose changes the rules above were checked against (the module docstring says how)
+KNOWN_THROUGH: Version = (2, 15)
 
 
 def parse(text: Optional[str]) -> Optional[Version]:
@@ -109,6 +126,11 @@ def resolve(text: Optional[str]) -> Planned:
     if version is None:
         return Planned(now, f"{now[0]}.{now[1]}", (), tuple(notes))
     rules = tuple(r for r in RULES if r.names(version) and not r.behaves_so(now))
+    if version > KNOWN_THROUGH:
+        known = f"{KNOWN_THROUGH[0]}.{KNOWN_THROUGH[1]}"
+        notes.append(
+            f"torch {version[0]}.{version[1]} is newer than the torch rules know ({known}): planned as {known}"
+        )
     notes += [f"torch {version[0]}.{version[1]}: rule {r.name} ({r.old}; {r.source})" for r in rules]
     return Planned(version, f"{version[0]}.{version[1]}", rules, tuple(notes))
 
