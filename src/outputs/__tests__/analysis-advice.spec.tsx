@@ -168,6 +168,17 @@ describe('analysis: what makes it fit', () => {
     expect(cells(node, 'maximum')[0]).toBe('batch 26');
   });
 
+  it('reads "will not fit" where the row does not fit, whatever its status word', async () => {
+    const advice = adviceFixture();
+    const rows = advice.rows as Json[];
+    rows[3] = { ...rows[3], status: 'tight', fits: false };
+    const node = await show(advised(advice));
+    expect(cells(node, 'fits')[3]).toBe('will not fit');
+    expect(
+      node.querySelectorAll('.jp-GpuMem-adviceRow')[3].querySelector('.jp-GpuMem-status-will-not-fit')
+    ).not.toBeNull();
+  });
+
   it('shows n/a for a lever it could not trace', async () => {
     const advice = adviceFixture();
     const rows = advice.rows as Json[];

@@ -32,6 +32,17 @@ export function adviceStatusText(status: AdviceStatus, trans: Trans): string {
   }
 }
 
+/**
+ * The "Fits?" word of a row: `fits` decides, `status` only says how (fits or tight when it does, unknown without a
+ * device limit), so a row whose peak is over the limit never reads as fitting.
+ */
+export function rowFit(row: IAdviceRow): AdviceStatus {
+  if (row.fits) {
+    return row.status === 'tight' ? 'tight' : 'fits';
+  }
+  return row.status === 'unknown' ? 'unknown' : 'will-not-fit';
+}
+
 /** The payload's advice, or null without `--advise` (and for outputs saved before the kernel wrote it). */
 export function adviceOf(payload: IAnalysisPayload): IAdvice | null {
   return payload.advice ?? null;
@@ -143,9 +154,9 @@ function AdviceRows(props: IAdviceRowProps): JSX.Element {
         <td className="jp-GpuMem-num" data-column="maximum">
           {maximumText(row, props.mixed, trans)}
         </td>
-        <td data-column="fits">
-          <span className={`jp-GpuMem-statusWord jp-GpuMem-status-${row.status}`}>
-            {adviceStatusText(row.status, trans)}
+        <td data-column="fits" data-status={row.status}>
+          <span className={`jp-GpuMem-statusWord jp-GpuMem-status-${rowFit(row)}`}>
+            {adviceStatusText(rowFit(row), trans)}
           </span>
         </td>
         <td className="jp-GpuMem-adviceCost" data-column="cost" data-cost-kind={row.cost_kind}>
