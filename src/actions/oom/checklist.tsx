@@ -9,8 +9,9 @@
  * opens the full one in the notebook, see ./linked.tsx).
  *
  * The same component renders in the panel and inline in the cell output (the MIME renderer), so a user who
- * scrolls back to the failed cell finds the same buttons. Every string comes from the kernel and is rendered
- * as React text (escaped), never as HTML.
+ * scrolls back to the failed cell finds the same buttons. A step whose change the fit advice computed for the
+ * model that failed shows its figure ("gradient checkpointing: peak 31.2 GiB → fits at batch 8") above its
+ * detail. Every string comes from the kernel and is rendered as React text (escaped), never as HTML.
  */
 import * as React from 'react';
 
@@ -79,6 +80,7 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
     (step.action === 'shutdown-kernel' && where === null && checklist.kernelLabel !== undefined);
   const titleId = `jp-GpuMem-step-${step.id}-${index}`;
   const feedback = checklist.feedback?.(step) ?? null;
+  const figure = step.figure ?? null;
   return (
     <li
       className={`jp-GpuMem-oomStep${ticked ? ' jp-mod-ticked' : ''}`}
@@ -102,6 +104,15 @@ function StepItem(props: { step: IOomStep; index: number; checklist: IOomCheckli
       </div>
       {(step.not_applicable ?? null) !== null && (
         <p className="jp-GpuMem-oomStepReason">{trans.__('Not applicable: %1', step.not_applicable ?? '')}</p>
+      )}
+      {figure !== null && (
+        <p
+          className="jp-GpuMem-oomStepDetail jp-GpuMem-oomStepFigure"
+          data-fits={figure.fits ? 'yes' : 'no'}
+          title={trans.__('What %gpumem analyze --advise computed for this model with this change')}
+        >
+          {figure.text}
+        </p>
       )}
       {step.detail !== '' && <p className="jp-GpuMem-oomStepDetail">{step.detail}</p>}
       {where !== null && <p className="jp-GpuMem-oomStepWhere">{where}</p>}

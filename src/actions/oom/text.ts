@@ -240,6 +240,9 @@ export function checklistMarkdown(
     if (step.not_applicable) {
       text += ` (${trans.__('not applicable: %1', oneLine(step.not_applicable))})`;
     }
+    if (step.figure) {
+      text += ` — ${oneLine(step.figure.text)}.`;
+    }
     if (step.detail) {
       text += ` — ${oneLine(step.detail)}`;
     }

@@ -131,6 +131,51 @@ describe('OomChecklistView', () => {
     expect(node.querySelector('.jp-GpuMem-oomTick')).toBeNull();
   });
 
+  it('shows a step’s fit-advice figure as text, and the step that computes it as a button', () => {
+    const payload = oom2x();
+    const amp = payload.steps.find(s => s.id === 'mixed-precision');
+    if (amp === undefined) {
+      throw new Error('no mixed-precision step');
+    }
+    amp.figure = {
+      key: 'amp-bf16',
+      flags: '--amp bf16',
+      batch: 8,
+      peak_bytes: 12 * GIB,
+      peak_allocated_bytes: 11 * GIB,
+      maximum: 12,
+      status: 'fits',
+      fits: true,
+      source: 'computed',
+      text: `AMP bf16: peak 12.00 GiB → fits at batch 8 (up to 12) ${HOSTILE}`
+    };
+    payload.steps.unshift({
+      id: 'fit-advice',
+      title: 'Compute what makes it fit',
+      detail: 'Traces `model` at batch 32 with each lever.',
+      action: 'insert-cell',
+      kernel_id: null,
+      code: '%gpumem analyze model -b 32 --advise',
+      not_applicable: null,
+      figure: null
+    });
+    const steps: IOomStep[] = [];
+    const node = render(
+      <OomChecklistView payload={payload} trans={untranslated} ticks={null} onAction={s => steps.push(s)} />
+    );
+    const figure = node.querySelector(
+      '.jp-GpuMem-oomStep[data-step-id="mixed-precision"] .jp-GpuMem-oomStepFigure'
+    );
+    expect(figure?.textContent).toBe(`AMP bf16: peak 12.00 GiB → fits at batch 8 (up to 12) ${HOSTILE}`);
+    expect(figure?.getAttribute('data-fits')).toBe('yes');
+    expect(node.querySelector('img, script, b')).toBeNull();
+    expect(node.querySelectorAll('.jp-GpuMem-oomStepFigure')).toHaveLength(1);
+    const first = node.querySelector('.jp-GpuMem-oomStep');
+    expect(first?.getAttribute('data-step-id')).toBe('fit-advice');
+    act(() => button(first as HTMLElement, 'Insert cell below').click());
+    expect(steps.map(s => s.code)).toEqual(['%gpumem analyze model -b 32 --advise']);
+  });
+
   it('shows no action buttons without a way to run them', () => {
     const node = render(
       <OomChecklistView payload={oom2x()} trans={untranslated} ticks={null} onAction={null} />

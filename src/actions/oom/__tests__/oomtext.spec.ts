@@ -129,6 +129,31 @@ describe('checklistMarkdown', () => {
     expect(numbered).toHaveLength(payload.steps.length);
   });
 
+  it('puts a step’s fit-advice figure before its detail', () => {
+    const payload = oom2x();
+    const step = payload.steps.find(s => s.id === 'grad-checkpointing');
+    if (step === undefined) {
+      throw new Error('no checkpointing step');
+    }
+    step.figure = {
+      key: 'checkpointing',
+      flags: '--checkpointing',
+      batch: 8,
+      peak_bytes: 33500744908,
+      peak_allocated_bytes: 30000000000,
+      maximum: 24,
+      status: 'fits',
+      fits: true,
+      source: 'last-analysis',
+      text: 'gradient checkpointing: peak 31.20 GiB → fits at batch 8 (up to 24)'
+    };
+    const md = checklistMarkdown(payload, new Set(), untranslated);
+    const at = payload.steps.indexOf(step) + 1;
+    expect(md).toContain(
+      `${at}. [ ] **${step.title}** — gradient checkpointing: peak 31.20 GiB → fits at batch 8 (up to 24). — ${step.detail.split('\n')[0]}`
+    );
+  });
+
   it('names the notebook of a kernel to shut down', () => {
     const md = checklistMarkdown(oomWithOtherKernel(), new Set(), untranslated, id =>
       id === OTHER_KERNEL_ID ? 'notebook: experiments/big.ipynb' : null
