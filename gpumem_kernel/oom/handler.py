@@ -172,7 +172,10 @@ def last_oom_bundle(shell: Any) -> Optional[Dict[str, Any]]:
     if not isinstance(value, BaseException) or not is_oom(value):
         return None
     probe = state.probe if state is not None and state.probe is not None else take_sample
-    bundle = checklist_bundle(value, shell, sample=probe(), tb=getattr(sys, "last_traceback", None))
+    analyzed = state.analyzed() if state is not None and state.analyzed is not None else None
+    advise = state.advise if state is not None else None
+    tb = getattr(sys, "last_traceback", None)
+    bundle = checklist_bundle(value, shell, sample=probe(), tb=tb, analyzed=analyzed, advise=advise)
     if bundle is not None and state is not None:
         state.last, state.last_bundle = bundle[OOM_MIME], bundle
     return bundle

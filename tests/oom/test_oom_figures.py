@@ -253,3 +253,38 @@ def test_the_figure_is_strict_in_the_schema() -> None:
     step["figure"]["status"] = "maybe"
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(json.loads(json.dumps(found)))
+
+
+def test_after_analyze_advise_the_handler_puts_the_payloads_advice_rows_on_the_steps() -> None:
+    """The loaded extension end to end: `%gpumem analyze --advise` of the model, then an out-of-memory error in a
+    step that runs it; the checklist's figures are the analysis payload's advice rows."""
+    from IPython.utils.capture import capture_output
+
+    from conftest import gpumem_shell
+    from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME
+
+    def run(ip: Any, code: str) -> Any:
+        with capture_output() as captured:
+            ip.run_cell(code)
+        return captured
+
+    with gpumem_shell({"net": small_model(), "torch": torch}) as ip:
+        shown = run(ip, f"%gpumem analyze net -b {BATCH} --memory {CAPACITY} --advise").outputs[0].data
+        rows = shown[ANALYSIS_MIME]["advice"]["rows"]
+        step = f"def train_step(model):\n    raise torch.OutOfMemoryError({OOM!r})\n"
+        captured = run(ip, f"batch_size = {BATCH}\n{step}train_step(net)")
+
+    found = captured.outputs[0].data[OOM_MIME]
+    jsonschema.Draft202012Validator(load_payload_schema("oom")).validate(found)
+    on_steps = {f["key"]: f for f in figures(found).values()}
+    expected = {r["key"]: r for r in rows if r["key"] in STEP_OF_KEY}
+    assert expected and set(on_steps) == set(expected)
+    for key, row in expected.items():
+        figure = on_steps[key]
+        assert (figure["peak_bytes"], figure["maximum"], figure["status"], figure["fits"]) == (
+            row["peak_bytes"],
+            row["maximum"],
+            row["status"],
+            row["fits"],
+        )
+        assert figure["source"] == "last-analysis"
