@@ -79,13 +79,15 @@ def install_oom_handler(
     probe: Optional[Callable[[], Optional[Mapping[str, Any]]]] = None,
     analyzed: Optional[Callable[[], Optional[AnalyzedModel]]] = None,
     capture: Optional[Callable[..., Optional[Dict[str, Any]]]] = None,
+    advise: Optional[Advise] = None,
 ) -> str:
     """Show the OOM checklist under the traceback of every out-of-memory error (any family). Returns one line
     saying what was done. A custom handler the user already set keeps running first for its exceptions.
     `analyzed()`: what the last `%gpumem analyze` was for (its batch is offered for that model only).
     `capture(tried, device, title)`: what was alive at the error (the OOM capture), or None.
+    `advise(model, **request_fields)`: the fit advice, computed for a small model that failed (oom.figures).
     Without the extension: the handler is kept for `shell` (gpumem_kernel.current) until uninstalled."""
-    line, handler = install(shell, probe=probe, analyzed=analyzed, capture=capture)
+    line, handler = install(shell, probe=probe, analyzed=analyzed, capture=capture, advise=advise)
     if handler is not None:
         current.keep_oom_handler(shell, handler)
     return line
