@@ -38,6 +38,8 @@ echo "torch==$version" >"$VENV/torch-pin.txt"
 installed=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
 [ "${installed%%+*}" = "$version" ] || { echo "the venv has torch $installed, not $version"; exit 1; }
 
+python3 scripts/check_versions.py "$VENV"  # inside the supported ranges (README's Supported versions)
+
 echo "== pytest on torch $installed (CUDA build: $("$VENV/bin/python" -c "import torch; print(torch.version.cuda)"))"
 folders=(tests/analysis tests/timeline tests/holders)
 PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m pytest "${folders[@]}" \
