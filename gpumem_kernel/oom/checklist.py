@@ -106,4 +106,5 @@ def build_checklist(
         if step_id in by_id:
             by_id[step_id].figure = figure
     applicable = [step.id for step in present if step.not_applicable is None]
-    return order_steps(present, d, family_steps(info), lead=cheapest_fitting(figures, applicable))
+    lead = cheapest_fitting(advice, figures, applicable) if advice is not None else None
+    return order_steps(present, d, family_steps(info), lead=lead)

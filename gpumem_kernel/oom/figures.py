@@ -130,8 +130,18 @@ def step_figures(found: FitAdvice) -> List[Tuple[str, StepFigure]]:
     return figures
 
 
-def cheapest_fitting(figures: Sequence[Tuple[str, StepFigure]], applicable: Sequence[str]) -> Optional[str]:
-    """The step of the cheapest lever that fits (the advice lists the cheapest first) among `applicable`."""
+def cheapest_fitting(
+    found: FitAdvice, figures: Sequence[Tuple[str, StepFigure]], applicable: Sequence[str]
+) -> Optional[str]:
+    """The step to take first among `applicable`: the advice's own pick (`recommended`, the cheapest change that
+    fits) when it is one step's lever, else the first lever that fits in the advice's order (cheapest first)."""
+    shown = {step for step, _ in figures}
+    rows = list(getattr(found.advice, "rows", ()))
+    pick = getattr(found.advice, "recommended", None)
+    if isinstance(pick, int) and 0 <= pick < len(rows) and row_fits(rows[pick]):
+        step = STEP_OF_KEY.get(row_key(rows[pick]) or "")
+        if step in shown and step in applicable:
+            return step
     return next((step for step, figure in figures if figure.fits and step in applicable), None)
 
 

@@ -288,3 +288,30 @@ def test_after_analyze_advise_the_handler_puts_the_payloads_advice_rows_on_the_s
             row["fits"],
         )
         assert figure["source"] == "last-analysis"
+
+
+def record_of(advice: Any) -> AnalyzedModel:
+    model = small_model()
+    return AnalyzedModel(None, "Sequential", sum(p.numel() for p in model.parameters()), None, advice, 16)
+
+
+def test_the_advices_own_pick_comes_first_when_it_is_a_step() -> None:
+    advice = fake_advice("will-not-fit", "fits", "fits")
+    advice.recommended = 3  # the advice's reason picked checkpointing (say, AMP needs an Ampere GPU)
+
+    found = payload({"model": small_model(), "batch_size": 16}, record_of(advice))
+
+    assert applicable(found)[0] == "grad-checkpointing"
+
+
+def test_a_picked_combination_with_no_step_leaves_the_first_lever_that_fits_first() -> None:
+    advice = fake_advice("will-not-fit", "fits", "fits")
+    both = fake_row("AMP bf16 + gradient checkpointing", {"amp": "bf16", "checkpointing": True}, 2**30, "fits", 64)
+    advice.rows.append(both)
+    advice.recommended = len(advice.rows) - 1
+
+    found = payload({"model": small_model(), "batch_size": 16}, record_of(advice))
+
+    assert row_key(both) == "amp-bf16+checkpointing"
+    assert applicable(found)[0] == "mixed-precision"
+    assert {f["key"] for f in figures(found).values()} == {"8bit-optimizer", "amp-bf16", "micro-batch", "checkpointing"}
