@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from gpumem_kernel.analysis.fake.library_reads import select_cap, valid_batch_answer
@@ -192,7 +193,9 @@ class SizeHints:
             value = args[at] if len(args) > at else kwargs.get("fill_value")
         if not isinstance(value, (bool, int)):
             return
-        self.values[out] = _real_values(lambda: torch.full(tuple(out.shape), value, dtype=out.dtype))
+        # made when an op reads them: most fills are never read (a bitsandbytes optimizer's uint8 state, thousands
+        # of buffers), and making each real at once cost more than the trace of the step
+        self.values[out] = Fill(tuple(out.shape), value, out.dtype)
 
     def _known(self, value: Any) -> bool:
         from torch._subclasses.fake_tensor import FakeTensor
@@ -213,7 +216,12 @@ class SizeHints:
 
         if not isinstance(value, FakeTensor):
             return value
-        return value.constant if value.constant is not None else self.values[value]
+        if value.constant is not None:
+            return value.constant
+        real = self.values[value]
+        if isinstance(real, Fill):
+            real = self.values[value] = _real_values(real.make)
+        return real
 
     def _on_values(self, func: Any, args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         """Every tensor input has values: the op runs on them too (exact), and a read gets its answer."""
@@ -264,7 +272,7 @@ class SizeHints:
             return
         op = f"aten.{func.overloadpacket.__name__} (count of a boolean mask)"
         k = self.selected(op, x.numel() // out.numel(), bound=self.masks.bound(x))
-        self.values[out] = _real_values(lambda: torch.full(tuple(out.shape), k, dtype=out.dtype))
+        self.values[out] = Fill(tuple(out.shape), k, out.dtype)
 
     # --- the rules ------------------------------------------------------------------------------------------
 
@@ -327,6 +335,20 @@ class SizeHints:
             return n
         self._note(op, where, f"each element {mean:g} times on average (size_hints)")
         return math.ceil(mean * n - 1e-9)
+
+
+@dataclass(frozen=True)
+class Fill:
+    """The values of a tensor made by a fill, made real when first read."""
+
+    shape: Tuple[int, ...]
+    value: Union[bool, int]
+    dtype: Any
+
+    def make(self) -> Any:
+        import torch
+
+        return torch.full(self.shape, self.value, dtype=self.dtype)
 
 
 def _fake_like(real: Any) -> Any:

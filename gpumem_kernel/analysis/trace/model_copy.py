@@ -61,13 +61,19 @@ class TensorCopier:
             st = t.untyped_storage()
             entry = self._storages.get(id(st))
             if entry is None or entry[1].dtype != t.dtype:
-                count = max(st.nbytes() // max(t.element_size(), 1), t.storage_offset() + _extent(t))
-                base = torch.empty(count, dtype=t.dtype, device="cpu")
+                extent = t.storage_offset() + _extent(t)
+                count = max(st.nbytes() // max(t.element_size(), 1), extent)
+                if t.storage_offset() == 0 and extent == count:
+                    # the tensor spans its storage (nearly every weight): one fake op, not an empty and a view,
+                    # the same storage; a later tensor sharing it takes a view of this one (offsets are absolute)
+                    out = base = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+                else:
+                    base = torch.empty(count, dtype=t.dtype, device="cpu")
+                    out = base.as_strided(t.shape, t.stride(), t.storage_offset())
                 if entry is None:
                     self._storages[id(st)] = (st, base)
             else:
-                base = entry[1]
-            out = base.as_strided(t.shape, t.stride(), t.storage_offset())
+                out = entry[1].as_strided(t.shape, t.stride(), t.storage_offset())
         elif self.device is not None:
             out = t.detach().to(self.device, copy=True)  # one copy, straight onto the device
         else:

@@ -3,6 +3,7 @@ peak) and the device replay through the caching-allocator model with CUDA's work
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.allocator.caching_allocator import AllocatorResult, CachingAllocatorModel, Event
@@ -39,24 +40,22 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
         for s in range(1, last + 1)
     }
     phase_of = _phase_index(spans, last)
-    live = 0
     step_peaks = [0] * (last + 1)
     phase_peaks: Dict[str, int] = {}
     peak_index, peak_value = 0, -1
     first_last = step_range[last][0]
-    live_at: List[int] = []
-    for index, (kind, sid) in enumerate(tracker.events):
-        live += records[sid].nbytes if kind == "alloc" else -records[sid].nbytes
-        live_at.append(live)
-        position = index + 1
-        for s, (start, end) in step_range.items():
-            if start < position <= end:
-                step_peaks[s] = max(step_peaks[s], live)
-        if position > first_last and position <= step_range[last][1]:
-            phase = phase_of.get(index, "other")
-            phase_peaks[phase] = max(phase_peaks.get(phase, 0), live)
-            if live > peak_value:
-                peak_value, peak_index = live, position
+    # live bytes after each event (a hundred thousand events for an LLM: one pass, no per-event step loop)
+    live_at = list(
+        accumulate(records[sid].nbytes if kind == "alloc" else -records[sid].nbytes for kind, sid in tracker.events)
+    )
+    for s, (start, end) in step_range.items():  # events start .. end - 1 are the step's
+        step_peaks[s] = max(max(live_at[start:end], default=0), 0)
+    for index in range(first_last, min(step_range[last][1], len(live_at))):
+        live = live_at[index]
+        phase = phase_of.get(index, "other")
+        phase_peaks[phase] = max(phase_peaks.get(phase, 0), live)
+        if live > peak_value:
+            peak_value, peak_index = live, index + 1
     if peak_value < 0:  # a step without any event: the live set never changed
         peak_index, peak_value = first_last, live_at[first_last - 1] if first_last else 0
 
