@@ -828,6 +828,7 @@ script writes `benchmarks/results/<name>.json` (machine, versions, date, command
 | 9 model zoo (extra packages: `{zoo_readme.INSTALL}`) | `{zoo_readme.RUN}` | ~30 min on 2 cores |
 | 10 published figures (issue 24; torchao's ViT-H needs timm, one of the zoo's extra packages) | `{published_readme.RUN}` (`--sources NAME ...`: only those, the others kept) | ~16 min on 2 cores |
 | 11 repeated blocks traced once (issue 25) | `{RUN} benchmarks/replicate_speed.py` | ~13 min on 2 cores |
+| 11 the analysis in seconds: QLoRA 8B, `--search seq`, 70B, beside a previous commit (issue 38) | `{RUN} benchmarks/replicate_speed.py --plans-only --previous REV` (the model rows kept) | ~15 min on 2 idle cores |
 | 12 holders after each cell (issue 27) | `{RUN} benchmarks/holders_cost.py` | ~10 s |
 | 13 per-rank memory (gloo ranks on the CPU) | `{RUN} benchmarks/per_rank.py` | ~10 min on 2 cores |
 | README | `{RUN} benchmarks/make_readme.py` | instant |

@@ -15,7 +15,14 @@ warm), our package byte-compiled first as pip installs it:
     replicated and full (the full one by raising replicate.MIN_AUTO_RUN out of reach), and replicated with every
     optimizer step run (what the replayed steps save).
 
+Plans (issue 38, the analysis in seconds): the whole `%gpumem analyze` of the QLoRA 8B plan (tour 07's flags), the
+same with `--search seq`, and the 70B plan above, each on the config as the Hub ships it (use_cache true, its
+torch_dtype and rope scaling), timed as *analyze* is (imports apart: torch, transformers with the architecture's
+module, and peft, which a LoRA notebook has imported), beside the same measurement of the package at a previous
+commit (`--previous REV`: its gpumem_kernel, extracted with `git archive`, run by the same interpreter).
+
     PYTHONPATH=. .venv/bin/python benchmarks/replicate_speed.py [--models 1b,8b,70b] [--skip-full-70b] [--repeat 3]
+    PYTHONPATH=. .venv/bin/python benchmarks/replicate_speed.py --plans-only --previous 92b2fd9 [--plans ...]
 """
 
 from __future__ import annotations
@@ -31,9 +38,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from _common import write_result
+from _common import RESULTS, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 _LLAMA3 = {
@@ -88,6 +95,31 @@ CONFIGS: Dict[str, Dict[str, Any]] = {
 TOKENS = 2048
 OPTIONS = dict(batch_size=1, input=TOKENS, amp="bf16", checkpointing=True, optimizer="adamw", target="H100")
 VARIANTS = ("replicated", "full", "steps_run")  # the analyze child's: as shipped, every layer traced, no replayed steps
+_QLORA = dict(
+    batch_size=1,
+    seq=TOKENS,
+    quantize="nf4",
+    lora="r=16",
+    optimizer="paged-adamw8bit",
+    amp="bf16",
+    checkpointing=True,
+    target="RTX 4090",
+)
+_QLORA_FLAGS = (
+    f"-b 1 --seq {TOKENS} --quantize nf4 --lora r=16 --optimizer paged-adamw8bit --amp bf16 --checkpointing "
+    '--target "RTX 4090"'
+)
+# name: (config, analyze_named's options, the command as a notebook types it, the issue's target in seconds)
+PLANS: Dict[str, Tuple[str, Dict[str, Any], str, float]] = {
+    "qlora-8b": ("8b", _QLORA, f"%gpumem analyze llama-3-8b {_QLORA_FLAGS}", 8),
+    "qlora-8b-seq": ("8b", {**_QLORA, "search": "seq"}, f"%gpumem analyze llama-3-8b {_QLORA_FLAGS} --search seq", 12),
+    "70b": (
+        "70b",
+        OPTIONS,
+        f"%gpumem analyze llama-3-70b -b 1 --input {TOKENS} --amp bf16 --checkpointing --optimizer adamw --target H100",
+        12,
+    ),
+}
 
 
 def _child(what: str, config: str, variant: str) -> Dict[str, Any]:
@@ -100,6 +132,8 @@ def _child(what: str, config: str, variant: str) -> Dict[str, Any]:
         replicate.MIN_AUTO_RUN = 10**9
     if what == "analyze":
         return _analyze(config, variant, started)
+    if what == "plan":
+        return _plan(config, variant, started)
     from gpumem_kernel.analysis import build_named_model as build, default_input
     from gpumem_kernel.analysis import run_trace
     from gpumem_kernel.analysis import TracePlan
@@ -150,16 +184,54 @@ def _analyze(config: str, variant: str, started: float) -> Dict[str, Any]:
     }
 
 
-def _measure(what: str, config: str, variant: str) -> Dict[str, Any]:
+def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
+    """One plan of PLANS, its imports timed apart; the package is the one on PYTHONPATH (this checkout's or a
+    previous commit's)."""
+    import torch  # noqa: F401
+
+    torch_done = time.perf_counter()
+    import transformers
+
+    getattr(transformers, json.loads(Path(config).read_text())["architectures"][0])
+    libraries_done = time.perf_counter()
+    if PLANS[name][1].get("lora"):
+        import peft  # noqa: F401  (a LoRA notebook has imported it: the adapters are peft's)
+    peft_done = time.perf_counter()
+    import gpumem_kernel
+    from gpumem_kernel.analysis import analyze_named
+
+    cpu = time.process_time()
+    report = analyze_named(config, **PLANS[name][1])
+    done, cpu = time.perf_counter(), time.process_time() - cpu
+    sequences = report.sequence_search
+    return {
+        "seconds": round(done - started, 2),
+        "torch_import_seconds": round(torch_done - started, 2),
+        "transformers_import_seconds": round(libraries_done - torch_done, 2),
+        "peft_import_seconds": round(peft_done - libraries_done, 2),
+        "analysis_seconds": round(done - peft_done, 2),
+        # the CPU time of the analysis call: on a shared, loaded machine nearer a quiet machine's wall clock
+        "analysis_cpu_seconds": round(cpu, 2),
+        "package": str(Path(gpumem_kernel.__file__).parent.parent),
+        "traces": len({p.batch_size for p in report.curve}),
+        "maximum": report.recommendations.maximum,
+        "peak_reserved_bytes": report.peak_reserved_bytes,
+        "peak_live_bytes": report.peak_live_bytes,
+        "longest_sequences": None if sequences is None else [r.maximum for r in sequences.results],
+        "sequence_traces": None if sequences is None else sum(len(r.curve) for r in sequences.results),
+    }
+
+
+def _measure(what: str, config: str, variant: str, root: Path = ROOT) -> Dict[str, Any]:
     command = [sys.executable, __file__, "--child", what, config, variant]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{ROOT / 'benchmarks'}"}
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _fastest(what: str, config: str, variant: str, repeat: int) -> Dict[str, Any]:
+def _fastest(what: str, config: str, variant: str, repeat: int, root: Path = ROOT) -> Dict[str, Any]:
     """The fastest of `repeat` fresh processes (a shared machine only ever adds time), with every run's seconds."""
-    runs = [_measure(what, config, variant) for _ in range(repeat)]
+    runs = [_measure(what, config, variant, root) for _ in range(repeat)]
     best = min(runs, key=lambda run: run["seconds"])
     return {**best, "runs_seconds": [run["seconds"] for run in runs]} if repeat > 1 else best
 
@@ -230,7 +302,73 @@ def section(r: Optional[Dict[str, Any]], provenance: Callable[[Dict[str, Any]], 
         "traced: one): ratios hold better than absolute times.\n\n"
     )
     body = table_rows(rows)
+    if r.get("rows_date"):  # the plans were timed later (--plans-only): the rows keep their own date
+        body += f"\n\nThe rows above: measured {r['rows_date']}, `{r['rows_command']}`."
+    body += plans_section(r.get("plans") or [])
     return head + figure + text + body + f"\n\n{provenance(r)}\n"
+
+
+def _wall_cpu(side: Dict[str, Any]) -> str:
+    cpu = side.get("analysis_cpu_seconds")
+    return f"{side['analysis_seconds']:.1f} s" + ("" if cpu is None else f" / {cpu:.1f} s")
+
+
+def _met(plan: Dict[str, Any]) -> str:
+    """Against the wall clock; where that misses, what the CPU time (nearer a quiet machine's) says."""
+    now, target = plan["now"], plan["target_seconds"]
+    if plan["met"]:
+        return "yes"
+    words = f"no: {now['analysis_seconds'] / target:.1f}x the target"
+    cpu = now.get("analysis_cpu_seconds")
+    if cpu is not None:
+        words += f" ({cpu / target:.1f}x in CPU seconds)"
+    return words
+
+
+def plans_section(plans: List[Dict[str, Any]]) -> str:
+    """The plans' table (issue 38): the analysis now and at the previous commit, against the issue's target."""
+    if not plans:
+        return ""
+    counts = sorted({len(p["now"].get("runs_seconds") or [0]) for p in plans})
+    text = (
+        "\n\n**The analysis in seconds (issue 38).** Whole `%gpumem analyze` calls in a fresh process on the config "
+        "as the Hub ships it (use_cache true, bf16 torch_dtype), the analysis timed apart from importing torch, "
+        "transformers with the model's module, and peft (a LoRA notebook has imported it); beside it the same "
+        f"measurement of the package at the previous commit, the fastest of {' or '.join(map(str, counts))} fresh "
+        "processes now (every run's seconds are in the results file), the machine's 1-minute load average around "
+        "each row (2 shared cores: a loaded machine only adds time; the CPU seconds of the analysis are nearer what "
+        "an otherwise idle machine takes).\n\n"
+    )
+    header = [
+        "plan",
+        "analysis, wall / CPU (+ imports)",
+        "previous commit, wall / CPU",
+        "target",
+        "met",
+        "traces",
+        "same figures",
+        "load average",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for plan in plans:
+        now, previous = plan["now"], plan.get("previous")
+        imports = now["torch_import_seconds"] + now["transformers_import_seconds"] + now["peft_import_seconds"]
+        before = "—"
+        if previous is not None:
+            before = f"{_wall_cpu(previous)} ({previous['commit']})"
+        load = plan["load_average"]
+        cells = [
+            f"`{plan['command']}`",
+            f"{_wall_cpu(now)} (+{imports:.1f} s)",
+            before,
+            f"{plan['target_seconds']:g} s",
+            _met(plan),
+            str(now["traces"]) + ("" if not now.get("sequence_traces") else f" + {now['sequence_traces']} lengths"),
+            str(plan.get("same_report", "—")),
+            f"{load['before']} / {load['after']}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return text + "\n".join(lines)
 
 
 def _load(r: Dict[str, Any]) -> str:
@@ -281,11 +419,48 @@ def table_rows(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _plan_row(
+    name: str, configs: Dict[str, str], repeats: Tuple[int, int], previous: Optional[Tuple[str, Path]]
+) -> Dict[str, Any]:
+    """One plan now and (with `previous`) at the previous commit, the fastest of repeats[0] (now) and repeats[1]
+    (previous) fresh processes, the 1-minute load average before and after."""
+    config, _, command, target = PLANS[name]
+    load_before = os.getloadavg()[0]
+    now = _fastest("plan", configs[config], name, repeats[0])
+    print(name, "now", now, flush=True)
+    row: Dict[str, Any] = {"plan": name, "command": command, "target_seconds": target, "now": now}
+    if previous is not None:
+        row["previous"] = {**_fastest("plan", configs[config], name, repeats[1], previous[1]), "commit": previous[0]}
+        print(name, "previous", row["previous"], flush=True)
+        row["same_report"] = all(
+            row["previous"][key] == now[key]
+            for key in ("maximum", "peak_reserved_bytes", "peak_live_bytes", "traces", "longest_sequences")
+        )
+    row["met"] = now["analysis_seconds"] <= target
+    row["load_average"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
+    return row
+
+
+def _previous_package(rev: str, folder: Path) -> Path:
+    """gpumem_kernel as it was at `rev` (git archive into `folder`), byte-compiled as the checkout is."""
+    archive = subprocess.run(["git", "archive", rev, "gpumem_kernel"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    compileall.compile_dir(str(folder / "gpumem_kernel"), quiet=1)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="1b,8b,70b")
     parser.add_argument("--skip-full-70b", action="store_true", help="not the full 70B analyze (about a minute)")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per figure (the fastest is kept)")
+    parser.add_argument("--plans", default=",".join(PLANS), help="the plans to time (issue 38): " + ", ".join(PLANS))
+    parser.add_argument(
+        "--plans-only", action="store_true", help="only these plans; the model rows and other plans kept"
+    )
+    parser.add_argument("--previous", metavar="REV", help="also time the plans with gpumem_kernel as of this commit")
+    parser.add_argument("--previous-repeat", type=int, help="fresh processes per previous figure (default --repeat)")
+    parser.add_argument("--seq-repeat", type=int, help="fresh processes per --search seq figure (default --repeat)")
     parser.add_argument("--child", nargs=3, metavar=("WHAT", "CONFIG", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -294,13 +469,36 @@ def main() -> None:
     # byte-compiled as pip installs it: a checkout under PYTHONDONTWRITEBYTECODE would compile it in every process
     compileall.compile_dir(str(ROOT / "gpumem_kernel"), quiet=1)
     rows: List[Dict[str, Any]] = []
+    plans: List[Dict[str, Any]] = []
     load_before = os.getloadavg()
+    kept = json.loads((RESULTS / "replicate_speed.json").read_text()) if args.plans_only else None
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.models.split(","):
+        configs = {}
+        for name in CONFIGS:
             path = Path(folder) / name / "config.json"
             path.parent.mkdir()
             path.write_text(json.dumps(CONFIGS[name]))
-            rows.append(_row(name, str(path), args.skip_full_70b, args.repeat))
+            configs[name] = str(path)
+        if kept is None:
+            for name in args.models.split(","):
+                rows.append(_row(name, configs[name], args.skip_full_70b, args.repeat))
+        previous = None
+        if args.previous:
+            (Path(folder) / "previous").mkdir()
+            previous = (args.previous, _previous_package(args.previous, Path(folder) / "previous"))
+        for name in [p for p in args.plans.split(",") if p]:
+            repeat = args.seq_repeat or args.repeat if name.endswith("-seq") else args.repeat
+            plans.append(_plan_row(name, configs, (repeat, min(repeat, args.previous_repeat or repeat)), previous))
+    if kept is not None:  # the plans timed now replace theirs; the others are kept as they were
+        timed = {p["plan"] for p in plans}
+        plans = [p for p in kept.get("plans", []) if p["plan"] not in timed and p["plan"] in PLANS] + plans
+        plans.sort(key=lambda p: list(PLANS).index(p["plan"]))
+        dated = {
+            "rows_date": kept.get("rows_date", kept["date"]),
+            "rows_command": kept.get("rows_command", kept["command"]),
+        }
+        write_result("replicate_speed", {**{k: kept[k] for k in _KEPT if k in kept}, **dated, "plans": plans})
+        return
     write_result(
         "replicate_speed",
         {
@@ -313,8 +511,13 @@ def main() -> None:
             # the machine's 1-minute load average before and after (2 cores, shared): the seconds are as loaded
             "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
             "rows": rows,
+            "plans": plans,
         },
     )
+
+
+# what --plans-only keeps of the results file: the model rows and how they were measured
+_KEPT = ("setup", "targets_seconds", "repeat", "load_average", "rows", "rows_date", "rows_command")
 
 
 if __name__ == "__main__":
