@@ -3,6 +3,7 @@ import './base.css';
 import './bar.css';
 import './actions.css';
 import './analysis.css';
+import './advice.css';
 import './lifecycle.css';
 import './timeline.css';
 import './growth.css';
