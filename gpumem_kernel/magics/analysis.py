@@ -5,7 +5,9 @@ The last `recommended` batch of `analyze`/`recommend` is remembered by the loade
 
 from __future__ import annotations
 
+import functools
 import json
+import shlex
 from typing import Any, Dict, Optional
 
 from IPython.display import display
@@ -71,11 +73,19 @@ def browser_settings() -> Dict[str, Any]:
 
 @import_repair()  # a model by name imports its library (transformers) before analyze() begins
 def run_analysis(
-    shell: Any, args: Any, command: str, progress: ProgressLine, timeline: bool = False, advise: bool = False
+    shell: Any,
+    args: Any,
+    command: str,
+    progress: ProgressLine,
+    timeline: bool = False,
+    advise: Optional[bool] = False,
+    line: Optional[str] = None,
 ) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
-    (report, the History of its traced step); with `advise`: (report, what makes it fit: analysis.advise). `progress`
-    draws the analysis' progress line; Ctrl-C ends the cell with its one line."""
+    (report, the History of its traced step); with `advise` True or None: (report, what makes it fit:
+    analysis.advise, or None), True always advising, None where the step will not fit (wants_advice); `line` the
+    analysed command the advice's rows add their flags to. `progress` draws the analysis' progress line; Ctrl-C ends
+    the cell with its one line."""
     from gpumem_kernel.analysis import advise as advice_of
     from gpumem_kernel.analysis import analyze
 
@@ -96,14 +106,14 @@ def run_analysis(
     try:
         request = AnalysisRequest(**options)
         if by_name:
-            report, history = _by_name(args, request, timeline, advise)
+            report, history = _by_name(args, request, timeline, advise, line)
         elif timeline:
             from gpumem_kernel.timeline.predicted import predict
 
             report, history = predict(model, on_progress=request.on_progress, **request.options())
         else:
             report = analyze(model, request)
-            history = advice_of(model, request, report) if advise else None
+            history = advice_of(model, request, report, line) if wants_advice(report, advise) else None
     except KeyboardInterrupt:
         if debug_enabled():
             raise
@@ -116,31 +126,52 @@ def run_analysis(
     except Exception:
         progress.clear()
         raise
-    remember(shell, report, model, history if advise else None)
-    return (report, history) if timeline or advise else report
+    remember(shell, report, model, None if timeline else history)
+    return (report, history) if timeline or advise is not False else report
 
 
-def _by_name(args: Any, request: AnalysisRequest, timeline: bool, advise: bool) -> Any:
-    """(report, history, the advice or None) of a model built on the meta device from its config
+def wants_advice(report: Any, advise: Optional[bool]) -> bool:
+    """True: always; None: where the analysed batch will not fit a known limit (--target, --memory or this
+    machine's GPU); False: never."""
+    if advise is None:
+        known = report.device.limit_bytes is not None
+        return known and report.recommendations.current.status == "will-not-fit"
+    return advise
+
+
+def _by_name(
+    args: Any, request: AnalysisRequest, timeline: bool, advise: Optional[bool], line: Optional[str] = None
+) -> Any:
+    """(report, the history or the advice or None) of a model built on the meta device from its config
     (analysis.model_source)."""
     from gpumem_kernel.analysis import analyze_named
 
     run: Any = None
     if timeline:
         from gpumem_kernel.timeline.predicted import predict as run
-    elif advise:
-        run = _with_advice
+    elif advise is not False:
+        run = functools.partial(_with_advice, when=advise, line=line)
     result = analyze_named(args.model, request, task=args.task, trust_remote_code=args.trust_remote_code, run=run)
     return result if run is not None else (result, None)
 
 
-def _with_advice(model: Any, **options: Any) -> Any:
-    """(report, what makes it fit) of the model analyze_named built."""
+def _with_advice(model: Any, when: Optional[bool] = True, line: Optional[str] = None, **options: Any) -> Any:
+    """(report, what makes it fit or None: `when` as wants_advice reads it) of the model analyze_named built."""
     from gpumem_kernel.analysis import advise, analyze
 
     request = AnalysisRequest(**options)
     report = analyze(model, request)
-    return report, advise(model, request, report)
+    return report, advise(model, request, report, line) if wants_advice(report, when) else None
+
+
+def analysed_line(rest: str) -> str:
+    """The %gpumem analyze line as written, without --advise and --json: what each advice row adds its flags to."""
+    try:
+        tokens = shlex.split(rest)
+    except ValueError:  # unbalanced quotes: the line as it was written
+        tokens = rest.split()
+    kept = [shlex.quote(t) for t in tokens if t not in ("--advise", "--json")]
+    return " ".join(["%gpumem analyze"] + kept)
 
 
 def analyze(shell: Any, rest: str) -> None:
@@ -159,21 +190,20 @@ def analyze(shell: Any, rest: str) -> None:
     if problem is not None:
         raise usage_error("analyze", problem)
     progress = ProgressLine(f"gpumem analyze {args.model}")
-    history = advice = None
+    history = None
     if args.timeline:
         report, history = run_analysis(shell, args, "analyze", progress, timeline=True)
-    elif args.advise:
-        report, advice = run_analysis(shell, args, "analyze", progress, advise=True)
     else:
-        report = run_analysis(shell, args, "analyze", progress)
+        # --advise: always; else where the step will not fit a known limit
+        advise = True if args.advise else None
+        report, advice = run_analysis(shell, args, "analyze", progress, advise=advise, line=analysed_line(rest))
+        if advice is not None:  # in the report's payload: the browser's view and the text report show it
+            report.advice = advice.to_payload()
     if args.json:
         progress.clear()
-        payload = report.to_payload()
-        print(json.dumps(payload if advice is None else {**payload, "advice": advice.to_payload()}, indent=2))
+        print(json.dumps(report.to_payload(), indent=2))
     else:
         progress.show(analysis_bundle(report))
-        if advice is not None:
-            display(advice.bundle(), raw=True)
     if history is not None:
         _show_timeline(history, args.save, show=not args.json)
 

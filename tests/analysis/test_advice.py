@@ -1,10 +1,14 @@
 """What makes it fit (analysis.advise): each lever's row is the analysis run with that lever set, to the byte; the
-micro-batch lever keeps the samples per optimizer step; a lever already set has no row; the user's model and
+micro-batch lever keeps the samples per optimizer step; sharding's row is one rank's; the GPU row is the smallest of
+the table that holds the step; combinations only where no lever fits alone; the rows ordered by cost with the
+cheapest that fits recommended; a lever that does not apply or is set already has no row; the user's model and
 optimizer stay as they were; the levers' progress comes as one phase, "trying levers k of n"."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -12,8 +16,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from user_state import assert_same, state_of  # noqa: E402
-from gpumem_kernel.analysis import AnalysisRequest, advise, analyze  # noqa: E402
+from gpumem_kernel.analysis import AnalysisRequest, advise, analyze, gpu_lookup  # noqa: E402
+from gpumem_kernel.analysis.pipeline.advice_levers import COST_KINDS, LEVERS, command_with  # noqa: E402
 from gpumem_kernel.analysis.request.progress import Progress  # noqa: E402
+
+SCHEMA = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas" / "analysis.schema.json"
+MiB = 1 << 20
 
 
 @pytest.fixture(autouse=True)
@@ -29,64 +37,182 @@ def mlp() -> "torch.nn.Module":
     return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10))
 
 
-def test_each_row_is_the_analysis_with_that_lever_to_the_byte():
+def just_over(model, **options) -> AnalysisRequest:
+    """A request whose device holds 1 MiB less than the step's peak (no reserve): it will not fit, by a little."""
+    peak = analyze(model, AnalysisRequest(memory="64GiB", reserve=0, **options)).peak_bytes
+    return AnalysisRequest(memory=peak - MiB, reserve=0, **options)
+
+
+def same_as_alone(model, request, row) -> None:
+    alone = analyze(model, replace(request, **row.changes))
+    assert (row.peak_bytes, row.peak_allocated_bytes, row.status) == (
+        alone.peak_bytes,
+        alone.peak_allocated_bytes,
+        alone.recommendations.current.status,
+    ), row.key
+    if row.maximum_of == "batch":
+        assert row.maximum == alone.recommendations.maximum, row.key
+    assert row.per_rank == (alone.distributed is not None), row.key
+
+
+def test_each_row_is_the_analysis_with_that_lever_to_the_byte_and_the_cheapest_that_fits_is_recommended():
     model = mlp()
-    request = AnalysisRequest(batch_size=64, input=(256,), target="T4")
+    request = just_over(model, batch_size=512, input=(256,))
     before = state_of(model, None)
     analysed = analyze(model, request)
     advice = advise(model, request, analysed)
+    after = state_of(model, None)
 
-    assert [r.lever for r in advice.rows] == [
-        "8-bit optimizer",
-        "AMP bf16",
-        "smaller micro-batch",
-        "gradient checkpointing",
-    ]
+    assert analysed.recommendations.current.status == "will-not-fit"
+    keys = [r.key for r in advice.rows]
+    for key in ("micro-batch", "amp-bf16", "8bit-optimizer", "paged-optimizer", "adafactor", "lora", "qlora", "gpu"):
+        assert key in keys
+    assert "checkpointing" not in keys  # a Sequential of Linear layers: checkpointing saves nothing, so no row
+    assert any(k.startswith("fsdp-") for k in keys)
     for row in advice.rows:
-        alone = analyze(model, replace(request, **row.changes))
-        assert (row.peak_bytes, row.peak_allocated_bytes, row.maximum) == (
-            alone.peak_bytes,
-            alone.peak_allocated_bytes,
-            alone.recommendations.maximum,
-        ), row.lever
-    micro = next(r for r in advice.rows if r.lever == "smaller micro-batch")
-    assert micro.changes == {"batch_size": 32, "grad_accum": 2} and micro.flags == "-b 32 --accum 2"
-    assert advice.peak_bytes == analysed.peak_bytes
-    assert_same(before, state_of(model, None))
-    assert "--optimizer adamw8bit" in advice.text() and "AMP bf16" in advice.bundle()["text/html"]
+        if row.key != "gpu":
+            same_as_alone(model, request, row)
+    micro = next(r for r in advice.rows if r.key == "micro-batch")
+    assert micro.changes["batch_size"] * micro.changes["grad_accum"] == 512
+    assert micro.flags == f"-b {micro.changes['batch_size']} --accum {micro.changes['grad_accum']}"
+    sharded = next(r for r in advice.rows if r.key.startswith("fsdp-"))
+    assert sharded.per_rank and sharded.flags == f"--world-size {sharded.key[5:]} --strategy fsdp"
+
+    ranks = [COST_KINDS.index(r.cost_kind) for r in advice.rows]
+    assert ranks == sorted(ranks)  # cheapest first
+    first_fit = next(i for i, r in enumerate(advice.rows) if r.fits)
+    assert advice.recommended == first_fit and "the cheapest change that fits" in advice.reason
+    assert all(r.fits == (r.peak_bytes <= request.memory) for r in advice.rows if r.key != "gpu")
+    assert advice.peak_bytes == analysed.peak_bytes and advice.status == "will-not-fit"
+    assert_same(before, after)
 
 
-def test_a_lever_already_set_has_no_row_and_progress_comes_as_the_levers_phase():
+def test_the_gpu_row_is_the_smallest_of_the_table_that_holds_the_step_as_it_is():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(4096, 4096) for _ in range(5)))  # 84 M parameters: 1.3 GB of states
+    request = AnalysisRequest(batch_size=8, input=(4096,), target="GTX 1050")
+    analysed = analyze(model, request)
+    advice = advise(model, request, analysed, only=("gpu",))
+
+    row = next(r for r in advice.rows if r.key == "gpu")
+    assert row.cost_kind == "hardware" and row.maximum is None and row.changes == {}
+    assert row.command == f"%gpumem analyze model --target '{row.lever}'"
+    chosen = gpu_lookup(row.lever)
+    assert chosen.memory_bytes > gpu_lookup("GTX 1050").memory_bytes
+    on_it = analyze(model, replace(request, target=row.lever))
+    assert on_it.recommendations.current.status == "fits"
+    smaller = [g for g in ("GTX 1060 3GB", "GTX 1050 Ti") if gpu_lookup(g).memory_bytes < chosen.memory_bytes]
+    for name in smaller:
+        assert analyze(model, replace(request, target=name)).recommendations.current.status != "fits", name
+
+
+def test_a_shorter_sequence_is_the_longest_that_fits_traced_at_that_length():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(1000, 64), torch.nn.Linear(64, 1000))
+    request = just_over(model, batch_size=8, input=(1024,))
+    analysed = analyze(model, request)
+    advice = advise(model, request, analysed, only=("shorter-sequence",))
+
+    row = next(r for r in advice.rows if r.key == "shorter-sequence")
+    assert row.maximum_of == "sequence" and row.changes == {"input": (row.maximum,)}
+    assert row.flags == f"--input {row.maximum}" and row.command == f"%gpumem analyze model --input {row.maximum}"
+    assert 0 < row.maximum < 1024 and row.fits
+    same_as_alone(model, request, row)
+    longer = analyze(model, replace(request, input=(row.maximum + 64,)))
+    assert longer.peak_bytes > request.memory  # the next length of the search's multiple does not fit
+
+
+def test_combinations_are_traced_only_where_no_lever_fits_alone():
+    model = mlp()
+    three = ("amp-bf16", "paged-optimizer", "8bit-optimizer")  # levers that each save a little here
+    request = just_over(model, batch_size=512, input=(256,))
+    singles = advise(model, request, analyze(model, request), only=three).rows
+    assert singles and all("+" not in r.key for r in singles) and any(r.fits for r in singles)
+
+    # a device just under the smallest single lever's peak: none fits alone
+    tighter = replace(request, memory=min(r.peak_bytes for r in singles) - MiB)
+    advice = advise(model, tighter, analyze(model, tighter), only=three)
+    alone = [r for r in advice.rows if "+" not in r.key]
+    pairs = [r for r in advice.rows if "+" in r.key]
+    assert alone and not any(r.fits for r in alone) and pairs
+    assert all(set(r.key.split("+")) <= set(three) and len(r.key.split("+")) >= 2 for r in pairs)
+    assert not any({"paged-optimizer", "8bit-optimizer"} <= set(r.key.split("+")) for r in pairs)  # one optimizer
+    for row in pairs:
+        same_as_alone(model, tighter, row)
+        parts = [next(lever for lever in LEVERS if lever.key == key) for key in row.key.split("+")]
+        assert row.flags == " ".join(lever.flags(row.changes) for lever in parts)
+        assert row.cost_kind == max(parts, key=lambda lever: COST_KINDS.index(lever.cost_kind)).cost_kind
+
+
+def test_levers_that_do_not_apply_or_are_set_already_have_no_row():
+    model = mlp()
+    optimizer = torch.optim.AdamW(model.parameters())
+    request = just_over(model, batch_size=1, input=(256,), optimizer=optimizer, amp="bf16")
+    before = state_of(model, optimizer)
+    keys = [r.key for r in advise(model, request, analyze(model, request)).rows]
+
+    # the user's optimizer object: not replaced, nor adapters (their optimizer holds the model's own parameters);
+    # AMP set already; batch 1: no smaller micro-batch; a token-free input: no shorter sequence
+    assert not {"amp-bf16", "amp-fp16", "8bit-optimizer", "paged-optimizer", "adafactor", "lora", "qlora"} & set(keys)
+    assert not {"micro-batch", "shorter-sequence"} & set(keys)
+    assert_same(before, state_of(model, optimizer))
+
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten())
+    conv_request = just_over(conv, batch_size=4, input=(3, 16, 16))
+    conv_keys = [r.key for r in advise(conv, conv_request, analyze(conv, conv_request)).rows]
+    assert "lora" not in conv_keys and "qlora" not in conv_keys  # no Linear layer to adapt
+
+
+def test_the_payload_validates_and_the_text_marks_the_recommendation():
+    jsonschema = pytest.importorskip("jsonschema")
+    model = mlp()
+    request = just_over(model, batch_size=512, input=(256,))
+    report = analyze(model, request)
+    line = "%gpumem analyze model -b 512 --input 256 --optimizer adamw"
+    advice = advise(model, request, report, line, only=("micro-batch", "8bit-optimizer"))
+    report.advice = advice.to_payload()
+    payload = json.loads(json.dumps(report.to_payload()))
+    jsonschema.validate(payload, json.loads(SCHEMA.read_text()))
+    assert "advice" not in analyze(model, request).to_payload()  # only an advised report carries it
+
+    micro = next(r for r in payload["advice"]["rows"] if r["key"] == "micro-batch")
+    assert micro["command"].startswith("%gpumem analyze model --input 256 --optimizer adamw -b ")  # -b replaced
+    eight = next(r for r in payload["advice"]["rows"] if r["key"] == "8bit-optimizer")
+    assert eight["command"] == "%gpumem analyze model -b 512 --input 256 --optimizer adamw8bit"
+    text = str(report)
+    chosen = advice.rows[advice.recommended]
+    assert f"* {chosen.lever}" in text and f"Recommended: {chosen.lever}: {advice.reason}" in text
+
+
+def test_a_step_that_fits_gets_rows_and_no_recommendation():
+    model = mlp()
+    request = AnalysisRequest(batch_size=64, input=(256,), target="T4")
+    advice = advise(model, request, analyze(model, request), only=("micro-batch", "amp-bf16", "8bit-optimizer"))
+    assert advice.status == "fits" and advice.recommended is None and "fits as analysed" in advice.reason
+    assert advice.rows and all(r.fits for r in advice.rows)
+
+
+def test_progress_comes_as_the_levers_phase():
     model = mlp()
     seen: List[Progress] = []
-    request = AnalysisRequest(batch_size=1, input=(256,), target="T4", amp="bf16", on_progress=seen.append)
-    advice = advise(model, request, analyze(model, replace(request, on_progress=None)))
+    request = AnalysisRequest(batch_size=1, input=(256,), target="T4", amp="bf16")
+    analysed = analyze(model, request)
+    advise(model, replace(request, on_progress=seen.append), analysed, only=("amp-bf16", "8bit-optimizer", "adafactor"))
 
-    assert [r.lever for r in advice.rows] == ["8-bit optimizer", "gradient checkpointing"]  # batch 1: no micro-batch
-    assert {u.phase for u in seen} == {"levers"}
-    order = [u.doing.split(":")[0] for u in seen]
-    assert (
-        order[0] == "trying levers 1 of 2 (8-bit optimizer)"
-        and order[-1] == "trying levers 2 of 2 (gradient checkpointing)"
-    )
+    assert seen and {u.phase for u in seen} == {"levers"}
+    labels = [u.doing.split(":")[0] for u in seen]
+    assert labels[0] == "trying levers 1 of 2 (8-bit optimizer)"  # AMP is set already: two levers
+    assert labels[-1] == "trying levers 2 of 2 (Adafactor)"
     assert [u.traces for u in seen] == sorted(u.traces for u in seen)  # counted on across the levers
 
 
-def test_the_magic_shows_the_table_after_the_report_and_refuses_it_with_a_timeline():
-    from IPython.utils.capture import capture_output
-
-    from conftest import gpumem_shell
-    from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME
-
-    with gpumem_shell({"model": mlp()}) as ip:
-        with capture_output() as captured:
-            ip.run_cell("%gpumem analyze model --batch 64 --input 256 --target T4 --advise")
-        with capture_output() as refused:
-            ip.run_cell("%gpumem analyze model --batch 64 --input 256 --advise --timeline")
-
-    assert captured.stderr == "" and len(captured.outputs) == 2
-    assert ANALYSIS_MIME in captured.outputs[0].data
-    table = captured.outputs[1].data["text/plain"].splitlines()
-    assert table[0].startswith("What makes it fit") and len(table) == 1 + 4
-    assert "-b 32 --accum 2" in table[3] and "--checkpointing" in table[4]
-    assert refused.stderr.strip() == "UsageError: gpumem analyze: --advise and --timeline: one at a time"
+def test_command_with_replaces_the_options_a_row_sets_again():
+    line = "%gpumem analyze model -b 64 --input 256 --memory 8GiB --optimizer=adam"
+    assert (
+        command_with(line, "-b 32 --accum 2")
+        == "%gpumem analyze model --input 256 --memory 8GiB --optimizer=adam -b 32 --accum 2"
+    )
+    assert command_with(line, "--target 'RTX 4090'") == (
+        "%gpumem analyze model -b 64 --input 256 --optimizer=adam --target 'RTX 4090'"
+    )
+    assert command_with(line, "--optimizer adam8bit").endswith("--memory 8GiB --optimizer adam8bit")

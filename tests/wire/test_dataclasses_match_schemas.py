@@ -109,7 +109,7 @@ MIRRORS = [
     Mirror(
         analysis_report.AnalysisReport,
         "analysis.schema.json",
-        added=frozenset({"model", "advice"}),  # advice: the magic adds it with --advise
+        added=frozenset({"model"}),
         moved={
             "model_name": "model.name",
             "parameter_count": "model.parameter_count",
@@ -118,7 +118,8 @@ MIRRORS = [
             "buffers_by_dtype": "model.buffers_by_dtype",
             "largest_layer": "model.largest_layer",
         },
-        added_later=frozenset({"config_yaml", "accumulation_code", "evaluation", "llm", "sequence_search"}),
+        # advice: only an advised analysis has it (the magic with --advise, or a step that will not fit)
+        added_later=frozenset({"config_yaml", "accumulation_code", "evaluation", "llm", "sequence_search", "advice"}),
     ),
     Mirror(
         search.AutobatchResult, "autobatch.schema.json", added_later=frozenset({"config_yaml", "round", "round_source"})

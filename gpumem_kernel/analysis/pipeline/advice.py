@@ -1,146 +1,379 @@
-"""What would make it fit: the analysed step again with each lever the analysis can model set, one at a time, each a
-separate analysis of its own (so each row's peak is what `analyze()` with that lever gives, to the byte), the rows
-ordered by what the lever costs. Nothing here touches the user's model or optimizer: each analysis works on copies.
-
-The levers: AMP bf16, gradient checkpointing, a smaller micro-batch with gradient accumulation keeping the effective
-batch, an 8-bit optimizer (bitsandbytes' block-wise state). A lever the request has set already has no row."""
+"""What would make it fit: the analysed step again with each lever the analysis can model set (pipeline.advice_levers),
+one at a time, each a separate analysis of its own (so each row's peak is what `analyze()` with that lever gives, to
+the byte); when no lever fits alone, the smallest combinations of the cheapest ones; sharding over 2, 4 or 8 GPUs
+(per rank, as the analysis traces a rank); the longest sequence that fits; and the smallest GPU of the table that
+holds the step as it is. The rows are ordered by what they cost, and the cheapest that fits is the recommendation.
+Nothing here touches the user's model or optimizer: each analysis works on copies."""
 
 from __future__ import annotations
 
-import html
+import itertools
+import shlex
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from gpumem_kernel.analysis.pipeline.advice_levers import (
+    FSDP_SIZES,
+    GPU_LEVER_COST,
+    LEVERS,
+    SHORTER_SEQUENCE,
+    Lever,
+    Situation,
+    command_with,
+    fsdp_lever,
+    micro_batch_of,
+    sequence_changes,
+    smallest_gpu,
+)
+from gpumem_kernel.analysis.measure.workbench import RngSnapshot
 from gpumem_kernel.analysis.report.report import AnalysisReport
 from gpumem_kernel.analysis.request.progress import Progress
 from gpumem_kernel.analysis.request.request import AnalysisRequest
+from gpumem_kernel.probe.torchstats import cuda_initialised
 
-_EIGHT_BIT = {"adamw": "adamw8bit", "adam": "adam8bit"}
-
-
-@dataclass(frozen=True)
-class Lever:
-    """One change the analysis can trace: its name, the flags that set it, what it costs, and the request's fields
-    with it set (None: it does not apply, or is set already)."""
-
-    name: str
-    cost: str
-    changes: Callable[[AnalysisRequest], Optional[Dict[str, Any]]]
-    flags: Callable[[Dict[str, Any]], str]
-
-
-def _amp(request: AnalysisRequest) -> Optional[Dict[str, Any]]:
-    return {"amp": "bf16"} if request.amp is None and request.step is None else None
-
-
-def _checkpointing(request: AnalysisRequest) -> Optional[Dict[str, Any]]:
-    return {"checkpointing": True} if not request.checkpointing and request.step is None else None
-
-
-def _micro_batch(request: AnalysisRequest) -> Optional[Dict[str, Any]]:
-    """Half the batch (or 1 for an odd one), twice the accumulation: the same samples per optimizer step."""
-    batch = request.batch_size
-    if batch < 2 or request.step is not None:
-        return None
-    micro = batch // 2 if batch % 2 == 0 else 1
-    return {"batch_size": micro, "grad_accum": request.grad_accum * (batch // micro)}
-
-
-def _eight_bit(request: AnalysisRequest) -> Optional[Dict[str, Any]]:
-    optimizer = request.optimizer
-    if not isinstance(optimizer, str) or optimizer.lower() not in _EIGHT_BIT or request.step is not None:
-        return None
-    return {"optimizer": _EIGHT_BIT[optimizer.lower()]}
-
-
-LEVERS = (
-    Lever("8-bit optimizer", "optimizer state in 8 bits (bitsandbytes on the GPU)", _eight_bit,
-          lambda c: f"--optimizer {c['optimizer']}"),
-    Lever("AMP bf16", "activations in bf16 (an Ampere or newer GPU)", _amp, lambda c: "--amp bf16"),
-    Lever("smaller micro-batch", "more, smaller steps per update: slower where the GPU is underused", _micro_batch,
-          lambda c: f"-b {c['batch_size']} --accum {c['grad_accum']}"),
-    Lever("gradient checkpointing", "the blocks' forward runs again in backward (about a third more compute)",
-          _checkpointing, lambda c: "--checkpointing"),
-)  # fmt: skip
+DEFAULT_COMMAND = "%gpumem analyze model"
+COMBINE_CHEAPEST = 4  # combinations are of the cheapest levers only: pairs, then triples where no pair fits
+_PAYLOAD_FIELDS = (
+    "key lever flags command cost cost_kind peak_bytes peak_allocated_bytes maximum maximum_of status fits per_rank "
+    "note"
+).split()
 
 
 @dataclass
 class AdviceRow:
-    """One lever's analysis: its peak footprint and peak allocated, the largest batch it allows (of the micro-batch
-    for that lever) and whether the analysed batch then fits."""
+    """One lever (or combination) and its analysis: the peak footprint and allocated peak, the largest batch (or
+    longest sequence) it allows, the analysed (micro-)batch's status with it; `changes`: the request's fields set."""
 
+    key: str
     lever: str
     flags: str
+    command: str
     cost: str
-    changes: Dict[str, Any]
-    peak_bytes: int
-    peak_allocated_bytes: int
+    cost_kind: str
+    peak_bytes: Optional[int]
+    peak_allocated_bytes: Optional[int]
     maximum: Optional[int]
-    status: str  # the analysed (micro-)batch's: fits | tight | will-not-fit | unknown
+    maximum_of: str
+    status: str  # fits | tight | will-not-fit | unknown
+    fits: bool
+    per_rank: bool = False
+    note: Optional[str] = None
+    changes: Dict[str, Any] = field(default_factory=dict)
+    limit_bytes: Optional[int] = None  # the usable memory the row is judged against
+    order: Tuple[Any, ...] = ()  # the cost order: the costliest part's kind, the number of parts, the levers'
+
+    def to_payload(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in _PAYLOAD_FIELDS}
 
 
 @dataclass
 class Advice:
-    """The analysed step's own figures and one row per lever, cheapest first."""
+    """The analysed step's own figures and the rows, cheapest first; `recommended` indexes the row to use."""
 
     peak_bytes: int
     status: str
+    target: Optional[str] = None
     rows: List[AdviceRow] = field(default_factory=list)
+    recommended: Optional[int] = None
+    reason: Optional[str] = None
 
     def to_payload(self) -> Dict[str, Any]:
         return {
             "peak_bytes": self.peak_bytes,
             "status": self.status,
-            "rows": [{k: v for k, v in vars(r).items()} for r in self.rows],
+            "target": self.target,
+            "recommended": self.recommended,
+            "reason": self.reason,
+            "rows": [row.to_payload() for row in self.rows],
         }
 
     def text(self) -> str:
-        from gpumem_kernel.render.units import format_bytes
+        from gpumem_kernel.analysis.report.render import advice_lines
 
-        analysed = format_bytes(self.peak_bytes, "fit")
-        lines = [f"What makes it fit (each lever traced on its own; as analysed: {analysed}, {self.status})"]
-        for r in self.rows:
-            peak, maximum = format_bytes(r.peak_bytes, "fit"), str(r.maximum)
-            lines.append(f"  {r.lever:<24} {peak:>10}  max batch {maximum:<5} {r.status:<13} {r.flags}  ({r.cost})")
-        return "\n".join(lines)
-
-    def bundle(self) -> Dict[str, str]:
-        return {"text/plain": self.text(), "text/html": f"<pre class='gpumem-advice'>{html.escape(self.text())}</pre>"}
+        return "\n".join(advice_lines(self.to_payload()))
 
 
-def advise(model: Any, request: AnalysisRequest, report: AnalysisReport) -> Advice:
-    """One row per lever that applies: `analyze(model, request with that lever)`, `report` the request's own; the
-    progress told to the request's on_progress as the phase "levers" ("trying levers k of n")."""
-    from gpumem_kernel.analysis.pipeline.analyze import analyze
+def advise(
+    model: Any,
+    request: AnalysisRequest,
+    report: AnalysisReport,
+    command: Optional[str] = None,
+    only: Optional[Sequence[str]] = None,
+) -> Advice:
+    """The rows of what makes `model`'s step fit, `report` the analysis of `request` itself; `command` the analysed
+    %gpumem analyze line the rows' commands add their flags to; `only`: the lever keys to try ("fsdp" for sharding),
+    default all. The progress is told to the request's on_progress as the phase "levers" ("trying levers k of n")."""
+    situation = Situation(model, request, report)
+    tracer = _Tracer(model, request, command or DEFAULT_COMMAND)
+    wanted = set(only) if only is not None else None
 
-    levers = [(lever, lever.changes(request)) for lever in LEVERS]
-    chosen = [(lever, changes) for lever, changes in levers if changes is not None]
-    heard = _LeverProgress(request.on_progress, len(chosen))
-    rows = []
-    for k, (lever, changes) in enumerate(chosen, 1):
-        heard.lever = f"trying levers {k} of {len(chosen)} ({lever.name})"
-        lever_report = analyze(model, replace(request, on_progress=heard, **changes))
-        heard.finished()
-        rows.append(
-            AdviceRow(
-                lever.name,
-                lever.flags(changes),
-                lever.cost,
-                changes,
-                lever_report.peak_bytes,
-                lever_report.peak_allocated_bytes,
-                lever_report.recommendations.maximum,
-                lever_report.recommendations.current.status,
-            )
+    def tried(key: str) -> bool:
+        return wanted is None or key in wanted
+
+    levers = [lever for lever in LEVERS if tried(lever.key)]
+    singles = [(lever, changes) for lever in levers for changes in [lever.changes(situation)] if changes is not None]
+    sharding = tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
+    sequence = tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
+    tracer.planned = len(singles) + int(sharding) + 2 * int(sequence)
+    rows = [tracer.row((lever,), changes) for lever, changes in singles]
+    singles = [single for single, row in zip(singles, rows) if _changed(row, report)]
+    rows = [row for row in rows if _changed(row, report)]
+    if sharding:
+        rows.append(_sharded(situation, tracer))
+    if sequence:
+        rows += _shorter_sequence(situation, tracer)
+    if report.device.limit_bytes is not None and not any(r.fits for r in rows):
+        rows += _combinations(singles, rows, situation, tracer)
+    if tried("gpu"):
+        rows += _gpu_row(situation, tracer.command)
+    rows.sort(key=lambda r: r.order)
+    recommended, reason = _recommendation(report, rows)
+    return Advice(
+        report.peak_bytes, report.recommendations.current.status, report.device.name, rows, recommended, reason
+    )
+
+
+class _Tracer:
+    """Runs analyze() with a lever's changes and makes its row; the progress of every run as the phase "levers"."""
+
+    def __init__(self, model: Any, request: AnalysisRequest, command: str) -> None:
+        self.model, self.request, self.command = model, request, command
+        self.heard = _LeverProgress(request.on_progress)
+        self.planned = 0
+        self.done = 0
+
+    def analyze(self, label: str, changes: Dict[str, Any]) -> AnalysisReport:
+        from gpumem_kernel.analysis.pipeline.analyze import analyze
+
+        self.done += 1
+        self.planned = max(self.planned, self.done)
+        self.heard.lever = f"trying levers {self.done} of {self.planned} ({label})"
+        # the user's RNG state as it was: the planning copy's adapters are initialised from it (lora=)
+        rng = RngSnapshot.take(cuda=cuda_initialised())
+        try:
+            return analyze(self.model, replace(self.request, on_progress=self.heard, **changes))
+        finally:
+            rng.restore()
+            self.heard.finished()
+
+    def row(self, levers: Sequence[Lever], changes: Dict[str, Any], note: Optional[str] = None) -> AdviceRow:
+        """The row of `changes`; with a smaller micro-batch that does not fit, traced once more at the largest
+        micro-batch its own analysis allows (accumulation keeps the gradients between micro-steps: a lower maximum
+        than the analysed step's)."""
+        label = " + ".join(lever.label for lever in levers)
+        row = self.row_of(levers, changes, self.analyze(label, changes), note)
+        if "grad_accum" not in changes or row.fits or not row.maximum or row.maximum >= changes["batch_size"]:
+            return row
+        batch, accum = self.request.batch_size, self.request.grad_accum
+        micro = micro_batch_of(batch, row.maximum)
+        changes = {**changes, "batch_size": micro, "grad_accum": accum * (batch // micro)}
+        self.planned += 1
+        return self.row_of(levers, changes, self.analyze(label, changes), note)
+
+    def row_of(
+        self, levers: Sequence[Lever], changes: Dict[str, Any], report: AnalysisReport, note: Optional[str] = None
+    ) -> AdviceRow:
+        flags = " ".join(lever.flags(changes) for lever in levers)
+        status = report.recommendations.current.status
+        limit = report.device.limit_bytes
+        return AdviceRow(
+            key="+".join(lever.key for lever in levers),
+            lever=" + ".join(lever.label for lever in levers),
+            flags=flags,
+            command=command_with(self.command, flags),
+            cost="; ".join(lever.cost for lever in levers),
+            cost_kind=max(levers, key=lambda lever: lever.rank).cost_kind,
+            peak_bytes=report.peak_bytes,
+            peak_allocated_bytes=report.peak_allocated_bytes,
+            maximum=report.recommendations.maximum,
+            maximum_of="batch",
+            status=status,
+            fits=status == "fits" or (status == "tight" and limit is not None and report.peak_bytes <= limit),
+            per_rank=report.distributed is not None,
+            note=note if note is not None else _note(levers, changes, report),
+            changes=dict(changes),
+            limit_bytes=limit,
+            order=_order(levers),
         )
-    return Advice(report.peak_bytes, report.recommendations.current.status, rows)
+
+
+def _changed(row: AdviceRow, report: AnalysisReport) -> bool:
+    """Whether the lever saves memory: a lower peak, or a larger batch (checkpointing a model without blocks saves
+    nothing, LoRA on a small MLP adds its adapters' activations)."""
+    larger = (row.maximum or 0) > (report.recommendations.maximum or 0)
+    return row.peak_bytes is not None and (row.peak_bytes < report.peak_bytes or larger)
+
+
+def _order(levers: Sequence[Lever]) -> Tuple[Any, ...]:
+    """Cheapest first: by the costliest part's kind, then fewer parts, then the parts' kinds and the levers' order."""
+    ranks = sorted((lever.rank for lever in levers), reverse=True)
+    places = sorted(_place(lever) for lever in levers)
+    return (ranks[0], len(levers), tuple(ranks), tuple(places))
+
+
+def _place(lever: Lever) -> int:
+    keys = [known.key for known in LEVERS] + [SHORTER_SEQUENCE.key]
+    return keys.index(lever.key) if lever.key in keys else len(keys) + lever.rank
+
+
+def _note(levers: Sequence[Lever], changes: Dict[str, Any], report: AnalysisReport) -> Optional[str]:
+    """What the row's figures are, where the flags alone do not say it."""
+    parts = []
+    if "grad_accum" in changes:
+        micro, steps = changes["batch_size"], changes["grad_accum"]
+        parts.append(f"{micro} x {steps} accumulation steps: the same {micro * steps} samples per optimizer step")
+    if report.distributed is not None:
+        traced = report.distributed.engine == "traced"
+        parts.append("per GPU: rank 0 traced under FSDP" if traced else "per GPU, by the formula (rank not traced)")
+    return "; ".join(parts) or None
+
+
+# --- the levers that are more than one change -------------------------------------------------------------------
+
+
+def _sharded(situation: Situation, tracer: _Tracer) -> AdviceRow:
+    """FSDP over the fewest of 2, 4, 8 GPUs that fits (8 where none does): one row, per rank. Bisected: 4 first,
+    then 2 where 4 fits, else 8."""
+    sizes = sorted(FSDP_SIZES)
+    low, high = 0, len(sizes) - 1
+    best: Optional[AdviceRow] = None
+    closest: Optional[AdviceRow] = None
+    while low <= high:
+        middle = (low + high) // 2
+        lever = fsdp_lever(sizes[middle])
+        row = tracer.row((lever,), lever.changes(situation) or {})
+        if row.fits:
+            best, high = row, middle - 1
+        else:
+            closest, low = row, middle + 1
+        tracer.planned += int(low <= high)
+    chosen = best or closest
+    assert chosen is not None
+    return chosen
+
+
+def _sequence_applies(situation: Situation) -> bool:
+    report, request = situation.report, situation.request
+    return (
+        report.settings.get("seq") is not None
+        and report.device.limit_bytes is not None
+        and report.recommendations.current.status == "will-not-fit"
+        and not request.seq_search
+        and situation.built_in_step
+        and sequence_changes(request, 1) is not None
+    )
+
+
+def _shorter_sequence(situation: Situation, tracer: _Tracer) -> List[AdviceRow]:
+    """The longest sequence that fits at the analysed batch (the analysis' sequence search), then the step at it."""
+    request = situation.request
+    searched = tracer.analyze("the longest sequence", {"search": "seq", "seq_batches": [request.batch_size]})
+    found = searched.sequence_search
+    longest = found.results[0].maximum if found is not None and found.results else None
+    changes = sequence_changes(request, longest) if longest else None
+    if changes is None or longest >= int(situation.report.settings["seq"]):
+        return []
+    row = tracer.row((SHORTER_SEQUENCE,), changes)
+    row.maximum, row.maximum_of = longest, "sequence"
+    row.note = f"the longest that fits at batch {request.batch_size}, in multiples of {found.multiple} tokens"
+    return [row]
+
+
+def _combinations(
+    singles: List[Tuple[Lever, Dict[str, Any]]], rows: List[AdviceRow], situation: Situation, tracer: _Tracer
+) -> List[AdviceRow]:
+    """Pairs of the cheapest levers, then triples where no pair fits: the ones that fit, or else the closest. A smaller
+    micro-batch in a combination is the largest its other levers' own analysis allows."""
+    cheapest = sorted(singles, key=lambda pair: _order((pair[0],)))[:COMBINE_CHEAPEST]
+    maxima = {frozenset(row.key.split("+")): row.maximum for row in rows}
+    tried: List[AdviceRow] = []
+    for size in (2, 3):
+        combos = [c for c in itertools.combinations(cheapest, size) if len({lever.group for lever, _ in c}) == size]
+        tracer.planned += len(combos)
+        found = [tracer.row([lever for lever, _ in c], _merged(c, maxima, situation)) for c in combos]
+        maxima.update({frozenset(row.key.split("+")): row.maximum for row in found})
+        tried += found
+        if any(r.fits for r in found):
+            return [r for r in found if r.fits]
+    if not tried:
+        return []
+    closest = min(tried, key=lambda r: r.peak_bytes if r.peak_bytes is not None else float("inf"))
+    closest.note = "; ".join(filter(None, [closest.note, "the closest combination traced: still over"]))
+    return [closest]
+
+
+def _merged(
+    combination: Sequence[Tuple[Lever, Dict[str, Any]]], maxima: Dict[Any, Optional[int]], situation: Situation
+) -> Dict[str, Any]:
+    merged: Dict[str, Any] = {}
+    for _, changes in combination:
+        merged.update(changes)
+    others = frozenset(lever.key for lever, _ in combination if lever.key != "micro-batch")
+    if len(others) < len(combination) and others in maxima:
+        batch, accum = situation.request.batch_size, situation.request.grad_accum
+        micro = micro_batch_of(batch, maxima[others])
+        merged.update(batch_size=micro, grad_accum=accum * (batch // micro))
+    return merged
+
+
+_GPU = Lever("gpu", "a larger GPU", GPU_LEVER_COST, "hardware", lambda s: None, lambda c: "", "hardware")
+
+
+def _gpu_row(situation: Situation, command: str) -> List[AdviceRow]:
+    """The smallest GPU of the table that holds the step as it is: not traced (its peak is the analysed one with that
+    GPU's CUDA context)."""
+    fit = smallest_gpu(situation)
+    if fit is None or fit.name == situation.report.device.name:
+        return []
+    report = situation.report
+    flags = f"--target {shlex.quote(fit.name)}"
+    return [
+        AdviceRow(
+            key="gpu",
+            lever=fit.name,
+            flags=flags,
+            command=command_with(command, flags),
+            cost=GPU_LEVER_COST,
+            cost_kind="hardware",
+            peak_bytes=fit.peak_bytes,
+            peak_allocated_bytes=report.peak_allocated_bytes,
+            maximum=None,
+            maximum_of="batch",
+            status=fit.status,
+            fits=True,
+            note="not traced: the analysed peak with this GPU's CUDA context against its memory",
+            limit_bytes=fit.limit_bytes,
+            order=_order((_GPU,)),
+        )
+    ]
+
+
+def _recommendation(report: AnalysisReport, rows: List[AdviceRow]) -> Tuple[Optional[int], Optional[str]]:
+    """(index of the cheapest row that fits with room, else the cheapest that fits at all; one sentence why)."""
+    from gpumem_kernel.render.units import human
+
+    status, limit = report.recommendations.current.status, report.device.limit_bytes
+    if limit is None:
+        return None, "no memory limit known (give --target or --memory): no row can be judged"
+    if status == "fits":
+        return (
+            None,
+            f"the step fits as analysed ({human(report.peak_bytes)} of {human(limit)} usable): nothing to change",
+        )
+    for i, row in enumerate(rows):
+        if row.fits:
+            room = "" if row.status == "fits" else ", tight"
+            peak = human(row.peak_bytes) + (" per GPU" if row.per_rank else "")
+            usable = human(row.limit_bytes)
+            return i, f"the cheapest change that fits ({peak} of {usable} usable{room}): {row.cost}"
+    return None, "no lever or combination traced here makes it fit"
 
 
 class _LeverProgress:
     """The levers' analyses as one phase: their updates relabelled, their traces counted on from the ones before."""
 
-    def __init__(self, callback: Optional[Callable[[Progress], None]], total: int) -> None:
+    def __init__(self, callback: Optional[Callable[[Progress], None]]) -> None:
         self.callback = callback
         self.started = time.perf_counter()
         self.lever = ""

@@ -330,6 +330,35 @@ def _distributed_block(payload: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _advice_row(row: Mapping[str, Any], mark: str) -> str:
+    peak = human(row["peak_bytes"]) + (" /GPU" if row["per_rank"] else "")
+    maximum = f"{'seq' if row['maximum_of'] == 'sequence' else 'batch'} {_n(row['maximum'])}"
+    return f"{mark} {row['lever']:<34} {peak:>15}  {maximum:<11} {row['status']:<13} {row['flags']}"
+
+
+def advice_lines(advice: Mapping[str, Any]) -> List[str]:
+    """What makes it fit (analysis.pipeline.advice): one line per row, cheapest first, the recommended one marked
+    with *, then the recommendation and why, and each row's cost."""
+    on = f" on {advice['target']}" if advice["target"] else ""
+    lines = [
+        f"What makes it fit{on} (each row traced as an analysis of its own; as analysed "
+        f"{human(advice['peak_bytes'])}, {advice['status']}):"
+    ]
+    rows, chosen = advice["rows"], advice["recommended"]
+    lines += [_advice_row(row, "*" if i == chosen else " ") for i, row in enumerate(rows)]
+    if chosen is not None:
+        lines.append(f"Recommended: {rows[chosen]['lever']}: {advice['reason']}")
+        lines.append(f"  {rows[chosen]['command']}")
+    elif advice["reason"]:
+        lines.append(f"Recommended: none: {advice['reason']}")
+    lines += ["Costs:"] + [f"  {row['lever']}: {row['cost']}" + _advice_note(row) for row in rows]
+    return lines
+
+
+def _advice_note(row: Mapping[str, Any]) -> str:
+    return f" ({row['note']})" if row["note"] else ""
+
+
 def render_text(payload: Mapping[str, Any]) -> str:
     blocks = [
         _gpu_block(payload),
@@ -338,6 +367,7 @@ def render_text(payload: Mapping[str, Any]) -> str:
         _usage_block(payload),
         _distributed_block(payload),
         recommendation_block(payload),
+        advice_lines(payload["advice"]) if payload.get("advice") else [],
         sequence_block(payload),
         _evaluation_block(payload),
         llm_block(payload),
@@ -510,11 +540,31 @@ def render_html(payload: Mapping[str, Any]) -> str:
         html_table("Batch sizes", ("pick", "batch", "note"), picks),
         html_table("Predicted peak against batch size", ("batch", "peak", "allocated", "reserved", "engine"), curve),
         *(html_table(*table) for table in llm_tables(payload)),
+        *_advice_html(payload.get("advice")),
         f"<p>{esc(recs['lr']['hint'])}</p><p><i>{esc(payload['error_bound']['statement'])}</i></p>",
     ]
     if payload["notes"]:
         parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in payload["notes"]) + "</ul>")
     return "<div class='gpumem-analysis'>" + "".join(parts) + "</div>"
+
+
+def _advice_html(advice: Optional[Mapping[str, Any]]) -> List[str]:
+    """What makes it fit, as the page without the labextension shows it: the table, then the recommendation."""
+    if not advice:
+        return []
+    rows = [
+        (
+            ("★ " if i == advice["recommended"] else "") + r["lever"],
+            human(r["peak_bytes"]) + (" per GPU" if r["per_rank"] else ""),
+            _n(r["maximum"]) + (" tokens" if r["maximum_of"] == "sequence" else ""),
+            r["status"],
+            r["cost"],
+            r["flags"],
+        )
+        for i, r in enumerate(advice["rows"])
+    ]
+    head = ("lever", "peak", "maximum", "status", "cost", "flags")
+    return [html_table("What makes it fit", head, rows), f"<p>{esc(advice['reason'] or '')}</p>"]
 
 
 def analysis_bundle(report: Any) -> Dict[str, Any]:

@@ -191,6 +191,9 @@ class AnalysisReport:
     evaluation: Optional[Evaluation] = None  # only with eval_batch=
     llm: Optional[LlmFacts] = None  # logits and loss, attention, checkpointed blocks (analysis.trace.llm_facts)
     sequence_search: Optional[SequenceSearch] = None  # only with search="seq" (analysis.search.max_sequence)
+    # what makes it fit (analysis.pipeline.advice), its payload as the front end that ran the advice set it; empty:
+    # not advised (the payload then has no "advice")
+    advice: Dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> Dict[str, Any]:
         """The JSON of `application/vnd.gpumem.analysis.v1+json` (schemas/analysis.schema.json): the fields as they
@@ -204,6 +207,8 @@ class AnalysisReport:
             "buffers_by_dtype": data.pop("buffers_by_dtype"),
             "largest_layer": data.pop("largest_layer"),
         }
+        if not data["advice"]:  # the key is optional in the schema: only an advised analysis has it
+            del data["advice"]
         return {"version": data.pop("version"), "model": model, **data}
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, Any]:
