@@ -3,13 +3,15 @@ rows of `%gpumem analyze --advise`) put on the checklist steps those levers are 
 31.2 GiB → fits at batch 8"), each figure the advice row's own, to the byte.
 
 The advice comes from the last analysis when it was for this model and computed it (instant), else it is computed
-here for a small model only (SMALL_MODEL_PARAMETERS, SMALL_MODEL_MODULES), else the checklist offers a step whose
-cell runs it (`%gpumem analyze <model> -b <batch> --advise`): the error's checklist never waits for a big model's
-analyses. Nothing here imports torch or the analysis (which imports this package): the computation is handed in.
+here for a small model only and within INLINE_SECONDS (SMALL_MODEL_PARAMETERS, SMALL_MODEL_MODULES), else the
+checklist offers a step whose cell runs it (`%gpumem analyze <model> -b <batch> --advise`): the error's checklist
+never waits for a big model's analyses. Nothing here imports torch or the analysis (which imports this package): the
+computation is handed in.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -19,12 +21,15 @@ from gpumem_kernel.oom.parse import OomInfo
 from gpumem_kernel.oom.step import Step, StepFigure
 from gpumem_kernel.render.units import human
 
-# The advice computes one analysis for the step as it is and one per lever, each with its batch search: about 1 s
-# per analysis for a model of 8 k parameters in 2 layers on 2 CPU cores, about 3 s for 0.5 M in 8 layers (the
-# trace's time grows with the layers run and their sizes). So the checklist computes it only for a model of at
-# most 100 k parameters in at most 8 modules (a few seconds in all); a larger one gets FIT_ADVICE_STEP instead.
+# The advice is one analysis for the step as it is and one per lever (more GPUs, other GPUs, combinations), each
+# with its batch search: on 2 busy CPU cores a model of 8 k parameters in 3 modules took 87 s in all, and the
+# trace's time grows with the layers run and their sizes. So the checklist tries it only for a model of at most
+# 100 k parameters in at most 8 modules (read without tracing), and gives up after INLINE_SECONDS (the analysis
+# tells its progress at each trace, where the budget is checked): then, and for a larger model, FIT_ADVICE_STEP
+# inserts the line that computes it, which the user runs when ready.
 SMALL_MODEL_PARAMETERS = 100_000
 SMALL_MODEL_MODULES = 8
+INLINE_SECONDS = 3.0
 FIT_ADVICE_STEP = "fit-advice"
 EIGHT_BIT_STEP = "8bit-optimizer"
 
@@ -178,6 +183,21 @@ def request_fields(batch: int, info: OomInfo, d: Diagnosis) -> Dict[str, Any]:
     return {"batch_size": batch, "memory": _memory(info), "amp": _amp(d)}
 
 
+class AdviceOverBudget(Exception):
+    """The advice took longer than INLINE_SECONDS: the error's checklist does not wait for it."""
+
+
+def budget(seconds: float) -> Callable[[Any], None]:
+    """The request's on_progress that stops the analysis once `seconds` have passed."""
+    start = time.perf_counter()
+
+    def heard(_update: Any) -> None:
+        if time.perf_counter() - start > seconds:
+            raise AdviceOverBudget(f"the fit advice took over {seconds:g} s")
+
+    return heard
+
+
 def fit_advice_step(failed: FailedModel, batch: int, info: OomInfo) -> Optional[Step]:
     """The step whose cell computes the advice (a model too large to analyse while the error is shown)."""
     if not failed.name.isidentifier():
@@ -218,8 +238,11 @@ def find_advice(
     if not batch:
         return None, None
     if compute is not None and _small(failed.value):
+        fields = {**request_fields(batch, info, d), "on_progress": budget(INLINE_SECONDS)}
         try:
-            return FitAdvice(compute(failed.value, **request_fields(batch, info, d)), batch, "computed"), None
+            return FitAdvice(compute(failed.value, **fields), batch, "computed"), None
+        except AdviceOverBudget:
+            pass  # the step below runs it when the user is ready
         except Exception:  # a model the analysis cannot trace gets no figures; the checklist stays as it was
             return None, None
     return None, fit_advice_step(failed, batch, info)

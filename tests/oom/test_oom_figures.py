@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 import jsonschema
 import pytest
 
+from gpumem_kernel.oom import figures as figures_module
 from gpumem_kernel.oom.analyzed import AnalyzedModel
 from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
 from gpumem_kernel.oom.figures import SMALL_MODEL_PARAMETERS, STEP_OF_KEY, row_key
@@ -105,8 +106,11 @@ def test_the_last_analysis_advice_for_the_failed_model_is_on_its_steps_to_the_by
         assert figure["text"] in found["text/html"]
 
 
-def test_a_small_model_without_an_analysis_gets_the_advice_computed_for_this_error(small: Any) -> None:
+def test_a_small_model_without_an_analysis_gets_the_advice_computed_for_this_error(
+    small: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, request, _, advice = small
+    monkeypatch.setattr(figures_module, "INLINE_SECONDS", 10_000.0)  # this machine's speed is not under test
     asked: List[Dict[str, Any]] = []
 
     def fit_advice(model: Any, **fields: Any) -> Any:
@@ -117,7 +121,9 @@ def test_a_small_model_without_an_analysis_gets_the_advice_computed_for_this_err
     shown = figures(payload({"model": model, "batch_size": BATCH}, None, fit_advice))
 
     # the request is the one `%gpumem analyze model -b 65536 --memory 1100MiB --advise` makes: the same figures
-    assert asked == [{"batch_size": BATCH, "memory": CAPACITY, "amp": None}]
+    assert [{k: v for k, v in fields.items() if k != "on_progress"} for fields in asked] == [
+        {"batch_size": BATCH, "memory": CAPACITY, "amp": None}
+    ]
     assert AnalysisRequest(**asked[0]) == request
     assert_figures_are_the_rows(shown, advice, BATCH)
     assert {f["source"] for f in shown.values()} == {"computed"}
@@ -217,6 +223,22 @@ def test_a_large_model_gets_a_step_that_inserts_the_analysis_and_is_not_analysed
     assert step["action"] == "insert-cell"
     assert step["code"] == f"%gpumem analyze net -b 32 --memory {CAPACITY} --advise"
     assert applicable(found).index("fit-advice") < applicable(found).index("batch-size")
+
+
+def test_advice_that_takes_too_long_is_given_up_for_the_step_that_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(figures_module, "INLINE_SECONDS", 0.0)
+    heard: List[Any] = []
+
+    def fit_advice(model: Any, **fields: Any) -> Any:
+        heard.append("trace")
+        fields["on_progress"](None)  # the analysis tells its progress at each trace: past the budget, it stops
+        raise AssertionError("the analysis went on past the budget")
+
+    found = payload({"model": small_model(), "batch_size": 16}, None, fit_advice)
+
+    assert heard == ["trace"] and figures(found) == {}
+    step = next(s for s in found["steps"] if s["id"] == "fit-advice")
+    assert step["code"] == f"%gpumem analyze model -b 16 --memory {CAPACITY} --advise"
 
 
 def test_without_a_batch_size_nothing_is_computed_nor_offered() -> None:
