@@ -11,8 +11,8 @@ Everything here is psutil plus a sample dict: safe on any thread (comm requests 
 from __future__ import annotations
 
 import os
+import threading
 import time
-from functools import lru_cache
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import psutil
@@ -112,8 +112,12 @@ def parse_rank(raw: bytes) -> Optional[ProcessRank]:
     return ProcessRank(rank=rank, local_rank=local, world_size=world)
 
 
-@lru_cache(maxsize=256)
-def _rank_of(pid: int, create_time: Optional[float], proc: str) -> Optional[ProcessRank]:
+RANKS_KEPT = 256  # ranks remembered by (pid, create_time): a few runs' worth of processes
+_ranks: Dict[Tuple[int, float, str], ProcessRank] = {}
+_ranks_lock = threading.Lock()  # the sampler and a sample taken on request may look at once
+
+
+def _read_rank(pid: int, proc: str) -> Optional[ProcessRank]:
     folder = f"{proc}/{pid}"
     try:
         if os.stat(folder).st_uid != os.getuid():
@@ -127,12 +131,23 @@ def _rank_of(pid: int, create_time: Optional[float], proc: str) -> Optional[Proc
 
 def rank_of(pid: int, create_time: Optional[float] = None, proc: str = "/proc") -> Optional[ProcessRank]:
     """The rank of a process of this user in a distributed run it was started into (torchrun and most launchers
-    set RANK, LOCAL_RANK and WORLD_SIZE before it execs), or None. Remembered per (pid, create_time): the
-    sampler asks every second, and an environment is fixed at exec. A process forked without an exec shows its
-    parent's environment there, so a rank set by `os.environ` after the fork is not seen."""
-    if create_time is None:
-        return _rank_of.__wrapped__(pid, None, proc)  # no start time to tell a reused PID apart: read it now
-    return _rank_of(pid, create_time, proc)
+    set RANK, LOCAL_RANK and WORLD_SIZE before it execs), or None. A rank found is remembered per (pid,
+    create_time): the sampler asks every second, and the environment is fixed at exec. No rank is not remembered:
+    just after a fork, before its exec, a process still shows its parent's environment. A process forked without an
+    exec keeps showing it, so a rank set by `os.environ` after the fork is not seen."""
+    key = None if create_time is None else (pid, create_time, proc)
+    if key is not None:
+        with _ranks_lock:
+            known = _ranks.get(key)
+        if known is not None:
+            return known
+    found = _read_rank(pid, proc)
+    if key is not None and found is not None:
+        with _ranks_lock:
+            if len(_ranks) >= RANKS_KEPT:
+                _ranks.pop(next(iter(_ranks)))  # the oldest: its run has most likely ended
+            _ranks[key] = found
+    return found
 
 
 # --- looking processes up ------------------------------------------------------------------------------------

@@ -70,6 +70,20 @@ def test_an_unreadable_or_foreign_environment_is_no_rank(tmp_path: Path) -> None
         assert rank_of(1) is None  # init is root's: not this user's, not read
 
 
+def test_a_rank_found_is_remembered_and_no_rank_is_read_again(tmp_path: Path) -> None:
+    """Just after a fork, before its exec, a process still shows its parent's environment: no rank then must not
+    hide the rank its exec brings; a rank found stays with that (pid, create_time)."""
+    (tmp_path / "42").mkdir()
+    environ = tmp_path / "42" / "environ"
+    environ.write_bytes(b"PATH=/bin\0")
+    assert rank_of(42, 1000.0, proc=str(tmp_path)) is None
+    environ.write_bytes(b"RANK=2\0LOCAL_RANK=2\0WORLD_SIZE=4\0")
+    assert rank_of(42, 1000.0, proc=str(tmp_path)) == ProcessRank(2, 2, 4)
+    environ.write_bytes(b"PATH=/bin\0")
+    assert rank_of(42, 1000.0, proc=str(tmp_path)) == ProcessRank(2, 2, 4)
+    assert rank_of(42, 2000.0, proc=str(tmp_path)) is None  # a reused PID: another process, read again
+
+
 @pytest.mark.parametrize(
     ("environ", "expected"),
     [
