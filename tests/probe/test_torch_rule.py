@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gpumem_kernel"
 HOME = PACKAGE / "probe" / "torchstats.py"
 RULES = {
     "reads torch from sys.modules": re.compile(r"""sys\.modules\s*(?:\.get\s*\(|\[)\s*['"]torch['"]"""),
-    "asks whether CUDA is initialised": re.compile(r"\bis_initialized\b"),
+    # torch.distributed's is_initialized() asks about a process group, not CUDA
+    "asks whether CUDA is initialised": re.compile(r"(?<!dist\.)\bis_initialized\b"),
 }
 
 
