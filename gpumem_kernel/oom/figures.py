@@ -92,16 +92,19 @@ def _at(row: Any, batch: int) -> Tuple[int, str]:
 
 
 def figure_text(lever: str, row: Any, batch: int) -> str:
-    _, where = _at(row, batch)
+    """ "gradient checkpointing: peak 31.20 GiB → fits at batch 8 (up to 24)": the row's peak, whether the analysed
+    (micro-)batch fits with the lever, and the largest that does."""
+    analysed, where = _at(row, batch)
     status = getattr(row, "status", "unknown")
     line = f"{lever}: peak {human(row.peak_bytes)}"
-    if status in _STATUS_WORDS:
-        line += f" → {_STATUS_WORDS[status]} at {where}"
-    else:
-        line += f" at {where} (no memory limit known to compare with)"
+    if status not in _STATUS_WORDS:
+        return line + f" at {where} (no memory limit known to compare with)"
+    line += f" → {_STATUS_WORDS[status]} at {where}"
     maximum = getattr(row, "maximum", None)
-    if isinstance(maximum, int) and status in _STATUS_WORDS:
-        line += f" (up to {maximum})" if maximum >= _at(row, batch)[0] else f" (at most {maximum})"
+    if maximum == 0:
+        return line + " (not even 1 fits)"
+    if isinstance(maximum, int):
+        line += f" (up to {maximum})" if maximum >= analysed else f" (at most {maximum})"
     return line
 
 

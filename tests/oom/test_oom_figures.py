@@ -194,6 +194,25 @@ def test_the_cheapest_lever_that_fits_comes_first(fits: Any, first: str) -> None
     assert by_id["8bit-optimizer"]["action"] == "insert-cell"  # shown only with its figure
 
 
+@pytest.mark.parametrize(
+    "status, maximum, said",
+    [
+        ("fits", 24, "AMP bf16: peak 15.00 GiB → fits at batch 16 (up to 24)"),
+        ("tight", 16, "AMP bf16: peak 15.00 GiB → fits, tightly, at batch 16 (up to 16)"),
+        ("will-not-fit", 12, "AMP bf16: peak 15.00 GiB → does not fit at batch 16 (at most 12)"),
+        ("will-not-fit", 0, "AMP bf16: peak 15.00 GiB → does not fit at batch 16 (not even 1 fits)"),
+        ("unknown", None, "AMP bf16: peak 15.00 GiB at batch 16 (no memory limit known to compare with)"),
+    ],
+)
+def test_the_figure_says_the_rows_peak_status_and_largest_batch(status: str, maximum: Any, said: str) -> None:
+    advice = fake_advice("will-not-fit", status, "will-not-fit")
+    advice.rows[1].maximum = maximum
+
+    found = payload({"model": small_model(), "batch_size": 16}, record_of(advice))
+
+    assert figures(found)["mixed-precision"]["text"] == said
+
+
 def test_with_no_lever_that_fits_the_order_is_the_usual_one() -> None:
     model = small_model()
     record = AnalyzedModel(
