@@ -391,8 +391,10 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
         ("--advise",),
         dict(
             action="store_true",
-            help="also what makes it fit: the step again with each lever set (AMP, checkpointing, a smaller "
-            "micro-batch with accumulation, an 8-bit optimizer), each traced as an analysis of its own",
+            help="also what makes it fit (on its own when the step will not fit a known limit): the step again with "
+            "each lever set (AMP, checkpointing, a smaller micro-batch with accumulation, a paged or 8-bit optimizer, "
+            "Adafactor, LoRA, QLoRA, a shorter sequence, FSDP), each traced as an analysis of its own, and the "
+            "smallest GPU that holds it; ordered by cost, the cheapest that fits recommended",
         ),
         surfaces=(MAGIC,),
     ),
