@@ -44,6 +44,10 @@ STEP_OF_KEY: Dict[str, str] = {
     "expandable-segments": "expandable-segments",
 }
 
+# The families whose error is a training step's device memory running out, which the levers change (not the host's
+# RAM, NCCL's buffers, XLA's or vLLM's KV cache).
+ADVISED_FAMILIES = ("cuda_allocator", "xpu", "driver", "cublas", "cudnn", "mps")
+
 _STATUS_WORDS = {"fits": "fits", "tight": "fits, tightly,", "will-not-fit": "does not fit"}
 
 
@@ -230,7 +234,7 @@ def find_advice(
     """(the advice for the failed model, or None; else the step that computes it, or None). The last analysis'
     advice when it is for this model; else computed now by `compute` for a small model; else the step. The
     analysis works on copies: the user's model stays as it is."""
-    if failed is None:
+    if failed is None or info.family not in ADVISED_FAMILIES:
         return None, None
     if (
         analyzed is not None

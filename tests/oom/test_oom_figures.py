@@ -260,6 +260,22 @@ def test_advice_that_takes_too_long_is_given_up_for_the_step_that_runs_it(monkey
     assert step["code"] == f"%gpumem analyze model -b 16 --memory {CAPACITY} --advise"
 
 
+@pytest.mark.parametrize("model", [small_model(), big_model()])
+def test_a_host_memory_error_gets_no_device_advice(model: torch.nn.Module) -> None:
+    asked: List[Any] = []
+
+    def fit_advice(model: Any, **fields: Any) -> Any:
+        asked.append(fields)  # the host ran out of RAM: the device's levers do not apply
+        raise RuntimeError("not asked")
+
+    shell = types.SimpleNamespace(user_ns={"model": model, "batch_size": 16}, user_ns_hidden={})
+    error = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    bundle = checklist_bundle(error, shell, sample={}, env={}, advise=fit_advice)
+
+    assert bundle is not None and bundle[OOM_MIME]["info"]["family"] == "host"
+    assert asked == [] and "fit-advice" not in [s["id"] for s in bundle[OOM_MIME]["steps"]]
+
+
 def test_without_a_batch_size_nothing_is_computed_nor_offered() -> None:
     def fit_advice(model: Any, **fields: Any) -> Any:
         raise AssertionError("no batch: nothing to analyse")
