@@ -18,6 +18,7 @@ import { CLEAR_MIME, type IOomPayload, type IOomStep, OOM_MIME } from '../../../
 import { RestartReport } from '../../restart/report';
 import type { IGpuMemActions, IRestartRun, ISessionActions } from '../../../tokens';
 import { occurrenceKey, TickStore } from '../../ticks';
+import { oomPayload } from '../../../wire/generated/validators';
 
 import { GIB, MIB, OTHER_KERNEL_ID } from '../../../__tests__/fixtures';
 import { clearCpu, clearGpu, clearHoldersCpu, oom2x, oomWithOtherKernel } from '../../../__tests__/payloads';
@@ -174,6 +175,10 @@ describe('OomChecklistView', () => {
     expect(first?.getAttribute('data-step-id')).toBe('fit-advice');
     act(() => button(first as HTMLElement, 'Insert cell below').click());
     expect(steps.map(s => s.code)).toEqual(['%gpumem analyze model -b 32 --advise']);
+    // The browser's check of the payload (generated from oom.schema.json) takes the figure, and only as written.
+    expect(oomPayload(payload, 'oom')).toBeNull();
+    amp.figure = { ...amp.figure, status: 'maybe' as 'fits' };
+    expect(oomPayload(payload, 'oom')).not.toBeNull();
   });
 
   it('shows no action buttons without a way to run them', () => {
