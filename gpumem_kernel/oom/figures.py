@@ -11,6 +11,7 @@ computation is handed in.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -120,6 +121,8 @@ def step_figures(found: FitAdvice) -> List[Tuple[str, StepFigure]]:
         step = STEP_OF_KEY.get(key or "")
         if key is None or step is None or any(step == s for s, _ in figures):
             continue
+        if not isinstance(getattr(row, "peak_bytes", None), int):  # a row without a traced peak has no figure
+            continue
         lever = str(getattr(row, "lever", key))
         allocated = getattr(row, "peak_allocated_bytes", None)
         figures.append(
@@ -159,11 +162,13 @@ def cheapest_fitting(
 
 def _small(model: Any) -> bool:
     count = parameter_count(model)
+    if count is None or count > SMALL_MODEL_PARAMETERS:
+        return False
     try:
-        modules = sum(1 for _ in model.modules())
+        modules = sum(1 for _ in itertools.islice(model.modules(), SMALL_MODEL_MODULES + 1))
     except Exception:  # a model whose modules() raises is not analysed here
         return False
-    return count is not None and count <= SMALL_MODEL_PARAMETERS and modules <= SMALL_MODEL_MODULES
+    return modules <= SMALL_MODEL_MODULES
 
 
 def _memory(info: OomInfo) -> Optional[int]:

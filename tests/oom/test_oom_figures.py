@@ -213,6 +213,15 @@ def test_the_figure_says_the_rows_peak_status_and_largest_batch(status: str, max
     assert figures(found)["mixed-precision"]["text"] == said
 
 
+def test_a_row_without_a_traced_peak_puts_no_figure_on_its_step() -> None:
+    advice = fake_advice("fits", "fits", "fits")
+    advice.rows[1].peak_bytes = None
+
+    shown = figures(payload({"model": small_model(), "batch_size": 16}, record_of(advice)))
+
+    assert "mixed-precision" not in shown and "grad-checkpointing" in shown
+
+
 def test_with_no_lever_that_fits_the_order_is_the_usual_one() -> None:
     model = small_model()
     record = AnalyzedModel(
