@@ -216,3 +216,22 @@ def test_command_with_replaces_the_options_a_row_sets_again():
         "%gpumem analyze model -b 64 --input 256 --optimizer=adam --target 'RTX 4090'"
     )
     assert command_with(line, "--optimizer adam8bit").endswith("--memory 8GiB --optimizer adam8bit")
+
+
+def test_a_lever_whose_analysis_refuses_it_has_no_row_and_the_others_keep_theirs(monkeypatch):
+    import importlib
+
+    pipeline = importlib.import_module("gpumem_kernel.analysis.pipeline.analyze")
+    real = pipeline.analyze
+
+    def refusing(model, request=None, **keywords):
+        if request is not None and request.optimizer == "adafactor":
+            raise ValueError("adafactor: refused here")
+        return real(model, request, **keywords)
+
+    model = mlp()
+    request = AnalysisRequest(batch_size=64, input=(256,), target="T4")
+    analysed = analyze(model, request)
+    monkeypatch.setattr(pipeline, "analyze", refusing)
+    advice = advise(model, request, analysed, only=("8bit-optimizer", "adafactor"))
+    assert [r.key for r in advice.rows] == ["8bit-optimizer"]

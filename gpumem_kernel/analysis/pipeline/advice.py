@@ -116,11 +116,12 @@ def advise(
     sharding = tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
     sequence = tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
     tracer.planned = len(singles) + int(sharding) + 2 * int(sequence)
-    rows = [tracer.row((lever,), changes) for lever, changes in singles]
-    singles = [single for single, row in zip(singles, rows) if _changed(row, report)]
-    rows = [row for row in rows if _changed(row, report)]
-    if sharding:
-        rows.append(_sharded(situation, tracer))
+    traced = [(single, tracer.try_row((single[0],), single[1])) for single in singles]
+    singles = [single for single, row in traced if row is not None and _changed(row, report)]
+    rows = [row for _, row in traced if row is not None and _changed(row, report)]
+    sharded = _sharded(situation, tracer) if sharding else None
+    if sharded is not None:
+        rows.append(sharded)
     if sequence:
         rows += _shorter_sequence(situation, tracer)
     if report.device.limit_bytes is not None and not any(r.fits for r in rows):
@@ -170,6 +171,14 @@ class _Tracer:
         changes = {**changes, "batch_size": micro, "grad_accum": accum * (batch // micro)}
         self.planned += 1
         return self.row_of(levers, changes, self.analyze(label, changes), note)
+
+    def try_row(self, levers: Sequence[Lever], changes: Dict[str, Any]) -> Optional[AdviceRow]:
+        """The row, or None where the analysis with the lever refuses it (a ValueError's one line): that lever has
+        no row, the others keep theirs."""
+        try:
+            return self.row(levers, changes)
+        except ValueError:
+            return None
 
     def row_of(
         self, levers: Sequence[Lever], changes: Dict[str, Any], report: AnalysisReport, note: Optional[str] = None
@@ -232,7 +241,7 @@ def _note(levers: Sequence[Lever], changes: Dict[str, Any], report: AnalysisRepo
 # --- the levers that are more than one change -------------------------------------------------------------------
 
 
-def _sharded(situation: Situation, tracer: _Tracer) -> AdviceRow:
+def _sharded(situation: Situation, tracer: _Tracer) -> Optional[AdviceRow]:
     """FSDP over the fewest of 2, 4, 8 GPUs that fits (8 where none does): one row, per rank. Bisected: 4 first,
     then 2 where 4 fits, else 8."""
     sizes = sorted(FSDP_SIZES)
@@ -242,15 +251,15 @@ def _sharded(situation: Situation, tracer: _Tracer) -> AdviceRow:
     while low <= high:
         middle = (low + high) // 2
         lever = fsdp_lever(sizes[middle])
-        row = tracer.row((lever,), lever.changes(situation) or {})
+        row = tracer.try_row((lever,), lever.changes(situation) or {})
+        if row is None:
+            break
         if row.fits:
             best, high = row, middle - 1
         else:
             closest, low = row, middle + 1
         tracer.planned += int(low <= high)
-    chosen = best or closest
-    assert chosen is not None
-    return chosen
+    return best or closest
 
 
 def _sequence_applies(situation: Situation) -> bool:
@@ -268,13 +277,18 @@ def _sequence_applies(situation: Situation) -> bool:
 def _shorter_sequence(situation: Situation, tracer: _Tracer) -> List[AdviceRow]:
     """The longest sequence that fits at the analysed batch (the analysis' sequence search), then the step at it."""
     request = situation.request
-    searched = tracer.analyze("the longest sequence", {"search": "seq", "seq_batches": [request.batch_size]})
+    try:
+        searched = tracer.analyze("the longest sequence", {"search": "seq", "seq_batches": [request.batch_size]})
+    except ValueError:  # the sequence search refuses this input: no row
+        return []
     found = searched.sequence_search
     longest = found.results[0].maximum if found is not None and found.results else None
     changes = sequence_changes(request, longest) if longest else None
     if changes is None or longest >= int(situation.report.settings["seq"]):
         return []
-    row = tracer.row((SHORTER_SEQUENCE,), changes)
+    row = tracer.try_row((SHORTER_SEQUENCE,), changes)
+    if row is None:
+        return []
     row.maximum, row.maximum_of = longest, "sequence"
     row.note = f"the longest that fits at batch {request.batch_size}, in multiples of {found.multiple} tokens"
     return [row]
@@ -291,7 +305,12 @@ def _combinations(
     for size in (2, 3):
         combos = [c for c in itertools.combinations(cheapest, size) if len({lever.group for lever, _ in c}) == size]
         tracer.planned += len(combos)
-        found = [tracer.row([lever for lever, _ in c], _merged(c, maxima, situation)) for c in combos]
+        found = [
+            row
+            for c in combos
+            for row in [tracer.try_row([lever for lever, _ in c], _merged(c, maxima, situation))]
+            if row is not None
+        ]
         maxima.update({frozenset(row.key.split("+")): row.maximum for row in found})
         tried += found
         if any(r.fits for r in found):
