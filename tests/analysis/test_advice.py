@@ -235,3 +235,14 @@ def test_a_lever_whose_analysis_refuses_it_has_no_row_and_the_others_keep_theirs
     monkeypatch.setattr(pipeline, "analyze", refusing)
     advice = advise(model, request, analysed, only=("8bit-optimizer", "adafactor"))
     assert [r.key for r in advice.rows] == ["8bit-optimizer"]
+
+
+def test_expandable_segments_traces_as_the_allocator_setting_does(monkeypatch):
+    model = mlp()
+    request = AnalysisRequest(batch_size=64, input=(256,), target="T4")
+    asked = analyze(model, replace(request, expandable_segments=True))
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    by_setting = analyze(model, request)
+    assert (asked.peak_bytes, asked.peak_reserved_bytes) == (by_setting.peak_bytes, by_setting.peak_reserved_bytes)
+    assert any("expandable segments" in note for note in asked.notes)
