@@ -119,13 +119,15 @@ def advise(
     traced = [(single, tracer.try_row((single[0],), single[1])) for single in singles]
     singles = [single for single, row in traced if row is not None and _changed(row, report)]
     rows = [row for _, row in traced if row is not None and _changed(row, report)]
+    alone = list(rows)
     sharded = _sharded(situation, tracer) if sharding else None
     if sharded is not None:
         rows.append(sharded)
     if sequence:
         rows += _shorter_sequence(situation, tracer)
-    if report.device.limit_bytes is not None and not any(r.fits for r in rows):
-        rows += _combinations(singles, rows, situation, tracer)
+    # no lever of the table fits alone: pairs of the cheapest may still cost less than more GPUs or a shorter text
+    if report.device.limit_bytes is not None and not any(r.fits for r in alone):
+        rows += _combinations(singles, alone, situation, tracer)
     if tried("gpu"):
         rows += _gpu_row(situation, tracer.command)
     rows.sort(key=lambda r: r.order)
