@@ -132,13 +132,19 @@ def analyze(model: Any, request: Optional[AnalysisRequest] = None, **keywords: A
     analysis there, the user's objects untouched.
     Raises ValueError with a one-line message on bad arguments.
     """
+    import torch
+
     started = time.perf_counter()
     check_model(model)
     request = request_of(request, keywords)
-    prepared = _prepare(model, request)
-    prepared.plan.progress = ProgressReporter(request.on_progress, started)
-    ran = _run_engines(prepared, request)
-    report = _report(prepared, ran, request, started)
+    # Adapters are initialised at random on the planning copy (LoRA's A, a prompt's embeddings): the user's random
+    # stream stays where it was, so a seeded notebook draws the same numbers with or without an analysis between.
+    # devices=[]: the CPU generator only; a CUDA generator is never touched, so no CUDA context is made.
+    with torch.random.fork_rng(devices=[]):
+        prepared = _prepare(model, request)
+        prepared.plan.progress = ProgressReporter(request.on_progress, started)
+        ran = _run_engines(prepared, request)
+        report = _report(prepared, ran, request, started)
     prepared.plan.progress.finish()
     return report
 
