@@ -190,3 +190,44 @@ def test_the_reports_per_rank_figure_is_what_a_real_rank_holds(by_world: Dict[in
     assert ranked.distributed.engine == "traced" and not any("by the formula" in n for n in ranked.notes)
     per_rank_live = alone.peak_live_bytes - (alone.peak_allocated_bytes - ranked.peak_allocated_bytes)
     assert per_rank_live == by_world[4][name][0].peak_live
+
+
+class _ConvBlock(torch.nn.Sequential):
+    def __init__(self) -> None:
+        super().__init__(torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+
+
+def _cnn() -> torch.nn.Module:
+    """Repeated conv blocks with BatchNorm (running statistics: buffers DDP broadcasts from rank 0 each forward)."""
+    torch.manual_seed(0)
+    blocks = [_ConvBlock() for _ in range(4)]
+    head = [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 10)]
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), *blocks, *head)
+
+
+CNN_BATCH = RandomBatch((4, 3, 16, 16))
+CNN_BLOCK = sum(p.numel() * p.element_size() for p in _ConvBlock().parameters())
+CNN_SETTINGS = {"ddp": RankSetup("ddp", 2), "fsdp": RankSetup("fsdp", 2)}
+
+
+@pytest.fixture(scope="module")
+def cnn_ranks() -> Dict[str, List]:
+    return dict(zip(CNN_SETTINGS, measure_ranks(_cnn(), list(CNN_SETTINGS.values()), CNN_BATCH, default_loss)))
+
+
+def test_a_traced_ddp_rank_of_a_batchnorm_cnn_is_a_real_one_to_the_byte(cnn_ranks: Dict[str, List]) -> None:
+    traced = trace_rank(_cnn(), CNN_SETTINGS["ddp"], CNN_BATCH, default_loss)
+    for real in cnn_ranks["ddp"]:
+        assert (traced.start_live, traced.peak_live, traced.peak_phase) == (
+            real.start_live,
+            real.peak_live,
+            real.peak_phase,
+        ), real.rank
+
+
+def test_a_traced_fsdp_rank_of_a_batchnorm_cnn_peaks_at_most_a_collectives_buffers_below_a_real_one(
+    cnn_ranks: Dict[str, List],
+) -> None:
+    traced = trace_rank(_cnn(), CNN_SETTINGS["fsdp"], CNN_BATCH, default_loss)
+    for real in cnn_ranks["fsdp"]:
+        assert traced.peak_live <= real.peak_live <= traced.peak_live + 2 * CNN_BLOCK, real.rank
