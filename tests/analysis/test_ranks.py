@@ -231,3 +231,13 @@ def test_a_traced_fsdp_rank_of_a_batchnorm_cnn_peaks_at_most_a_collectives_buffe
     traced = trace_rank(_cnn(), CNN_SETTINGS["fsdp"], CNN_BATCH, default_loss)
     for real in cnn_ranks["fsdp"]:
         assert traced.peak_live <= real.peak_live <= traced.peak_live + 2 * CNN_BLOCK, real.rank
+
+
+def test_a_bf16_fsdp_rank_of_a_batchnorm_cnn_is_refused_as_a_real_rank_refuses_it() -> None:
+    # FSDP2 casts BatchNorm's weight to bf16 but not its fp32 running statistics: batch_norm refuses them on a real
+    # rank, and a fake kernel does not check dtypes, so the trace refuses the setup itself
+    setup = RankSetup("fsdp", 2, param_dtype="bfloat16")
+    with pytest.raises(RankTraceError, match=r"BatchNorm 1\.1's weight but not its torch\.float32 running statistics"):
+        trace_rank(_cnn(), setup, CNN_BATCH, default_loss)
+    with pytest.raises(RanksFailed, match="expected scalar type BFloat16 but found Float"):
+        measure_ranks(_cnn(), [setup], CNN_BATCH, default_loss, timeout=600)

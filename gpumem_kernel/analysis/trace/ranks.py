@@ -313,6 +313,7 @@ def trace_rank(
         raise RankTraceError("this torch has no torch.distributed: a rank cannot be traced")
     if dist.is_initialized():
         raise RankTraceError("a process group is already initialised in this process: a rank is traced in its own")
+    _refuse_uncast_batchnorm(model, setup)
     from gpumem_kernel.analysis.allocator.import_guard import tracer_imports
     from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
 
@@ -327,6 +328,25 @@ def trace_rank(
                 return rank_step(copy, setup, rank, make_batch, loss_fn, amp, mesh=mesh, traced=True)
         finally:
             dist.destroy_process_group()
+
+
+def _refuse_uncast_batchnorm(model: Any, setup: RankSetup) -> None:
+    """FSDP2's param_dtype casts a BatchNorm's weight and bias but not its running statistics, and batch_norm refuses
+    the two dtypes side by side on a real rank (CPU and CUDA); its fake kernel does not check, so the trace would
+    give a figure for a step that cannot run."""
+    import torch
+
+    if not setup.sharded or not setup.param_dtype:
+        return
+    dtype = getattr(torch, setup.param_dtype)
+    for name, module in model.named_modules():
+        stats = getattr(module, "running_mean", None)
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and stats is not None and stats.dtype != dtype:
+            raise RankTraceError(
+                f"{setup.label()}: param_dtype={setup.param_dtype} casts BatchNorm {name or 'the model'}'s weight but "
+                f"not its {stats.dtype} running statistics, which batch_norm refuses; fully_shard each BatchNorm "
+                "with a float32 MixedPrecisionPolicy"
+            )
 
 
 def trace_alone(
