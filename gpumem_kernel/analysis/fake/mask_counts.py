@@ -9,7 +9,9 @@ instead of the sampler's batch_size_per_image.
 
 The rules, each an upper bound on the elements that are not zero:
 - made as zeros (zeros, zeros_like, new_zeros, full and fill_ with 0, zero_): none;
-- index_put_ / index_put with values that are not a known zero: as many more as the positions written;
+- index_put_ / index_put with values that are not a known zero: as many more as the positions written; so
+  index_fill_ / index_fill (its index along one dimension, times the other dimensions): torch 2.15 runs
+  `mask[idx] = 1` (one index tensor, a Python scalar) as index_fill_ where 2.13 ran lift_fresh and index_put_;
 - or (bitwise_or, logical_or) and cat: the sum; and (bitwise_and, logical_and, mul): the smaller;
 - a copy or a view (_to_copy, clone, view, ...): the same; a comparison with a scalar that is false at zero
   (x > 0, x != 0, x == 3): at most x's;
@@ -28,6 +30,7 @@ _ZEROS = frozenset({"zeros", "zeros_like", "new_zeros"})
 _FILLED = frozenset({"full", "full_like", "new_full", "fill_"})  # a fill value: zeros when it is 0
 _MAKERS = _ZEROS | _FILLED | {"zero_"}
 _WRITES = frozenset({"index_put_", "index_put", "_index_put_impl_"})
+_FILLS = frozenset({"index_fill_", "index_fill"})  # index_fill(x, dim, index, value)
 _SUMS = frozenset({"bitwise_or", "logical_or", "cat"})
 _SMALLER = frozenset({"bitwise_and", "logical_and", "mul"})
 _SAME = frozenset(
@@ -94,6 +97,18 @@ def _written(args: Sequence[Any], kwargs: Dict[str, Any], before: Optional[int])
     return before if _known_zero(values) else before + _positions(args[0], args[1])
 
 
+def _index_filled(args: Sequence[Any], kwargs: Dict[str, Any], before: Optional[int]) -> Optional[int]:
+    """index_fill(x, dim, index, value): x's bound before, plus the elements at `index` along `dim` (unless 0)."""
+    if before is None or len(args) < 3 or not isinstance(args[1], int):
+        return None  # a dimension given by name (the Dimname overloads): no rule
+    x, dim, index = args[0], args[1], args[2]
+    value = args[3] if len(args) > 3 else kwargs.get("value")
+    if value is not None and _known_zero(value):
+        return before
+    rest = math.prod(size for d, size in enumerate(x.shape) if d != dim % max(x.dim(), 1))
+    return before + index.numel() * rest
+
+
 class MaskCounts:
     """Per boolean or integer fake tensor of one trace: at most how many of its elements are not zero, where a rule
     says."""
@@ -142,6 +157,8 @@ class MaskCounts:
             return 0
         if name in _WRITES:
             return _written(args, kwargs, before)
+        if name in _FILLS:
+            return _index_filled(args, kwargs, before)
         if name in _SUMS:
             parts = args[0] if name == "cat" else args[:2]
             bounds = [self.bound(t) for t in parts]
