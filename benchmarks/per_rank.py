@@ -46,7 +46,7 @@ SETTINGS: List[Tuple[str, Dict[str, Any], str, Optional[str]]] = [
 UNRUNNABLE: Dict[Tuple[str, str], str] = {
     ("cnn", SETTINGS[4][0]): "FSDP2's bf16 policy casts BatchNorm's weight and bias but not its running statistics, "
     "and batch_norm refuses bf16 weights beside fp32 running statistics on the CPU (RuntimeError: expected scalar "
-    "type BFloat16 but found Float); a rank traced on fake tensors does not refuse it",
+    "type BFloat16 but found Float); the traced rank refuses it too, in one line",
 }
 
 
