@@ -194,11 +194,14 @@ def analyze(shell: Any, rest: str) -> None:
     if args.timeline:
         report, history = run_analysis(shell, args, "analyze", progress, timeline=True)
     else:
-        # --advise: always; else where the step will not fit a known limit
-        advise = True if args.advise else None
-        report, advice = run_analysis(shell, args, "analyze", progress, advise=advise, line=analysed_line(rest))
-        if advice is not None:  # in the report's payload: the browser's view and the text report show it
-            report.advice = advice.to_payload()
+        # Only when asked: each lever is an analysis of its own (minutes for a large model on a few cores); a step
+        # that will not fit says how to ask (the report's hint)
+        if args.advise:
+            report, advice = run_analysis(shell, args, "analyze", progress, advise=True, line=analysed_line(rest))
+            if advice is not None:  # in the report's payload: the browser's view and the text report show it
+                report.advice = advice.to_payload()
+        else:
+            report = run_analysis(shell, args, "analyze", progress)
     if args.json:
         progress.clear()
         print(json.dumps(report.to_payload(), indent=2))

@@ -391,7 +391,7 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
         ("--advise",),
         dict(
             action="store_true",
-            help="also what makes it fit (on its own when the step will not fit a known limit): the step again with "
+            help="also what makes it fit (a step that will not fit says so, and how to ask): the step again with "
             "each lever set (AMP, checkpointing, a smaller micro-batch with accumulation, a paged or 8-bit optimizer, "
             "Adafactor, LoRA, QLoRA, a shorter sequence, FSDP), each traced as an analysis of its own, and the "
             "smallest GPU that holds it; ordered by cost, the cheapest that fits recommended",

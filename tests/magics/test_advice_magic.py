@@ -46,10 +46,19 @@ def run(ip, line: str):
     return captured
 
 
+def test_a_step_that_will_not_fit_says_how_to_ask_for_the_advice():
+    with gpumem_shell({"wide": wide()}) as ip:
+        over = run(ip, OVER)
+    assert over.stderr == "" and len(over.outputs) == 1
+    payload = over.outputs[0].data[ANALYSIS_MIME]
+    assert payload["recommendations"]["current"]["status"] == "will-not-fit" and "advice" not in payload
+    assert "What would make it fit: %gpumem analyze … --advise" in over.outputs[0].data["text/plain"]
+
+
 def test_a_step_that_will_not_fit_gets_the_advice_and_its_recommended_command_fits():
     jsonschema = pytest.importorskip("jsonschema")
     with gpumem_shell({"wide": wide()}) as ip:
-        over = run(ip, OVER)
+        over = run(ip, OVER + " --advise")
         assert over.stderr == "" and len(over.outputs) == 1
         payload = over.outputs[0].data[ANALYSIS_MIME]
         jsonschema.validate(json.loads(json.dumps(payload)), json.loads(SCHEMA.read_text()))

@@ -355,6 +355,17 @@ def advice_lines(advice: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _advice_hint(payload: Mapping[str, Any]) -> List[str]:
+    """Where the analysed batch will not fit and no advice was traced: how to ask for it (each lever is an analysis
+    of its own, minutes for a large model on a few cores, so it runs only when asked)."""
+    if payload["recommendations"]["current"]["status"] != "will-not-fit":
+        return []
+    return [
+        "What would make it fit: %gpumem analyze … --advise, or gpumem_kernel.analysis.advise() from Python "
+        "(each change traced as an analysis of its own)"
+    ]
+
+
 def _advice_note(row: Mapping[str, Any]) -> str:
     return f" ({row['note']})" if row["note"] else ""
 
@@ -367,7 +378,7 @@ def render_text(payload: Mapping[str, Any]) -> str:
         _usage_block(payload),
         _distributed_block(payload),
         recommendation_block(payload),
-        advice_lines(payload["advice"]) if payload.get("advice") else [],
+        advice_lines(payload["advice"]) if payload.get("advice") else _advice_hint(payload),
         sequence_block(payload),
         _evaluation_block(payload),
         llm_block(payload),

@@ -147,7 +147,10 @@ class _Bracket:
         if maximum >= MAX_BATCH:
             return f"memory allows at least {MAX_BATCH}: the search stops there"
         if maximum == 0:
-            return "even batch 1 does not fit: try amp, checkpointing, a sharded strategy or a smaller model"
+            return (
+                "even batch 1 does not fit: %gpumem analyze … --advise traces what would "
+                "(AMP, checkpointing, an 8-bit optimizer, LoRA, sharding…)"
+            )
         if hi is not None and hi in self.failed and hi == maximum + 1:
             return f"batch {hi} ran out of memory or could not run: {maximum} is the largest batch below it that ran"
         if self.ran_out and hi is not None:
