@@ -7,9 +7,12 @@ for that shell by gpumem_kernel.current, weakly; `handler_of(shell)` finds it ei
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from gpumem_kernel import current
 from gpumem_kernel.oom.analyzed import AnalyzedModel
@@ -42,7 +45,37 @@ def handler_of(shell: Any) -> Optional[OomHandler]:
     return found if isinstance(found, OomHandler) else None
 
 
+@contextlib.contextmanager
+def _worker_deaths_told() -> Iterator[None]:
+    """While an error is shown and its checklist built, a DataLoader worker's death does not raise again.
+
+    PyTorch's SIGCHLD handler raises "DataLoader worker (pid N) is killed by signal" wherever the main thread is,
+    for as long as the failed iterator lives, and the error's traceback keeps it alive: the second worker's death
+    raised inside the traceback's formatting or the checklist, and the user saw neither. The error on screen tells
+    of the deaths already; any other handler still hears the signal."""
+    sigchld = getattr(signal, "SIGCHLD", None)
+    previous = signal.getsignal(sigchld) if sigchld is not None else None
+    if not callable(previous) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def told(signum: int, frame: Any) -> None:
+        with contextlib.suppress(RuntimeError):
+            previous(signum, frame)
+
+    signal.signal(sigchld, told)
+    try:
+        yield
+    finally:
+        signal.signal(sigchld, previous)
+
+
 def _handle(shell: Any, state: OomHandler, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]) -> Any:
+    with _worker_deaths_told():
+        return _shown(shell, state, etype, value, tb, tb_offset)
+
+
+def _shown(shell: Any, state: OomHandler, etype: type, value: BaseException, tb: Any, tb_offset: Optional[int]) -> Any:
     stb = None
     if state.previous_exceptions and issubclass(etype, state.previous_exceptions):
         stb = state.previous_handler(etype, value, tb, tb_offset=tb_offset)  # the user's handler runs as before

@@ -711,9 +711,11 @@ class KilledWorker(torch.utils.data.Dataset):
     def __getitem__(self, i):
         if torch.utils.data.get_worker_info() is not None and i >= 4:
             os.kill(os.getpid(), signal.SIGKILL)
-        return torch.zeros(4)
+        return i
 
-loader = DataLoader(KilledWorker(), num_workers=2, batch_size=2, multiprocessing_context="fork")
+# plain ints (collate_fn=list): a tensor batch's shared-memory file descriptor fetched from a killed worker raises
+# ConnectionResetError instead, a race of its own
+loader = DataLoader(KilledWorker(), num_workers=2, batch_size=2, collate_fn=list, multiprocessing_context="fork")
 try:
     for _ in loader:
         pass
