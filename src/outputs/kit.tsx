@@ -11,6 +11,30 @@ import type { Trans } from '../ui/i18n';
 /** Copies text to the system clipboard (the renderer factory may inject JupyterLab's). */
 export type CopyText = (text: string) => void | Promise<void>;
 
+/** What a copy button says: its label, or "Copied" / "Copy failed" for two seconds after a click. */
+export type CopyState = 'idle' | 'copied' | 'failed';
+
+/** A copy button's state and its click: `copy(text)`, then "copied" or "failed" for two seconds. */
+export function useCopyFeedback(copy: CopyText): [CopyState, (text: string) => void] {
+  const [state, setState] = React.useState<CopyState>('idle');
+  React.useEffect(() => {
+    if (state === 'idle') {
+      return;
+    }
+    const timer = setTimeout(() => setState('idle'), 2000);
+    return () => clearTimeout(timer);
+  }, [state]);
+  const run = (text: string): void => {
+    Promise.resolve()
+      .then(() => copy(text))
+      .then(
+        () => setState('copied'),
+        () => setState('failed')
+      );
+  };
+  return [state, run];
+}
+
 /** The browser clipboard, with the textarea fallback for pages without the async clipboard API. */
 export async function copyToClipboard(text: string): Promise<void> {
   const clipboard = typeof navigator !== 'undefined' ? navigator.clipboard : undefined;
@@ -54,14 +78,7 @@ export interface ICopyYamlProps {
 /** "Copy as YAML", with the text on `data-yaml` and behind a "Show YAML" disclosure. */
 export function CopyYamlButton(props: ICopyYamlProps): JSX.Element {
   const { yaml, trans } = props;
-  const [state, setState] = React.useState<'idle' | 'copied' | 'failed'>('idle');
-  React.useEffect(() => {
-    if (state === 'idle') {
-      return;
-    }
-    const timer = setTimeout(() => setState('idle'), 2000);
-    return () => clearTimeout(timer);
-  }, [state]);
+  const [state, copyText] = useCopyFeedback(props.copy);
   if (yaml === undefined) {
     return (
       <span className="jp-GpuMem-copyYamlWrap">
@@ -81,15 +98,9 @@ export function CopyYamlButton(props: ICopyYamlProps): JSX.Element {
   }
   const text = yaml;
   const onClick = (): void => {
-    if (text === null) {
-      return;
+    if (text !== null) {
+      copyText(text);
     }
-    Promise.resolve()
-      .then(() => props.copy(text))
-      .then(
-        () => setState('copied'),
-        () => setState('failed')
-      );
   };
   const label =
     state === 'copied'

@@ -8,8 +8,9 @@
  */
 import * as React from 'react';
 
+import { statusText } from './cards';
 import { size } from './figures';
-import type { CopyText } from '../kit';
+import { type CopyText, useCopyFeedback } from '../kit';
 import type { IAnalysisPayload } from '../../wire/analysispayload';
 import { NOT_MEASURED } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
@@ -17,20 +18,6 @@ import type { Trans } from '../../ui/i18n';
 export type IAdvice = NonNullable<IAnalysisPayload['advice']>;
 export type IAdviceRow = IAdvice['rows'][number];
 type AdviceStatus = IAdvice['status'];
-
-/** A status as the cards word it. */
-export function adviceStatusText(status: AdviceStatus, trans: Trans): string {
-  switch (status) {
-    case 'fits':
-      return trans.__('fits');
-    case 'tight':
-      return trans.__('tight');
-    case 'will-not-fit':
-      return trans.__('will not fit');
-    case 'unknown':
-      return trans.__('unknown (no device limit)');
-  }
-}
 
 /**
  * The "Fits?" word of a row: `fits` decides, `status` only says how (fits or tight when it does, unknown without a
@@ -73,22 +60,8 @@ function maximumText(row: IAdviceRow, mixed: boolean, trans: Trans): string {
 /** "Copy", then "Copied" or "Copy failed" for two seconds. */
 function CopyCommand(props: { command: string; copy: CopyText; trans: Trans }): JSX.Element {
   const { command, trans } = props;
-  const [state, setState] = React.useState<'idle' | 'copied' | 'failed'>('idle');
-  React.useEffect(() => {
-    if (state === 'idle') {
-      return;
-    }
-    const timer = setTimeout(() => setState('idle'), 2000);
-    return () => clearTimeout(timer);
-  }, [state]);
-  const onClick = (): void => {
-    Promise.resolve()
-      .then(() => props.copy(command))
-      .then(
-        () => setState('copied'),
-        () => setState('failed')
-      );
-  };
+  const [state, copyText] = useCopyFeedback(props.copy);
+  const onClick = (): void => copyText(command);
   const label =
     state === 'copied' ? trans.__('Copied') : state === 'failed' ? trans.__('Copy failed') : trans.__('Copy');
   return (
@@ -156,7 +129,7 @@ function AdviceRows(props: IAdviceRowProps): JSX.Element {
         </td>
         <td data-column="fits" data-status={row.status}>
           <span className={`jp-GpuMem-statusWord jp-GpuMem-status-${rowFit(row)}`}>
-            {adviceStatusText(rowFit(row), trans)}
+            {statusText(rowFit(row), trans)}
           </span>
         </td>
         <td className="jp-GpuMem-adviceCost" data-column="cost" data-cost-kind={row.cost_kind}>
@@ -189,11 +162,7 @@ export function AdviceTable(props: {
   const pick = advice.recommended;
   const chosen = pick !== null && pick < rows.length ? rows[pick] : null;
   const mixed = new Set(rows.map(row => row.maximum_of)).size > 1;
-  const analysed = trans.__(
-    'as analysed: %1, %2',
-    size(advice.peak_bytes),
-    adviceStatusText(advice.status, trans)
-  );
+  const analysed = trans.__('as analysed: %1, %2', size(advice.peak_bytes), statusText(advice.status, trans));
   return (
     <section className="jp-GpuMem-advice">
       <table className="jp-GpuMem-richTable jp-GpuMem-adviceTable">

@@ -11,7 +11,8 @@ import type { CurrentStatus, IAnalysisPayload } from '../../wire/analysispayload
 import { NOT_MEASURED } from '../../ui/format';
 import type { Trans } from '../../ui/i18n';
 
-function statusText(status: CurrentStatus, trans: Trans): string {
+/** A status as the cards and the fit advice word it. */
+export function statusText(status: CurrentStatus, trans: Trans): string {
   switch (status) {
     case 'fits':
       return trans.__('fits');
