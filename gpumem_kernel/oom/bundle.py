@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from gpumem_kernel.oom.analyzed import AnalyzedModel, batch_pick
 from gpumem_kernel.oom.checklist import build_checklist
-from gpumem_kernel.oom.classify import is_oom, oom_error_name, oom_in_chain
+from gpumem_kernel.oom.classify import is_oom, killed_worker, oom_error_name, oom_in_chain
 from gpumem_kernel.oom.diagnose import diagnose_failed
 from gpumem_kernel.oom.diagnosis import Diagnosis
 from gpumem_kernel.oom.figures import Advise, find_advice
@@ -98,6 +98,9 @@ def checklist_bundle(
     if chained is not None:  # the error it was raised from says what ran out (a DataLoader worker's death)
         source = chained[0]
     text = source if isinstance(source, str) else f"{type(source).__name__}: {source}"
+    death = None if isinstance(source, str) else killed_worker(source)
+    if death is not None:  # its cause does not say why the worker died; the iterator's exit code does
+        text = f"{text}: {death}"
     info = parse_oom_message(text)
     if info is None:  # a torch.OutOfMemoryError whose text is none of the known messages
         name = _unparsed_oom_name(source, text)

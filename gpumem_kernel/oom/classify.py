@@ -44,12 +44,17 @@ An error raised from an out-of-memory error (`raise … from oom`) is that error
 process raises "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "… is killed by signal:
 Killed.", and only the cause names the signal. The kernel follows `__cause__`; the browser reads the cause from
 the IOPub traceback (src/actions/oom/detect.ts). An error raised while handling one (`__context__` alone) is not.
+
+A live "exited unexpectedly" whose cause says nothing (the fetch timed out, or the pipe broke, before PyTorch's
+SIGCHLD handler ran) is the host's too when the worker it names ended by SIGKILL: the DataLoader iterator in its
+traceback keeps each worker's process and exit code (`killed_worker`). Only the kernel knows that fact.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
@@ -232,7 +237,63 @@ def _own_family(exc: Any) -> Optional[str]:
                 best = (pattern.family, match.start())
         if best is not None:
             return best[0]
+        if killed_worker(exc) is not None:
+            return "host"
     return _class_family(cls, False)
+
+
+# PyTorch's main-process message for workers it found dead; their PIDs, comma-separated.
+_WORKERS_EXITED = re.compile(r"^DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly$", re.ASCII)
+# How many traceback frames and workers are looked at (a deep recursion or a huge pool stops there).
+_FRAMES_LIMIT = 256
+_WORKERS_LIMIT = 1024
+
+
+def _iterator_workers(frame: Any) -> List[Any]:
+    """The worker processes of a DataLoader iterator that is `self` in this frame, else []. Every read is
+    guarded: a user's object named `self` may raise from any attribute."""
+    try:
+        owner = frame.f_locals.get("self")
+        if type(owner).__name__ != "_MultiProcessingDataLoaderIter":
+            return []
+        workers = owner._workers
+        return list(workers[:_WORKERS_LIMIT]) if isinstance(workers, list) else []
+    except Exception:
+        return []
+
+
+def _killed_pid(workers: List[Any], pids: Tuple[int, ...]) -> Optional[int]:
+    for worker in workers:
+        try:
+            pid, code = worker.pid, worker.exitcode
+        except Exception:
+            continue
+        if pid in pids and code == -signal.SIGKILL:
+            return pid
+    return None
+
+
+def killed_worker(exc: Any) -> Optional[str]:
+    """PyTorch's words for a DataLoader worker that SIGKILL ended ("DataLoader worker (pid N) is killed by signal:
+    Killed.", what its SIGCHLD handler raises), when `exc` is the main process's "DataLoader worker (pid(s) N)
+    exited unexpectedly" and a worker it names has exit code -SIGKILL in the iterator its traceback holds; None
+    otherwise. The kernel's out-of-memory killer ends a process with SIGKILL."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    try:
+        match = _WORKERS_EXITED.match(str(exc))
+    except Exception:
+        return None
+    if match is None:
+        return None
+    pids = tuple(int(pid) for pid in match.group(1).split(",") if pid.strip())
+    tb, frames = exc.__traceback__, 0
+    while tb is not None and frames < _FRAMES_LIMIT:
+        pid = _killed_pid(_iterator_workers(tb.tb_frame), pids)
+        if pid is not None:
+            return f"DataLoader worker (pid {pid}) is killed by signal: Killed."
+        tb, frames = tb.tb_next, frames + 1
+    return None
 
 
 # How far `raise … from` chains are followed (a cycle stops there too).
@@ -277,6 +338,7 @@ __all__ = [
     "find_message",
     "is_oom",
     "is_oom_name",
+    "killed_worker",
     "oom_error_name",
     "oom_in_chain",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -752,6 +753,70 @@ def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() 
     assert [step["id"] for step in payload["steps"]][:2] == ["fewer-workers", "host-memory"]
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (2 → 1)"
     assert "expandable-segments" in _folded(payload)
+
+
+_SILENT_DEATH_RUN = """
+import json, os, signal, sys, types
+import torch
+from torch.utils.data import DataLoader
+from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
+from gpumem_kernel.oom.classify import classify_exception
+
+class KilledWorker(torch.utils.data.Dataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        if torch.utils.data.get_worker_info() is not None and i >= 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+loader = DataLoader(KilledWorker(), num_workers=1, batch_size=2, collate_fn=list, multiprocessing_context="fork")
+iterator = iter(loader)
+# The death goes unheard, as when the fetch times out or breaks before PyTorch's SIGCHLD handler runs: the
+# iterator's own check finds the dead worker and raises "exited unexpectedly" from queue.Empty.
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+try:
+    for _ in iterator:
+        pass
+except RuntimeError as error:
+    shell = types.SimpleNamespace(user_ns={"loader": loader}, user_ns_hidden={})
+    bundle = checklist_bundle(error, shell, sample=json.load(sys.stdin), env={})
+    cause = type(error.__cause__).__name__
+    print(json.dumps([str(error), cause, classify_exception(error), None if bundle is None else bundle[OOM_MIME]]))
+    sys.stdout.flush()
+    os._exit(0)
+print(json.dumps(None))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+def test_a_killed_worker_whose_death_the_error_does_not_name_still_gets_the_host_checklist() -> None:
+    """PyTorch's "exited unexpectedly" raised from a timed-out fetch names no signal: the iterator's exit code
+    (-SIGKILL) says the host's out-of-memory killer ended it, and the checklist shows PyTorch's words for that."""
+    run = subprocess.run(
+        [sys.executable, "-c", _SILENT_DEATH_RUN],
+        input=json.dumps(sample()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    message, cause, family, payload = json.loads(run.stdout.strip().splitlines()[-1])
+    assert re.fullmatch(r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly", message)
+    assert cause == "Empty" and family == "host"
+    assert payload["info"]["family"] == "host"
+    pid = message.split("(pid(s) ")[1].split(")")[0]
+    assert f"DataLoader worker (pid {pid}) is killed by signal: Killed." in payload["info"]["message"]
+    assert [step["id"] for step in payload["steps"]][:2] == ["fewer-workers", "host-memory"]
+
+
+def test_an_unexpected_exit_without_a_killed_worker_is_no_out_of_memory_error() -> None:
+    """The same words without the iterator (a re-raised copy, a worker that exited by itself) are not the host's."""
+    error = RuntimeError("DataLoader worker (pid(s) 4242) exited unexpectedly")
+    assert checklist_bundle(error, shell_with(), sample=None, env={}) is None
+    assert checklist_bundle(str(error), shell_with(), sample=None, env={}) is None
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from typing import Dict, Iterable, List, Mapping, Optional
 
-import psutil
 import pytest
 
 from fake_nvml import FakeGpu, GiB
@@ -189,11 +187,15 @@ def test_a_reused_pid_of_a_dropped_candidate_is_a_new_process(matcher):
 
 def test_the_local_view_reads_this_process_and_its_child():
     view = LocalView()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # The child says when its start-up is over: until then Python opens and closes files, and a descriptor
+    # listed in /proc can be gone before it is read.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        deadline = time.monotonic() + 60  # until the child has exec'd (its command line is its own)
-        while "time.sleep(30)" not in " ".join(psutil.Process(child.pid).cmdline()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         nvidia = [os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")]
         # no NVIDIA device open: a host PID NVML lists with that number would be another process
         assert view.plausible(child.pid) is any(path.startswith("/dev/nvidia") for path in nvidia)
