@@ -206,3 +206,31 @@ def test_the_analysis_reports_the_same_figures_with_fewer_traces(monkeypatch: py
     for key in ("recommendations", "curve", "peak_bytes", "peak_reserved_bytes", "peak_allocated_bytes"):
         assert reused[key] == full[key]
     assert reused_traces < full_traces
+
+
+def test_the_sequence_search_reports_the_same_lengths_with_fewer_traces(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gpumem_kernel.analysis.pipeline.model_source import analyze_named
+
+    config = json.loads(LLAMA.read_text())
+    config["vocab_size"] = 32_000  # the logits dominate: memory grows steeply with the sequence
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    traces: List[int] = []
+    trace = engines.run_trace
+
+    def counted(plan: TracePlan, batch: int, **options: Any) -> TraceResult:
+        traces.append(batch)
+        return trace(plan, batch, **options)
+
+    monkeypatch.setattr(engines, "run_trace", counted)
+    found = []
+    for reuse in (False, True):
+        monkeypatch.setattr(engines, "SIZE_REUSE", reuse)
+        traces.clear()
+        report = analyze_named(str(path), batch_size=1, memory="2GiB", search="seq", seq_batches="1,4")
+        found.append((report.to_payload()["sequence_search"], len(traces)))
+    (full, full_traces), (reused, reused_traces) = found
+    assert reused == full  # the lengths, the picks, every traced length's footprint, the every-length check
+    assert reused_traces < full_traces

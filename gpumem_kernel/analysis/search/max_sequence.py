@@ -108,14 +108,15 @@ class _SequenceEngine:
         self.traces = 0
         self.agreed = True
 
-    def point(self, k: int) -> Optional[Point]:
+    def point(self, k: int, traced: bool = False) -> Optional[Point]:
+        """The point at k multiples: predicted where the fit can (unless `traced`), else traced."""
         if k not in self.cache:
             seq = k * self.multiple
             if self.plan.progress is not None:
                 self.plan.progress.enter("sequence", f"searching sequence length ({seq} tokens)")
             plan = replace(self.plan, make_batch=self.maker(seq))
             engine = TracedEngine(plan, self.context, self.sharding, self.limit, reuse=False, on_trace=self._observe(k))
-            guess = self.fit.predict(k, plan) if self.fit is not None else None
+            guess = self.fit.predict(k, plan) if self.fit is not None and not traced else None
             if guess is not None:
                 self.predicted.add(k)
                 found: Optional[Point] = engine.settle(self.batch, guess)
@@ -144,7 +145,7 @@ class _SequenceEngine:
             guess, segments = self.cache.pop(k), self.segments.pop(k, None)
             self.predicted.discard(k)
             self.agreed = False  # a length that does not trace gives no stream to compare
-            real = self.point(k)
+            real = self.point(k, traced=True)
             if real is None or guess is None or real != guess or self.segments.get(k) != segments or not self.agreed:
                 self.stop_reuse()
                 return False
@@ -213,12 +214,16 @@ def _search_lengths(engine: _SequenceEngine, limit: Optional[int]) -> Tuple[Any,
 
 
 def _every_length_answer(variable: Optional[VariableLengths], size: int, engine: _SequenceEngine) -> List[int]:
-    """The multiples the every-length answer rests on: the last that fits every length and the next one checked."""
+    """The multiples the every-length answer rests on: the last that fits every length, the next one checked, the
+    one with the highest footprint below it, and the lengths of a dip (a shorter length that needs more)."""
     if variable is None:
         return []
     every = variable.every_length // size
     above = [k for k in sorted(engine.cache) if k > every][:1]
-    return [k for k in [every, *above] if k]
+    below = [k for k, p in engine.cache.items() if p is not None and k <= every]
+    highest = [max(below, key=lambda k: (engine.cache[k].footprint, k))] if below else []  # type: ignore[union-attr]
+    dip = [] if variable.dip is None else [variable.dip.shorter // size, variable.dip.longer // size]
+    return [k for k in [every, *above, *highest, *dip] if k]
 
 
 # --- every length up to the picks must fit ---------------------------------------------------------------------
