@@ -1,7 +1,8 @@
 """The two engines behind one report, as the batch search sees them: point(batch) -> the step's peak
 footprint at that batch (per rank), or None where it cannot run. Traced: fake CPU tensors replayed through the
-allocator model (under the device's limit when it goes over: the allocator's last resort); measured: real
-steps on the GPU (analysis.measure.real_steps)."""
+allocator model (under the device's limit when it goes over: the allocator's last resort), or the stream predicted
+from the batches traced before (analysis.search.size_reuse), the search's answer traced to confirm it; measured:
+real steps on the GPU (analysis.measure.real_steps)."""
 
 from __future__ import annotations
 
