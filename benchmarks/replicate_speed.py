@@ -362,7 +362,7 @@ def plans_section(plans: List[Dict[str, Any]]) -> str:
         "previous commit, wall / CPU",
         "target",
         "met",
-        "traces",
+        "points (traced)",
         "same figures",
         "load average",
     ]
@@ -380,12 +380,22 @@ def plans_section(plans: List[Dict[str, Any]]) -> str:
             before,
             f"{plan['target_seconds']:g} s",
             _met(plan),
-            str(now["traces"]) + ("" if not now.get("sequence_traces") else f" + {now['sequence_traces']} lengths"),
+            _traces(now, previous),
             str(plan.get("same_report", "—")),
             f"{load['before']} / {load['after']}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return text + "\n".join(lines)
+
+
+def _traces(now: Dict[str, Any], previous: Optional[Dict[str, Any]]) -> str:
+    """The points the searches report (batches + lengths), and the traces they ran for them now and before: the
+    other points are predicted from the traced ones (analysis.search.size_reuse)."""
+    points = str(now["traces"]) + ("" if not now.get("sequence_traces") else f" + {now['sequence_traces']} lengths")
+    ran = [side.get("traced_runs") for side in (now, previous) if side is not None]
+    if ran[0] is None:
+        return points
+    return points + f"; {ran[0]} traced" + (f" (previous: {ran[1]})" if len(ran) > 1 and ran[1] is not None else "")
 
 
 def _load(r: Dict[str, Any]) -> str:
