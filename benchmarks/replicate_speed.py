@@ -200,6 +200,7 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
     import gpumem_kernel
     from gpumem_kernel.analysis import analyze_named
 
+    traced = _count_traces()
     cpu = time.process_time()
     report = analyze_named(config, **PLANS[name][1])
     done, cpu = time.perf_counter(), time.process_time() - cpu
@@ -214,12 +215,28 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
         "analysis_cpu_seconds": round(cpu, 2),
         "package": str(Path(gpumem_kernel.__file__).parent.parent),
         "traces": len({p.batch_size for p in report.curve}),
+        "traced_runs": len(traced),  # the traces run (the searches predict the other points: size reuse)
         "maximum": report.recommendations.maximum,
         "peak_reserved_bytes": report.peak_reserved_bytes,
         "peak_live_bytes": report.peak_live_bytes,
         "longest_sequences": None if sequences is None else [r.maximum for r in sequences.results],
         "sequence_traces": None if sequences is None else sum(len(r.curve) for r in sequences.results),
     }
+
+
+def _count_traces() -> List[int]:
+    """The sizes the engines trace, as they trace them (by module name, as the full variant reaches replicate: not
+    part of the analysis's entry point)."""
+    engines = importlib.import_module("gpumem_kernel.analysis.search.engines")
+    traced: List[int] = []
+    trace = engines.run_trace
+
+    def counted(plan: Any, batch: int, **options: Any) -> Any:
+        traced.append(batch)
+        return trace(plan, batch, **options)
+
+    engines.run_trace = counted
+    return traced
 
 
 def _measure(what: str, config: str, variant: str, root: Path = ROOT) -> Dict[str, Any]:
@@ -345,7 +362,7 @@ def plans_section(plans: List[Dict[str, Any]]) -> str:
         "previous commit, wall / CPU",
         "target",
         "met",
-        "traces",
+        "points (traced)",
         "same figures",
         "load average",
     ]
@@ -363,12 +380,22 @@ def plans_section(plans: List[Dict[str, Any]]) -> str:
             before,
             f"{plan['target_seconds']:g} s",
             _met(plan),
-            str(now["traces"]) + ("" if not now.get("sequence_traces") else f" + {now['sequence_traces']} lengths"),
+            _traces(now, previous),
             str(plan.get("same_report", "—")),
             f"{load['before']} / {load['after']}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return text + "\n".join(lines)
+
+
+def _traces(now: Dict[str, Any], previous: Optional[Dict[str, Any]]) -> str:
+    """The points the searches report (batches + lengths), and the traces they ran for them now and before: the
+    other points are predicted from the traced ones (analysis.search.size_reuse)."""
+    points = str(now["traces"]) + ("" if not now.get("sequence_traces") else f" + {now['sequence_traces']} lengths")
+    ran = [side.get("traced_runs") for side in (now, previous) if side is not None]
+    if ran[0] is None:
+        return points
+    return points + f"; {ran[0]} traced" + (f" (previous: {ran[1]})" if len(ran) > 1 and ran[1] is not None else "")
 
 
 def _load(r: Dict[str, Any]) -> str:

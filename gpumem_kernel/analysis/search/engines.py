@@ -1,18 +1,23 @@
 """The two engines behind one report, as the batch search sees them: point(batch) -> the step's peak
 footprint at that batch (per rank), or None where it cannot run. Traced: fake CPU tensors replayed through the
-allocator model (under the device's limit when it goes over: the allocator's last resort); measured: real
-steps on the GPU (analysis.measure.real_steps)."""
+allocator model (under the device's limit when it goes over: the allocator's last resort), or the stream predicted
+from the batches traced before (analysis.search.size_reuse), the search's answer traced to confirm it; measured:
+real steps on the GPU (analysis.measure.real_steps)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
 
 from gpumem_kernel.analysis.allocator.caching_allocator import replay
 from gpumem_kernel.analysis.measure.real_steps import measure_step_peaks
 from gpumem_kernel.analysis.model.model_states import Sharding
+from gpumem_kernel.analysis.search.size_reuse import AFFINE, SizeFit
 from gpumem_kernel.analysis.trace.run import run_trace
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
+
+
+SIZE_REUSE = True  # the searches predict streams from the sizes traced before (size_reuse); False: trace every one
 
 
 @dataclass
@@ -27,33 +32,86 @@ class Point:
 
 
 class TracedEngine:
+    """point(batch) from a trace, or from the stream predicted by the batches traced before it (size_reuse.SizeFit,
+    with `reuse`); confirm() traces the predicted batches a search's answer rests on."""
+
     name = "traced"
 
-    def __init__(self, plan: TracePlan, context: int, sharding: Sharding, limit: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        plan: TracePlan,
+        context: int,
+        sharding: Sharding,
+        limit: Optional[int] = None,
+        reuse: Optional[bool] = None,
+        on_trace: Optional[Callable[[TraceResult], None]] = None,
+    ) -> None:
         self.plan, self.context, self.sharding = plan, context, sharding
         self.limit = limit  # the device limit the search uses (None: the replay is never limited)
         self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
+        reuse = SIZE_REUSE if reuse is None else reuse
+        self.fit: Optional[SizeFit] = SizeFit(AFFINE) if reuse else None
+        self.predicted: Set[int] = set()  # batches whose point came from a predicted stream
+        self.traces = 0  # real traces run
+        self.agreed = True  # the last trace's stream was the one the fit predicted
+        self.on_trace = on_trace  # told of each real trace while its stream is still there
 
     def point(self, batch: int, stack_hook: Optional[Callable[[], Any]] = None) -> Optional[Point]:
         if batch not in self.cache:
-            plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
-            try:
-                trace = run_trace(plan, batch, fake=True)
-            except TraceError as exc:
-                if not self.cache:
-                    raise  # the user's own batch size must trace
-                self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
-                self.cache[batch] = None
-                return None
-            b = trace.breakdown
-            saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
-            allocated = trace.device.peak_allocated - saving
-            reserved = trace.device.peak_reserved - saving
-            point = Point(batch, allocated, reserved, reserved + self.context, "traced", trace)
-            self.cache[batch] = self._last_resort(point, saving)
-            trace.device.events = []  # the stream is only needed here: do not keep it for every cached point
+            guess = self.fit.predict(batch, self.plan) if self.fit is not None and stack_hook is None else None
+            if guess is not None:
+                self.predicted.add(batch)
+                self.cache[batch] = self.settle(batch, guess)
+            else:
+                self.cache[batch] = self._traced(batch, stack_hook)
         return self.cache[batch]
+
+    def _traced(self, batch: int, stack_hook: Optional[Callable[[], Any]]) -> Optional[Point]:
+        plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
+        try:
+            trace = run_trace(plan, batch, fake=True)
+        except TraceError as exc:
+            if not self.cache:
+                raise  # the user's own batch size must trace
+            self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
+            return None
+        self.traces += 1
+        self.agreed = self.fit.add(batch, trace) if self.fit is not None else True
+        if self.on_trace is not None:
+            self.on_trace(trace)
+        return self.settle(batch, trace)
+
+    def settle(self, batch: int, trace: TraceResult) -> Point:
+        """The point of a trace (or a predicted one): per rank, under the device's limit as a last resort."""
+        b = trace.breakdown
+        saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
+        allocated = trace.device.peak_allocated - saving
+        reserved = trace.device.peak_reserved - saving
+        point = self._last_resort(Point(batch, allocated, reserved, reserved + self.context, "traced", trace), saving)
+        # the streams are only needed here: do not keep them for every cached point
+        trace.device.events = []
+        trace.stream = None
+        return point
+
+    def confirm(self, batches: Iterable[int]) -> bool:
+        """Trace the predicted ones of `batches` (the search's answer): True when each trace gives the predicted
+        point; else prediction stops and every predicted point is dropped, for the search to run again on traces."""
+        for batch in [b for b in batches if b in self.predicted]:
+            guess = self.cache.pop(batch)
+            self.predicted.discard(batch)
+            real = self._traced(batch, None)
+            self.cache[batch] = real
+            if real is None or guess is None or _figures(real) != _figures(guess) or not self.agreed:
+                self.stop_reuse()
+                return False
+        return True
+
+    def stop_reuse(self) -> None:
+        self.fit = None
+        for batch in self.predicted:
+            self.cache.pop(batch, None)
+        self.predicted.clear()
 
     def _last_resort(self, point: Point, saving: int) -> Point:
         """The last resort: over the limit, replay the stream again with the device's limit, as the real allocator
@@ -93,6 +151,10 @@ class MeasuredEngine:
                 saving = self.sharding.saving(*self.states)
                 self.cache[batch] = Point(batch, allocated - saving, reserved - saving, reserved - saving, "measured")
         return self.cache[batch]
+
+
+def _figures(point: Point) -> Tuple[int, Optional[int], int, int]:
+    return point.allocated, point.reserved, point.footprint, point.retries
 
 
 def retry_note(point: Point) -> Optional[str]:

@@ -61,6 +61,10 @@ def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -
         return Search([], None, False, "no device limit: pass target= or memory= to get batch sizes", None)
     bracket = _Bracket(engine, limit)
     maximum, extrapolated = bracket.close(runs)
+    confirm = getattr(engine, "confirm", None)  # a traced engine's predicted points: the answer is traced
+    if confirm is not None and not confirm(bracket.answer(maximum, extrapolated)):
+        bracket = _Bracket(engine, limit)  # a prediction was off: the same search on traces alone
+        maximum, extrapolated = bracket.close(runs)
     ordered = sorted(bracket.points.values(), key=lambda p: p.batch_size)
     return Search(ordered, maximum, extrapolated, bracket.note(maximum, extrapolated, runs), _fit(ordered))
 
@@ -126,6 +130,14 @@ class _Bracket:
         """Where the line through the two largest fitting batches meets the limit (None while it is flat)."""
         fits = sorted((p for p in self.points.values() if p.footprint <= self.limit), key=lambda p: p.batch_size)
         return _line_solve(fits[-2], lo, self.limit) if len(fits) >= 2 else None
+
+    def answer(self, maximum: int, extrapolated: bool) -> List[int]:
+        """The batches the answer rests on: the maximum and the batch above it (the bracket's top), or the largest
+        batch run when the maximum is extrapolated."""
+        batches = [maximum, self.hi()]
+        if extrapolated and self.points:
+            batches.append(max(self.points))
+        return [b for b in batches if b]
 
     def _out_of_runs(self, lo: Optional[Point], hi: Optional[int]) -> Tuple[int, bool]:
         if lo is None:

@@ -21,7 +21,9 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional, Sequence, Set, Tuple
 
 from gpumem_kernel.analysis.allocator.caching_allocator import LARGE_BUFFER
+from gpumem_kernel.analysis.search import engines
 from gpumem_kernel.analysis.search.engines import Point, TracedEngine
+from gpumem_kernel.analysis.search.size_reuse import QUADRATIC, SizeFit
 from gpumem_kernel.analysis.report.picks import Rounding, picks_below
 from gpumem_kernel.analysis.search.max_batch import MAX_BATCH, TRACED_RUNS, search_maximum
 from gpumem_kernel.analysis.request.sequence import (
@@ -93,30 +95,68 @@ class _SequenceEngine:
         context: int,
         sharding: Any,
         limit: Optional[int],
+        reuse: bool = True,
     ) -> None:
         self.plan, self.maker, self.batch, self.multiple = plan, maker, batch, multiple
         self.context, self.sharding, self.limit = context, sharding, limit
         self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
         self.segments: Dict[int, Hashable] = {}
+        # the stream at k predicted from the lengths traced before (quadratic: attention's L x L scores)
+        self.fit: Optional[SizeFit] = SizeFit(QUADRATIC) if reuse else None
+        self.predicted: Set[int] = set()
+        self.traces = 0
+        self.agreed = True
 
-    def point(self, k: int) -> Optional[Point]:
+    def point(self, k: int, traced: bool = False) -> Optional[Point]:
+        """The point at k multiples: predicted where the fit can (unless `traced`), else traced."""
         if k not in self.cache:
             seq = k * self.multiple
             if self.plan.progress is not None:
                 self.plan.progress.enter("sequence", f"searching sequence length ({seq} tokens)")
-            engine = TracedEngine(
-                replace(self.plan, make_batch=self.maker(seq)), self.context, self.sharding, self.limit
-            )
-            try:
-                found = engine.point(self.batch)
-            except TraceError as exc:
-                self.errors[seq] = str(exc)
-                found = None
+            plan = replace(self.plan, make_batch=self.maker(seq))
+            engine = TracedEngine(plan, self.context, self.sharding, self.limit, reuse=False, on_trace=self._observe(k))
+            guess = self.fit.predict(k, plan) if self.fit is not None and not traced else None
+            if guess is not None:
+                self.predicted.add(k)
+                found: Optional[Point] = engine.settle(self.batch, guess)
+            else:
+                try:
+                    found = engine.point(self.batch)
+                except TraceError as exc:
+                    self.errors[seq] = str(exc)
+                    found = None
             if found is not None and found.trace is not None:
                 self.segments[k] = segment_kinds(found.trace.device.segments)
             self.cache[k] = None if found is None else replace(found, batch_size=k, trace=None)
         return self.cache[k]
+
+    def _observe(self, k: int) -> Callable[[Any], None]:
+        def observe(trace: Any) -> None:
+            self.traces += 1
+            self.agreed = self.fit.add(k, trace) if self.fit is not None else True
+
+        return observe
+
+    def confirm(self, ks: Iterable[int]) -> bool:
+        """Trace the predicted ones of `ks` (the answer): True when each gives the predicted point and segments;
+        else prediction stops and the predicted points are dropped, for the search to run again on traces."""
+        for k in [k for k in ks if k in self.predicted]:
+            guess, segments = self.cache.pop(k), self.segments.pop(k, None)
+            self.predicted.discard(k)
+            self.agreed = False  # a length that does not trace gives no stream to compare
+            real = self.point(k, traced=True)
+            if real is None or guess is None or real != guess or self.segments.get(k) != segments or not self.agreed:
+                self.stop_reuse()
+                return False
+        return True
+
+    def stop_reuse(self) -> None:
+        self.fit = None
+        for k in self.predicted:
+            self.cache.pop(k, None)
+            self.segments.pop(k, None)
+        self.predicted.clear()
 
     def signature(self, k: int) -> Hashable:
         """The segments the allocator opened at k x multiple tokens (segment_kinds); None when it did not trace."""
@@ -149,12 +189,11 @@ def search_sequences(
     rounding = Rounding(multiple=size) if size > 1 else Rounding(exact=True)
     results = []
     for batch in batches:
-        engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit)
-        found = search_maximum(engine, limit, runs=TRACED_RUNS)
+        engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit, engines.SIZE_REUSE)
+        found, variable = _search_lengths(engine, limit)
+        if not engine.confirm(_every_length_answer(variable, size, engine)):
+            found, variable = _search_lengths(engine, limit)  # a prediction was off: again on traces alone
         maximum = None if found.maximum is None else found.maximum * size
-        variable = None
-        if found.maximum and limit is not None:
-            variable = check_every_length(engine, found.maximum, limit, list(engine.cache))
         recommended, safe = picks_below(maximum if variable is None else variable.every_length, rounding)
         traced = {k: p for k, p in engine.cache.items() if p is not None}
         curve = [SequencePoint(k * size, traced[k].footprint) for k in sorted(traced)]
@@ -162,6 +201,29 @@ def search_sequences(
         note = "; ".join(words for words in (note, variable_note(variable, maximum)) if words)
         results.append(SequencePicks(batch, maximum, recommended, safe, found.extrapolated, note, curve, variable))
     return SequenceSearch(size, multiple[1], model_context, "traced", results)
+
+
+def _search_lengths(engine: _SequenceEngine, limit: Optional[int]) -> Tuple[Any, Optional[VariableLengths]]:
+    """The longest length that fits (search_maximum, its answer confirmed by traces) and up to which every
+    length fits."""
+    found = search_maximum(engine, limit, runs=TRACED_RUNS)
+    variable = None
+    if found.maximum and limit is not None:
+        variable = check_every_length(engine, found.maximum, limit, list(engine.cache))
+    return found, variable
+
+
+def _every_length_answer(variable: Optional[VariableLengths], size: int, engine: _SequenceEngine) -> List[int]:
+    """The multiples the every-length answer rests on: the last that fits every length, the next one checked, the
+    one with the highest footprint below it, and the lengths of a dip (a shorter length that needs more)."""
+    if variable is None:
+        return []
+    every = variable.every_length // size
+    above = [k for k in sorted(engine.cache) if k > every][:1]
+    below = [k for k, p in engine.cache.items() if p is not None and k <= every]
+    highest = [max(below, key=lambda k: (engine.cache[k].footprint, k))] if below else []  # type: ignore[union-attr]
+    dip = [] if variable.dip is None else [variable.dip.shorter // size, variable.dip.longer // size]
+    return [k for k in [every, *above, *highest, *dip] if k]
 
 
 # --- every length up to the picks must fit ---------------------------------------------------------------------

@@ -104,6 +104,9 @@ class TraceResult:
     step_autocast: Any = None
     # analysis.trace.llm_facts.LogitsTrace, when the plan names a logits_vocab and the trace saw them
     logits: Any = None
+    # analysis.trace.summary.TracedStream: the storages and events summarize() read, for a search that predicts the
+    # stream at other sizes (analysis.search.size_reuse); the search drops it once read
+    stream: Any = None
 
 
 @dataclass

@@ -3,6 +3,7 @@ peak) and the device replay through the caching-allocator model with CUDA's work
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -10,7 +11,19 @@ from gpumem_kernel.analysis.allocator.caching_allocator import AllocatorResult, 
 from gpumem_kernel.analysis.trace.llm_facts import logits_trace
 from gpumem_kernel.analysis.allocator.storage import Record
 from gpumem_kernel.analysis.trace.plan import CATEGORIES, DeviceEvent, TraceEvents, TracePlan, TraceResult
-from gpumem_kernel.analysis.trace.tracker import CUDNN_WORKSPACE_CAP
+from gpumem_kernel.analysis.trace.tracker import CUDNN_WORKSPACE_CAP, Marker
+
+
+@dataclass
+class TracedStream:
+    """What summarize() reads of a tracker: every storage's record, the alloc and free events in order, the phases'
+    spans and the op markers (where CUDA's workspaces go). A search can summarize one it predicted from others
+    (analysis.search.size_reuse) as it summarizes a trace's; it has no logits watch (the search needs none)."""
+
+    records: List[Record]
+    events: List[Tuple[str, int]]
+    spans: Dict[Tuple[int, int, str], Tuple[int, int]]
+    markers: List[Marker]
 
 
 def _category(record: Record, forward_end: Dict[Tuple[int, int], int]) -> str:
@@ -105,6 +118,7 @@ def summarize(tracker: Any, batch_size: int, fake: bool, plan: TracePlan) -> Tra
         cudnn_peak_bytes=cudnn,
         timeline=timeline,
         logits=logits_trace(tracker, last, micro_last, peak_index),
+        stream=TracedStream(records, tracker.events, spans, tracker.markers),
     )
 
 
