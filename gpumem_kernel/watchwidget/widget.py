@@ -8,7 +8,9 @@ status table, with one line saying it would be live in a notebook.
 
 from __future__ import annotations
 
+import html
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -90,3 +92,22 @@ def offline_bundle(sample: Mapping[str, Any]) -> Dict[str, str]:
         "text/html": f'<p class="jp-GpuMem-watchOffline"><em>{OFFLINE_LINE}</em></p>{table["text/html"]}',
         "text/plain": offline_text(sample),
     }
+
+
+@dataclass
+class Snapshot:
+    """What a cell ending with `gpumem_kernel.watch()` shows where no live widget can be made: the static table and
+    the one line saying why (marimo shows the object a cell ends with)."""
+
+    sample: Mapping[str, Any]
+    reason: str
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, str]:
+        bundle = offline_bundle(self.sample)
+        return {
+            "text/html": f"<p>{html.escape(self.reason)}</p>{bundle['text/html']}",
+            "text/plain": f"{self.reason}\n{bundle['text/plain']}",
+        }
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]
