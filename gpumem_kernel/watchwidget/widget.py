@@ -55,8 +55,9 @@ def widget_class() -> Any:
             super().__init__(started=time.time(), **kwargs)
             self._fallback = dict(fallback)
             self._closers: List[Callable[[], None]] = []
-            if self.comm is not None:  # the front end closed the comm (its widget manager went away)
-                self.comm.on_close(lambda _msg: self._run_closers())
+            if self.comm is not None:
+                self.comm.on_close(lambda _msg: self._run_closers())  # the front end's widget manager went away
+                _stop_before_close(self.comm, self._run_closers)
 
         def on_close(self, callback: Callable[[], None]) -> None:
             """`callback()` once, when the widget is closed from either side (the watch stops feeding it)."""
@@ -79,6 +80,18 @@ def widget_class() -> Any:
             return {**offline_bundle(self._fallback), **data, "text/plain": offline_text(self._fallback)}, metadata
 
     return GpuMemWatch
+
+
+def _stop_before_close(comm: Any, stop: Callable[[], None]) -> None:
+    """marimo closes a widget's comm itself, not through the widget, when the widget's cell runs again or is deleted:
+    the watch must stop feeding it then too. A comm has no hook for its own side's close, so its close is wrapped."""
+    close = comm.close
+
+    def stop_then_close(*args: Any, **kwargs: Any) -> Any:
+        stop()  # first: the front end still gets the watch's last message, saying it stopped
+        return close(*args, **kwargs)
+
+    comm.close = stop_then_close
 
 
 def offline_text(sample: Mapping[str, Any]) -> str:

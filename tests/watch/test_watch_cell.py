@@ -16,6 +16,7 @@ from gpumem_kernel import current
 from gpumem_kernel.probe.sampler import Sampler
 from gpumem_kernel.watchwidget import live
 from gpumem_kernel.watchwidget import registry as watches
+from gpumem_kernel.watchwidget.session import STOPPED_CLOSED
 from gpumem_kernel.watchwidget.widget import OFFLINE_LINE, WatchUnavailable
 from fake_nvml import FakeGpu, GiB
 
@@ -67,3 +68,13 @@ def test_outside_marimo_watch_returns_nothing(monkeypatch, own_watches):
     monkeypatch.setitem(sys.modules, "marimo", SimpleNamespace(running_in_notebook=lambda: False))
     assert gpumem_kernel.watch() is None  # shown by display() (here: no front end, the snapshot table)
     assert own_watches.live == []
+
+
+def test_a_comm_closed_on_the_kernel_side_stops_the_watch(in_marimo, own_watches, sampler):
+    """marimo closes the comm itself, not through the widget, when the watch's cell runs again or is deleted."""
+    widget = gpumem_kernel.watch()
+    sent = []
+    widget.comm.send = lambda data=None, metadata=None, buffers=None: sent.append(data)
+    widget.comm.close()
+    assert own_watches.live == [] and sampler.listener_count == 0
+    assert sent[-1]["content"]["stopped"] == STOPPED_CLOSED  # said before the comm closed
