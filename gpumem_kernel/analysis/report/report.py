@@ -217,11 +217,11 @@ class AnalysisReport:
         return analysis_bundle(self)
 
     def _mime_(self) -> Tuple[str, str]:
-        """What marimo shows of a cell ending with the report: the static HTML alone. Given the bundle, marimo
-        would offer each of its types side by side, our JSON among them as an unsupported one."""
-        from gpumem_kernel.analysis.report.render import render_html
+        """What marimo shows of a cell ending with the report: the static HTML alone, its cells spaced. Given the
+        bundle, marimo would offer each of its types side by side, our JSON among them as an unsupported one."""
+        from gpumem_kernel.analysis.report.render import CELL_SPACING, render_html
 
-        return "text/html", render_html(self.to_payload())
+        return "text/html", CELL_SPACING + render_html(self.to_payload())
 
     def __str__(self) -> str:
         from gpumem_kernel.analysis.report.render import render_text
