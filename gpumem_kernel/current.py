@@ -1,6 +1,7 @@
 """The process-wide state of the kernel side, all of it here: the loaded extension's Kernel (extension.Kernel), set
 by extension.load and cleared by extension.unload; and, for the calls made without the extension, the one prober
-the public helpers share and the OOM handler of each shell that installed one.
+the public helpers share, the live watches of a front end without IPython (marimo), and the OOM handler of each
+shell that installed one.
 
 IPython's load_ipython_extension / unload_ipython_extension receive only the shell, and the functions scripts call
 (get_status, clear_gpu_memory, watch, log_gpu_memory, probe) receive nothing: they find the loaded Kernel here, or
@@ -55,6 +56,26 @@ def probe_alone(make: Callable[[], Any]) -> Any:
         if _alone_prober is None:
             _alone_prober = make()
         return _alone_prober()
+
+
+# The live watches of a front end where no extension loads (marimo: no IPython shell), with their own sampler: made
+# by the first watch, so a notebook that never asks for one starts no thread.
+_alone_watches: Any = None
+_alone_watches_lock = threading.Lock()
+
+
+def watches_alone(make: Callable[[], Any]) -> Any:
+    """The watches without the extension (watchwidget.registry.Registry), made by `make` on first use."""
+    global _alone_watches
+    with _alone_watches_lock:
+        if _alone_watches is None:
+            _alone_watches = make()
+        return _alone_watches
+
+
+def made_watches_alone() -> Any:
+    """The watches without the extension, or None before the first."""
+    return _alone_watches
 
 
 # The OOM handler of each shell that installed one while no loaded Kernel owns it (install_oom_handler called by a

@@ -9,15 +9,23 @@ name, which would replace the public function `gpumem_kernel.watch` (below) once
 
 from __future__ import annotations
 
+from typing import Any
 
-def watch(compact: bool = False, stop: bool = False) -> None:
+
+def watch(compact: bool = False, stop: bool = False) -> Any:
     """Show live GPU memory of this kernel in the output area (`compact=True`: one line); `stop=True` stops
-    every live watch (each keeps its last picture)."""
+    every live watch (each keeps its last picture).
+
+    In marimo, which shows the object a cell ends with, it returns the live widget instead of showing it: end a
+    cell with `gpumem_kernel.watch()`. Elsewhere it returns None (a returned widget would be shown twice)."""
     from gpumem_kernel.watchwidget import live
 
     if stop:
         print(live.stop())
-        return
+        return None
+    if live.in_marimo():
+        return live.cell_watch(compact=compact)
     problem = live.start(compact=compact)
     if problem:
         print(problem)
+    return None

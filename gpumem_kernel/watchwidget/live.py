@@ -1,7 +1,13 @@
-"""Starting and stopping watches: the code behind `%gpumem watch` and `gpumem_kernel.watch()`."""
+"""Starting and stopping watches: the code behind `%gpumem watch` and `gpumem_kernel.watch()`.
+
+In Jupyter the loaded extension's sampler feeds the watches and `display` shows them. marimo runs no IPython
+extension and shows what a cell ends with: there the watches have a sampler of their own (`cell_watch`), and the
+widget is returned, not displayed.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 from IPython.display import display
@@ -9,8 +15,8 @@ from IPython.display import display
 from gpumem_kernel import current
 from gpumem_kernel.probe.snapshot import sample_now
 from gpumem_kernel.watchwidget import registry
-from gpumem_kernel.watchwidget.session import STOPPED_BY_USER
-from gpumem_kernel.watchwidget.widget import WatchUnavailable, offline_bundle, widget_class
+from gpumem_kernel.watchwidget.session import STOPPED_BY_USER, WATCH_INTERVAL
+from gpumem_kernel.watchwidget.widget import Snapshot, WatchUnavailable, offline_bundle, widget_class
 
 
 def _watches(shell: Any) -> Optional[registry.Registry]:
@@ -46,10 +52,43 @@ def start(shell: Any = None, compact: bool = False) -> Optional[str]:
     return None
 
 
+def in_marimo() -> bool:
+    """True while a marimo notebook runs a cell (marimo is imported by then: a plain import costs nothing here)."""
+    marimo = sys.modules.get("marimo")
+    if marimo is None:
+        return False
+    try:
+        return bool(marimo.running_in_notebook())
+    except Exception:  # a marimo without this call, or one half torn down at exit: treat as any other front end
+        return False
+
+
+def cell_watch(compact: bool = False) -> Any:
+    """A live watch for a front end that shows the object a cell ends with (marimo): the widget, fed by the watches'
+    own sampler; where no widget can be made, a Snapshot that shows the static table and says why."""
+    sample = sample_now()
+    try:
+        widget = widget_class()(fallback=sample, compact=compact)
+    except WatchUnavailable as reason:
+        return Snapshot(sample, str(reason))
+    current.watches_alone(_own_watches).start(widget)
+    return widget
+
+
+def _own_watches() -> registry.Registry:
+    """Watches without the IPython extension: a sampler of their own, and no shell to hook (so no OOM events)."""
+    from gpumem_kernel.probe.prober import Prober
+    from gpumem_kernel.probe.sampler import Sampler
+
+    sampler = Sampler(Prober(), interval=WATCH_INTERVAL)
+    sampler.start()
+    return registry.Registry(None, sampler, None, front_end=True)
+
+
 def stop() -> str:
     """Stop every live watch of this kernel (each keeps its last picture, marked stopped)."""
-    watches = _loaded_watches()
-    count = watches.stop_all(STOPPED_BY_USER) if watches is not None else 0
+    every = (_loaded_watches(), current.made_watches_alone())
+    count = sum(watches.stop_all(STOPPED_BY_USER) for watches in every if watches is not None)
     if count == 0:
         return "no live watch in this kernel"
     return f"stopped {count} live watch{'es' if count > 1 else ''}"

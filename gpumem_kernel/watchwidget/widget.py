@@ -8,7 +8,9 @@ status table, with one line saying it would be live in a notebook.
 
 from __future__ import annotations
 
+import html
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -53,8 +55,9 @@ def widget_class() -> Any:
             super().__init__(started=time.time(), **kwargs)
             self._fallback = dict(fallback)
             self._closers: List[Callable[[], None]] = []
-            if self.comm is not None:  # the front end closed the comm (its widget manager went away)
-                self.comm.on_close(lambda _msg: self._run_closers())
+            if self.comm is not None:
+                self.comm.on_close(lambda _msg: self._run_closers())  # the front end's widget manager went away
+                _stop_before_close(self.comm, self._run_closers)
 
         def on_close(self, callback: Callable[[], None]) -> None:
             """`callback()` once, when the widget is closed from either side (the watch stops feeding it)."""
@@ -79,6 +82,18 @@ def widget_class() -> Any:
     return GpuMemWatch
 
 
+def _stop_before_close(comm: Any, stop: Callable[[], None]) -> None:
+    """marimo closes a widget's comm itself, not through the widget, when the widget's cell runs again or is deleted:
+    the watch must stop feeding it then too. A comm has no hook for its own side's close, so its close is wrapped."""
+    close = comm.close
+
+    def stop_then_close(*args: Any, **kwargs: Any) -> Any:
+        stop()  # first: the front end still gets the watch's last message, saying it stopped
+        return close(*args, **kwargs)
+
+    comm.close = stop_then_close
+
+
 def offline_text(sample: Mapping[str, Any]) -> str:
     return f"{OFFLINE_LINE}\n{status_bundle(sample)['text/plain']}"
 
@@ -90,3 +105,22 @@ def offline_bundle(sample: Mapping[str, Any]) -> Dict[str, str]:
         "text/html": f'<p class="jp-GpuMem-watchOffline"><em>{OFFLINE_LINE}</em></p>{table["text/html"]}',
         "text/plain": offline_text(sample),
     }
+
+
+@dataclass
+class Snapshot:
+    """What a cell ending with `gpumem_kernel.watch()` shows where no live widget can be made: the static table and
+    the one line saying why (marimo shows the object a cell ends with)."""
+
+    sample: Mapping[str, Any]
+    reason: str
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Dict[str, str]:
+        bundle = offline_bundle(self.sample)
+        return {
+            "text/html": f"<p>{html.escape(self.reason)}</p>{bundle['text/html']}",
+            "text/plain": f"{self.reason}\n{bundle['text/plain']}",
+        }
+
+    def _repr_html_(self) -> str:
+        return self._repr_mimebundle_()["text/html"]

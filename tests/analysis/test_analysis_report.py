@@ -152,6 +152,15 @@ def test_bundle_html_is_escaped_and_text_follows_seed_000() -> None:
         assert label in text
 
 
+def test_marimo_shows_the_reports_escaped_html_alone() -> None:
+    """marimo shows what `_mime_` gives (the bundle would be offered type by type, our JSON as unsupported)."""
+    hostile = type("<img src=x onerror=alert(1)>", (nn.Sequential,), {})
+    report = analyze(hostile(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)), batch_size=4)
+    mime, shown = report._mime_()
+    assert mime == "text/html"
+    assert analysis_bundle(report)["text/html"] in shown and "<img" not in shown
+
+
 class _Synthetic:
     """An engine whose footprint is a given function of the batch; None above `oom_above` (like an OOM)."""
 

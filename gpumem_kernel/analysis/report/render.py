@@ -528,6 +528,14 @@ def pick_rows(payload: Mapping[str, Any]) -> List[Sequence[Any]]:
     ]
 
 
+# For a page whose stylesheet gives table cells no padding (marimo's; Jupyter's gives some): without it a figure's
+# size runs into the next column and wraps inside its own cell ("8.64" over "KiB").
+CELL_SPACING = (
+    "<style>.gpumem-analysis th, .gpumem-analysis td { padding: 0.15em 0.75em 0.15em 0; }"
+    " .gpumem-analysis td[style*='right'] { white-space: nowrap; }</style>"
+)
+
+
 def render_html(payload: Mapping[str, Any]) -> str:
     recs = payload["recommendations"]
     figures = [(key_label(f["name"]), human(f["bytes"]), f["engine"], f["note"]) for f in payload["figures"]]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from gpumem_kernel.analysis.trace.llm_facts import LlmFacts
 from gpumem_kernel.analysis.request.sequence import SequenceSearch
@@ -215,6 +215,13 @@ class AnalysisReport:
         from gpumem_kernel.analysis.report.render import analysis_bundle
 
         return analysis_bundle(self)
+
+    def _mime_(self) -> Tuple[str, str]:
+        """What marimo shows of a cell ending with the report: the static HTML alone, its cells spaced. Given the
+        bundle, marimo would offer each of its types side by side, our JSON among them as an unsupported one."""
+        from gpumem_kernel.analysis.report.render import CELL_SPACING, render_html
+
+        return "text/html", CELL_SPACING + render_html(self.to_payload())
 
     def __str__(self) -> str:
         from gpumem_kernel.analysis.report.render import render_text
