@@ -67,7 +67,7 @@ SUPPORTED: Tuple[Supported, ...] = (
     Supported(
         "JupyterLab", "jupyterlab", "4.4", "4.6", "4.4.10 (the build's core packages) and 4.6.6 in the test command"
     ),
-    Supported("Notebook", "notebook", "7.4", "7.4", "7.4.7 in the test command"),
+    Supported("Notebook", "notebook", "7.4", "7.6", "7.4.7 and 7.6.5 in the test command"),
     Supported(
         "ipykernel", "ipykernel", "6.22", "7.4", "6.31 and 7.4 (the kernel tests run on both) in the test command"
     ),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest,
 # pytest (kernel tests on ipykernel 7 and 6), the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
-# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7),
+# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7 and 7.6.5),
 # and `%gpumem watch` in a JupyterLab and a Notebook 7 without our labextension (widgets only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,7 +82,8 @@ if [ ! -x .venv-lab-latest/bin/python ]; then
   python3 -m venv .venv-lab-latest
   .venv-lab-latest/bin/pip install -q --upgrade pip
 fi
-.venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6"
+# Notebook 7.6.5 (the newest Notebook 7, which needs JupyterLab 4.6.6) shares this environment
+.venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6" "notebook==7.6.5"
 .venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
 .venv-lab-latest/bin/pip install -q comm nvidia-ml-py psutil PyYAML
 .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
@@ -104,6 +105,14 @@ python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-na
 mkdir -p /tmp/gpumem-nb7
 serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
 (cd ui-tests && jlpm playwright test -c playwright.notebook7.config.js)
+
+step "the same wheel in the newest Notebook 7 (7.6.5, on JupyterLab 4.6.6): the Notebook 7 spec again"
+# The newest JupyterLab's environment, served as Notebook 7. Its kernel is this test environment's Python (CPU-only
+# torch), as above, through a kernelspec of its own: the JupyterLab check keeps that environment's own kernel.
+rm -rf /tmp/gpumem-nb76 /tmp/gpumem-nb76-kernel && mkdir -p /tmp/gpumem-nb76
+python -m ipykernel install --prefix /tmp/gpumem-nb76-kernel --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
+JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyter-notebook jupyter_server_notebook76_config.py 8893
+(cd ui-tests && GPUMEM_NB7_URL=http://localhost:8893 jlpm playwright test -c playwright.notebook7.config.js)
 
 step "the output-area watch (%gpumem watch) in JupyterLab 4.4.10 and Notebook 7.4.7 without our labextension: plain Playwright"
 # The front end of a JupyterHub image or a cluster node (and, widget-wise, of VS Code and Colab): ipywidgets and

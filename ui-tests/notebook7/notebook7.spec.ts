@@ -1,8 +1,9 @@
 /**
- * The prebuilt extension in Jupyter Notebook 7 (7.4.7, the release that runs on JupyterLab 4.4.10, our minimum).
- * Plain Playwright, not Galata (Galata drives JupyterLab only). scripts/test.sh starts the server from a separate
- * environment holding Notebook 7 and the wheel a user would install; the kernel is the test environment's Python
- * (CPU-only torch, gpumem_kernel), registered there as `python3`.
+ * The prebuilt extension in Jupyter Notebook 7: 7.4.7, the release that runs on JupyterLab 4.4.10, our minimum, and
+ * 7.6.5, the newest (on JupyterLab 4.6.6; GPUMEM_NB7_URL names its server). Plain Playwright, not Galata (Galata
+ * drives JupyterLab only). scripts/test.sh starts each server from a separate environment holding Notebook 7 and the
+ * wheel a user would install; the kernel is the test environment's Python (CPU-only torch, gpumem_kernel),
+ * registered there as `python3`.
  */
 /* eslint-disable jupyter/galata-prefer-menu-helper --
    Galata's page helpers drive JupyterLab only; Notebook 7 is driven through its own DOM here. */
