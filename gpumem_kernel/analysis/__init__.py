@@ -27,6 +27,7 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "CachingAllocatorModel": ("allocator.caching_allocator", "CachingAllocatorModel"),
     "analyze": ("pipeline.analyze", "analyze"),
     "advise": ("pipeline.advice", "advise"),
+    "advice_runs": ("pipeline.advice", "advice_runs"),
     "trace_step": ("pipeline.analyze", "trace_step"),
     "OPTIMIZERS": ("request.arguments", "OPTIMIZERS"),
     "OPTIMIZER_ALIASES": ("request.arguments", "OPTIMIZER_ALIASES"),

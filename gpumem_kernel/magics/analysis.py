@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import time
 from typing import Any, Dict, Optional
 
 from IPython.display import display
@@ -19,7 +20,7 @@ from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import debug_enabled, usage_error, engine_message_line, parse
 from gpumem_kernel.magics.progress import ProgressLine
-from gpumem_kernel.magics.shared_options import MAGIC, request_fields
+from gpumem_kernel.magics.shared_options import ADVICE_SECONDS, MAGIC, request_fields
 from gpumem_kernel.magics.resolve import (
     resolve_amp,
     resolve_input,
@@ -86,9 +87,6 @@ def run_analysis(
     analysis.advise, or None), True always advising, None where the step will not fit (wants_advice); `line` the
     analysed command the advice's rows add their flags to. `progress` draws the analysis' progress line; Ctrl-C ends
     the cell with its one line."""
-    from gpumem_kernel.analysis import advise as advice_of
-    from gpumem_kernel.analysis import analyze
-
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
     model = None if by_name else resolve_module(shell, args.model, command)
     options = request_fields(args, MAGIC)
@@ -112,8 +110,7 @@ def run_analysis(
 
             report, history = predict(model, on_progress=request.on_progress, **request.options())
         else:
-            report = analyze(model, request)
-            history = advice_of(model, request, report, line) if wants_advice(report, advise) else None
+            report, history = analysed_with_advice(model, request, advise, line)
     except KeyboardInterrupt:
         if debug_enabled():
             raise
@@ -139,6 +136,20 @@ def wants_advice(report: Any, advise: Optional[bool]) -> bool:
     return advise
 
 
+def analysed_with_advice(model: Any, request: AnalysisRequest, when: Optional[bool], line: Optional[str]) -> Any:
+    """(analyze()'s report, what makes it fit or None): `when` True always advising; None where wants_advice and
+    the advice's analyses fit ADVICE_SECONDS at the analysis's own pace; False never."""
+    from gpumem_kernel.analysis import advice_runs, advise, analyze
+
+    started = time.monotonic()
+    report = analyze(model, request)
+    if not wants_advice(report, when):
+        return report, None
+    if when is None and advice_runs(model, request, report) * (time.monotonic() - started) > ADVICE_SECONDS:
+        return report, None
+    return report, advise(model, request, report, line)
+
+
 def _by_name(
     args: Any, request: AnalysisRequest, timeline: bool, advise: Optional[bool], line: Optional[str] = None
 ) -> Any:
@@ -156,12 +167,9 @@ def _by_name(
 
 
 def _with_advice(model: Any, when: Optional[bool] = True, line: Optional[str] = None, **options: Any) -> Any:
-    """(report, what makes it fit or None: `when` as wants_advice reads it) of the model analyze_named built."""
-    from gpumem_kernel.analysis import advise, analyze
-
-    request = AnalysisRequest(**options)
-    report = analyze(model, request)
-    return report, advise(model, request, report, line) if wants_advice(report, when) else None
+    """(report, what makes it fit or None: `when` as analysed_with_advice reads it) of the model analyze_named
+    built."""
+    return analysed_with_advice(model, AnalysisRequest(**options), when, line)
 
 
 def analysed_line(rest: str) -> str:
@@ -194,14 +202,13 @@ def analyze(shell: Any, rest: str) -> None:
     if args.timeline:
         report, history = run_analysis(shell, args, "analyze", progress, timeline=True)
     else:
-        # Only when asked: each lever is an analysis of its own (minutes for a large model on a few cores); a step
-        # that will not fit says how to ask (the report's hint)
-        if args.advise:
-            report, advice = run_analysis(shell, args, "analyze", progress, advise=True, line=analysed_line(rest))
-            if advice is not None:  # in the report's payload: the browser's view and the text report show it
-                report.advice = advice.to_payload()
-        else:
-            report = run_analysis(shell, args, "analyze", progress)
+        # With --advise always; else where the step will not fit and the levers' analyses are quick (ADVICE_SECONDS):
+        # each lever is an analysis of its own, minutes for a large model on a few cores, and a step left without
+        # it says how to ask (the report's hint)
+        when = True if args.advise else None
+        report, advice = run_analysis(shell, args, "analyze", progress, advise=when, line=analysed_line(rest))
+        if advice is not None:  # in the report's payload: the browser's view and the text report show it
+            report.advice = advice.to_payload()
     if args.json:
         progress.clear()
         print(json.dumps(report.to_payload(), indent=2))

@@ -19,6 +19,10 @@ from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 MAGIC = "magic"  # `%gpumem analyze|recommend`
 CLI = "cli"  # `python -m gpumem_kernel analyze`
 BOTH = (MAGIC, CLI)
+# What makes it fit is computed unasked (without --advise) where the step will not fit and its analyses, each about
+# as long as the analysis itself, add at most this many seconds; a longer one is left to --advise (the report says
+# how to ask), so that a plain analysis of a large model stays as quick as it was.
+ADVICE_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -391,7 +395,8 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
         ("--advise",),
         dict(
             action="store_true",
-            help="also what makes it fit (a step that will not fit says so, and how to ask): the step again with "
+            help="also what makes it fit (a step that will not fit gets it unasked where that takes at most about "
+            f"{ADVICE_SECONDS:.0f} s, else says how to ask): the step again with "
             "each lever set (AMP, checkpointing, a smaller micro-batch with accumulation, a paged or 8-bit optimizer, "
             "Adafactor, LoRA, QLoRA, a shorter sequence, FSDP), each traced as an analysis of its own, and the "
             "smallest GPU that holds it; ordered by cost, the cheapest that fits recommended",

@@ -1,7 +1,7 @@
-"""`%gpumem analyze` and what makes it fit: a step that will not fit a known limit gets the advice on its own, in the
-report's one output (the payload's "advice", valid against the schema, and the text report's table); the recommended
-row's command, run as its own cell, fits; a step that fits gets none unless --advise asks; --json carries it;
---advise with --timeline is refused in one line."""
+"""`%gpumem analyze` and what makes it fit: a step that will not fit a known limit gets the advice on its own where
+its analyses are quick (else a line saying how to ask), in the report's one output (the payload's "advice", valid
+against the schema, and the text report's table); the recommended row's command, run as its own cell, fits; a
+step that fits gets none unless --advise asks; --json carries it; --advise with --timeline is refused in one line."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from IPython.utils.capture import capture_output  # noqa: E402
 
 from conftest import gpumem_shell  # noqa: E402
 from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME  # noqa: E402
+from gpumem_kernel.magics import analysis as analysis_magic  # noqa: E402
 
 SCHEMA = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas" / "analysis.schema.json"
 # 101 M parameters: 1.6 GB of weights, gradients and AdamW state, over a 2 GB GTX 1050's memory
@@ -46,13 +47,29 @@ def run(ip, line: str):
     return captured
 
 
-def test_a_step_that_will_not_fit_says_how_to_ask_for_the_advice():
+def test_a_step_that_will_not_fit_and_whose_advice_would_be_slow_says_how_to_ask_for_it(monkeypatch):
+    # the levers' analyses would take longer than the magic spends unasked (here: any time at all)
+    monkeypatch.setattr(analysis_magic, "ADVICE_SECONDS", 0.0)
     with gpumem_shell({"wide": wide()}) as ip:
         over = run(ip, OVER)
     assert over.stderr == "" and len(over.outputs) == 1
     payload = over.outputs[0].data[ANALYSIS_MIME]
     assert payload["recommendations"]["current"]["status"] == "will-not-fit" and "advice" not in payload
     assert "What would make it fit: %gpumem analyze … --advise" in over.outputs[0].data["text/plain"]
+
+
+def test_a_step_that_will_not_fit_gets_the_advice_unasked_where_it_is_quick(monkeypatch):
+    """Unasked, the advice is the one --advise computes (the same rows); the budget is read from the analysis's own
+    time, so that this test holds on any machine it is set high."""
+    monkeypatch.setattr(analysis_magic, "ADVICE_SECONDS", 1e9)
+    with gpumem_shell({"wide": wide()}) as ip:
+        unasked = run(ip, OVER).outputs[0].data
+        asked = run(ip, OVER + " --advise").outputs[0].data
+    assert unasked[ANALYSIS_MIME]["advice"] == asked[ANALYSIS_MIME]["advice"]
+    assert (
+        "What makes it fit on GTX 1050" in unasked["text/plain"]
+        and "What would make it fit" not in unasked["text/plain"]
+    )
 
 
 def test_a_step_that_will_not_fit_gets_the_advice_and_its_recommended_command_fits():

@@ -73,9 +73,9 @@ def test_ctrl_c_at_a_trace_ends_the_cell_with_one_line_and_the_next_analysis_run
     monkeypatch.setenv("GPUMEM_PROGRESS_AFTER", "0")
     drawn = progress_module.ProgressLine.update
 
-    def interrupted_at_trace_3(self, progress):
+    def interrupted_at_trace_3(self, progress):  # the search's second trace, two traces done
         drawn(self, progress)
-        if ": tracing batch " in progress.doing and progress.traces == 3:
+        if ": tracing batch " in progress.doing and progress.traces == 2:
             raise KeyboardInterrupt
 
     model = ip.user_ns["model"]
@@ -85,7 +85,7 @@ def test_ctrl_c_at_a_trace_ends_the_cell_with_one_line_and_the_next_analysis_run
 
     shown = (captured.stdout + captured.stderr).strip()
     assert shown.startswith("KeyboardInterrupt: gpumem analyze model stopped while searching the largest batch: ")
-    assert "(3 traces done) after " in shown and shown.endswith(" s; your model and optimizer are as they were")
+    assert "(2 traces done) after " in shown and shown.endswith(" s; your model and optimizer are as they were")
     assert "\n" not in shown and "Traceback" not in shown
     assert captured.outputs[-1].update and captured.outputs[-1].data == {"text/plain": ""}  # the line is gone
     assert all(torch.equal(v, before[k]) for k, v in state(model).items())

@@ -11,7 +11,7 @@ import itertools
 import shlex
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from gpumem_kernel.analysis.pipeline.advice_levers import (
     FSDP_SIZES,
@@ -106,16 +106,9 @@ def advise(
     default all. The progress is told to the request's on_progress as the phase "levers" ("trying levers k of n")."""
     situation = Situation(model, request, report)
     tracer = _Tracer(model, request, command or DEFAULT_COMMAND)
-    wanted = set(only) if only is not None else None
-
-    def tried(key: str) -> bool:
-        return wanted is None or key in wanted
-
-    levers = [lever for lever in LEVERS if tried(lever.key)]
-    singles = [(lever, changes) for lever in levers for changes in [lever.changes(situation)] if changes is not None]
-    sharding = tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
-    sequence = tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
-    tracer.planned = len(singles) + int(sharding) + 2 * int(sequence)
+    plan = _Plan.of(situation, only)
+    singles, sharding, sequence, tried = plan.singles, plan.sharding, plan.sequence, plan.tried
+    tracer.planned = plan.runs
     traced = [(single, tracer.try_row((single[0],), single[1])) for single in singles]
     singles = [single for single, row in traced if row is not None and _changed(row, report)]
     rows = [row for _, row in traced if row is not None and _changed(row, report)]
@@ -135,6 +128,45 @@ def advise(
     return Advice(
         report.peak_bytes, report.recommendations.current.status, report.device.name, rows, recommended, reason
     )
+
+
+@dataclass
+class _Plan:
+    """The levers advise() traces first: those that change the step, one analysis each; sharding; and the shorter
+    sequence (two analyses). Pairs follow only where no lever fits alone."""
+
+    singles: List[Tuple[Any, Dict[str, Any]]]
+    sharding: bool
+    sequence: bool
+    wanted: Optional[Set[str]]
+
+    @classmethod
+    def of(cls, situation: Situation, only: Optional[Sequence[str]]) -> "_Plan":
+        wanted = set(only) if only is not None else None
+
+        def tried(key: str) -> bool:
+            return wanted is None or key in wanted
+
+        levers = [lever for lever in LEVERS if tried(lever.key)]
+        singles = [
+            (lever, changes) for lever in levers for changes in [lever.changes(situation)] if changes is not None
+        ]
+        sharding = tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
+        sequence = tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
+        return cls(singles, sharding, sequence, wanted)
+
+    def tried(self, key: str) -> bool:
+        return self.wanted is None or key in self.wanted
+
+    @property
+    def runs(self) -> int:
+        return len(self.singles) + int(self.sharding) + 2 * int(self.sequence)
+
+
+def advice_runs(model: Any, request: AnalysisRequest, report: AnalysisReport) -> int:
+    """How many analyses advise() runs at least for this step (pairs of levers can add more): what it costs, at
+    about the analysis's own time each."""
+    return _Plan.of(Situation(model, request, report), None).runs
 
 
 class _Tracer:

@@ -357,7 +357,7 @@ def advice_lines(advice: Mapping[str, Any]) -> List[str]:
 
 def _advice_hint(payload: Mapping[str, Any]) -> List[str]:
     """Where the analysed batch will not fit and no advice was traced: how to ask for it (each lever is an analysis
-    of its own, minutes for a large model on a few cores, so it runs only when asked)."""
+    of its own, minutes for a large model on a few cores: unasked, the magic computes it only where that is quick)."""
     if payload["recommendations"]["current"]["status"] != "will-not-fit":
         return []
     return [
