@@ -21,10 +21,20 @@ import {
   oomPayloadOf
 } from '../channel/frontend';
 import { CellRuns, type ICellRun, sameCell } from './oom/cellruns';
-import { type IIopubLike, type IOomError, oomErrorOf, oomText } from './oom/detect';
-import type { IOomPayload } from '../wire/protocol';
+import {
+  checklistErrorOf,
+  type IIopubLike,
+  type IOomError,
+  oomErrorOf,
+  oomText,
+  parentIdOf
+} from './oom/detect';
+import { type IOomPayload, OOM_MIME } from '../wire/protocol';
 import { occurrenceKey } from './ticks';
 import type { IOomResolution, IOomRun, ISessionActions } from '../tokens';
+
+/** How many cells with an unrecognised error are remembered while their outputs may still come. */
+const UNRECOGNISED_KEPT = 16;
 
 export namespace OomChecklistModel {
   export interface IOptions {
@@ -146,11 +156,37 @@ export class OomChecklistModel {
 
   private _onIopub(_: unknown, msg: IIopubLike): void {
     this._cells.iopub(msg);
-    const error = oomErrorOf(msg);
-    if (error === null || this._isDisposed) {
+    if (this._isDisposed) {
       return;
     }
-    void this._onOom(error);
+    const error = oomErrorOf(msg) ?? this._checklistAfterError(msg);
+    if (error !== null) {
+      void this._onOom(error);
+    }
+  }
+
+  /**
+   * An error this watcher did not recognise, then the kernel's checklist in the same cell: the kernel knew it was
+   * an out-of-memory error (a DataLoader worker's death whose cause the traceback does not name). Only after such
+   * an error, so that a checklist shown again later (`%gpumem oom`) raises no new notification.
+   */
+  private _checklistAfterError(msg: IIopubLike): IOomError | null {
+    const parentId = parentIdOf(msg);
+    if (parentId === null) {
+      return null;
+    }
+    if (msg.header.msg_type === 'error') {
+      this._unrecognised.add(parentId);
+      if (this._unrecognised.size > UNRECOGNISED_KEPT) {
+        this._unrecognised.delete(this._unrecognised.values().next().value as string);
+      }
+      return null;
+    }
+    const error = this._unrecognised.has(parentId) ? checklistErrorOf(msg, OOM_MIME) : null;
+    if (error !== null) {
+      this._unrecognised.delete(parentId);
+    }
+    return error;
   }
 
   private async _onOom(error: IOomError): Promise<void> {
@@ -293,4 +329,6 @@ export class OomChecklistModel {
   /** Ends the wait for a failing cell's end (restart, a newer OOM, dismiss, dispose). */
   private _stopWaiting: (() => void) | null = null;
   private _isDisposed = false;
+  /** Cells (their requests' msg_id) whose error was not recognised as an out-of-memory error, latest last. */
+  private readonly _unrecognised = new Set<string>();
 }

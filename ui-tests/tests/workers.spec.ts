@@ -2,8 +2,9 @@
  * A real PyTorch DataLoader worker killed by SIGKILL (what the kernel's out-of-memory killer sends) during a
  * cell, in a real JupyterLab with a real ipykernel and CPU-only torch. PyTorch's main process raises
  * "DataLoader worker (pid(s) N) exited unexpectedly" from the worker's "… is killed by signal: Killed.": only
- * the cause names the signal, and both the kernel and the browser read it there. The user gets the host
- * checklist (workers first), never the GPU's steps.
+ * the cause names the signal, and both the kernel and the browser read it there (or, when the cause is a timed-out
+ * fetch, the kernel reads the worker's exit code). The user gets the host checklist (workers first), never the
+ * GPU's steps.
  */
 import { expect, test } from '@jupyterlab/galata';
 import { openNew, openPanel, runFirstCell, stderrText, stepIds } from './notebooks';
@@ -40,16 +41,15 @@ test('a DataLoader worker killed by SIGKILL gets the host checklist, workers fir
   await openPanel(page);
   await runFirstCell(page);
 
-  // The error as PyTorch raised it: the worker's death, then the error raised from it. Read over all the cell's
-  // stderr outputs together: what reads as one traceback can come as several stderr outputs (a locator on the one
-  // with "Traceback" once resolved to two elements and failed in strict mode).
+  // The error as PyTorch raised it. Read over all the cell's stderr outputs together: what reads as one traceback
+  // can come as several stderr outputs (a locator on the one with "Traceback" once resolved to two elements and
+  // failed in strict mode). Its cause names the signal ("is killed by signal: Killed.") unless the fetch timed out
+  // before PyTorch's SIGCHLD handler ran (the signal went to another of the kernel's threads); then the kernel
+  // reads the worker's exit code, and the browser takes its checklist's word. Both give what follows.
   const output = page.locator('.jp-Notebook .jp-Cell').first().locator('.jp-OutputArea');
   await expect
     .poll(() => stderrText(output), { timeout: 30000 })
     .toMatch(/RuntimeError: DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly/);
-  await expect
-    .poll(() => stderrText(output), { timeout: 30000 })
-    .toMatch(/DataLoader worker \(pid \d+\) is killed by signal: Killed\./);
 
   // The browser recognised it: a notification of the host's family. Read from JupyterLab's notification list, not
   // the toast: the toast closes itself after 20 s, which a loaded machine can spend before this line runs.

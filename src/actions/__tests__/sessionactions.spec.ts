@@ -7,7 +7,7 @@
  */
 import { CLEAR_CALL, LAST_OOM_CALL, oomFromTextCall } from '../../channel/frontend';
 import { GIB, MIB } from '../../__tests__/fixtures';
-import type { IHello, ISample } from '../../wire/protocol';
+import { type IHello, type ISample, OOM_MIME } from '../../wire/protocol';
 import { restartHeadline } from '../restart/report';
 import { SessionActions } from '../sessionactions';
 import { occurrenceKey, TickStore } from '../ticks';
@@ -17,6 +17,7 @@ import * as fx from '../../__tests__/fixtures';
 import { clearCpu, oom2x } from '../../__tests__/payloads';
 import { untranslated } from '../../ui/i18n';
 
+const KILLED = 'DataLoader worker (pid 4242) is killed by signal: Killed.';
 const V2 =
   'CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 15.70 GiB of which 1.10 GiB is free.';
 
@@ -147,6 +148,36 @@ describe('the OOM follow-up', () => {
     expect(host.notified.map(e => e.parentId)).toEqual(['cell-1', 'cell-2']);
     expect(actions.oomRun?.error.parentId).toBe('cell-2');
     expect(kernel.expressions).toEqual([LAST_OOM_CALL]);
+  });
+
+  it('takes the kernel’s checklist after an error it did not recognise, in the same cell only', async () => {
+    const { ctx, kernel, host, actions } = setup({
+      answers: expression => answerReply({ ok: true, oom: expression === LAST_OOM_CALL ? oom2x() : null })
+    });
+    // PyTorch's "exited unexpectedly" raised from a timed-out fetch: the traceback names no signal ...
+    const exited = 'DataLoader worker (pid(s) 4242) exited unexpectedly';
+    const checklist = (cell: string): void =>
+      ctx.emitIopub('display_data', cell, {
+        data: { [OOM_MIME]: { info: { exception: 'RuntimeError', message: `${exited}: ${KILLED}` } } },
+        metadata: {}
+      });
+    checklist('cell-0'); // a checklist shown again, with no error in its cell: no notification
+    ctx.emitIopub('status', 'cell-1', { execution_state: 'busy' });
+    ctx.emitIopub('error', 'cell-1', { ename: 'RuntimeError', evalue: exited, traceback: [] });
+    await flush();
+    expect(host.notified).toEqual([]);
+    // ... the kernel's handler read the worker's exit code: its checklist says what ran out
+    checklist('cell-1');
+    endCell(ctx, kernel);
+    await flush();
+    expect(host.notified).toEqual([
+      { ename: 'RuntimeError', evalue: `${exited}: ${KILLED}`, parentId: 'cell-1' }
+    ]);
+    expect(kernel.expressions).toEqual([LAST_OOM_CALL]);
+    expect(actions.oomRun?.phase).toBe('ready');
+    checklist('cell-1'); // once per error
+    await flush();
+    expect(host.notified).toHaveLength(1);
   });
 
   it('ignores errors that are not OOMs', async () => {

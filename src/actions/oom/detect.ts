@@ -180,6 +180,26 @@ export function oomErrorOf(msg: IIopubLike): IOomError | null {
   return oom !== null ? { ...oom, parentId: parentIdOf(msg) } : null;
 }
 
+/**
+ * The OOM a checklist output names (`display_data` carrying the kernel's OOM MIME type), or null: the kernel's
+ * handler knows more than the traceback shows. PyTorch's "DataLoader worker (pid(s) N) exited unexpectedly" raised
+ * from a timed-out fetch names no signal; the kernel reads the worker's exit code (SIGKILL: the host's out-of-memory
+ * killer) and its checklist's message says so. Only the name and message are read here; the payload itself is
+ * fetched and validated as any checklist is.
+ */
+export function checklistErrorOf(msg: IIopubLike, mime: string): IOomError | null {
+  if (msg.header.msg_type !== 'display_data') {
+    return null;
+  }
+  const info = field(field(field(msg.content, 'data'), mime), 'info');
+  const ename = field(info, 'exception');
+  const evalue = field(info, 'message');
+  if (typeof ename !== 'string' || typeof evalue !== 'string' || !isOomError(ename, evalue)) {
+    return null;
+  }
+  return { ename, evalue, parentId: parentIdOf(msg) };
+}
+
 /** The text for `oom_from_text`: the error line as Python prints it ("OutOfMemoryError: CUDA out of …"). */
 export function oomText(error: IOomError): string {
   return error.evalue ? `${error.ename}: ${error.evalue}` : error.ename;
