@@ -113,6 +113,13 @@ _QLORA_FLAGS = (
 PLANS: Dict[str, Tuple[str, Dict[str, Any], str, float]] = {
     "qlora-8b": ("8b", _QLORA, f"%gpumem analyze llama-3-8b {_QLORA_FLAGS}", 8),
     "qlora-8b-seq": ("8b", {**_QLORA, "search": "seq"}, f"%gpumem analyze llama-3-8b {_QLORA_FLAGS} --search seq", 12),
+    # what makes an 8B full fine-tune fit a 24 GB GPU (tour 07): the analysis, then each lever as an analysis of its own
+    "advise-8b-full": (
+        "8b",
+        {**OPTIONS, "target": "RTX 4090", "seq": TOKENS, "input": None, "advise": True},
+        f'%gpumem analyze llama-3-8b -b 1 --seq {TOKENS} --amp bf16 --checkpointing --target "RTX 4090" --advise',
+        20,
+    ),
     "70b": (
         "70b",
         OPTIONS,
@@ -201,8 +208,14 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
     from gpumem_kernel.analysis import analyze_named
 
     traced = _count_traces()
+    options = dict(PLANS[name][1])
+    advised = options.pop("advise", False)
     cpu = time.process_time()
-    report = analyze_named(config, **PLANS[name][1])
+    advice = None
+    if advised:
+        report, advice = analyze_named(config, run=_analysed_and_advised, **options)
+    else:
+        report = analyze_named(config, **options)
     done, cpu = time.perf_counter(), time.process_time() - cpu
     sequences = report.sequence_search
     return {
@@ -221,7 +234,20 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
         "peak_live_bytes": report.peak_live_bytes,
         "longest_sequences": None if sequences is None else [r.maximum for r in sequences.results],
         "sequence_traces": None if sequences is None else sum(len(r.curve) for r in sequences.results),
+        "advice_rows": None if advice is None else len(advice.rows),
+        "advice_recommended": None
+        if advice is None or advice.recommended is None
+        else advice.rows[advice.recommended].lever,
     }
+
+
+def _analysed_and_advised(model: Any, **options: Any) -> Tuple[Any, Any]:
+    """analyze() and advise() as `%gpumem analyze … --advise` runs them: the report, then what makes it fit."""
+    from gpumem_kernel.analysis import AnalysisRequest, advise, analyze
+
+    request = AnalysisRequest(**options)
+    report = analyze(model, request)
+    return report, advise(model, request, report)
 
 
 def _count_traces() -> List[int]:
