@@ -68,7 +68,7 @@ GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m "not kernel" -n "$worker
 # (models by name, public architectures, the attention path, the logits and the loss's upcast, KV caches through
 # replicated layers and generation, LoRA, QLoRA and peft's methods, the zoo's Llama entry: its others are timm's,
 # torchvision's and diffusers') run again on the oldest 4.x we support: .venv-transformers4 (setup.sh) is .venv with
-# transformers 4.57.6 first on its path. About 4 minutes on 2 processes.
+# transformers 4.57.6 first on its path. 3.5 CPU minutes (6 minutes on 2 processes with a load of 5 beside it).
 TRANSFORMERS4_TESTS=(
   tests/analysis/test_public_models.py
   tests/analysis/test_model_source.py
