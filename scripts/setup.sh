@@ -179,8 +179,8 @@ if [ "$WITH_TESTS" = 1 ]; then
   # transformers 4.57.6 and the huggingface_hub and tokenizers releases it needs; a .pth line then adds .venv's
   # site-packages after its own (site.addsitedir, so that .venv's own .pth files, the editable install's among them,
   # still run): torch, peft and the rest are .venv's, nothing installed twice. requests, which this hub needs and
-  # hub 1.x dropped, is .venv's too (jupyterlab_server's). --target, not pip run by this venv's python: that pip
-  # would see .venv's transformers through the .pth and uninstall it from .venv.
+  # hub 1.x dropped, is .venv's too (jupyterlab_server's). Made without a pip of its own (ensurepip takes seconds):
+  # .venv's pip installs into its site-packages (--target).
   TF4=("transformers==4.57.6" "huggingface_hub==0.36.2" "tokenizers==0.22.2")
   [ -x .venv-transformers4/bin/python ] || "$PY" -m venv --without-pip .venv-transformers4
   own=$(.venv-transformers4/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
