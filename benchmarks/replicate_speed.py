@@ -347,8 +347,29 @@ def section(r: Optional[Dict[str, Any]], provenance: Callable[[Dict[str, Any]], 
     body = table_rows(rows)
     if r.get("rows_date"):  # the plans were timed later (--plans-only): the rows keep their own date
         body += f"\n\nThe rows above: measured {r['rows_date']}, `{r['rows_command']}`."
+    body += TRANSFORMERS_VERSIONS
     body += plans_section(r.get("plans") or [])
     return head + figure + text + body + f"\n\n{provenance(r)}\n"
+
+
+# What the 8B row gives on each transformers lane of the test command (measured by hand: `python -m gpumem_kernel
+# analyze --model tests/data/hf_configs/llama3_8b/config.json -b 1 --input 2048 --amp bf16 --checkpointing
+# --optimizer adamw --target H100` in .venv and in .venv-transformers4, and the traces' event streams compared)
+TRANSFORMERS_VERSIONS = (
+    "\n\n**transformers 4.57 and 5.x.** The rows above were traced with transformers 4.57.6. With 5.24.0 the 8B "
+    "row's peak live is the same, 75.28 GiB, to 256 bytes: the rotary embedding's `original_inv_freq`, a buffer in "
+    "5.x and a plain attribute in 4.57. The report's *Peak Allocated*, 75.34 GiB, is that plus the 64 MiB of cuBLAS "
+    "and cuDNN workspaces, on both. What moves is the *Peak Reserved*: 76.56 GiB on 4.57.6, 76.46 GiB on 5.24.0 "
+    "(-96 MiB, -0.12 %; one trace at batch 1: 76.54 and 76.52 GiB). Its cause is the model's prologue, not what a "
+    "layer keeps for backward: 5.x computes the rotary angles as a broadcast product of the positions and `inv_freq` "
+    "(4.57: a matmul of expanded fp32 copies), takes the positions from an `arange` with no `cache_position` tensor, "
+    "and its mask helpers make other index tensors (a 1-byte `and_mask` result where 4.57 makes 2 KiB). These "
+    "temporaries, 1 byte to 512 KiB, change the order of the allocations and frees the caching allocator model "
+    "serves, and with it which cached blocks are split and kept at the peak. The attention path is the same on both: "
+    "the two decide differently whether a mask of ones can be left to SDPA, and analysis.fake.attention_path makes a "
+    "trace ask each version's decision as an eager run asks it (no mask: SDPA's `is_causal`, grouped-query K/V not "
+    "expanded; a padded batch: a 4-D mask, K/V expanded; tests/analysis/test_attention_path.py on both lanes)."
+)
 
 
 def _wall_cpu(side: Dict[str, Any]) -> str:

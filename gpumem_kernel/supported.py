@@ -60,7 +60,7 @@ SUPPORTED: Tuple[Supported, ...] = (
         "transformers",
         "4.57",
         "5.24",
-        "4.57.6 in the test command; 5.24.0 in a second venv by hand",
+        "5.24.0 and 4.57.6 (the tests its version decides, .venv-transformers4) in the test command",
     ),
     Supported("peft", "peft", "0.21", "0.21", "0.21.2 in the test command"),
     Supported("bitsandbytes", "bitsandbytes", "0.50", "0.50", "0.50.2 (its CPU paths) in the test command"),

@@ -174,6 +174,24 @@ if [ "$WITH_TESTS" = 1 ]; then
     skip "benchmarks/zoo/.packages"
   fi
 
+  step "transformers 4.57.6, the oldest 4.x we support, over .venv's packages: .venv-transformers4 (the 4.x lane)"
+  # .venv has the newest transformers (pyproject's test extra), which most users install. This venv holds only
+  # transformers 4.57.6 and the huggingface_hub and tokenizers releases it needs; a .pth line then adds .venv's
+  # site-packages after its own (site.addsitedir, so that .venv's own .pth files, the editable install's among them,
+  # still run): torch, peft and the rest are .venv's, nothing installed twice. requests, which this hub needs and
+  # hub 1.x dropped, is .venv's too (jupyterlab_server's). Made without a pip of its own (ensurepip takes seconds):
+  # .venv's pip installs into its site-packages (--target).
+  TF4=("transformers==4.57.6" "huggingface_hub==0.36.2" "tokenizers==0.22.2")
+  [ -x .venv-transformers4/bin/python ] || "$PY" -m venv --without-pip .venv-transformers4
+  own=$(.venv-transformers4/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+  printf 'import site; site.addsitedir(%s)\n' "'$(python -c "import sysconfig; print(sysconfig.get_path('purelib'))")'" \
+    >"$own/venv-packages.pth"
+  if pinned .venv-transformers4/bin/python "${TF4[@]}" && [ -d "$own/transformers" ]; then
+    skip "${TF4[*]}"
+  else
+    quiet pip-transformers4 "${PIP_INSTALL[@]}" --no-deps --upgrade --target "$own" "${TF4[@]}"
+  fi
+
   step "a second kernel environment with ipykernel 6 (the kernel tests run on 6 and 7)"
   if [ ! -x .venv-ipykernel6/bin/python ]; then
     "$PY" -m venv .venv-ipykernel6

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest,
-# pytest (kernel tests on ipykernel 7 and 6), the packaging check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10,
-# the minimum we support), and the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7 and 7.6.5),
-# and `%gpumem watch` in a JupyterLab and a Notebook 7 without our labextension (widgets only).
+# Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest, pytest
+# (kernel tests on ipykernel 7 and 6; on transformers 5.24, the tests its version decides also on 4.57.6), the packaging
+# check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10, the minimum we support), and
+# the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7 and 7.6.5), and `%gpumem watch`
+# in a JupyterLab and a Notebook 7 without our labextension (widgets only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -28,7 +29,7 @@ serve() {
 
 step "the installed versions lie in the supported ranges (gpumem_kernel/supported.py, README's Supported versions)"
 # the venvs this script makes further down are checked from the second run on (the first run says "no venv yet")
-python scripts/check_versions.py .venv .venv-ipykernel6 .venv-lab-latest .venv-notebook7 .venv-widget
+python scripts/check_versions.py .venv .venv-transformers4 .venv-ipykernel6 .venv-lab-latest .venv-notebook7 .venv-widget
 
 step "the labextension is installed and enabled"
 jupyter labextension list 2>&1 | tee /tmp/gpumem-labext.txt
@@ -62,6 +63,27 @@ jlpm test
 workers=$(python -c "import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))")
 step "pytest (ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')): tests without a kernel on $workers processes"
 GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m "not kernel" -n "$workers" --dist loadfile
+
+# .venv has the newest transformers (5.x, what users install); the tests whose path transformers' code decides
+# (models by name, public architectures, the attention path, the logits and the loss's upcast, KV caches through
+# replicated layers and generation, LoRA, QLoRA and peft's methods, the zoo's Llama entry: its others are timm's,
+# torchvision's and diffusers') run again on the oldest 4.x we support: .venv-transformers4 (setup.sh) is .venv with
+# transformers 4.57.6 first on its path. 3.5 CPU minutes (6 minutes on 2 processes with a load of 5 beside it).
+TRANSFORMERS4_TESTS=(
+  tests/analysis/test_public_models.py
+  tests/analysis/test_model_source.py
+  tests/analysis/test_model_source_code_files.py
+  tests/analysis/test_attention_path.py
+  tests/analysis/test_llm_report.py
+  tests/analysis/test_replicate.py
+  tests/analysis/test_generation_plan.py
+  tests/analysis/test_lora.py
+  tests/analysis/test_peft_methods.py
+  tests/analysis/test_quantize.py
+  "tests/analysis/test_zoo_subset.py::test_zoo_entry_analyses_training_and_evaluation[Llama +mask]"
+)
+step "pytest on transformers $(.venv-transformers4/bin/python -c 'import transformers; print(transformers.__version__)'): the tests that depend on its version"
+.venv-transformers4/bin/python -m pytest "${TRANSFORMERS4_TESTS[@]}" -q -rs -m "not kernel" -n "$workers" --dist loadfile
 
 # Only the files that mark kernel tests are collected for the two kernel passes (collecting all of tests/ imports
 # every test module again, ~8 s a pass); `-m kernel` still picks the tests.
