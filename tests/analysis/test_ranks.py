@@ -4,6 +4,7 @@ under a fake process group, against it."""
 
 from __future__ import annotations
 
+import sys
 from typing import Dict, List
 
 import pytest
@@ -110,6 +111,17 @@ def test_a_rank_that_fails_says_why_in_one_line() -> None:
     model = torch.nn.Linear(64, 8)  # the batch has 128 features: the forward fails on every rank
     with pytest.raises(RanksFailed, match=r"^a gloo rank failed: RuntimeError: .*\n?$"):
         measure_ranks(model, [RankSetup("ddp", 2)], BATCH, default_loss, timeout=600)
+
+
+def test_ranks_start_after_ipython_reset_emptied_main(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IPython's %reset empties the interactive namespace, which is `__main__`'s, `__spec__` with it; spawn needs
+    it. The ranks start all the same (here the forward fails on every rank, as above: the ranks ran), and
+    `__main__` is left as it was."""
+    main = sys.modules["__main__"]
+    monkeypatch.delattr(main, "__spec__", raising=False)
+    with pytest.raises(RanksFailed, match=r"^a gloo rank failed: RuntimeError: "):
+        measure_ranks(torch.nn.Linear(64, 8), [RankSetup("ddp", 2)], BATCH, default_loss, timeout=600)
+    assert not hasattr(main, "__spec__")
 
 
 def test_a_strategy_of_no_rank_wrapper_is_refused() -> None:

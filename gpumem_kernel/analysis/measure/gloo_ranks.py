@@ -8,15 +8,17 @@ without it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.trace.ranks import RankPeak, RankSetup, rank_step
 
@@ -76,10 +78,28 @@ def measure_ranks(
         ]
 
 
+@contextlib.contextmanager
+def _spawnable_main() -> Iterator[None]:
+    """multiprocessing's spawn reads `__main__.__spec__`. In IPython `__main__` is the interactive namespace's
+    module, and `%reset` empties that namespace, its `__spec__` with it: every spawn then raises AttributeError. A
+    missing one is set to None (an interactive `__main__`: nothing for a child to import) while the ranks start,
+    and removed again."""
+    main = sys.modules.get("__main__")
+    missing = main is not None and not hasattr(main, "__spec__")
+    if missing:
+        main.__spec__ = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        if missing and "__spec__" in vars(main):
+            del main.__spec__  # type: ignore[union-attr]
+
+
 def _launch(world_size: int, args: tuple, timeout: float) -> None:
     import torch.multiprocessing as mp
 
-    context = mp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method="spawn")
+    with _spawnable_main():
+        context = mp.start_processes(_rank_main, args=args, nprocs=world_size, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
     try:
         while not context.join(timeout=max(0.1, min(5.0, deadline - time.monotonic()))):
