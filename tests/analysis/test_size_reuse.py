@@ -183,9 +183,8 @@ def test_a_step_whose_structure_changes_with_the_batch_is_traced_where_it_change
     _same_stream(fit.predict(16, plan), run_trace(plan, 16))
 
 
-def test_the_analysis_reports_the_same_figures_with_fewer_traces(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpumem_kernel.analysis.pipeline.analyze import analyze
-
+def _count_traces(monkeypatch: pytest.MonkeyPatch) -> List[int]:
+    """The batch of every trace the searches run from now on, in order."""
     traces: List[int] = []
     trace = engines.run_trace
 
@@ -194,6 +193,13 @@ def test_the_analysis_reports_the_same_figures_with_fewer_traces(monkeypatch: py
         return trace(plan, batch, **options)
 
     monkeypatch.setattr(engines, "run_trace", counted)
+    return traces
+
+
+def test_the_analysis_reports_the_same_figures_with_fewer_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
+
+    traces = _count_traces(monkeypatch)
     payloads = []
     for reuse in (False, True):
         monkeypatch.setattr(engines, "SIZE_REUSE", reuse)
@@ -217,14 +223,7 @@ def test_the_sequence_search_reports_the_same_lengths_with_fewer_traces(
     config["vocab_size"] = 32_000  # the logits dominate: memory grows steeply with the sequence
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    traces: List[int] = []
-    trace = engines.run_trace
-
-    def counted(plan: TracePlan, batch: int, **options: Any) -> TraceResult:
-        traces.append(batch)
-        return trace(plan, batch, **options)
-
-    monkeypatch.setattr(engines, "run_trace", counted)
+    traces = _count_traces(monkeypatch)
     found = []
     for reuse in (False, True):
         monkeypatch.setattr(engines, "SIZE_REUSE", reuse)

@@ -698,22 +698,28 @@ def test_halving_the_workers_counts_down_from_the_users_own() -> None:
     assert payload["steps"][0]["title"] == "Use fewer DataLoader workers (32 → 16 → 8)"
 
 
-_KILLED_WORKER_RUN = """
+# A dataset whose worker ends itself with SIGKILL at its item KILLED_AT, as the kernel's out-of-memory killer ends one
+_KILLED_WORKER_DATASET = """
 import json, os, signal, sys, types
 import torch
 from torch.utils.data import DataLoader
 from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
+from gpumem_kernel.oom.classify import classify_exception
 
 class KilledWorker(torch.utils.data.Dataset):
-    # Its worker ends itself with SIGKILL, as the kernel's out-of-memory killer ends one.
     def __len__(self):
         return 64
 
     def __getitem__(self, i):
-        if torch.utils.data.get_worker_info() is not None and i >= 4:
+        if torch.utils.data.get_worker_info() is not None and i >= KILLED_AT:
             os.kill(os.getpid(), signal.SIGKILL)
         return i
+"""
 
+_KILLED_WORKER_RUN = (
+    "KILLED_AT = 4\n"
+    + _KILLED_WORKER_DATASET
+    + """
 # plain ints (collate_fn=list): a tensor batch's shared-memory file descriptor fetched from a killed worker raises
 # ConnectionResetError instead, a race of its own
 loader = DataLoader(KilledWorker(), num_workers=2, batch_size=2, collate_fn=list, multiprocessing_context="fork")
@@ -728,6 +734,21 @@ except RuntimeError as error:
     os._exit(0)  # the other worker's SIGCHLD may still raise from PyTorch's handler anywhere after this
 print("no error")
 """
+)
+
+
+def _last_line_of(script: str) -> Any:
+    """Runs `script` in a Python process of its own (a probe sample on its stdin) and reads its last line's JSON."""
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(sample()),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
@@ -738,16 +759,7 @@ def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() 
 
     The loop runs in its own process: PyTorch's SIGCHLD handler stays armed while the failed iterator is alive
     (the traceback holds it), and the second worker's death would raise inside whatever code runs next."""
-    run = subprocess.run(
-        [sys.executable, "-c", _KILLED_WORKER_RUN],
-        input=json.dumps(sample()),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    payload = json.loads(run.stdout.strip().splitlines()[-1])
+    payload = _last_line_of(_KILLED_WORKER_RUN)
     assert payload is not None
     assert payload["info"]["family"] == "host" and "is killed by signal: Killed." in payload["info"]["message"]
     assert [step["id"] for step in payload["steps"]][:2] == ["fewer-workers", "host-memory"]
@@ -755,22 +767,10 @@ def test_a_dataloader_worker_killed_by_the_oom_killer_gets_the_host_checklist() 
     assert "expandable-segments" in _folded(payload)
 
 
-_SILENT_DEATH_RUN = """
-import json, os, signal, sys, types
-import torch
-from torch.utils.data import DataLoader
-from gpumem_kernel.oom.bundle import OOM_MIME, checklist_bundle
-from gpumem_kernel.oom.classify import classify_exception
-
-class KilledWorker(torch.utils.data.Dataset):
-    def __len__(self):
-        return 64
-
-    def __getitem__(self, i):
-        if torch.utils.data.get_worker_info() is not None and i >= 2:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return i
-
+_SILENT_DEATH_RUN = (
+    "KILLED_AT = 2\n"
+    + _KILLED_WORKER_DATASET
+    + """
 loader = DataLoader(KilledWorker(), num_workers=1, batch_size=2, collate_fn=list, multiprocessing_context="fork")
 iterator = iter(loader)
 # The death goes unheard, as when the fetch times out or breaks before PyTorch's SIGCHLD handler runs: the
@@ -788,22 +788,14 @@ except RuntimeError as error:
     os._exit(0)
 print(json.dumps(None))
 """
+)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 def test_a_killed_worker_whose_death_the_error_does_not_name_still_gets_the_host_checklist() -> None:
     """PyTorch's "exited unexpectedly" raised from a timed-out fetch names no signal: the iterator's exit code
     (-SIGKILL) says the host's out-of-memory killer ended it, and the checklist shows PyTorch's words for that."""
-    run = subprocess.run(
-        [sys.executable, "-c", _SILENT_DEATH_RUN],
-        input=json.dumps(sample()),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    message, cause, family, payload = json.loads(run.stdout.strip().splitlines()[-1])
+    message, cause, family, payload = _last_line_of(_SILENT_DEATH_RUN)
     assert re.fullmatch(r"DataLoader worker \(pid\(s\) \d+\) exited unexpectedly", message)
     assert cause == "Empty" and family == "host"
     assert payload["info"]["family"] == "host"
