@@ -28,8 +28,8 @@ serve() {
 }
 
 step "the installed versions lie in the supported ranges (gpumem_kernel/supported.py, README's Supported versions)"
-# the venvs this script makes further down are checked from the second run on (the first run says "no venv yet")
-python scripts/check_versions.py .venv .venv-transformers4 .venv-ipykernel6 .venv-lab-latest .venv-notebook7 .venv-widget
+# setup.sh's venvs; each venv this script makes further down is checked where it is made
+python scripts/check_versions.py .venv .venv-transformers4 .venv-ipykernel6
 
 step "the labextension is installed and enabled"
 jupyter labextension list 2>&1 | tee /tmp/gpumem-labext.txt
@@ -108,6 +108,7 @@ fi
 .venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6" "notebook==7.6.5"
 .venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
 .venv-lab-latest/bin/pip install -q comm nvidia-ml-py psutil PyYAML
+python scripts/check_versions.py .venv-lab-latest
 .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
 mkdir -p /tmp/gpumem-compat
 serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
@@ -121,6 +122,7 @@ fi
 .venv-notebook7/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7"
 .venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
 .venv-notebook7/bin/pip install -q comm nvidia-ml-py psutil PyYAML
+python scripts/check_versions.py .venv-notebook7
 # Its kernel `python3` is this test environment's Python (CPU-only torch for the OOM and `%gpumem analyze`).
 python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
 .venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
@@ -143,6 +145,7 @@ step "the output-area watch (%gpumem watch) in JupyterLab 4.4.10 and Notebook 7.
 .venv-widget/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" \
   "ipywidgets==$(python -c 'import ipywidgets; print(ipywidgets.__version__)')" \
   "anywidget==$(python -c 'import anywidget; print(anywidget.__version__)')"
+python scripts/check_versions.py .venv-widget
 if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
   echo "the watch check's front end must not have jupyterlab-gpumem" >&2
   exit 1
