@@ -242,12 +242,11 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
 
 
 def _analysed_and_advised(model: Any, **options: Any) -> Tuple[Any, Any]:
-    """analyze() and advise() as `%gpumem analyze … --advise` runs them: the report, then what makes it fit."""
-    from gpumem_kernel.analysis import AnalysisRequest, advise, analyze
+    """The report, then what makes it fit, as `%gpumem analyze … --advise` computes them."""
+    from gpumem_kernel.analysis import AnalysisRequest
+    from gpumem_kernel.magics.analysis import analysed_with_advice
 
-    request = AnalysisRequest(**options)
-    report = analyze(model, request)
-    return report, advise(model, request, report)
+    return analysed_with_advice(model, AnalysisRequest(**options), True, None)
 
 
 def _count_traces() -> List[int]:

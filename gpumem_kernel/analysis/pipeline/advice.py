@@ -135,25 +135,20 @@ class _Plan:
     """The levers advise() traces first: those that change the step, one analysis each; sharding; and the shorter
     sequence (two analyses). Pairs follow only where no lever fits alone."""
 
-    singles: List[Tuple[Any, Dict[str, Any]]]
-    sharding: bool
-    sequence: bool
     wanted: Optional[Set[str]]
+    singles: List[Tuple[Any, Dict[str, Any]]] = field(default_factory=list)
+    sharding: bool = False
+    sequence: bool = False
 
     @classmethod
     def of(cls, situation: Situation, only: Optional[Sequence[str]]) -> "_Plan":
-        wanted = set(only) if only is not None else None
-
-        def tried(key: str) -> bool:
-            return wanted is None or key in wanted
-
-        levers = [lever for lever in LEVERS if tried(lever.key)]
-        singles = [
-            (lever, changes) for lever in levers for changes in [lever.changes(situation)] if changes is not None
-        ]
-        sharding = tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
-        sequence = tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
-        return cls(singles, sharding, sequence, wanted)
+        plan = cls(set(only) if only is not None else None)
+        levers = [lever for lever in LEVERS if plan.tried(lever.key)]
+        changed = [(lever, lever.changes(situation)) for lever in levers]
+        plan.singles = [(lever, changes) for lever, changes in changed if changes is not None]
+        plan.sharding = plan.tried("fsdp") and fsdp_lever(FSDP_SIZES[0]).changes(situation) is not None
+        plan.sequence = plan.tried(SHORTER_SEQUENCE.key) and _sequence_applies(situation)
+        return plan
 
     def tried(self, key: str) -> bool:
         return self.wanted is None or key in self.wanted
