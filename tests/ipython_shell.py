@@ -9,12 +9,24 @@ from typing import Iterator
 
 from IPython.core.interactiveshell import InteractiveShell
 
+from gpumem_kernel import extension
 from gpumem_kernel.oom.handler import uninstall_oom_handler
+
+
+def _nothing_of_ours_left(sh: InteractiveShell) -> None:
+    """The shared shell as no test of ours touched it: an earlier test in this process (the order is pytest-xdist's)
+    may have left the extension loaded or an OOM handler installed on it."""
+    if "gpumem_kernel" in sh.extension_manager.loaded:
+        sh.extension_manager.unload_extension("gpumem_kernel")
+    elif extension.current() is not None:
+        extension.unload(sh)
+    uninstall_oom_handler(sh)
 
 
 @contextlib.contextmanager
 def fresh_shell() -> Iterator[InteractiveShell]:
     sh = InteractiveShell.instance()
+    _nothing_of_ours_left(sh)
     sh.reset(new_session=False)
     for attr in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, attr):
