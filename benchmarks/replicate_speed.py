@@ -243,10 +243,9 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
 
 def _analysed_and_advised(model: Any, **options: Any) -> Tuple[Any, Any]:
     """The report, then what makes it fit, as `%gpumem analyze … --advise` computes them."""
-    from gpumem_kernel.analysis import AnalysisRequest
-    from gpumem_kernel.magics.analysis import analysed_with_advice
+    from gpumem_kernel.analysis import AnalysisRequest, analyzed_with_advice
 
-    return analysed_with_advice(model, AnalysisRequest(**options), True, None)
+    return analyzed_with_advice(model, AnalysisRequest(**options), True)
 
 
 def _count_traces() -> List[int]:

@@ -17,9 +17,11 @@ its exit status. Every error is one line on stderr and exit status 2 (`GPUMEM_DE
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -73,6 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(attach_negative_values(parser, args_list))
+        args.argv = tuple(args_list)  # the words as typed: the fit advice's rows add their flags to them
         if not args.command:
             parser.print_help(sys.stderr)
             return 2
@@ -395,7 +398,6 @@ def _configure_analyze(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_analyze(args: argparse.Namespace) -> int:
-    from gpumem_kernel.analysis import analyze
     from gpumem_kernel.analysis import AnalysisRequest
     from gpumem_kernel.timeline.predicted import option_problem, predict
 
@@ -405,6 +407,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         world_size=args.world_size,
         strategy=args.strategy,
         json=args.format == "json",
+        advise=args.advise,
     )
     if problem is not None:
         raise CliError(problem)
@@ -417,18 +420,39 @@ def _run_analyze(args: argparse.Namespace) -> int:
         loss=_cross_entropy(args.classes) if args.classes else None, amp=None if args.amp == "off" else args.amp
     )
     request = AnalysisRequest(**options)
+    # with --advise always, else where the step will not fit and the levers' analyses are quick (ADVICE_SECONDS)
+    advised = functools.partial(_advised, when=True if args.advise else None, command=_analysed_command(args.argv))
     if by_name:  # built on the meta device from its config (analysis.model_source)
-        named = dict(task=args.task, trust_remote_code=args.trust_remote_code, run=predict if args.timeline else None)
-        result = analyze_named(args.model, request, **named)
+        run = predict if args.timeline else advised
+        result = analyze_named(args.model, request, task=args.task, trust_remote_code=args.trust_remote_code, run=run)
         report, history = result if args.timeline else (result, None)
     elif args.timeline:
         report, history = predict(model, **request.options())
     else:
-        report, history = analyze(model, request), None
+        report, history = advised(model, **request.options()), None
     print(json.dumps(report.to_payload(), indent=2) if args.format == "json" else str(report))
     if history is not None:
         _timeline_out(history, args.save, text=args.format == "text")
     return 0
+
+
+def _advised(model: Any, when: Optional[bool], command: str, **options: Any) -> Any:
+    """The report, with what makes it fit in its payload where `when` asks (analysis.analyzed_with_advice)."""
+    from gpumem_kernel.analysis import AnalysisRequest, analyzed_with_advice
+
+    return analyzed_with_advice(model, AnalysisRequest(**options), when, command)[0]
+
+
+def _analysed_command(argv: Sequence[str]) -> str:
+    """The analyze command as typed, without --advise and --format: what each advice row adds its flags to."""
+    kept: List[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--format":
+            next(words, None)
+        elif word != "--advise" and not word.startswith("--format="):
+            kept.append(shlex.quote(word))
+    return " ".join([PROG] + kept)
 
 
 def _timeline_out(history: Any, save: Optional[str], text: bool) -> None:

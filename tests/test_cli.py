@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 
 import jsonschema
@@ -26,6 +27,11 @@ def build():
 
 def mlp():
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def wide():  # 101 M parameters: 1.6 GB of weights, gradients and AdamW state, over a 2 GB GTX 1050's memory
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(torch.nn.Linear(4096, 4096) for _ in range(6)))
 
 
 not_a_model = 3
@@ -441,3 +447,41 @@ def test_analyze_takes_the_magics_sequence_options(capsys, monkeypatch):
     assert (seen["seq"], seen["search"], seen["seq_batches"], seen["seq_multiple"]) == (4096, "seq", "1,4", 128)
     code, _, err = run(capsys, "analyze", "--model", "hf:org/name", "--search", "length")
     assert code == 2 and "invalid choice: 'length'" in err and len(err.splitlines()) == 1
+
+
+OVER = ["analyze", "--model", "tiny_models:wide", "-b", "8", "--input", "4096", "--target", "GTX 1050"]
+
+
+def test_analyze_advise_says_what_makes_it_fit_and_the_recommended_command_runs_in_the_terminal(session, capsys):
+    """--advise, as the magic has it: the rows in the JSON payload and the text report; each row's command is this
+    terminal command with the lever's flags (no --advise, no --format); the recommended one, run, fits."""
+    code, out, err = run(capsys, *OVER, "--advise", "--format", "json")
+    assert code == 0, err
+    payload = json.loads(out)
+    schema = json.loads(resources.files("gpumem_kernel").joinpath("wire/schemas/analysis.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(payload)
+    advice = payload["advice"]
+    assert payload["recommendations"]["current"]["status"] == advice["status"] == "will-not-fit"
+    for row in advice["rows"]:
+        assert row["command"].startswith("python -m gpumem_kernel analyze --model tiny_models:wide -b 8 ")
+        assert row["command"].endswith(row["flags"]) and "--advise" not in row["command"]
+        assert "--format" not in row["command"]
+    chosen = advice["rows"][advice["recommended"]]
+    assert chosen["fits"]
+
+    words = shlex.split(chosen["command"])
+    assert words[:3] == ["python", "-m", "gpumem_kernel"]
+    code, out, err = run(capsys, *words[3:], "--format", "json")
+    assert code == 0, err
+    followed = json.loads(out)
+    assert followed["peak_bytes"] == chosen["peak_bytes"] and "advice" not in followed
+    assert followed["recommendations"]["current"]["status"] in ("fits", "tight")
+
+
+def test_analyze_text_report_has_the_advice_table_and_advise_with_timeline_is_one_line(session, capsys):
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--input", "32", "--target", "T4", "--advise")
+    assert code == 0, err
+    assert "What makes it fit on T4" in out and "Recommended: none: the step fits as analysed" in out
+    code, out, err = run(capsys, "analyze", "--model", "tiny_models:mlp", "--advise", "--timeline")
+    assert code == 2 and out == ""
+    assert err == "python -m gpumem_kernel: error: --advise and --timeline: one at a time\n"

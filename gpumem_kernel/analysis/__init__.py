@@ -28,6 +28,8 @@ _EXPORTS: Dict[str, Tuple[str, str]] = {
     "analyze": ("pipeline.analyze", "analyze"),
     "advise": ("pipeline.advice", "advise"),
     "advice_runs": ("pipeline.advice", "advice_runs"),
+    "analyzed_with_advice": ("pipeline.advice", "analyzed_with_advice"),
+    "ADVICE_SECONDS": ("pipeline.advice", "ADVICE_SECONDS"),
     "trace_step": ("pipeline.analyze", "trace_step"),
     "OPTIMIZERS": ("request.arguments", "OPTIMIZERS"),
     "OPTIMIZER_ALIASES": ("request.arguments", "OPTIMIZER_ALIASES"),

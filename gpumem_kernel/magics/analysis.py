@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import shlex
-import time
 from typing import Any, Dict, Optional
 
 from IPython.display import display
@@ -16,11 +15,12 @@ from IPython.display import display
 from gpumem_kernel import current
 from gpumem_kernel.analysis import import_repair
 from gpumem_kernel.analysis import is_model_source
+from gpumem_kernel.analysis import ADVICE_SECONDS
 from gpumem_kernel.analysis import AnalysisRequest
 from gpumem_kernel.magics.options import analyze_arguments, recommend_arguments
 from gpumem_kernel.magics.parsing import debug_enabled, usage_error, engine_message_line, parse
 from gpumem_kernel.magics.progress import ProgressLine
-from gpumem_kernel.magics.shared_options import ADVICE_SECONDS, MAGIC, request_fields
+from gpumem_kernel.magics.shared_options import MAGIC, request_fields
 from gpumem_kernel.magics.resolve import (
     resolve_amp,
     resolve_input,
@@ -84,9 +84,9 @@ def run_analysis(
 ) -> Any:
     """analyze() with the line's options; the report, remembered for the OOM checklist. With `timeline`:
     (report, the History of its traced step); with `advise` True or None: (report, what makes it fit:
-    analysis.advise, or None), True always advising, None where the step will not fit (wants_advice); `line` the
-    analysed command the advice's rows add their flags to. `progress` draws the analysis' progress line; Ctrl-C ends
-    the cell with its one line."""
+    analysis.advise, or None), True always advising, None where the step will not fit (analysis.wants_advice);
+    `line` the analysed command the advice's rows add their flags to. `progress` draws the analysis' progress line;
+    Ctrl-C ends the cell with its one line."""
     by_name = is_model_source(args.model, shell.user_ns)  # hf:ORG/NAME, a config.json or a model directory
     model = None if by_name else resolve_module(shell, args.model, command)
     options = request_fields(args, MAGIC)
@@ -127,27 +127,11 @@ def run_analysis(
     return (report, history) if timeline or advise is not False else report
 
 
-def wants_advice(report: Any, advise: Optional[bool]) -> bool:
-    """True: always; None: where the analysed batch will not fit a known limit (--target, --memory or this
-    machine's GPU); False: never."""
-    if advise is None:
-        known = report.device.limit_bytes is not None
-        return known and report.recommendations.current.status == "will-not-fit"
-    return advise
-
-
 def analysed_with_advice(model: Any, request: AnalysisRequest, when: Optional[bool], line: Optional[str]) -> Any:
-    """(analyze()'s report, what makes it fit or None): `when` True always advising; None where wants_advice and
-    the advice's analyses fit ADVICE_SECONDS at the analysis's own pace; False never."""
-    from gpumem_kernel.analysis import advice_runs, advise, analyze
+    """(analyze()'s report, what makes it fit or None): analysis.analyzed_with_advice within ADVICE_SECONDS."""
+    from gpumem_kernel.analysis import analyzed_with_advice
 
-    started = time.monotonic()
-    report = analyze(model, request)
-    if not wants_advice(report, when):
-        return report, None
-    if when is None and advice_runs(model, request, report) * (time.monotonic() - started) > ADVICE_SECONDS:
-        return report, None
-    return report, advise(model, request, report, line)
+    return analyzed_with_advice(model, request, when, line, ADVICE_SECONDS)
 
 
 def _by_name(
@@ -191,10 +175,13 @@ def analyze(shell: Any, rest: str) -> None:
         generate(shell, args, rest)
         return
     problem = option_problem(
-        timeline=args.timeline, save=args.save, world_size=args.world_size, strategy=args.strategy, json=args.json
+        timeline=args.timeline,
+        save=args.save,
+        world_size=args.world_size,
+        strategy=args.strategy,
+        json=args.json,
+        advise=args.advise,
     )
-    if problem is None and args.advise and args.timeline:
-        problem = "--advise and --timeline: one at a time"
     if problem is not None:
         raise usage_error("analyze", problem)
     progress = ProgressLine(f"gpumem analyze {args.model}")
@@ -206,9 +193,8 @@ def analyze(shell: Any, rest: str) -> None:
         # each lever is an analysis of its own, minutes for a large model on a few cores, and a step left without
         # it says how to ask (the report's hint)
         when = True if args.advise else None
-        report, advice = run_analysis(shell, args, "analyze", progress, advise=when, line=analysed_line(rest))
-        if advice is not None:  # in the report's payload: the browser's view and the text report show it
-            report.advice = advice.to_payload()
+        # the advice rides in the report's payload: the browser's view and the text report show it
+        report, _ = run_analysis(shell, args, "analyze", progress, advise=when, line=analysed_line(rest))
     if args.json:
         progress.clear()
         print(json.dumps(report.to_payload(), indent=2))

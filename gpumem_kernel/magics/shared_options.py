@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from gpumem_kernel.analysis import ADVICE_SECONDS
 from gpumem_kernel.analysis import OPTIMIZERS
 from gpumem_kernel.analysis import LORA_HELP
 from gpumem_kernel.analysis import PEFT_HELP
@@ -19,10 +20,6 @@ from gpumem_kernel.magics.argcheck import CPU, CUDA, INDEX
 MAGIC = "magic"  # `%gpumem analyze|recommend`
 CLI = "cli"  # `python -m gpumem_kernel analyze`
 BOTH = (MAGIC, CLI)
-# What makes it fit is computed unasked (without --advise) where the step will not fit and its analyses, each about
-# as long as the analysis itself, add at most this many seconds; a longer one is left to --advise (the report says
-# how to ask), so that a plain analysis of a large model stays as quick as it was.
-ADVICE_SECONDS = 20.0
 
 
 @dataclass(frozen=True)
@@ -401,7 +398,6 @@ TIMELINE_OPTIONS: Tuple[Option, ...] = (  # `analyze` only, not `recommend`
             "Adafactor, LoRA, QLoRA, a shorter sequence, FSDP), each traced as an analysis of its own, and the "
             "smallest GPU that holds it; ordered by cost, the cheapest that fits recommended",
         ),
-        surfaces=(MAGIC,),
     ),
     # generate()'s memory instead of a training step (analysis.plan_generation): the magic's `analyze` only
     Option(

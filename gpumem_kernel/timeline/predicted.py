@@ -245,7 +245,13 @@ SAVE_SUFFIXES = (".pickle", ".pkl", ".csv")
 
 
 def option_problem(
-    *, timeline: bool, save: Optional[str], world_size: int = 1, strategy: Optional[str] = None, json: bool = False
+    *,
+    timeline: bool,
+    save: Optional[str],
+    world_size: int = 1,
+    strategy: Optional[str] = None,
+    json: bool = False,
+    advise: bool = False,
 ) -> Optional[str]:
     """One line saying what is wrong with `--timeline`/`--save` (magic and CLI alike), or None; checked before the
     analysis runs, so a bad file name does not cost a trace."""
@@ -253,6 +259,8 @@ def option_problem(
         return "--save writes the timeline's history: add --timeline"
     if not timeline:
         return None
+    if advise:
+        return "--advise and --timeline: one at a time"
     if json and save is None:
         return "with JSON output, --timeline needs --save FILE.pickle|.csv (the timeline is an output of its own)"
     if world_size > 1 or strategy is not None:

@@ -33,6 +33,10 @@ from gpumem_kernel.analysis.request.request import AnalysisRequest
 from gpumem_kernel.probe.torchstats import cuda_initialised
 
 DEFAULT_COMMAND = "%gpumem analyze model"
+# What makes it fit is computed unasked where the step will not fit and its analyses, each about as long as the
+# analysis itself, add at most this many seconds; a longer one is left to --advise (the report says how to ask), so
+# that a plain analysis of a large model stays as quick as it was.
+ADVICE_SECONDS = 20.0
 COMBINE_CHEAPEST = 4  # combinations are of the cheapest levers only: pairs, then triples where no pair fits
 _PAYLOAD_FIELDS = (
     "key lever flags command cost cost_kind peak_bytes peak_allocated_bytes maximum maximum_of status fits per_rank "
@@ -156,6 +160,38 @@ class _Plan:
     @property
     def runs(self) -> int:
         return len(self.singles) + int(self.sharding) + 2 * int(self.sequence)
+
+
+def wants_advice(report: AnalysisReport, when: Optional[bool]) -> bool:
+    """True: always; None: where the analysed batch will not fit a known limit (a target, a memory or this
+    machine's GPU); False: never."""
+    if when is None:
+        known = report.device.limit_bytes is not None
+        return known and report.recommendations.current.status == "will-not-fit"
+    return when
+
+
+def analyzed_with_advice(
+    model: Any,
+    request: AnalysisRequest,
+    when: Optional[bool],
+    command: Optional[str] = None,
+    budget_seconds: float = ADVICE_SECONDS,
+) -> Tuple[AnalysisReport, Optional[Advice]]:
+    """(analyze()'s report, what makes it fit or None), the advice also in the report's payload (`advice`): `when`
+    True always advising; None where wants_advice and the advice's analyses, at the analysis's own pace, add at
+    most `budget_seconds`; False never. `command`: the analysed command line the rows add their flags to."""
+    from gpumem_kernel.analysis.pipeline.analyze import analyze
+
+    started = time.monotonic()
+    report = analyze(model, request)
+    if not wants_advice(report, when):
+        return report, None
+    if when is None and advice_runs(model, request, report) * (time.monotonic() - started) > budget_seconds:
+        return report, None
+    advice = advise(model, request, report, command)
+    report.advice = advice.to_payload()
+    return report, advice
 
 
 def advice_runs(model: Any, request: AnalysisRequest, report: AnalysisReport) -> int:

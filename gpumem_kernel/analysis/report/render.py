@@ -361,8 +361,8 @@ def _advice_hint(payload: Mapping[str, Any]) -> List[str]:
     if payload["recommendations"]["current"]["status"] != "will-not-fit":
         return []
     return [
-        "What would make it fit: %gpumem analyze … --advise, or gpumem_kernel.analysis.advise() from Python "
-        "(each change traced as an analysis of its own)"
+        "What would make it fit: %gpumem analyze … --advise (python -m gpumem_kernel analyze … --advise in a "
+        "terminal), or gpumem_kernel.analysis.advise() from Python (each change traced as an analysis of its own)"
     ]
 
 
