@@ -28,6 +28,7 @@ The page's transformers (4.33/4.34 in September 2023) computed the logits of eve
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -147,10 +148,14 @@ def _without_logits_to_keep(cls: Any) -> Any:
     """The model class with a forward that takes no logits_to_keep, as GPTBigCode's forward of 2023 took none:
     the prefill computes the logits of every prompt position (batch x prompt x vocab)."""
 
+    # the KV cache under the name this transformers' forward takes: past_key_values (4.x), cache (5.x, where the old
+    # name still works but warns)
+    cache_name = "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
     def forward(
         self: Any,
         input_ids: Any = None,
-        past_key_values: Any = None,
+        cache: Any = None,
         cache_position: Any = None,
         use_cache: Optional[bool] = None,
         return_dict: Optional[bool] = None,
@@ -158,10 +163,10 @@ def _without_logits_to_keep(cls: Any) -> Any:
         return cls.forward(
             self,
             input_ids=input_ids,
-            past_key_values=past_key_values,
             cache_position=cache_position,
             use_cache=use_cache,
             return_dict=return_dict,
+            **{cache_name: cache},
         )
 
     return type(cls.__name__, (cls,), {"forward": forward})
