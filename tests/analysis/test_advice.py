@@ -246,3 +246,31 @@ def test_expandable_segments_traces_as_the_allocator_setting_does(monkeypatch):
     by_setting = analyze(model, request)
     assert (asked.peak_bytes, asked.peak_reserved_bytes) == (by_setting.peak_bytes, by_setting.peak_reserved_bytes)
     assert any("expandable segments" in note for note in asked.notes)
+
+
+def test_a_row_whose_batch_1_does_not_fit_costs_one_trace_and_has_the_searchs_figures(monkeypatch):
+    """A row reads the analysed batch's peak and status and the maximum: where batch 1 is analysed and over the
+    limit, its analysis ends at maximum 0 without the search's runs from batch 8 down, with the same figures the
+    whole analysis gives."""
+    from gpumem_kernel.analysis.search import engines
+
+    traced: List[int] = []
+    trace = engines.run_trace
+
+    def counted(plan, batch, **options):
+        traced.append(batch)
+        return trace(plan, batch, **options)
+
+    monkeypatch.setattr(engines, "run_trace", counted)
+    model = mlp()
+    request = just_over(model, batch_size=1, input=(256,), amp="bf16")
+    traced.clear()
+    whole = analyze(model, request)
+    searched = list(traced)
+    traced.clear()
+    row = analyze(model, replace(request, advice_row=True))
+
+    assert whole.recommendations.current.status == row.recommendations.current.status == "will-not-fit"
+    assert whole.recommendations.maximum == row.recommendations.maximum == 0
+    assert (row.peak_bytes, row.peak_allocated_bytes) == (whole.peak_bytes, whole.peak_allocated_bytes)
+    assert traced == [1] and len(searched) > 2  # the analysed batch alone; no AMP-saving trace either

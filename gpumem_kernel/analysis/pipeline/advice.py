@@ -218,7 +218,7 @@ class _Tracer:
         # the user's RNG state as it was: the planning copy's adapters are initialised from it (lora=)
         rng = RngSnapshot.take(cuda=cuda_initialised())
         try:
-            return analyze(self.model, replace(self.request, on_progress=self.heard, **changes))
+            return analyze(self.model, replace(self.request, on_progress=self.heard, advice_row=True, **changes))
         finally:
             rng.restore()
             self.heard.finished()

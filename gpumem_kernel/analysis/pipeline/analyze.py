@@ -65,7 +65,8 @@ from gpumem_kernel.analysis.report.report import AnalysisReport
 from gpumem_kernel.analysis.request.progress import ProgressReporter
 from gpumem_kernel.analysis.request.request import AnalysisRequest, request_of
 from gpumem_kernel.analysis.fake.size_hints import check as check_size_hints
-from gpumem_kernel.analysis.search.max_batch import MEASURED_RUNS, TRACED_RUNS, with_analysed_batch, search_maximum
+from gpumem_kernel.analysis.search.max_batch import MEASURED_RUNS, TRACED_RUNS, nothing_fits, search_maximum
+from gpumem_kernel.analysis.search.max_batch import with_analysed_batch
 from gpumem_kernel.analysis.search.max_sequence import check_batches, model_context, resolve_multiple, search_sequences
 from gpumem_kernel.analysis.request.sequence import at_sequence, sequence_of
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
@@ -246,20 +247,30 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
             engine = traced
         notes += cuda_notes(info, request.cuda_version)
         plan.progress.enter("maximum", "searching the largest batch")
-        found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
+        if request.advice_row and engine is traced and batch_size == 1 and _over(current_trace, info.limit_bytes):
+            found = nothing_fits(current_trace)  # a row reads the maximum only: 0, as the search would find it
+        else:
+            found = search_maximum(engine, info.limit_bytes, runs=TRACED_RUNS if engine is traced else MEASURED_RUNS)
         found = with_analysed_batch(engine, found, batch_size, info.limit_bytes)
         current = engine.point(batch_size)
         if current is None:  # the user's batch ran out of memory on the GPU itself
             current = _out_of_memory_point(current_trace, info, batch_size)
             notes.append(f"batch {batch_size} ran out of memory on the GPU; its figures are traced")
-        amp_saved = _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
+        amp_saved = (
+            None if request.advice_row else _amp_saving(plan, info, sharding, current_trace, engine is traced, notes)
+        )
         evaluation = None
-        if request.eval_batch is not None:
+        if request.eval_batch is not None and not request.advice_row:
             plan.progress.enter("evaluation", f"analysing the evaluation step at batch {request.eval_batch}")
             evaluation = evaluate(plan, info, sharding, request.eval_batch, batch_size, engine is traced)
     except TraceError as exc:
         raise ValueError(str(exc)) from None
     return _Ran(info, engine, traced, current_trace, current, found, amp_saved, evaluation, notes)
+
+
+def _over(point: Point, limit: Optional[int]) -> bool:
+    """Over the device's limit, after the allocator's last resort (a point that fits through it is not)."""
+    return limit is not None and point.footprint > limit
 
 
 def _out_of_memory_point(current_trace: Point, info: Any, batch_size: int) -> Point:

@@ -59,6 +59,11 @@ class AnalysisRequest:
     # False: every trace of the search runs its own optimizer steps instead of replaying the first one's (the
     # benchmark of that replay compares both)
     replay_optimizer: bool = True
+    # True: the analysis of one row of what makes it fit (pipeline.advice), which reads the analysed batch's peak
+    # and status and the maximum batch only: where batch 1 is analysed and does not fit, the maximum is 0 without
+    # searching from the first batch of the search (no larger batch fits either), and the AMP saving and the
+    # evaluation step are not traced
+    advice_row: bool = False
     # the caching allocator traced with expandable segments, as PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     # runs it (False: as the environment says)
     expandable_segments: bool = False

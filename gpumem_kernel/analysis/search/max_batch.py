@@ -44,6 +44,10 @@ GROWTH = 64  # until a batch goes over the limit, one step grows the largest fit
 CLOSE = 200  # the bracket is closed when it is at most 1/200 of the batch wide (0.5%, well inside the ±10%)
 TRACED_RUNS = 40  # traces a search may make (fake tensors: tens of milliseconds each for small models)
 MEASURED_RUNS = 14  # real three-step runs a search may make on the GPU
+NOTHING_FITS = (
+    "even batch 1 does not fit: %gpumem analyze … --advise traces what would "
+    "(AMP, checkpointing, an 8-bit optimizer, LoRA, sharding…)"
+)
 
 
 def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -> Search:
@@ -67,6 +71,12 @@ def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -
         maximum, extrapolated = bracket.close(runs)
     ordered = sorted(bracket.points.values(), key=lambda p: p.batch_size)
     return Search(ordered, maximum, extrapolated, bracket.note(maximum, extrapolated, runs), _fit(ordered))
+
+
+def nothing_fits(one: Point) -> Search:
+    """The search's answer where batch 1 (`one`, traced) is over the limit: maximum 0, as search_maximum ends
+    (a bracket whose top is batch 1), without its runs from SEED down."""
+    return Search([one], 0, False, NOTHING_FITS, None)
 
 
 class _Bracket:
@@ -159,10 +169,7 @@ class _Bracket:
         if maximum >= MAX_BATCH:
             return f"memory allows at least {MAX_BATCH}: the search stops there"
         if maximum == 0:
-            return (
-                "even batch 1 does not fit: %gpumem analyze … --advise traces what would "
-                "(AMP, checkpointing, an 8-bit optimizer, LoRA, sharding…)"
-            )
+            return NOTHING_FITS
         if hi is not None and hi in self.failed and hi == maximum + 1:
             return f"batch {hi} ran out of memory or could not run: {maximum} is the largest batch below it that ran"
         if self.ran_out and hi is not None:
