@@ -243,9 +243,14 @@ def _plan(config: str, name: str, started: float) -> Dict[str, Any]:
 
 def _analysed_and_advised(model: Any, **options: Any) -> Tuple[Any, Any]:
     """The report, then what makes it fit, as `%gpumem analyze … --advise` computes them."""
-    from gpumem_kernel.analysis import AnalysisRequest, analyzed_with_advice
+    from gpumem_kernel import analysis
 
-    return analyzed_with_advice(model, AnalysisRequest(**options), True)
+    request = analysis.AnalysisRequest(**options)
+    if not hasattr(analysis, "analyzed_with_advice"):  # a previous commit's package: the magic's, as it was then
+        from gpumem_kernel.magics.analysis import analysed_with_advice
+
+        return analysed_with_advice(model, request, True, None)
+    return analysis.analyzed_with_advice(model, request, True)
 
 
 def _count_traces() -> List[int]:
