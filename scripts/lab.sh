@@ -4,6 +4,9 @@
 # (e.g. `bash scripts/lab.sh --port 8899 --no-browser`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# .venv is this checkout's own: let Python keep the bytecode of what it imports there, or every kernel compiles
+# torch's modules from source again when PYTHONDONTWRITEBYTECODE is set (as in many containers)
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh
 args=(--ServerApp.root_dir=. --LabApp.default_url=/lab/tree/examples/01-monitor.ipynb)
 [ "$(id -u)" = 0 ] && args+=(--allow-root) # containers and CI machines run as root

@@ -79,8 +79,9 @@ fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
 
-# --no-compile: Python compiles a module when it is first imported; compiling all of torch's files up front
-# is a large part of the install's time, and most are never imported.
+# --no-compile: Python compiles a module when it is first imported (lab.sh and test.sh let it keep the bytecode
+# where PYTHONDONTWRITEBYTECODE is set); compiling all of torch's files up front is a large part of the install's
+# time, and most are never imported.
 PIP_INSTALL=(pip install --no-compile)
 
 # torch is never a dependency of the package (users bring their CUDA build); the example and the tests

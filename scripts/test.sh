@@ -6,6 +6,10 @@
 # in a JupyterLab and a Notebook 7 without our labextension (widgets only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The venvs are this checkout's own: let Python keep the bytecode of what it imports there. With
+# PYTHONDONTWRITEBYTECODE set (as in many containers) every process the tests start (each kernel, each pytest
+# worker, each rank) compiles torch's and transformers' modules from source again: seconds per process.
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh --test
 # shellcheck disable=SC1091
 source .venv/bin/activate
