@@ -101,6 +101,55 @@ else
   quiet pip-packages "${PIP_INSTALL[@]}" "${PINS[@]}"
 fi
 
+# The test environments beside .venv need only .venv's Python packages: made in the background while jlpm installs
+# and builds the labextension (mostly one core), and waited for at the end (their steps' lines are printed then).
+test_envs() {
+  step "the model zoo's packages (timm, torchvision, Ultralytics, diffusers), apart from .venv: tests/analysis/test_zoo_subset.py"
+  # --no-deps and a folder of their own: torch is never replaced, and this CPU-torch torchvision stays out of .venv
+  # (see benchmarks/zoo/requirements.txt)
+  if [ ! -d benchmarks/zoo/.packages/timm ]; then
+    quiet pip-zoo pip install --no-deps --target benchmarks/zoo/.packages -r benchmarks/zoo/requirements.txt
+  else
+    skip "benchmarks/zoo/.packages"
+  fi
+
+  step "transformers 4.57.6, the oldest 4.x we support, over .venv's packages: .venv-transformers4 (the 4.x lane)"
+  # .venv has the newest transformers (pyproject's test extra), which most users install. This venv holds only
+  # transformers 4.57.6 and the huggingface_hub and tokenizers releases it needs; a .pth line then adds .venv's
+  # site-packages after its own (site.addsitedir, so that .venv's own .pth files, the editable install's among them,
+  # still run): torch, peft and the rest are .venv's, nothing installed twice. requests, which this hub needs and
+  # hub 1.x dropped, is .venv's too (jupyterlab_server's). Made without a pip of its own (ensurepip takes seconds):
+  # .venv's pip installs into its site-packages (--target).
+  TF4=("transformers==4.57.6" "huggingface_hub==0.36.2" "tokenizers==0.22.2")
+  [ -x .venv-transformers4/bin/python ] || "$PY" -m venv --without-pip .venv-transformers4
+  own=$(.venv-transformers4/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+  printf 'import site; site.addsitedir(%s)\n' "'$(python -c "import sysconfig; print(sysconfig.get_path('purelib'))")'" \
+    >"$own/venv-packages.pth"
+  if pinned .venv-transformers4/bin/python "${TF4[@]}" && [ -d "$own/transformers" ]; then
+    skip "${TF4[*]}"
+  else
+    quiet pip-transformers4 "${PIP_INSTALL[@]}" --no-deps --upgrade --target "$own" "${TF4[@]}"
+  fi
+
+  step "a second kernel environment with ipykernel 6 (the kernel tests run on 6 and 7)"
+  if [ ! -x .venv-ipykernel6/bin/python ]; then
+    "$PY" -m venv .venv-ipykernel6
+    quiet pip-upgrade-ipykernel6 .venv-ipykernel6/bin/pip install --upgrade pip
+  fi
+  KERNEL6=("ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "anywidget>=0.9" "torch==2.13.0" numpy)
+  if pinned .venv-ipykernel6/bin/python "${KERNEL6[@]}"; then
+    skip "${KERNEL6[*]}"
+  else
+    quiet pip-ipykernel6 .venv-ipykernel6/bin/pip install "${KERNEL6[@]}"
+  fi
+}
+test_envs_pid=""
+if [ "$WITH_TESTS" = 1 ]; then
+  test_envs >"$LOGS/test-envs.out" 2>&1 &
+  test_envs_pid=$!
+  trap 'kill "$test_envs_pid" 2>/dev/null || true' EXIT
+fi
+
 step "JavaScript dependencies (jlpm) and the labextension build"
 # yarn writes node_modules/.yarn-state.yml after an install: with it, the same yarn.lock and package.json are
 # installed already.
@@ -166,44 +215,12 @@ if [ "$WITH_TESTS" = 1 ]; then
     stamp_write galata-install "$galata"
   fi
 
-  step "the model zoo's packages (timm, torchvision, Ultralytics, diffusers), apart from .venv: tests/analysis/test_zoo_subset.py"
-  # --no-deps and a folder of their own: torch is never replaced, and this CPU-torch torchvision stays out of .venv
-  # (see benchmarks/zoo/requirements.txt)
-  if [ ! -d benchmarks/zoo/.packages/timm ]; then
-    quiet pip-zoo pip install --no-deps --target benchmarks/zoo/.packages -r benchmarks/zoo/requirements.txt
-  else
-    skip "benchmarks/zoo/.packages"
-  fi
-
-  step "transformers 4.57.6, the oldest 4.x we support, over .venv's packages: .venv-transformers4 (the 4.x lane)"
-  # .venv has the newest transformers (pyproject's test extra), which most users install. This venv holds only
-  # transformers 4.57.6 and the huggingface_hub and tokenizers releases it needs; a .pth line then adds .venv's
-  # site-packages after its own (site.addsitedir, so that .venv's own .pth files, the editable install's among them,
-  # still run): torch, peft and the rest are .venv's, nothing installed twice. requests, which this hub needs and
-  # hub 1.x dropped, is .venv's too (jupyterlab_server's). Made without a pip of its own (ensurepip takes seconds):
-  # .venv's pip installs into its site-packages (--target).
-  TF4=("transformers==4.57.6" "huggingface_hub==0.36.2" "tokenizers==0.22.2")
-  [ -x .venv-transformers4/bin/python ] || "$PY" -m venv --without-pip .venv-transformers4
-  own=$(.venv-transformers4/bin/python -c "import sysconfig; print(sysconfig.get_path('purelib'))")
-  printf 'import site; site.addsitedir(%s)\n' "'$(python -c "import sysconfig; print(sysconfig.get_path('purelib'))")'" \
-    >"$own/venv-packages.pth"
-  if pinned .venv-transformers4/bin/python "${TF4[@]}" && [ -d "$own/transformers" ]; then
-    skip "${TF4[*]}"
-  else
-    quiet pip-transformers4 "${PIP_INSTALL[@]}" --no-deps --upgrade --target "$own" "${TF4[@]}"
-  fi
-
-  step "a second kernel environment with ipykernel 6 (the kernel tests run on 6 and 7)"
-  if [ ! -x .venv-ipykernel6/bin/python ]; then
-    "$PY" -m venv .venv-ipykernel6
-    quiet pip-upgrade-ipykernel6 .venv-ipykernel6/bin/pip install --upgrade pip
-  fi
-  KERNEL6=("ipykernel>=6.22,<7" comm nvidia-ml-py psutil PyYAML "anywidget>=0.9" "torch==2.13.0" numpy)
-  if pinned .venv-ipykernel6/bin/python "${KERNEL6[@]}"; then
-    skip "${KERNEL6[*]}"
-  else
-    quiet pip-ipykernel6 .venv-ipykernel6/bin/pip install "${KERNEL6[@]}"
-  fi
+fi
+if [ -n "$test_envs_pid" ]; then
+  status=0
+  wait "$test_envs_pid" || status=$?
+  cat "$LOGS/test-envs.out" # their steps, or the failing one's log tail
+  [ "$status" = 0 ] || exit "$status"
 fi
 echo
 echo "setup done in $ROOT  [${SECONDS}s; logs in build/setup/]"

@@ -15,12 +15,39 @@ bash scripts/setup.sh --test
 source .venv/bin/activate
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
+# The front ends the built wheel is tried in at the end (each its own venv: the newest JupyterLab 4 with the newest
+# Notebook 7; Notebook 7.4.7; a JupyterLab and Notebook without our labextension for the watch's widgets) are
+# installed in the background from here on, while the checks and tests below run; the wheel goes into them once built
+# and tested. Their pip output: /tmp/gpumem-front-ends.log.
+front_ends() {
+  # Notebook 7.6.5 (the newest Notebook 7, which needs JupyterLab 4.6.6) shares this environment
+  [ -x .venv-lab-latest/bin/python ] || python3 -m venv .venv-lab-latest
+  .venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6" "notebook==7.6.5" comm nvidia-ml-py psutil PyYAML
+  [ -x .venv-notebook7/bin/python ] || python3 -m venv .venv-notebook7
+  .venv-notebook7/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" comm nvidia-ml-py psutil PyYAML
+  # ipywidgets and anywidget at the kernel's versions, as a widget's two sides need
+  [ -x .venv-widget/bin/python ] || python3 -m venv .venv-widget
+  .venv-widget/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" \
+    "ipywidgets==$(python -c 'import ipywidgets; print(ipywidgets.__version__)')" \
+    "anywidget==$(python -c 'import anywidget; print(anywidget.__version__)')"
+}
+front_ends >/tmp/gpumem-front-ends.log 2>&1 &
+front_ends_pid=$!
+# wait_front_ends: returns once they are installed; if that failed, prints why and stops here
+wait_front_ends() {
+  [ -z "$front_ends_pid" ] && return 0
+  wait "$front_ends_pid" && front_ends_pid="" && return 0
+  echo "installing the front ends failed (the last 40 lines of /tmp/gpumem-front-ends.log follow)" >&2
+  tail -n 40 /tmp/gpumem-front-ends.log >&2
+  exit 1
+}
+
 # each step says when it began (seconds since this script started): where the test command's time goes
 step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
 # ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.
-servers=()
+servers=("$front_ends_pid")
 trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
 serve() {
   (cd ui-tests && exec "../$1/bin/$2" --config "$3") >"/tmp/gpumem-$4.log" 2>&1 &
@@ -104,14 +131,8 @@ jlpm playwright test
 cd ..
 
 step "the same wheel in the newest JupyterLab 4 (4.6.6): plain Playwright"
-if [ ! -x .venv-lab-latest/bin/python ]; then
-  python3 -m venv .venv-lab-latest
-  .venv-lab-latest/bin/pip install -q --upgrade pip
-fi
-# Notebook 7.6.5 (the newest Notebook 7, which needs JupyterLab 4.6.6) shares this environment
-.venv-lab-latest/bin/pip install -q "jupyterlab==4.6.6" "notebook==7.6.5"
+wait_front_ends
 .venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
-.venv-lab-latest/bin/pip install -q comm nvidia-ml-py psutil PyYAML
 python scripts/check_versions.py .venv-lab-latest
 .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
 mkdir -p /tmp/gpumem-compat
@@ -119,13 +140,7 @@ serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
 (cd ui-tests && jlpm playwright test -c playwright.compat.config.js)
 
 step "the same wheel in Jupyter Notebook 7 (7.4.7, the release on JupyterLab 4.4.10): plain Playwright"
-if [ ! -x .venv-notebook7/bin/python ]; then
-  python3 -m venv .venv-notebook7
-  .venv-notebook7/bin/pip install -q --upgrade pip
-fi
-.venv-notebook7/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7"
 .venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
-.venv-notebook7/bin/pip install -q comm nvidia-ml-py psutil PyYAML
 python scripts/check_versions.py .venv-notebook7
 # Its kernel `python3` is this test environment's Python (CPU-only torch for the OOM and `%gpumem analyze`).
 python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
@@ -145,10 +160,6 @@ JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyte
 step "the output-area watch (%gpumem watch) in JupyterLab 4.4.10 and Notebook 7.4.7 without our labextension: plain Playwright"
 # The front end of a JupyterHub image or a cluster node (and, widget-wise, of VS Code and Colab): ipywidgets and
 # anywidget, no jupyterlab-gpumem. Their versions are the kernel's, as a widget's two sides need.
-[ -x .venv-widget/bin/python ] || python3 -m venv .venv-widget
-.venv-widget/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" \
-  "ipywidgets==$(python -c 'import ipywidgets; print(ipywidgets.__version__)')" \
-  "anywidget==$(python -c 'import anywidget; print(anywidget.__version__)')"
 python scripts/check_versions.py .venv-widget
 if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
   echo "the watch check's front end must not have jupyterlab-gpumem" >&2
