@@ -217,7 +217,13 @@ class ExitWatch:
 
     def _refresh(self, watched: _Watched, look: _Look) -> None:
         """The counts now (a kill while the kernel lives, e.g. of a worker, is not its death) and its memory.
-        The cgroup is read again: a launcher may move the kernel into its cgroup after it started."""
+        The cgroup is read again: a launcher may move the kernel into its cgroup after it started.
+
+        A process without memory is exiting (a kill's victim on a busy machine can be seen so): the kernel has
+        released its pages and, before it becomes a zombie, reports it in the root cgroup, whose counter (cgroup
+        v1's root memory.oom_control) never counted its kill. The last living look stands until it is gone."""
+        if look.rss == 0:
+            return
         counter = counter_for(watched.pid, self._total, self._root, self._proc)
         if counter.events != watched.counter.events and (counter.events is not None or watched.counter.events is None):
             watched.counter = counter

@@ -26,6 +26,7 @@ import pytest
 
 from gpumem_kernel.oom.killed import host_reading, killed_payload
 from gpumem_kernel.probe.oomkills import count_in, counter_for, machine_count
+from gpumem_kernel.server import exits
 from gpumem_kernel.server.exits import KERNEL_ACTIONS, ExitWatch
 from gpumem_kernel.server.handlers import exit_payload
 from gpumem_kernel.wire.protocol import load_payload_schema
@@ -292,6 +293,31 @@ def test_a_kill_long_before_the_death_is_not_counted_at_the_death(tmp_path: Path
     watch.sync()
     second = watch.exits("k1")[-1]
     assert second.pid == process.pid and second.oom_killed and second.kills == 1
+
+
+def test_a_victim_seen_exiting_in_the_root_cgroup_is_still_its_cgroups_kill(tmp_path: Path, monkeypatch) -> None:
+    """Between releasing its memory and becoming a zombie, a killed process reads as in the root memory cgroup
+    (`4:memory:/` on cgroup v1, whose root memory.oom_control counts kills of its own) with no RSS: a look then
+    must not take the root's counter for the kernel's, or the OOM kill goes unnamed. This window is too short to
+    hit on purpose, so that one look is what psutil reads of such a process; the cgroup files are the fake tree's."""
+    manager = FakeKernelManager()
+    process = manager.start("k1")
+    tree = Tree(tmp_path, 1, process.pid)
+    (tree.root / "memory" / "memory.oom_control").write_text(V1_OOM_CONTROL.format(n=5))
+    watch = ExitWatch(manager, cgroup_root=str(tree.root), proc=str(tree.proc), vmstat=str(tree.proc / "vmstat"))
+    watch.sync()
+    tree.kills(1)  # the killer picks the kernel
+    (tree.proc / str(process.pid) / "cgroup").write_text("5:memory:/\n4:cpu,cpuacct:/\n")
+    living = exits._look(process.pid, exits.Descendants())
+    with monkeypatch.context() as patch:
+        patch.setattr(exits, "_look", lambda pid, descendants: exits._Look(living.create_time, 0, 0, 0))
+        watch.sync()
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    watch.sync()
+    (death,) = watch.exits("k1")
+    assert death.oom_killed and death.evidence == "cgroup" and death.kills == 1 and death.cgroup == "/docker/abc"
+    assert death.rss and death.rss > MiB  # its RSS at the last look while it lived, not the exiting one's 0
 
 
 def test_the_endpoints_answer_names_the_death_of_the_browsers_process_and_carries_the_host_checklist(watched) -> None:
