@@ -147,7 +147,7 @@ test_envs_pid=""
 if [ "$WITH_TESTS" = 1 ]; then
   test_envs >"$LOGS/test-envs.out" 2>&1 &
   test_envs_pid=$!
-  trap 'kill "$test_envs_pid" 2>/dev/null || true' EXIT
+  trap '[ -z "$test_envs_pid" ] || kill "$test_envs_pid" 2>/dev/null || true' EXIT
 fi
 
 step "JavaScript dependencies (jlpm) and the labextension build"
@@ -219,6 +219,7 @@ fi
 if [ -n "$test_envs_pid" ]; then
   status=0
   wait "$test_envs_pid" || status=$?
+  test_envs_pid="" # reaped: its PID is no longer ours to signal
   cat "$LOGS/test-envs.out" # their steps, or the failing one's log tail
   [ "$status" = 0 ] || exit "$status"
 fi

@@ -36,7 +36,10 @@ front_ends_pid=$!
 # wait_front_ends: returns once they are installed; if that failed, prints why and stops here
 wait_front_ends() {
   [ -z "$front_ends_pid" ] && return 0
-  wait "$front_ends_pid" && front_ends_pid="" && return 0
+  local status=0
+  wait "$front_ends_pid" || status=$?
+  front_ends_pid="" # reaped: its PID is no longer ours to signal
+  [ "$status" = 0 ] && return 0
   echo "installing the front ends failed (the last 40 lines of /tmp/gpumem-front-ends.log follow)" >&2
   tail -n 40 /tmp/gpumem-front-ends.log >&2
   exit 1
@@ -47,8 +50,8 @@ step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60))
 
 # serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
 # ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.
-servers=("$front_ends_pid")
-trap 'kill "${servers[@]}" 2>/dev/null || true' EXIT
+servers=()
+trap 'kill "${servers[@]}" ${front_ends_pid:+"$front_ends_pid"} 2>/dev/null || true' EXIT
 serve() {
   (cd ui-tests && exec "../$1/bin/$2" --config "$3") >"/tmp/gpumem-$4.log" 2>&1 &
   servers+=($!)
