@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional
 
@@ -133,6 +134,16 @@ def _interrupted_at(run: Callable[[], Any], call: int) -> Optional[Any]:
         sys.settrace(None)
 
 
+def _let_closing_threads_end(names: List[str], seconds: float = 10.0) -> None:
+    """Wait (up to `seconds`) for the threads the run started to end: a closed multiprocessing queue's feeder
+    thread (a DataLoader's index queue after its workers shut down) flushes and exits on its own a moment after
+    close(). One still running after that was left behind, and the state check names it."""
+    deadline = time.monotonic() + seconds
+    for thread in threading.enumerate():
+        if thread.name not in names and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def _check_every_moment(run: Callable[[], Any], answer: Callable[[Any], Any], user: Any) -> None:
     baseline = answer(run())
     total = _calls(run)
@@ -142,6 +153,7 @@ def _check_every_moment(run: Callable[[], Any], answer: Callable[[Any], Any], us
     for call in sorted({1} | {max(1, total * i // MOMENTS) for i in range(1, MOMENTS)}):
         result = _interrupted_at(run, call)
         stopped += result is None or getattr(result, "interrupted", False)
+        _let_closing_threads_end(before["threads"])
         state = _global_state()
         changed = [f"{k}: {before[k]!r} -> {state[k]!r}" for k in before if state[k] != before[k]]
         changed += _changed_attributes(attributes)
