@@ -221,7 +221,10 @@ def entry_breaches(root: Path, package: str = PACKAGE) -> List[str]:
     inside = root / package / "analysis"
     paths = [m.path for m in find_modules(root, package).values() if inside not in m.path.parents]
     for folder in ENTRY_USERS:
-        paths += sorted((root / folder).rglob("*.py")) if (root / folder).is_dir() else []
+        # not what a hidden folder holds: the zoo installs its third-party packages into benchmarks/zoo/.packages
+        top = root / folder
+        mine = (p for p in top.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(top).parts))
+        paths += sorted(mine) if top.is_dir() else []
     found: List[str] = []
     for path in paths:
         found += _entry_breaches(path, str(path.relative_to(root)))

@@ -119,3 +119,17 @@ def test_a_private_name_imported_by_another_module_is_reported(tmp_path):
     assert report.module_cycles == [] and not report.ok
     assert report.private_breaches == ["gpumem_kernel/b.py:1: _helper from gpumem_kernel.a"]
     assert "a private name imported by another module: gpumem_kernel/b.py:1: _helper" in report.text()
+
+
+def test_a_benchmark_reaching_past_the_analysis_entry_point_is_reported_but_a_hidden_folder_is_not_read(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "analysis/__init__.py": "", "analysis/trace.py": ""})
+    reach = "from gpumem_kernel.analysis.trace import run\n"
+    (tmp_path / "benchmarks" / "zoo" / ".packages" / "other").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "zoo" / ".packages" / "other" / "mod.py").write_text(reach)  # installed, not ours
+    (tmp_path / "benchmarks" / "speed.py").write_text(reach)
+    report = _checker().check(root)
+    assert report.entry_breaches == [
+        "benchmarks/speed.py:1: from gpumem_kernel.analysis.trace import ... "
+        "(import from gpumem_kernel.analysis instead)"
+    ]
+    assert not report.ok
