@@ -51,7 +51,8 @@ step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60))
 # serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
 # ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.
 servers=()
-trap 'kill "${servers[@]}" ${front_ends_pid:+"$front_ends_pid"} 2>/dev/null || true' EXIT
+kernel_pids=() # the kernel passes running in the background (below); emptied once they are reaped
+trap 'kill "${servers[@]}" ${front_ends_pid:+"$front_ends_pid"} "${kernel_pids[@]}" 2>/dev/null || true' EXIT
 serve() {
   (cd ui-tests && exec "../$1/bin/$2" --config "$3") >"/tmp/gpumem-$4.log" 2>&1 &
   servers+=($!)
@@ -116,17 +117,39 @@ TRANSFORMERS4_TESTS=(
   tests/analysis/test_quantize.py
   "tests/analysis/test_zoo_subset.py::test_zoo_entry_analyses_training_and_evaluation[Llama +mask]"
 )
+# The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell), but the
+# passes on ipykernel 7 and 6 run in the background, beside each other and the 4.x lane: a kernel test mostly waits on
+# its kernel (a pass keeps about 0.6 of a core busy), so the three take about as long as the longest of them, not
+# the sum (6 minutes one after another, 3.5 side by side). Only the files that mark kernel tests are collected
+# (collecting all of tests/ imports every test module again, ~8 s a pass); `-m kernel` still picks the tests. A
+# pass's output is printed when it has ended.
+mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
+kernel7="ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
+kernel6="ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
+step "pytest kernel tests with $kernel7 and with $kernel6: started in the background"
+# no cache provider: three pytest runs at once would write .pytest_cache together
+GPUMEM_REQUIRE_WHEEL=1 python -m pytest "${kernel_files[@]}" -q -rs -m kernel -p no:cacheprovider \
+  >/tmp/gpumem-kernel7.log 2>&1 &
+kernel_pids+=($!)
+GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" python -m pytest "${kernel_files[@]}" -q -m kernel \
+  -p no:cacheprovider >/tmp/gpumem-kernel6.log 2>&1 &
+kernel_pids+=($!)
+
 step "pytest on transformers $(.venv-transformers4/bin/python -c 'import transformers; print(transformers.__version__)'): the tests that depend on its version"
 .venv-transformers4/bin/python -m pytest "${TRANSFORMERS4_TESTS[@]}" -q -rs -m "not kernel" -n "$workers" --dist loadfile
 
-# Only the files that mark kernel tests are collected for the two kernel passes (collecting all of tests/ imports
-# every test module again, ~8 s a pass); `-m kernel` still picks the tests.
-mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
-step "pytest kernel tests with ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
-GPUMEM_REQUIRE_WHEEL=1 python -m pytest "${kernel_files[@]}" -q -rs -m kernel
-
-step "pytest kernel tests with ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
-GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" python -m pytest "${kernel_files[@]}" -q -m kernel
+# kernel_pass_result INDEX LOG NAME: waits for the pass kernel_pids[INDEX], prints its output, and stops here if it
+# failed; once reaped its PID is no longer ours to signal
+kernel_pass_result() {
+  local status=0
+  wait "${kernel_pids[$1]}" || status=$?
+  unset "kernel_pids[$1]"
+  step "pytest kernel tests with $3 (ran in the background): its output"
+  cat "$2"
+  [ "$status" = 0 ] || exit "$status"
+}
+kernel_pass_result 0 /tmp/gpumem-kernel7.log "$kernel7"
+kernel_pass_result 1 /tmp/gpumem-kernel6.log "$kernel6"
 
 step "Galata on Debian's Chromium"
 cd ui-tests

@@ -48,8 +48,10 @@ def test_a_failing_cell_fails_as_without_the_magic_and_still_shows_its_peak_and_
 
 
 def test_run_all_stops_at_a_failing_gpumem_cell(kernel):
-    # Run All queues every cell with stop_on_error: the cells after a failing one are aborted, not run.
-    first = kernel.kc.execute("%%gpumem\nraise ValueError('boom')")
+    # Run All queues every cell with stop_on_error: the cells after a failing one are aborted, not run. ipykernel
+    # aborts the requests that reached it before the failing cell's error; one that arrives later runs. The failing
+    # cell takes a second first, so that on a loaded machine the next request has surely reached the kernel.
+    first = kernel.kc.execute("%%gpumem\nimport time\ntime.sleep(1)\nraise ValueError('boom')")
     second = kernel.kc.execute("after_the_failure = 1")
     replies: Dict[str, Any] = {}
     for msg_id in (first, second):
