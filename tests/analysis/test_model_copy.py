@@ -91,6 +91,23 @@ def test_tensors_in_list_tuple_and_dict_attributes_are_copied_as_stand_ins() -> 
     assert clone.detect.cache["levels"][1][0] is mapping[id(cache["levels"][1][0])]
 
 
+def test_the_copys_containers_are_its_own_and_shared_where_the_models_are() -> None:
+    """A loop that appends to a module's list or registers a hook on the copy leaves the user's model as it was;
+    an empty list two modules share is one list in the copy too, as deepcopy keeps it."""
+    user = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    shared: List[Any] = []
+    user[0].seen, user[1].seen = shared, shared
+    user[0].settings = {}
+    clone, _, _ = copy_model(user, TensorCopier(fake=False))
+    assert clone[0].seen is clone[1].seen and clone[0].seen is not shared
+    clone[0].seen.append(1)
+    clone[0].settings["k"] = 1
+    clone[0].register_forward_hook(lambda *args: None)
+    assert shared == [] and user[0].settings == {}
+    assert all(not m._forward_hooks for m in user.modules())
+    assert clone[0]._forward_hooks is not user[0]._forward_hooks and clone[1]._forward_hooks == {}
+
+
 def test_a_yolov5_head_with_list_grids_traces_a_training_step() -> None:
     model = Detector()
     assert _trace(model).peak_live > 0
