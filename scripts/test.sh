@@ -48,16 +48,19 @@ wait_front_ends() {
 # each step says when it began (seconds since this script started): where the test command's time goes
 step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
-# serve VENV APP CONFIG PORT: that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) started from
-# ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; returns once PORT answers.
+# serve VENV APP CONFIG PORT: starts that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) from
+# ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; answers PORT returns once
+# that port answers, or after a minute (a server that has not started by then fails its check).
 servers=()
-kernel_pids=() # the kernel passes running in the background (below); emptied once they are reaped
-trap 'kill "${servers[@]}" ${front_ends_pid:+"$front_ends_pid"} "${kernel_pids[@]}" 2>/dev/null || true' EXIT
+running=() # the tests running in the background (below); emptied once they are reaped
+trap 'kill "${servers[@]}" ${front_ends_pid:+"$front_ends_pid"} "${running[@]}" 2>/dev/null || true' EXIT
 serve() {
   (cd ui-tests && exec "../$1/bin/$2" --config "$3") >"/tmp/gpumem-$4.log" 2>&1 &
   servers+=($!)
+}
+answers() {
   for _ in $(seq 1 60); do
-    .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$4/api/status', timeout=2)" 2>/dev/null && return 0
+    .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$1/api/status', timeout=2)" 2>/dev/null && return 0
     sleep 1
   done
 }
@@ -103,7 +106,7 @@ GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m "not kernel" -n "$worker
 # (models by name, public architectures, the attention path, the logits and the loss's upcast, KV caches through
 # replicated layers and generation, LoRA, QLoRA and peft's methods, the zoo's Llama entry: its others are timm's,
 # torchvision's and diffusers') run again on the oldest 4.x we support: .venv-transformers4 (setup.sh) is .venv with
-# transformers 4.57.6 first on its path. 3.5 CPU minutes (6 minutes on 2 processes with a load of 5 beside it).
+# transformers 4.57.6 first on its path. About 2 CPU minutes: a minute on 2 processes, alone.
 TRANSFORMERS4_TESTS=(
   tests/analysis/test_public_models.py
   tests/analysis/test_model_source.py
@@ -117,81 +120,110 @@ TRANSFORMERS4_TESTS=(
   tests/analysis/test_quantize.py
   "tests/analysis/test_zoo_subset.py::test_zoo_entry_analyses_training_and_evaluation[Llama +mask]"
 )
-# The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell), but the
-# passes on ipykernel 7 and 6 run in the background, beside each other and the 4.x lane: a kernel test mostly waits on
-# its kernel (a pass keeps about 0.6 of a core busy), so the three take about as long as the longest of them, not
-# the sum (6 minutes one after another, 3.5 side by side). Only the files that mark kernel tests are collected
-# (collecting all of tests/ imports every test module again, ~8 s a pass); `-m kernel` still picks the tests. A
-# pass's output is printed when it has ended.
-mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
-kernel7="ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
-kernel6="ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
-step "pytest kernel tests with $kernel7 and with $kernel6: started in the background"
-# no cache provider: three pytest runs at once would write .pytest_cache together
-GPUMEM_REQUIRE_WHEEL=1 python -m pytest "${kernel_files[@]}" -q -rs -m kernel -p no:cacheprovider \
-  >/tmp/gpumem-kernel7.log 2>&1 &
-kernel_pids+=($!)
-GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" python -m pytest "${kernel_files[@]}" -q -m kernel \
-  -p no:cacheprovider >/tmp/gpumem-kernel6.log 2>&1 &
-kernel_pids+=($!)
-
 step "pytest on transformers $(.venv-transformers4/bin/python -c 'import transformers; print(transformers.__version__)'): the tests that depend on its version"
 .venv-transformers4/bin/python -m pytest "${TRANSFORMERS4_TESTS[@]}" -q -rs -m "not kernel" -n "$workers" --dist loadfile
 
-# kernel_pass_result INDEX LOG NAME: waits for the pass kernel_pids[INDEX], prints its output, and stops here if it
-# failed; once reaped its PID is no longer ours to signal
-kernel_pass_result() {
-  local status=0
-  wait "${kernel_pids[$1]}" || status=$?
-  unset "kernel_pids[$1]"
-  step "pytest kernel tests with $3 (ran in the background): its output"
-  cat "$2"
-  [ "$status" = 0 ] || exit "$status"
+# The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell), and the
+# pass on ipykernel 7, then the one on ipykernel 6, run in the background beside Galata: a kernel test mostly waits
+# on its kernel (a pass keeps about 0.6 of a core busy for about 2 minutes), and Galata leaves about a quarter of
+# the two cores idle for 7 minutes. Only the files that mark kernel tests are collected (collecting all of tests/
+# imports every test module again, ~8 s a pass); `-m kernel` still picks the tests. Each pass's output is printed
+# once Galata has ended.
+mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
+kernel7="ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
+kernel6="ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
+rm -f /tmp/gpumem-kernel7.status /tmp/gpumem-kernel6.status
+# kernel_pass LOG [VAR=VALUE...]: one pass with those variables set, its output in LOG, its exit status in
+# LOG's .status file; a TERM (this script exiting) ends the pass under way. No cache provider: the pytest run of the
+# pass and Galata's would not write .pytest_cache together, but a pass needs none.
+kernel_pass() {
+  local log=$1 pass status=0
+  shift
+  env "$@" GPUMEM_REQUIRE_WHEEL=1 python -m pytest "${kernel_files[@]}" -q -rs -m kernel -p no:cacheprovider \
+    >"/tmp/$log.log" 2>&1 &
+  pass=$!
+  trap 'kill "$pass" 2>/dev/null; exit 143' TERM
+  wait "$pass" || status=$?
+  echo "$status" >"/tmp/$log.status"
 }
-kernel_pass_result 0 /tmp/gpumem-kernel7.log "$kernel7"
-kernel_pass_result 1 /tmp/gpumem-kernel6.log "$kernel6"
+step "pytest kernel tests with $kernel7, then with $kernel6: started in the background, beside Galata"
+(
+  kernel_pass gpumem-kernel7
+  kernel_pass gpumem-kernel6 GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python"
+) &
+running+=($!)
 
 step "Galata on Debian's Chromium"
 cd ui-tests
 jlpm playwright test
 cd ..
 
-step "the same wheel in the newest JupyterLab 4 (4.6.6): plain Playwright"
+# kernel_pass_result LOG NAME: prints the pass's output, and stops here if it failed
+kernel_pass_result() {
+  step "pytest kernel tests with $2 (ran in the background): its output"
+  cat "/tmp/$1.log"
+  [ "$(cat "/tmp/$1.status" 2>/dev/null)" = 0 ] || exit 1
+}
+wait "${running[0]}" || true
+running=() # reaped: its PID is no longer ours to signal
+kernel_pass_result gpumem-kernel7 "$kernel7"
+kernel_pass_result gpumem-kernel6 "$kernel6"
+
+step "the same wheel in the newest JupyterLab 4 (4.6.6) and Notebook 7 (7.6.5), in Notebook 7.4.7, and a front end without it"
 wait_front_ends
+# The newest JupyterLab with the newest Notebook 7
 .venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
 python scripts/check_versions.py .venv-lab-latest
 .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
-mkdir -p /tmp/gpumem-compat
-serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
-(cd ui-tests && jlpm playwright test -c playwright.compat.config.js)
-
-step "the same wheel in Jupyter Notebook 7 (7.4.7, the release on JupyterLab 4.4.10): plain Playwright"
+# Notebook 7.4.7, the release on JupyterLab 4.4.10. Its kernel `python3` is this test environment's Python (CPU-only
+# torch for the OOM and `%gpumem analyze`).
 .venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
 python scripts/check_versions.py .venv-notebook7
-# Its kernel `python3` is this test environment's Python (CPU-only torch for the OOM and `%gpumem analyze`).
 python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
 .venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
-mkdir -p /tmp/gpumem-nb7
-serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
-(cd ui-tests && jlpm playwright test -c playwright.notebook7.config.js)
-
-step "the same wheel in the newest Notebook 7 (7.6.5, on JupyterLab 4.6.6): the Notebook 7 spec again"
-# The newest JupyterLab's environment, served as Notebook 7. Its kernel is this test environment's Python (CPU-only
-# torch), as above, through a kernelspec of its own: the JupyterLab check keeps that environment's own kernel.
-rm -rf /tmp/gpumem-nb76 /tmp/gpumem-nb76-kernel && mkdir -p /tmp/gpumem-nb76
+# Notebook 7.6.5: the newest JupyterLab's environment served as Notebook 7. Its kernel is this test environment's
+# Python (CPU-only torch), as above, through a kernelspec of its own: the JupyterLab check keeps that environment's
+# own kernel.
+rm -rf /tmp/gpumem-nb76-kernel
 python -m ipykernel install --prefix /tmp/gpumem-nb76-kernel --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
-JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyter-notebook jupyter_server_notebook76_config.py 8893
-(cd ui-tests && GPUMEM_NB7_URL=http://localhost:8893 jlpm playwright test -c playwright.notebook7.config.js)
-
-step "the output-area watch (%gpumem watch) in JupyterLab 4.4.10 and Notebook 7.4.7 without our labextension: plain Playwright"
-# The front end of a JupyterHub image or a cluster node (and, widget-wise, of VS Code and Colab): ipywidgets and
-# anywidget, no jupyterlab-gpumem. Their versions are the kernel's, as a widget's two sides need.
+# The output-area watch (%gpumem watch) in the front end of a JupyterHub image or a cluster node (and, widget-wise,
+# of VS Code and Colab): JupyterLab 4.4.10 and Notebook 7.4.7 with ipywidgets and anywidget, no jupyterlab-gpumem.
+# Their versions are the kernel's, as a widget's two sides need.
 python scripts/check_versions.py .venv-widget
 if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
   echo "the watch check's front end must not have jupyterlab-gpumem" >&2
   exit 1
 fi
 python -m ipykernel install --prefix .venv-widget --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
-rm -rf /tmp/gpumem-widget && mkdir -p /tmp/gpumem-widget
+rm -rf /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
+mkdir -p /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
+serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
+serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
+JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyter-notebook jupyter_server_notebook76_config.py 8893
 serve .venv-widget jupyter-notebook jupyter_server_widget_config.py 8892
-(cd ui-tests && jlpm playwright test -c playwright.widget.config.js)
+for port in 8890 8891 8893 8892; do answers "$port"; done
+
+# The four plain Playwright checks run side by side, each against its own server and with its own output folder:
+# they mostly wait on page loads and kernel starts (one after another they took 2 minutes, with half the CPU idle).
+# check NAME CONFIG [VAR=VALUE...]: starts one in the background, its output in /tmp/gpumem-check-NAME.log
+checks=()
+check() {
+  (cd ui-tests && exec env "${@:3}" jlpm playwright test -c "$2" --output "test-results/$1") >"/tmp/gpumem-check-$1.log" 2>&1 &
+  running+=($!)
+  checks+=("$1:$!")
+}
+step "plain Playwright, side by side: JupyterLab 4.6.6, Notebook 7.4.7 and 7.6.5, the watch without our labextension"
+check jupyterlab-4.6 playwright.compat.config.js
+check notebook-7.4 playwright.notebook7.config.js
+check notebook-7.6 playwright.notebook7.config.js GPUMEM_NB7_URL=http://localhost:8893
+check watch playwright.widget.config.js
+failed=0
+for entry in "${checks[@]}"; do
+  status=0
+  wait "${entry#*:}" || status=$?
+  step "plain Playwright: ${entry%%:*} (exit status $status)"
+  cat "/tmp/gpumem-check-${entry%%:*}.log"
+  [ "$status" = 0 ] || failed=1
+done
+running=()
+exit "$failed"
