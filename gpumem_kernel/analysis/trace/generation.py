@@ -117,8 +117,10 @@ def _trace(
 
     rng = torch.get_rng_state()
     tracker = trace_tracker_class()(fake=fake)
+    freezes = gc.get_freeze_count() == 0  # as in a training step's trace: a freeze of the process's own stays
     try:
-        gc.freeze()  # what exists before the trace is no garbage of it
+        if freezes:
+            gc.freeze()  # what exists before the trace is no garbage of it
         mode: Any = tracer_imports()(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
         with mode, _quiet_fake_tensor_log():
             # copied before the tracker starts: the copy's detach() of each weight is no allocation of the step
@@ -156,7 +158,8 @@ def _trace(
         )
     finally:
         with interrupts_held():
-            gc.unfreeze()
+            if freezes:
+                gc.unfreeze()
             tracker.close()
             torch.set_rng_state(rng)
 

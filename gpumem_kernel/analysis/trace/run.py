@@ -172,8 +172,13 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
+    # What exists before the trace is no garbage of it: frozen, the collection below walks the trace's objects only.
+    # gc.unfreeze() thaws every frozen object, so where the process froze objects of its own (gc.freeze() in a
+    # user's or a server's start-up) the trace freezes nothing and their freeze stays as it was.
+    freezes = gc.get_freeze_count() == 0
     try:
-        gc.freeze()  # what exists before the trace is no garbage of it: the collection below walks the trace's only
+        if freezes:
+            gc.freeze()
         mode: Any = contextlib.nullcontext()
         if fake:
             # its first use imports torch._dynamo and sympy: loaded whole here, whatever Ctrl-C does meanwhile
@@ -218,7 +223,8 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
         return result
     finally:
         with interrupts_held():  # a Ctrl-C meanwhile waits: the collector and the RNG are put back whole
-            gc.unfreeze()
+            if freezes:
+                gc.unfreeze()
             tracker.close()
             torch.set_rng_state(rng)
 
