@@ -125,8 +125,8 @@ step "pytest on transformers $(.venv-transformers4/bin/python -c 'import transfo
 
 # The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell), and the
 # pass on ipykernel 7, then the one on ipykernel 6, run in the background beside Galata: a kernel test mostly waits
-# on its kernel (a pass keeps about 0.6 of a core busy for about 2 minutes), and Galata leaves about a quarter of
-# the two cores idle for 7 minutes. Only the files that mark kernel tests are collected (collecting all of tests/
+# on its kernel (a pass keeps about 0.6 of a core busy for about 2 minutes), and Galata leaves a quarter to a half
+# of the two cores idle for 7 minutes. Only the files that mark kernel tests are collected (collecting all of tests/
 # imports every test module again, ~8 s a pass); `-m kernel` still picks the tests. Each pass's output is printed
 # once Galata has ended.
 mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
@@ -134,8 +134,8 @@ kernel7="ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')
 kernel6="ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
 rm -f /tmp/gpumem-kernel7.status /tmp/gpumem-kernel6.status
 # kernel_pass LOG [VAR=VALUE...]: one pass with those variables set, its output in LOG, its exit status in
-# LOG's .status file; a TERM (this script exiting) ends the pass under way. No cache provider: the pytest run of the
-# pass and Galata's would not write .pytest_cache together, but a pass needs none.
+# LOG's .status file; a TERM (this script exiting) ends the pass under way. No cache provider: a pass needs no
+# .pytest_cache of its own.
 kernel_pass() {
   local log=$1 pass status=0
   shift
