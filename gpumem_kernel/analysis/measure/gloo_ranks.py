@@ -1,6 +1,6 @@
 """Real ranks of a data-parallel step on the CPU: `world_size` processes on the gloo backend (127.0.0.1, a free
-port), each wrapping its own copy of the model as the strategy does and measuring its live tensor bytes with the
-storage tracker (analysis.trace.ranks.rank_step). What a traced rank is compared with.
+port, one worker thread), each wrapping its own copy of the model as the strategy does and measuring its live tensor
+bytes with the storage tracker (analysis.trace.ranks.rank_step). What a traced rank is compared with.
 
 The processes are spawned (never forked from a kernel that may hold threads), limited to one thread each, given a
 deadline, and killed if they outlive it. torch is imported inside functions only: the kernel shim must load
@@ -131,20 +131,46 @@ def _rank_main(
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())  # any gloo group torch makes besides ours
+    dist.Backend.register_backend(SERIAL_GLOO, _serial_gloo, devices=["cpu"])
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=_timeout()
+        SERIAL_GLOO, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, timeout=_timeout()
     )
     try:
         for i, setup in enumerate(setups):
             torch.manual_seed(rank)  # each rank its own batch, as a sampler gives it
             model = torch.load(io.BytesIO(model_bytes), weights_only=False)
-            peak = rank_step(model, setup, rank, make_batch, loss_fn, amp)
+            peak = rank_step(model, setup, rank, make_batch, loss_fn, amp, on_step=_settle)
             del model
             (Path(folder) / f"{i}-{rank}.json").write_text(json.dumps(asdict(peak)))
             dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+# gloo on one worker thread. A collective's tensors are let go by the worker that ran it, after the rank has been
+# told the collective is done: with gloo's usual two workers, the last gradients reduced in a step may be freed
+# after the next step began, and counted as kept between steps. One worker runs the queue in order, each
+# collective let go before the next one starts: a barrier then proves every earlier one let go.
+SERIAL_GLOO = "gloo_serial"
+
+
+def _serial_gloo(store: Any, rank: int, size: int, timeout: Any) -> Any:
+    """A gloo process group on the loopback interface with one worker thread (the backend SERIAL_GLOO names)."""
+    import torch.distributed as dist
+
+    options = dist.ProcessGroupGloo._Options()
+    options._devices = [dist.ProcessGroupGloo.create_device(interface=_loopback())]
+    options._threads = 1
+    options._timeout = timeout
+    return dist.ProcessGroupGloo(store, rank, size, options)
+
+
+def _settle(step: int) -> None:
+    """Before each step: every rank there, every earlier collective's tensors let go (see SERIAL_GLOO)."""
+    import torch.distributed as dist
+
+    dist.barrier()
 
 
 def _timeout() -> Any:

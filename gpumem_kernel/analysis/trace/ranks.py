@@ -200,16 +200,20 @@ def rank_step(
     mesh: Any = None,
     traced: bool = False,
     optimizer_kind: Optional[str] = None,
+    on_step: Optional[Callable[[int], None]] = None,
 ) -> RankPeak:
     """Wrap `model` (the rank's own copy: it is changed) as `setup` says and run STEPS training steps under the
     tracker; the last one's figures. A process group must be initialised (or `group` given). Without a setup:
-    the same steps in one process, unwrapped (what the ranks are compared with)."""
+    the same steps in one process, unwrapped (what the ranks are compared with). `on_step(step)` runs, under the
+    tracker, before each step's batch."""
     if setup is not None and setup.sharded and mesh is None:
         mesh = cpu_mesh(setup.world_size)  # host memory on a GPU too (the ranks' numbers): not the rank's to count
     tracker = make_tracker()
     try:
         with tracker, storage_resizes(tracker):
-            return _steps(tracker, model, setup, rank, make_batch, loss_fn, amp, group, mesh, traced, optimizer_kind)
+            return _steps(
+                tracker, model, setup, rank, make_batch, loss_fn, amp, group, mesh, traced, optimizer_kind, on_step
+            )
     finally:
         tracker.close()
 
@@ -226,6 +230,7 @@ def _steps(
     mesh: Any,
     traced: bool,
     optimizer_kind: Optional[str],
+    on_step: Optional[Callable[[int], None]],
 ) -> RankPeak:
     """rank_step's body, under its tracker."""
     tracker.register(list(model.parameters()) + list(model.buffers()))
@@ -247,6 +252,7 @@ def _steps(
         grad_accum=1,
         autocast=autocast_factory(amp, "cpu"),
         tracker=tracker,
+        on_step=on_step,
     )
     # ZeroRedundancyOptimizer keeps its shard's state in the optimizer it wraps (`optim`), not in its own `state`
     register_optimizer_state(tracker, getattr(optimizer, "optim", optimizer))
