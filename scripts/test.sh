@@ -15,10 +15,17 @@ bash scripts/setup.sh --test
 source .venv/bin/activate
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 
-# The front ends the built wheel is tried in at the end (each its own venv: the newest JupyterLab 4 with the newest
+# each step says when it began (seconds since this script started): where the test command's time goes
+step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+
+step "a wheel, as pip would install it for a user"
+# No build isolation: setup.sh installed the build backend and its hooks into .venv (saves fetching them again).
+rm -rf dist && pip wheel -q --no-deps --no-build-isolation -w dist .
+
+# The front ends the wheel is tried in at the end (each its own venv: the newest JupyterLab 4 with the newest
 # Notebook 7; Notebook 7.4.7; a JupyterLab and Notebook without our labextension for the watch's widgets) are
-# installed in the background from here on, while the checks and tests below run; the wheel goes into them once built
-# and tested. Their pip output: /tmp/gpumem-front-ends.log.
+# installed in the background from here on, the wheel into them, their versions and kernelspecs checked and made,
+# while the checks and tests below run. Their output: /tmp/gpumem-front-ends.log.
 front_ends() {
   # Notebook 7.6.5 (the newest Notebook 7, which needs JupyterLab 4.6.6) shares this environment
   [ -x .venv-lab-latest/bin/python ] || python3 -m venv .venv-lab-latest
@@ -30,6 +37,30 @@ front_ends() {
   .venv-widget/bin/pip install -q "jupyterlab==4.4.10" "notebook==7.4.7" \
     "ipywidgets==$(python -c 'import ipywidgets; print(ipywidgets.__version__)')" \
     "anywidget==$(python -c 'import anywidget; print(anywidget.__version__)')"
+  # The newest JupyterLab with the newest Notebook 7
+  .venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
+  python scripts/check_versions.py .venv-lab-latest
+  .venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
+  # Notebook 7.4.7, the release on JupyterLab 4.4.10. Its kernel `python3` is this test environment's Python
+  # (CPU-only torch for the OOM and `%gpumem analyze`).
+  .venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
+  python scripts/check_versions.py .venv-notebook7
+  python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
+  .venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
+  # Notebook 7.6.5: the newest JupyterLab's environment served as Notebook 7. Its kernel is this test environment's
+  # Python (CPU-only torch), as above, through a kernelspec of its own: the JupyterLab check keeps that
+  # environment's own kernel.
+  rm -rf /tmp/gpumem-nb76-kernel
+  python -m ipykernel install --prefix /tmp/gpumem-nb76-kernel --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
+  # The output-area watch (%gpumem watch) in the front end of a JupyterHub image or a cluster node (and,
+  # widget-wise, of VS Code and Colab): JupyterLab 4.4.10 and Notebook 7.4.7 with ipywidgets and anywidget, no
+  # jupyterlab-gpumem. Their versions are the kernel's, as a widget's two sides need.
+  python scripts/check_versions.py .venv-widget
+  if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
+    echo "the watch check's front end must not have jupyterlab-gpumem" >&2
+    exit 1
+  fi
+  python -m ipykernel install --prefix .venv-widget --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
 }
 front_ends >/tmp/gpumem-front-ends.log 2>&1 &
 front_ends_pid=$!
@@ -40,13 +71,10 @@ wait_front_ends() {
   wait "$front_ends_pid" || status=$?
   front_ends_pid="" # reaped: its PID is no longer ours to signal
   [ "$status" = 0 ] && return 0
-  echo "installing the front ends failed (the last 40 lines of /tmp/gpumem-front-ends.log follow)" >&2
+  echo "preparing the front ends failed (the last 40 lines of /tmp/gpumem-front-ends.log follow)" >&2
   tail -n 40 /tmp/gpumem-front-ends.log >&2
   exit 1
 }
-
-# each step says when it began (seconds since this script started): where the test command's time goes
-step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # serve VENV APP CONFIG PORT: starts that environment's Jupyter server (APP: jupyter-lab or jupyter-notebook) from
 # ui-tests/ with CONFIG, logging to /tmp/gpumem-PORT.log, stopped when this script exits; answers PORT returns once
@@ -65,6 +93,13 @@ answers() {
   done
 }
 
+# jest runs in the background beside the checks below up to the import-circle check (each of them, as jest, keeps
+# about one core busy); its output is printed after them. /tmp/gpumem-jest.log
+step "jest: started in the background, beside the checks up to the import-circle check"
+(exec jlpm test) >/tmp/gpumem-jest.log 2>&1 &
+jest_pid=$!
+running+=("$jest_pid")
+
 step "the installed versions lie in the supported ranges (gpumem_kernel/supported.py, README's Supported versions)"
 # setup.sh's venvs; each venv this script makes further down is checked where it is made
 python scripts/check_versions.py .venv .venv-transformers4 .venv-ipykernel6
@@ -72,10 +107,6 @@ python scripts/check_versions.py .venv .venv-transformers4 .venv-ipykernel6
 step "the labextension is installed and enabled"
 jupyter labextension list 2>&1 | tee /tmp/gpumem-labext.txt
 grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" /tmp/gpumem-labext.txt >/dev/null
-
-step "a wheel, as pip would install it for a user"
-# No build isolation: setup.sh installed the build backend and its hooks into .venv (saves fetching them again).
-rm -rf dist && pip wheel -q --no-deps --no-build-isolation -w dist .
 
 step "ruff: lint and format of the Python code (pyproject.toml [tool.ruff])"
 ruff check .
@@ -91,8 +122,12 @@ step "no import circle: src/ (madge, type-only imports included) and gpumem_kern
 jlpm lint:cycles
 python scripts/check_imports.py
 
-step "jest"
-jlpm test
+step "jest (ran in the background): its output"
+jest_status=0
+wait "$jest_pid" || jest_status=$?
+running=() # reaped: its PID is no longer ours to signal
+cat /tmp/gpumem-jest.log
+[ "$jest_status" = 0 ] || exit 1
 
 # The tests that start no kernel run on two processes (pytest-xdist, each test file in one process: its module
 # fixtures and its order stay as written); the kernel tests after them, one at a time, since several count what a
@@ -171,30 +206,6 @@ kernel_pass_result gpumem-kernel6 "$kernel6"
 
 step "the same wheel in the newest JupyterLab 4 (4.6.6) and Notebook 7 (7.6.5), in Notebook 7.4.7, and a front end without it"
 wait_front_ends
-# The newest JupyterLab with the newest Notebook 7
-.venv-lab-latest/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
-python scripts/check_versions.py .venv-lab-latest
-.venv-lab-latest/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
-# Notebook 7.4.7, the release on JupyterLab 4.4.10. Its kernel `python3` is this test environment's Python (CPU-only
-# torch for the OOM and `%gpumem analyze`).
-.venv-notebook7/bin/pip install -q --force-reinstall --no-deps dist/jupyterlab_gpumem-*.whl
-python scripts/check_versions.py .venv-notebook7
-python -m ipykernel install --prefix .venv-notebook7 --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
-.venv-notebook7/bin/jupyter labextension list 2>&1 | grep -E "jupyterlab-gpumem v[0-9.]+ .*enabled.*OK" >/dev/null
-# Notebook 7.6.5: the newest JupyterLab's environment served as Notebook 7. Its kernel is this test environment's
-# Python (CPU-only torch), as above, through a kernelspec of its own: the JupyterLab check keeps that environment's
-# own kernel.
-rm -rf /tmp/gpumem-nb76-kernel
-python -m ipykernel install --prefix /tmp/gpumem-nb76-kernel --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
-# The output-area watch (%gpumem watch) in the front end of a JupyterHub image or a cluster node (and, widget-wise,
-# of VS Code and Colab): JupyterLab 4.4.10 and Notebook 7.4.7 with ipywidgets and anywidget, no jupyterlab-gpumem.
-# Their versions are the kernel's, as a widget's two sides need.
-python scripts/check_versions.py .venv-widget
-if .venv-widget/bin/jupyter labextension list 2>&1 | grep jupyterlab-gpumem; then
-  echo "the watch check's front end must not have jupyterlab-gpumem" >&2
-  exit 1
-fi
-python -m ipykernel install --prefix .venv-widget --name python3 --display-name "Python 3 (ipykernel)" >/dev/null 2>&1
 rm -rf /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
 mkdir -p /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
 serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
