@@ -5,6 +5,7 @@ under a fake process group, against it."""
 from __future__ import annotations
 
 import sys
+import tempfile
 from typing import Dict, List
 
 import pytest
@@ -107,10 +108,12 @@ def test_bf16_parameters_gather_half_the_bytes(by_world: Dict[int, Dict[str, Lis
     assert _peak(by_world[n]["fsdp-bf16"]) < _peak(by_world[n]["fsdp"])
 
 
-def test_a_rank_that_fails_says_why_in_one_line() -> None:
+def test_a_rank_that_fails_says_why_in_one_line_and_leaves_no_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the launch keeps its files
     model = torch.nn.Linear(64, 8)  # the batch has 128 features: the forward fails on every rank
     with pytest.raises(RanksFailed, match=r"^a gloo rank failed: RuntimeError: .*\n?$"):
         measure_ranks(model, [RankSetup("ddp", 2)], BATCH, default_loss, timeout=600)
+    assert list(tmp_path.iterdir()) == []  # a failed rank's pickled traceback included
 
 
 def test_ranks_start_after_ipython_reset_emptied_main(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -114,6 +114,9 @@ def _launch(world_size: int, args: tuple, timeout: float) -> None:
             if process.is_alive():
                 process.kill()
             process.join(5)
+        for name in context.error_files:  # where a failed rank pickled its traceback: read above, ours to remove
+            with contextlib.suppress(OSError, TypeError):
+                os.remove(name)
 
 
 def _rank_main(
