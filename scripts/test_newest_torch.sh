@@ -3,7 +3,7 @@
 # PyPI, so that a torch release that changes what autograd, autocast or the allocator keep shows here before a
 # user's run does. PyPI's Linux build is the CUDA one; it runs on a CPU (no CUDA context is made), as the GPU
 # image's rehearsal (scripts/rehearse_gpu_image.sh) runs it. Not part of the test command: the first run downloads
-# about 4 GB (torch and its nvidia-* libraries) and the tests take 20+ minutes on two cores.
+# about 4 GB (torch and its nvidia-* libraries); the tests then take about 6 minutes on two cores (torch 2.15.0).
 #
 #   bash scripts/test_newest_torch.sh            # the newest torch `pip index versions torch` names
 #   TORCH_VERSION=2.14.1 bash scripts/test_newest_torch.sh
