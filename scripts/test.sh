@@ -141,7 +141,7 @@ GPUMEM_REQUIRE_WHEEL=1 python -m pytest tests -q -rs -m "not kernel" -n "$worker
 # (models by name, public architectures, the attention path, the logits and the loss's upcast, KV caches through
 # replicated layers and generation, LoRA, QLoRA and peft's methods, the zoo's Llama entry: its others are timm's,
 # torchvision's and diffusers') run again on the oldest 4.x we support: .venv-transformers4 (setup.sh) is .venv with
-# transformers 4.57.6 first on its path. About 2 CPU minutes, on one process, in the background beside Galata (below).
+# transformers 4.57.6 first on its path. About 2 CPU minutes: a minute on 2 processes, alone.
 TRANSFORMERS4_TESTS=(
   tests/analysis/test_public_models.py
   tests/analysis/test_model_source.py
@@ -155,38 +155,36 @@ TRANSFORMERS4_TESTS=(
   tests/analysis/test_quantize.py
   "tests/analysis/test_zoo_subset.py::test_zoo_entry_analyses_training_and_evaluation[Llama +mask]"
 )
-transformers4="transformers $(.venv-transformers4/bin/python -c 'import transformers; print(transformers.__version__)')"
+step "pytest on transformers $(.venv-transformers4/bin/python -c 'import transformers; print(transformers.__version__)'): the tests that depend on its version"
+.venv-transformers4/bin/python -m pytest "${TRANSFORMERS4_TESTS[@]}" -q -rs -m "not kernel" -n "$workers" --dist loadfile
 
-# The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell). The pass
-# on ipykernel 7, the one on ipykernel 6, then the transformers 4.x lane run one after the other in the background
-# beside Galata: a kernel test mostly waits on its kernel (a pass keeps about 0.6 of a core busy for about 2
-# minutes), and Galata leaves a quarter to a half of the two cores idle for 7 minutes. Only the files that mark
-# kernel tests are collected (collecting all of tests/ imports every test module again, ~8 s a pass); `-m kernel`
-# still picks the tests. Each pass's output is printed once Galata has ended.
+# The kernel tests run one at a time within a pass (several count what a kernel sends during a busy cell), and the
+# pass on ipykernel 7, then the one on ipykernel 6, run in the background beside Galata: a kernel test mostly waits
+# on its kernel (a pass keeps about 0.6 of a core busy for about 2 minutes), and Galata leaves a quarter to a half
+# of the two cores idle for 7 minutes. Only the files that mark kernel tests are collected (collecting all of tests/
+# imports every test module again, ~8 s a pass); `-m kernel` still picks the tests. Each pass's output is printed
+# once Galata has ended.
 mapfile -t kernel_files < <(grep -rl "mark.kernel" tests --include="test_*.py" | sort)
 kernel7="ipykernel $(python -c 'import ipykernel; print(ipykernel.__version__)')"
 kernel6="ipykernel $(.venv-ipykernel6/bin/python -c 'import ipykernel; print(ipykernel.__version__)')"
-rm -f /tmp/gpumem-kernel7.status /tmp/gpumem-kernel6.status /tmp/gpumem-transformers4.status
-# background_pass LOG COMMAND...: runs COMMAND, its output in /tmp/LOG.log, its exit status in /tmp/LOG.status; a
-# TERM (this script exiting) ends the command under way. No cache provider in the passes: none needs a
+rm -f /tmp/gpumem-kernel7.status /tmp/gpumem-kernel6.status
+# kernel_pass LOG [VAR=VALUE...]: one pass with those variables set, its output in LOG, its exit status in
+# LOG's .status file; a TERM (this script exiting) ends the pass under way. No cache provider: a pass needs no
 # .pytest_cache of its own.
-background_pass() {
+kernel_pass() {
   local log=$1 pass status=0
   shift
-  "$@" >"/tmp/$log.log" 2>&1 &
+  env "$@" GPUMEM_REQUIRE_WHEEL=1 python -m pytest "${kernel_files[@]}" -q -rs -m kernel -p no:cacheprovider \
+    >"/tmp/$log.log" 2>&1 &
   pass=$!
   trap 'kill "$pass" 2>/dev/null; exit 143' TERM
   wait "$pass" || status=$?
   echo "$status" >"/tmp/$log.status"
 }
-kernel_tests=(python -m pytest "${kernel_files[@]}" -q -rs -m kernel -p no:cacheprovider)
-step "pytest kernel tests with $kernel7, then with $kernel6, then the tests on $transformers4: started in the background, beside Galata"
+step "pytest kernel tests with $kernel7, then with $kernel6: started in the background, beside Galata"
 (
-  background_pass gpumem-kernel7 env GPUMEM_REQUIRE_WHEEL=1 "${kernel_tests[@]}"
-  background_pass gpumem-kernel6 env GPUMEM_REQUIRE_WHEEL=1 \
-    GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python" "${kernel_tests[@]}"
-  background_pass gpumem-transformers4 .venv-transformers4/bin/python -m pytest "${TRANSFORMERS4_TESTS[@]}" \
-    -q -rs -m "not kernel" -p no:cacheprovider
+  kernel_pass gpumem-kernel7
+  kernel_pass gpumem-kernel6 GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python"
 ) &
 running+=($!)
 
@@ -195,17 +193,16 @@ cd ui-tests
 jlpm playwright test
 cd ..
 
-# pass_result LOG TITLE: prints the pass's output, and stops here if it failed
-pass_result() {
-  step "$2 (ran in the background): its output"
+# kernel_pass_result LOG NAME: prints the pass's output, and stops here if it failed
+kernel_pass_result() {
+  step "pytest kernel tests with $2 (ran in the background): its output"
   cat "/tmp/$1.log"
   [ "$(cat "/tmp/$1.status" 2>/dev/null)" = 0 ] || exit 1
 }
 wait "${running[0]}" || true
 running=() # reaped: its PID is no longer ours to signal
-pass_result gpumem-kernel7 "pytest kernel tests with $kernel7"
-pass_result gpumem-kernel6 "pytest kernel tests with $kernel6"
-pass_result gpumem-transformers4 "pytest on $transformers4: the tests that depend on its version"
+kernel_pass_result gpumem-kernel7 "$kernel7"
+kernel_pass_result gpumem-kernel6 "$kernel6"
 
 step "the same wheel in the newest JupyterLab 4 (4.6.6) and Notebook 7 (7.6.5), in Notebook 7.4.7, and a front end without it"
 wait_front_ends
