@@ -49,7 +49,7 @@ from gpumem_kernel.analysis.allocator.import_guard import interrupts_deferred, i
 from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan
 from gpumem_kernel.analysis.trace.summary import replay_device
-from gpumem_kernel.analysis.trace.tracker import trace_tracker_class
+from gpumem_kernel.analysis.trace.tracker import ours_to_freeze, trace_tracker_class
 
 CACHES = ("dynamic", "static")
 PREFILL, GROW, DECODE = "prefill", "grow", "decode"
@@ -117,10 +117,10 @@ def _trace(
 
     rng = torch.get_rng_state()
     tracker = trace_tracker_class()(fake=fake)
-    freezes = gc.get_freeze_count() == 0  # as in a training step's trace: a freeze of the process's own stays
+    freezes = ours_to_freeze()
     try:
         if freezes:
-            gc.freeze()  # what exists before the trace is no garbage of it
+            gc.freeze()
         mode: Any = tracer_imports()(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
         with mode, _quiet_fake_tensor_log():
             # copied before the tracker starts: the copy's detach() of each weight is no allocation of the step

@@ -46,7 +46,7 @@ from gpumem_kernel.analysis.trace.replicate import Replication, ReplicationMisma
 from gpumem_kernel.analysis.fake.torch_rules import applied as torch_rules_applied
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace.summary import summarize
-from gpumem_kernel.analysis.trace.tracker import ordered_cache_clears, trace_tracker_class
+from gpumem_kernel.analysis.trace.tracker import ordered_cache_clears, ours_to_freeze, trace_tracker_class
 from gpumem_kernel.analysis.trace.training_loop import (
     autocast_factory,
     default_loss,
@@ -172,10 +172,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
-    # What exists before the trace is no garbage of it: frozen, the collection below walks the trace's objects only.
-    # gc.unfreeze() thaws every frozen object, so where the process froze objects of its own (gc.freeze() in a
-    # user's or a server's start-up) the trace freezes nothing and their freeze stays as it was.
-    freezes = gc.get_freeze_count() == 0
+    freezes = ours_to_freeze()
     try:
         if freezes:
             gc.freeze()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
@@ -133,6 +134,14 @@ def trace_tracker_class() -> type:
             return out
 
     return TraceTracker
+
+
+def ours_to_freeze() -> bool:
+    """Whether a trace freezes what exists before it (no garbage of it: the collection at the trace's end then walks
+    the trace's objects only) and thaws it after. gc.unfreeze() thaws every frozen object, so where the process froze
+    objects of its own (gc.freeze() in a user's or a server's start-up) the trace freezes nothing and their freeze
+    stays as it was."""
+    return gc.get_freeze_count() == 0
 
 
 @contextlib.contextmanager
