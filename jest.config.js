@@ -1,7 +1,7 @@
 /**
- * Unit tests: ts-jest in jsdom. The tested modules import @jupyterlab/* packages for types only (erased at
- * compile time), so no ESM transform of node_modules is needed; runtime imports are @lumino packages (CommonJS)
- * and React.
+ * Unit tests: ts-jest in jsdom, transpiling only (the types are checked by `jlpm lint:types`). The tested modules
+ * import @jupyterlab/* packages for types only (erased at compile time), so no ESM transform of node_modules is
+ * needed; runtime imports are @lumino packages (CommonJS) and React.
  */
 module.exports = {
   testEnvironment: 'jsdom',
@@ -20,7 +20,11 @@ module.exports = {
           noImplicitAny: true,
           skipLibCheck: true,
           resolveJsonModule: true,
-          types: ['jest', 'node']
+          types: ['jest', 'node'],
+          // Transpile only, each file alone: a type-checking ts-jest builds a program per worker and checks every
+          // spec with its imports (twice the CPU of the whole run). The types of src/ and of the specs are checked
+          // once, by `jlpm lint:types` (tsconfig.test.json).
+          isolatedModules: true
         }
       }
     ],

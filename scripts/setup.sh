@@ -143,12 +143,52 @@ test_envs() {
     quiet pip-ipykernel6 .venv-ipykernel6/bin/pip install "${KERNEL6[@]}"
   fi
 }
+# The packages the editable install below brings (pyproject.toml's dependencies and, for the tests, its `test`
+# extra) need nothing built: pip installs them while jlpm installs and builds the labextension, and so does jlpm
+# the Galata packages. The editable install itself waits for the build: its wheel carries the built labextension.
+project_requirements() {
+  python - "$WITH_TESTS" <<'EOF'
+import sys
+
+try:
+    import tomllib
+except ImportError:  # Python before 3.11: the copy pip vendors
+    from pip._vendor import tomli as tomllib
+
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project["optional-dependencies"]["test"] if sys.argv[1] == "1" else []
+print("\n".join(project["dependencies"] + extras))
+EOF
+}
+early_packages() {
+  local requirements
+  mapfile -t requirements < <(project_requirements)
+  if pinned python "${requirements[@]}"; then
+    skip "the project's requirements"
+  else
+    quiet pip-requirements "${PIP_INSTALL[@]}" "${requirements[@]}"
+  fi
+  if [ "$WITH_TESTS" = 1 ]; then
+    local galata
+    galata="$(digest ui-tests/package.json ui-tests/yarn.lock)"
+    if [ -f ui-tests/node_modules/.yarn-state.yml ] && stamp_ok galata-install "$galata"; then
+      skip "ui-tests/node_modules (ui-tests/yarn.lock unchanged)"
+    else
+      (cd ui-tests && quiet galata-install jlpm install)
+      stamp_write galata-install "$galata"
+    fi
+  fi
+}
+
 test_envs_pid=""
+early_pid=""
+trap 'kill ${test_envs_pid:+"$test_envs_pid"} ${early_pid:+"$early_pid"} 2>/dev/null || true' EXIT
 if [ "$WITH_TESTS" = 1 ]; then
   test_envs >"$LOGS/test-envs.out" 2>&1 &
   test_envs_pid=$!
-  trap '[ -z "$test_envs_pid" ] || kill "$test_envs_pid" 2>/dev/null || true' EXIT
 fi
+early_packages >"$LOGS/early-packages.out" 2>&1 &
+early_pid=$!
 
 step "JavaScript dependencies (jlpm) and the labextension build"
 # yarn writes node_modules/.yarn-state.yml after an install: with it, the same yarn.lock and package.json are
@@ -188,7 +228,12 @@ else
   stamp_write labextension "$sources $(built)"
 fi
 
-step "jupyterlab-gpumem (editable) and its labextension link"
+step "jupyterlab-gpumem (editable) and its labextension link; its requirements and the Galata (ui-tests) packages"
+status=0
+wait "$early_pid" || status=$?
+early_pid="" # reaped: its PID is no longer ours to signal
+cat "$LOGS/early-packages.out" # what was up to date, or the failing step's log tail
+[ "$status" = 0 ] || exit "$status"
 link=".venv/share/jupyter/labextensions/jupyterlab-gpumem"
 editable="$(digest pyproject.toml package.json) $ROOT"
 if [ "$(readlink "$link" 2>/dev/null)" = "$ROOT/gpumem_kernel/labextension" ] && [ -f gpumem_kernel/_version.py ] &&
@@ -205,17 +250,6 @@ else
   stamp_write editable "$editable"
 fi
 
-if [ "$WITH_TESTS" = 1 ]; then
-  step "Galata (ui-tests) dependencies"
-  galata="$(digest ui-tests/package.json ui-tests/yarn.lock)"
-  if [ -f ui-tests/node_modules/.yarn-state.yml ] && stamp_ok galata-install "$galata"; then
-    skip "ui-tests/node_modules (ui-tests/yarn.lock unchanged)"
-  else
-    (cd ui-tests && quiet galata-install jlpm install)
-    stamp_write galata-install "$galata"
-  fi
-
-fi
 if [ -n "$test_envs_pid" ]; then
   status=0
   wait "$test_envs_pid" || status=$?

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets everything up, then runs every test: the lint, format, generated-code and import-circle checks, jest, pytest
+# Sets everything up, then runs every test: the lint, format, type, generated-code and import-circle checks, jest, pytest
 # (kernel tests on ipykernel 7 and 6; on transformers 5.24, the tests its version decides also on 4.57.6), the packaging
 # check of a built wheel, the Galata browser tests on Debian's Chromium (JupyterLab 4.4.10, the minimum we support), and
 # the same wheel in the newest JupyterLab 4 (4.6.6) and in Jupyter Notebook 7 (7.4.7 and 7.6.5), and `%gpumem watch`
@@ -117,6 +117,9 @@ node scripts/gen_wire.mjs --check
 
 step "ESLint and Prettier (eslint.config.js, .prettierrc)"
 jlpm lint:check
+
+step "TypeScript's types of src/ and of its jest specs, which jest only transpiles (tsconfig.test.json)"
+jlpm lint:types
 
 step "no import circle: src/ (madge, type-only imports included) and gpumem_kernel/ (layers, bottom first)"
 jlpm lint:cycles

@@ -8,10 +8,13 @@ PYTHONPATH, so `gpumem_kernel` imports without being installed.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import json
 import os
 import queue
 import re
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +34,19 @@ KERNEL_NAME = "gpumem-test"
 
 def kernel_python() -> str:
     return os.environ.get("GPUMEM_TEST_KERNEL_PYTHON") or sys.executable
+
+
+_HAS_TORCH = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"
+
+
+@functools.lru_cache(maxsize=None)
+def torch_in_kernel_python() -> bool:
+    """Whether the kernel's Python has torch installed. Asked without importing it (a test module asks at
+    collection, in every pytest process): here when the kernel runs this Python, else in a short subprocess."""
+    python = kernel_python()
+    if python == sys.executable:
+        return importlib.util.find_spec("torch") is not None
+    return subprocess.run([python, "-c", _HAS_TORCH], capture_output=True, timeout=60).returncode == 0
 
 
 def plain_lines(traceback: List[str]) -> List[str]:

@@ -10,23 +10,18 @@ subshells, the interrupt is sent at a spread of times after the cell starts, eve
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
 import pytest
 
 from gpumem_kernel.analysis.report.render import MIME as ANALYSIS_MIME
-from kernel_harness import KernelHarness, kernel_python
-
-
-def _torch_in_kernel_python() -> bool:
-    return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
+from kernel_harness import KernelHarness, torch_in_kernel_python
 
 
 pytestmark = [
     pytest.mark.kernel,
-    pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
+    pytest.mark.skipif(not torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
 ]
 
 SETUP = (

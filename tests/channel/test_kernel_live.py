@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 
 import pytest
 
 from gpumem_kernel.wire.protocol import validate
-from kernel_harness import KernelHarness, kernel_python
+from kernel_harness import KernelHarness, torch_in_kernel_python
 
 pytestmark = pytest.mark.kernel
 
@@ -111,11 +110,7 @@ def test_unknown_action_gets_an_error_with_the_request_id(kernel, comm_id):
     assert (error["id"], error["code"]) == ("r-x", "unknown-action")
 
 
-def _torch_in_kernel_python() -> bool:
-    return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
-
-
-@pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python")
+@pytest.mark.skipif(not torch_in_kernel_python(), reason="torch is not installed for the kernel's Python")
 def test_importing_torch_and_sampling_never_initialises_cuda(kernel, comm_id):
     kernel.execute("import torch")
     start = len(kernel.messages())

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import jsonschema
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from gpumem_kernel.clear.reclaim import CLEAR_MIME
 from gpumem_kernel.wire.protocol import load_payload_schema
 from gpumem_kernel.oom.bundle import OOM_MIME
-from kernel_harness import KernelHarness, kernel_python
+from kernel_harness import KernelHarness, torch_in_kernel_python
 
 OOM_TEXT = (
     "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.75 GiB of which "
@@ -22,13 +21,9 @@ OOM_TEXT = (
 TENSOR_BYTES = 4 * 25 * 10**6  # torch.ones(25 * 10**6): 100 MB, large enough to show in the kernel's RSS
 
 
-def _torch_in_kernel_python() -> bool:
-    return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
-
-
 pytestmark = [
     pytest.mark.kernel,
-    pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
+    pytest.mark.skipif(not torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
 ]
 
 

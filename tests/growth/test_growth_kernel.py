@@ -5,21 +5,16 @@ the C allocator's bytes in use stand in for allocated (growth.memory)."""
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 from gpumem_kernel.wire.protocol import validate
-from kernel_harness import KernelHarness, kernel_python
-
-
-def _torch_in_kernel_python() -> bool:
-    return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
+from kernel_harness import KernelHarness, torch_in_kernel_python
 
 
 pytestmark = [
     pytest.mark.kernel,
-    pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
+    pytest.mark.skipif(not torch_in_kernel_python(), reason="torch is not installed for the kernel's Python"),
 ]
 
 SWITCH = (

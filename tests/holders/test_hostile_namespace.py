@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import subprocess
 from typing import Iterator, List, Tuple
 
 import pytest
@@ -32,7 +31,7 @@ from gpumem_kernel.oom.bundle import OOM_MIME  # noqa: E402
 from gpumem_kernel.oom.handler import install_oom_handler, last_oom  # noqa: E402
 from gpumem_kernel.oom.namespace import scan_namespace  # noqa: E402
 from ipython_shell import fresh_shell  # noqa: E402
-from kernel_harness import KernelHarness, kernel_python  # noqa: E402
+from kernel_harness import KernelHarness, torch_in_kernel_python  # noqa: E402
 
 HOSTILE = """
 import weakref
@@ -367,10 +366,6 @@ def test_the_users_own_error_still_shows(ip):
 # --- a real kernel --------------------------------------------------------------------------------------------
 
 
-def _torch_in_kernel_python() -> bool:
-    return subprocess.run([kernel_python(), "-c", "import torch"], capture_output=True).returncode == 0
-
-
 SWITCH = (
     "import functools, gpumem_kernel.heldby.collect as _collect, gpumem_kernel.heldby.hook as _hook\n"
     "_on_cpu = ((lambda tensor: tensor.device.type == 'cpu'), 0)\n"
@@ -392,7 +387,7 @@ def _stderr(kernel: KernelHarness, msg_id: str) -> str:
 
 
 @pytest.mark.kernel
-@pytest.mark.skipif(not _torch_in_kernel_python(), reason="torch is not installed for the kernel's Python")
+@pytest.mark.skipif(not torch_in_kernel_python(), reason="torch is not installed for the kernel's Python")
 def test_in_a_real_kernel_the_checklist_clear_and_holders_work():
     with KernelHarness() as kernel:
         kernel.bootstrap()
