@@ -189,7 +189,35 @@ step "pytest kernel tests with $kernel7, then with $kernel6: started in the back
   kernel_pass gpumem-kernel7
   kernel_pass gpumem-kernel6 GPUMEM_TEST_KERNEL_PYTHON="$(pwd)/.venv-ipykernel6/bin/python"
 ) &
-running+=($!)
+kernel_passes=$!
+running+=("$kernel_passes")
+
+# The four plain Playwright checks of the same wheel (the newest JupyterLab 4 with the newest Notebook 7; Notebook
+# 7.4.7; Notebook 7.6.5; the watch without our labextension) run side by side, each against its own server and with
+# its own output folder, also beside Galata's first minute: they mostly wait on page loads and kernel starts (after
+# Galata they took a minute of their own with half the CPU idle). Their output is printed once Galata has ended.
+step "the same wheel in the newest JupyterLab 4 (4.6.6) and Notebook 7 (7.6.5), in Notebook 7.4.7, and a front end without it: started in the background, beside Galata"
+wait_front_ends
+rm -rf /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget /tmp/gpumem-check-results
+mkdir -p /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
+serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
+serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
+JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyter-notebook jupyter_server_notebook76_config.py 8893
+serve .venv-widget jupyter-notebook jupyter_server_widget_config.py 8892
+for port in 8890 8891 8893 8892; do answers "$port"; done
+# check NAME CONFIG [VAR=VALUE...]: starts one in the background, its output in /tmp/gpumem-check-NAME.log, its
+# files in /tmp/gpumem-check-results/NAME (not under ui-tests/test-results/, which Galata empties when it starts)
+checks=()
+check() {
+  (cd ui-tests && exec env "${@:3}" jlpm playwright test -c "$2" --output "/tmp/gpumem-check-results/$1") \
+    >"/tmp/gpumem-check-$1.log" 2>&1 &
+  running+=($!)
+  checks+=("$1:$!")
+}
+check jupyterlab-4.6 playwright.compat.config.js
+check notebook-7.4 playwright.notebook7.config.js
+check notebook-7.6 playwright.notebook7.config.js GPUMEM_NB7_URL=http://localhost:8893
+check watch playwright.widget.config.js
 
 step "Galata on Debian's Chromium"
 cd ui-tests
@@ -202,42 +230,18 @@ kernel_pass_result() {
   cat "/tmp/$1.log"
   [ "$(cat "/tmp/$1.status" 2>/dev/null)" = 0 ] || exit 1
 }
-wait "${running[0]}" || true
-running=() # reaped: its PID is no longer ours to signal
+wait "$kernel_passes" || true
+running=("${checks[@]#*:}") # the passes are reaped: their PID is no longer ours to signal
 kernel_pass_result gpumem-kernel7 "$kernel7"
 kernel_pass_result gpumem-kernel6 "$kernel6"
 
-step "the same wheel in the newest JupyterLab 4 (4.6.6) and Notebook 7 (7.6.5), in Notebook 7.4.7, and a front end without it"
-wait_front_ends
-rm -rf /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
-mkdir -p /tmp/gpumem-compat /tmp/gpumem-nb7 /tmp/gpumem-nb76 /tmp/gpumem-widget
-serve .venv-lab-latest jupyter-lab jupyter_server_compat_config.py 8890
-serve .venv-notebook7 jupyter-notebook jupyter_server_notebook7_config.py 8891
-JUPYTER_PATH=/tmp/gpumem-nb76-kernel/share/jupyter serve .venv-lab-latest jupyter-notebook jupyter_server_notebook76_config.py 8893
-serve .venv-widget jupyter-notebook jupyter_server_widget_config.py 8892
-for port in 8890 8891 8893 8892; do answers "$port"; done
-
-# The four plain Playwright checks run side by side, each against its own server and with its own output folder:
-# they mostly wait on page loads and kernel starts (one after another they took 2 minutes, with half the CPU idle).
-# check NAME CONFIG [VAR=VALUE...]: starts one in the background, its output in /tmp/gpumem-check-NAME.log
-checks=()
-check() {
-  (cd ui-tests && exec env "${@:3}" jlpm playwright test -c "$2" --output "test-results/$1") >"/tmp/gpumem-check-$1.log" 2>&1 &
-  running+=($!)
-  checks+=("$1:$!")
-}
-step "plain Playwright, side by side: JupyterLab 4.6.6, Notebook 7.4.7 and 7.6.5, the watch without our labextension"
-check jupyterlab-4.6 playwright.compat.config.js
-check notebook-7.4 playwright.notebook7.config.js
-check notebook-7.6 playwright.notebook7.config.js GPUMEM_NB7_URL=http://localhost:8893
-check watch playwright.widget.config.js
 failed=0
 for entry in "${checks[@]}"; do
   status=0
   wait "${entry#*:}" || status=$?
-  step "plain Playwright: ${entry%%:*} (exit status $status)"
+  step "plain Playwright: ${entry%%:*} (ran in the background; exit status $status)"
   cat "/tmp/gpumem-check-${entry%%:*}.log"
   [ "$status" = 0 ] || failed=1
 done
-running=()
+running=() # reaped: their PIDs are no longer ours to signal
 exit "$failed"

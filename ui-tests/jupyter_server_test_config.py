@@ -25,7 +25,7 @@ c.ServerApp.root_dir = "."
 c.ServerApp.allow_root = True
 
 
-def _without_notebook_switcher() -> None:
+def _page_config() -> None:
     """The test environment has Notebook 7 (scripts/lab.sh serves /tree from it), whose lab extension adds an
     "Open in Notebook" button to every notebook's toolbar. In Galata's 1024 px window that toolbar then no longer
     fits, and its last button wraps onto the first cell, where it takes the clicks meant for the cell. The specs
@@ -35,12 +35,15 @@ def _without_notebook_switcher() -> None:
     config = Path(tempfile.mkdtemp(prefix="gpumem-galata-config-"))
     (config / "labconfig").mkdir()
     disabled = {"disabledExtensions": {"@jupyter-notebook/lab-extension": True}}
-    (config / "labconfig" / "page_config.json").write_text(json.dumps(disabled))
+    # Nor does each page load ask the server whether JupyterLab's own assets need a rebuild (the server compares its
+    # application directory for that, every time): nothing here is ever rebuilt.
+    page_config = {**disabled, "buildAvailable": False, "buildCheck": False}
+    (config / "labconfig" / "page_config.json").write_text(json.dumps(page_config))
     before = os.environ.get("JUPYTER_CONFIG_PATH")
     os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(config), before]))
 
 
-_without_notebook_switcher()
+_page_config()
 
 LIMITED_KERNEL = "gpumem-limited-256m"
 LIMIT = 256 * 1024**2
