@@ -143,21 +143,18 @@ test_envs() {
     quiet pip-ipykernel6 .venv-ipykernel6/bin/pip install "${KERNEL6[@]}"
   fi
 }
-# The packages the editable install below brings (pyproject.toml's dependencies and, for the tests, its `test`
-# extra) need nothing built: pip installs them while jlpm installs and builds the labextension, and so does jlpm
-# the Galata packages. The editable install itself waits for the build: its wheel carries the built labextension.
+# The packages the editable install below brings (pyproject.toml's dependencies and its `test` extra) need nothing
+# built: pip installs them while jlpm installs and builds the labextension, and so does jlpm the Galata packages. The
+# editable install itself waits for the build: its wheel carries the built labextension.
 project_requirements() {
-  python - "$WITH_TESTS" <<'EOF'
-import sys
-
+  python - <<'EOF'
 try:
     import tomllib
 except ImportError:  # Python before 3.11: the copy pip vendors
     from pip._vendor import tomli as tomllib
 
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-extras = project["optional-dependencies"]["test"] if sys.argv[1] == "1" else []
-print("\n".join(project["dependencies"] + extras))
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
 EOF
 }
 early_packages() {
