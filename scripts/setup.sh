@@ -225,7 +225,9 @@ else
   stamp_write labextension "$sources $(built)"
 fi
 
-step "jupyterlab-gpumem (editable) and its labextension link; its requirements and the Galata (ui-tests) packages"
+editable_step="jupyterlab-gpumem (editable) and its labextension link; its requirements"
+[ "$WITH_TESTS" = 1 ] && editable_step+=" and the Galata (ui-tests) packages"
+step "$editable_step"
 status=0
 wait "$early_pid" || status=$?
 early_pid="" # reaped: its PID is no longer ours to signal
