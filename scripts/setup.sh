@@ -146,20 +146,9 @@ test_envs() {
 # The packages the editable install below brings (pyproject.toml's dependencies and its `test` extra) need nothing
 # built: pip installs them while jlpm installs and builds the labextension, and so does jlpm the Galata packages. The
 # editable install itself waits for the build: its wheel carries the built labextension.
-project_requirements() {
-  python - <<'EOF'
-try:
-    import tomllib
-except ImportError:  # Python before 3.11: the copy pip vendors
-    from pip._vendor import tomli as tomllib
-
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(project["dependencies"] + project["optional-dependencies"]["test"]))
-EOF
-}
 early_packages() {
   local requirements
-  mapfile -t requirements < <(project_requirements)
+  mapfile -t requirements < <(python scripts/project_requirements.py)
   if pinned python "${requirements[@]}"; then
     skip "the project's requirements"
   else

@@ -25,14 +25,7 @@ echo "== torch $version in $VENV ($("$PY" -V))"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q "torch==$version" 2>&1 | grep -v "is ignored" || true
 # the dependencies and test extras, with torch held at that version (nothing in them may replace it)
-mapfile -t requirements < <("$VENV/bin/python" - <<'EOF'
-import tomllib
-
-project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-for line in project["dependencies"] + project["optional-dependencies"]["test"]:
-    print(line)
-EOF
-)
+mapfile -t requirements < <("$VENV/bin/python" scripts/project_requirements.py)
 echo "torch==$version" >"$VENV/torch-pin.txt"
 "$VENV/bin/python" -m pip install -q -c "$VENV/torch-pin.txt" "${requirements[@]}" 2>&1 | grep -v "is ignored" || true
 installed=$("$VENV/bin/python" -c "import torch; print(torch.__version__)")
