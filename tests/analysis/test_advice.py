@@ -19,6 +19,7 @@ from user_state import assert_same, state_of  # noqa: E402
 from gpumem_kernel.analysis import AnalysisRequest, advise, analyze, gpu_lookup  # noqa: E402
 from gpumem_kernel.analysis.pipeline.advice_levers import COST_KINDS, LEVERS, command_with  # noqa: E402
 from gpumem_kernel.analysis.request.progress import Progress  # noqa: E402
+from gpumem_kernel.analysis.search.engines import TraceMemo  # noqa: E402
 
 SCHEMA = Path(__file__).resolve().parents[2] / "gpumem_kernel" / "wire" / "schemas" / "analysis.schema.json"
 MiB = 1 << 20
@@ -120,6 +121,43 @@ def test_a_shorter_sequence_is_the_longest_that_fits_traced_at_that_length():
     same_as_alone(model, request, row)
     longer = analyze(model, replace(request, input=(row.maximum + 64,)))
     assert longer.peak_bytes > request.memory  # the next length of the search's multiple does not fit
+
+
+def test_no_shorter_sequence_is_searched_where_the_weights_and_optimizer_state_alone_are_over(monkeypatch):
+    """No sequence length shrinks the weights and AdamW's two moments: over the device on their own, the sequence
+    search would trace only lengths that do not fit, so it is not run (with room for them it is: the test above)."""
+    from gpumem_kernel.analysis.search import engines
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(1000, 64), torch.nn.Linear(64, 1000))
+    states = 3 * sum(p.numel() * 4 for p in model.parameters())  # fp32 weights, exp_avg, exp_avg_sq
+    request = AnalysisRequest(batch_size=8, input=(1024,), memory=states - MiB, reserve=0)
+    analysed = analyze(model, request)
+    assert analysed.parameters_bytes + analysed.optimizer_bytes == states
+    traced: List[int] = []
+    trace = engines.run_trace
+    monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
+    assert advise(model, request, analysed, only=("shorter-sequence",)).rows == [] and traced == []
+
+
+def test_rows_that_change_only_the_sharding_trace_no_batch_the_analysis_traced(monkeypatch):
+    """FSDP's rows trace the same one-GPU step as the analysis (the rank's share is what sharding saves of it): a
+    batch the analysis traced is not traced again, and each row is still the analysis with that lever set."""
+    from gpumem_kernel.analysis.search import engines
+
+    traced: List[int] = []
+    trace = engines.run_trace
+    monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
+    model = mlp()
+    request = replace(just_over(model, batch_size=512, input=(256,)), traces=TraceMemo())
+    traced.clear()
+    analysed = analyze(model, request)
+    by_analysis = set(traced)
+    traced.clear()
+    advice = advise(model, request, analysed, only=("fsdp",))
+    assert [r.key[:5] for r in advice.rows] == ["fsdp-"] and 512 in by_analysis
+    assert not by_analysis & set(traced) and len(traced) == len(set(traced))
+    same_as_alone(model, replace(request, traces=None), advice.rows[0])
 
 
 def test_combinations_are_traced_only_where_no_lever_fits_alone():

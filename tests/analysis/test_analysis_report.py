@@ -17,7 +17,7 @@ from gpumem_kernel.analysis.search import recommendations  # noqa: E402
 from gpumem_kernel.analysis.pipeline.analyze import analyze, print_memory_analysis, recommend_batch_size  # noqa: E402
 from gpumem_kernel.analysis.search.engines import Point  # noqa: E402
 from gpumem_kernel.analysis.report.report import AnalysisReport  # noqa: E402
-from gpumem_kernel.analysis.search.max_batch import search_maximum  # noqa: E402
+from gpumem_kernel.analysis.search.max_batch import SEED, search_maximum  # noqa: E402
 from gpumem_kernel.analysis.report.picks import Rounding  # noqa: E402
 from gpumem_kernel.analysis.report.render import MIME, analysis_bundle  # noqa: E402
 
@@ -201,6 +201,27 @@ def test_search_handles_ooms_and_batches_that_do_not_fit() -> None:
     assert too_big.maximum == 0 and "does not fit" in too_big.note
     unlimited = search_maximum(_Synthetic(lambda b: b), None)
     assert unlimited.maximum is None
+
+
+def test_where_the_first_batch_is_over_batch_1_runs_next_and_the_line_through_both_aims() -> None:
+    """A large model's few samples: nothing fits after two runs, not four halvings down to batch 1; where batch 1
+    fits, the line through it and the first batch lands on the maximum, and the answer is the one bisection gives."""
+    nothing = _Synthetic(lambda b: 5000 + b)
+    assert search_maximum(nothing, 1000).maximum == 0 and nothing.calls == [SEED, 1]
+    for per_sample, limit in ((1000, 3500), (700, 4000), (1000, 8999)):
+        engine = _Synthetic(lambda b, slope=per_sample: 1000 + slope * b + (b * 7919) % 97)
+        found = search_maximum(engine, limit)
+        exact = max(b for b in range(1, SEED) if engine.footprint(b) <= limit)
+        assert found.maximum == exact, (per_sample, limit)
+        assert engine.calls[:2] == [SEED, 1] and len(engine.calls) <= 5, engine.calls
+
+
+def test_a_batch_1_that_cannot_run_does_not_end_the_search_while_batch_2_may_fit() -> None:
+    """BatchNorm cannot train on one sample: batch 1 counts as over only once batch 2 is over too."""
+    engine = _Synthetic(lambda b: 1000 * b)
+    engine.point = lambda b, run=engine.point: None if b == 1 else run(b)  # type: ignore[method-assign]
+    assert search_maximum(engine, 3500).maximum == 3
+    assert search_maximum(engine, 1500).maximum == 0
 
 
 def test_the_search_runs_the_same_batches_whatever_was_analysed() -> None:

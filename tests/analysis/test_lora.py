@@ -193,3 +193,27 @@ def test_the_cli_says_a_bad_lora_in_one_line(capsys: Any) -> None:
     code = cli.main(["analyze", "--model", str(CONFIGS / "llama"), "-b", "2", "--input", "16", "--lora", "r=abc"])
     err = capsys.readouterr().err
     assert code == 2 and "lora: r must be a positive integer, got 'abc'" in err and err.count("\n") <= 1
+
+
+def test_amp_saving_is_not_claimed_over_a_bf16_base_whose_adapters_alone_are_fp32() -> None:
+    """Without autocast a LoRA step over a bf16 base runs its base in bf16: "vs fp32" would not be what AMP saves,
+    so the step without AMP is not traced and the report says why. Over an fp32 base it is traced."""
+    from gpumem_kernel.analysis.search import engines
+
+    counted = []
+
+    def traced(model: Any, **options: Any) -> Any:
+        counted.clear()
+        run = engines.run_trace
+        engines.run_trace = lambda plan, batch, **kw: counted.append(batch) or run(plan, batch, **kw)
+        try:
+            return analyze(model, batch_size=2, input=32, lora="r=8", amp="bf16", **options), list(counted)
+        finally:
+            engines.run_trace = run
+
+    half, half_traces = traced(_llama().to(torch.bfloat16))
+    assert half.amp_saved_bytes is None and half_traces == [2, 4]  # the step, and twice its batch for the slope
+    assert any("frozen weights are bfloat16 already" in note and "mostly in bfloat16" in note for note in half.notes)
+    full, full_traces = traced(_llama())
+    assert full.amp_saved_bytes is not None and full_traces == [2, 4, 2]  # and the step without AMP
+    assert not any("AMP's saving is not traced" in note for note in full.notes)

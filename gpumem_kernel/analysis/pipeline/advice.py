@@ -30,6 +30,7 @@ from gpumem_kernel.analysis.measure.workbench import RngSnapshot
 from gpumem_kernel.analysis.report.report import AnalysisReport
 from gpumem_kernel.analysis.request.progress import Progress
 from gpumem_kernel.analysis.request.request import AnalysisRequest
+from gpumem_kernel.analysis.search.engines import TraceMemo
 from gpumem_kernel.probe.torchstats import cuda_initialised
 
 DEFAULT_COMMAND = "%gpumem analyze model"
@@ -37,6 +38,9 @@ DEFAULT_COMMAND = "%gpumem analyze model"
 # analysis itself, add at most this many seconds; a longer one is left to --advise (the report says how to ask), so
 # that a plain analysis of a large model stays as quick as it was.
 ADVICE_SECONDS = 20.0
+# the request's fields no trace of the step reads: the sharding (a rank's own step is traced apart, and the
+# engine's single-device trace is scaled by what sharding saves) and the sequence search (its own engines)
+SAME_STEP = frozenset({"world_size", "strategy", "search", "seq_batches"})
 COMBINE_CHEAPEST = 4  # combinations are of the cheapest levers only: pairs, then triples where no pair fits
 _PAYLOAD_FIELDS = (
     "key lever flags command cost cost_kind peak_bytes peak_allocated_bytes maximum maximum_of status fits per_rank "
@@ -137,7 +141,8 @@ def advise(
 @dataclass
 class _Plan:
     """The levers advise() traces first: those that change the step, one analysis each; sharding; and the shorter
-    sequence (two analyses). Pairs follow only where no lever fits alone."""
+    sequence (two analyses, none where the weights and optimizer state alone are over). Pairs follow only where no
+    lever fits alone."""
 
     wanted: Optional[Set[str]]
     singles: List[Tuple[Any, Dict[str, Any]]] = field(default_factory=list)
@@ -184,6 +189,7 @@ def analyzed_with_advice(
     from gpumem_kernel.analysis.pipeline.analyze import analyze
 
     started = time.monotonic()
+    request = replace(request, traces=request.traces or TraceMemo())  # for the rows that trace the same step
     report = analyze(model, request)
     if not wants_advice(report, when):
         return report, None
@@ -205,6 +211,8 @@ class _Tracer:
 
     def __init__(self, model: Any, request: AnalysisRequest, command: str) -> None:
         self.model, self.request, self.command = model, request, command
+        # the analysed step's traces: a row that changes only what a trace does not read traces nothing anew
+        self.traces = request.traces or TraceMemo()
         self.heard = _LeverProgress(request.on_progress)
         self.planned = 0
         self.done = 0
@@ -218,7 +226,9 @@ class _Tracer:
         # the user's RNG state as it was: the planning copy's adapters are initialised from it (lora=)
         rng = RngSnapshot.take(cuda=cuda_initialised())
         try:
-            return analyze(self.model, replace(self.request, on_progress=self.heard, advice_row=True, **changes))
+            traces = self.traces if set(changes) <= SAME_STEP else None
+            request = replace(self.request, on_progress=self.heard, advice_row=True, traces=traces, **changes)
+            return analyze(self.model, request)
         finally:
             rng.restore()
             self.heard.finished()
@@ -336,7 +346,16 @@ def _sequence_applies(situation: Situation) -> bool:
         and not request.seq_search
         and situation.built_in_step
         and sequence_changes(request, 1) is not None
+        and not _states_over(report)
     )
+
+
+def _states_over(report: AnalysisReport) -> bool:
+    """The weights and the optimizer's state on one GPU, which no sequence length changes and which every step holds
+    at once, over its limit on their own: no shorter sequence fits, and its search would only trace that."""
+    limit = report.device.limit_bytes
+    states = report.parameters_bytes + report.optimizer_bytes
+    return report.distributed is None and limit is not None and states > limit
 
 
 def _shorter_sequence(situation: Situation, tracer: _Tracer) -> List[AdviceRow]:

@@ -232,7 +232,7 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
     notes: List[str] = []
     try:
         # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
-        traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes)
+        traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes, memo=request.traces)
         plan.progress.enter("batch", f"analysing batch {batch_size}")
         current_trace = traced.point(batch_size, request.stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
@@ -411,12 +411,13 @@ def _amp_saving(
     plan: TracePlan, info: Any, sharding: Sharding, current: Point, traced: bool, notes: List[str]
 ) -> Optional[int]:
     """What autocast saves against the same step in fp32 (traced engine only); None when not traced."""
-    weights_dtype = _half_weights(plan.model, plan.amp)
-    if weights_dtype is not None:
+    half = _half_weights(plan.model, plan.amp)
+    if half is not None:
         # without AMP this step runs in the weights' own precision, not fp32: no "vs fp32" figure to trace
+        weights_dtype, which = half
         notes.append(
-            f"AMP's saving is not traced: the weights are {weights_dtype} already, so without AMP the step "
-            f"runs in {weights_dtype}, not fp32"
+            f"AMP's saving is not traced: the {which} are {weights_dtype} already, so without AMP the step "
+            f"runs {'mostly ' if which != 'weights' else ''}in {weights_dtype}, not fp32"
         )
         return None
     if plan.amp is None or not traced:
@@ -428,13 +429,18 @@ def _amp_saving(
     return plain_point.footprint - current.footprint if plain_point else None
 
 
-def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[str]:
-    """The AMP dtype's name when every floating parameter already has it (a bf16 LLM under bf16 autocast)."""
+def _half_weights(model: Any, amp_mode: Optional[str]) -> Optional[Tuple[str, str]]:
+    """(the AMP dtype's name, which weights) when the weights already have it: every floating parameter (a bf16 LLM
+    under bf16 autocast), or every frozen one (LoRA or QLoRA adapters in fp32 over a bf16 base, whose quantised
+    weights compute in bf16): without autocast such a step is no fp32 step, so "vs fp32" would not be its saving."""
     if amp_mode is None:
         return None
     name = AMP_DTYPES[amp_mode]
-    dtypes = {str(p.dtype) for p in model.parameters() if p.is_floating_point()}
-    return name if dtypes == {f"torch.{name}"} else None
+    floating = [p for p in model.parameters() if p.is_floating_point()]
+    frozen = [p for p in floating if not p.requires_grad]
+    weights, which = (frozen, "frozen weights") if frozen and len(frozen) < len(floating) else (floating, "weights")
+    dtypes = {str(p.dtype) for p in weights}
+    return (name, which) if dtypes == {f"torch.{name}"} else None
 
 
 def _fine_tune_plan(

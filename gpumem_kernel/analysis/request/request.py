@@ -73,6 +73,9 @@ class AnalysisRequest:
     on_trace: Optional[Callable[[Any], None]] = field(default=None, compare=False)
     # called with a Progress (analysis.request.progress) at each phase and trace: a front end's progress line
     on_progress: Optional[Callable[[Any], None]] = field(default=None, compare=False)
+    # the traces of this step another analysis ran (analysis.search.engines.TraceMemo), by batch: what makes it fit
+    # passes them on to the rows that change only what a trace does not read (the sharding, the sequence search)
+    traces: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "grad_accum", "world_size"):

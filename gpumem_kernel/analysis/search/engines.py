@@ -6,6 +6,7 @@ real steps on the GPU (analysis.measure.real_steps)."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterable, Optional, Set, Tuple
 
@@ -31,6 +32,31 @@ class Point:
     retries: int = 0  # the allocator freed its cache this many times to fit the device (last resort)
 
 
+class TraceMemo:
+    """The traces of one step by batch, as run_trace returned them (stream and device events kept), for the analyses
+    that trace that same step: an analysis and those rows of what makes it fit that change only what a trace does
+    not read (pipeline.advice). Each engine settles a copy of its own."""
+
+    def __init__(self) -> None:
+        self._traces: Dict[int, TraceResult] = {}
+
+    def get(self, batch: int) -> Optional[TraceResult]:
+        kept = self._traces.get(batch)
+        return None if kept is None else _own_copy(kept)
+
+    def put(self, batch: int, trace: TraceResult) -> None:
+        self._traces[batch] = _own_copy(trace)
+
+
+def _own_copy(trace: TraceResult) -> TraceResult:
+    """The result with the parts an engine replaces or empties (settle, the last resort) its own."""
+    copied = copy.copy(trace)
+    copied.device = copy.copy(trace.device)
+    copied.breakdown = dict(trace.breakdown)
+    copied.notes = list(trace.notes)
+    return copied
+
+
 class TracedEngine:
     """point(batch) from a trace, or from the stream predicted by the batches traced before it (size_reuse.SizeFit,
     with `reuse`); confirm() traces the predicted batches a search's answer rests on."""
@@ -45,8 +71,10 @@ class TracedEngine:
         limit: Optional[int] = None,
         reuse: Optional[bool] = None,
         on_trace: Optional[Callable[[TraceResult], None]] = None,
+        memo: Optional[TraceMemo] = None,
     ) -> None:
         self.plan, self.context, self.sharding = plan, context, sharding
+        self.memo = memo  # traces of this plan that another analysis ran (TraceMemo)
         self.limit = limit  # the device limit the search uses (None: the replay is never limited)
         self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
@@ -69,14 +97,19 @@ class TracedEngine:
 
     def _traced(self, batch: int, stack_hook: Optional[Callable[[], Any]]) -> Optional[Point]:
         plan = self.plan if stack_hook is None else replace(self.plan, stack_hook=stack_hook)
-        try:
-            trace = run_trace(plan, batch, fake=True)
-        except TraceError as exc:
-            if not self.cache:
-                raise  # the user's own batch size must trace
-            self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
-            return None
-        self.traces += 1
+        memo = self.memo if stack_hook is None else None  # a hooked trace is the caller's, events and all
+        trace = memo.get(batch) if memo is not None else None
+        if trace is None:
+            try:
+                trace = run_trace(plan, batch, fake=True)
+            except TraceError as exc:
+                if not self.cache:
+                    raise  # the user's own batch size must trace
+                self.errors[batch] = str(exc)  # e.g. BatchNorm at batch 1: the search treats it as not fitting
+                return None
+            self.traces += 1
+            if memo is not None:
+                memo.put(batch, trace)
         self.agreed = self.fit.add(batch, trace) if self.fit is not None else True
         if self.on_trace is not None:
             self.on_trace(trace)

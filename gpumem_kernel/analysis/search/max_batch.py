@@ -56,7 +56,9 @@ def search_maximum(engine: Any, limit: Optional[int], runs: int = TRACED_RUNS) -
     From batch SEED it grows (along the line through the two largest fitting batches, at most GROWTH-fold;
     doubling while the footprint is flat) until a batch goes over the limit, then closes the bracket to 0.5%
     of the batch (exact below 200): secant steps alternating with bisection, so a poor line costs a few runs
-    and never a wrong answer.
+    and never a wrong answer. Where SEED is over, batch 1 runs next: over, nothing fits (one run, not a halving
+    down to it); fitting, the line through batch 1 and SEED aims at the maximum (a large model's few samples).
+    A batch 1 that cannot run (BatchNorm) is left aside until batch 2 is over too.
     Every candidate is run, none is read off the line; a batch that cannot run (an OOM on the GPU, a trace
     error such as BatchNorm at batch 1) counts as over. After `runs` runs the answer is the largest batch
     that fit; if nothing has gone over by then, the line through the largest runs is extrapolated and the
@@ -104,6 +106,8 @@ class _Bracket:
 
     def hi(self) -> Optional[int]:
         over = [p.batch_size for p in self.points.values() if p.footprint > self.limit] + list(self.failed)
+        if 1 in self.failed and len(over) > 1 and min(b for b in over if b != 1) > 2:
+            over.remove(1)  # batch 1 could not run (BatchNorm): a larger batch may, down to batch 2
         return min(over) if over else None
 
     def close(self, runs: int) -> Tuple[int, bool]:
@@ -123,8 +127,8 @@ class _Bracket:
             self.run(self._candidate(lo, hi))
 
     def _candidate(self, lo: Optional[Point], hi: Optional[int]) -> int:
-        if lo is None:  # nothing fits yet: halve
-            return max(1, (hi or 2) // 2)
+        if lo is None:  # nothing fits yet: batch 1, then halve
+            return 1 if 1 not in self.points and 1 not in self.failed else max(1, (hi or 2) // 2)
         if hi is None:  # nothing over yet: grow
             line = self._line_above(lo)
             step = lo.batch_size * 2 if line is None else line
