@@ -10,7 +10,8 @@ nn = torch.nn
 
 from gpumem_kernel.analysis.gpus import lookup as gpus  # noqa: E402
 from gpumem_kernel.analysis.pipeline.analyze import analyze  # noqa: E402
-from gpumem_kernel.analysis.search.engines import TracedEngine  # noqa: E402
+from gpumem_kernel.analysis.allocator.caching_allocator import replay  # noqa: E402
+from gpumem_kernel.analysis.search.engines import TracedEngine, requested_peak  # noqa: E402
 from gpumem_kernel.analysis.request.inputs import batch_maker  # noqa: E402
 from gpumem_kernel.analysis.model.model_states import Sharding  # noqa: E402
 from gpumem_kernel.analysis.trace.run import run_trace  # noqa: E402
@@ -54,3 +55,15 @@ def test_a_step_that_does_not_fit_even_after_the_release_keeps_its_unlimited_fig
     assert (tight.reserved, tight.footprint, tight.retries) == (free.reserved, free.footprint, 0)
     assert tight.footprint > CONTEXT + 300 * MiB
     assert tight.trace is not None and tight.trace.device.events == []  # the stream is not kept per point
+
+
+def test_a_stream_asking_more_at_once_than_the_limit_never_fits_under_it() -> None:
+    """The bytes the stream's allocations ask for at once bound every allocator's: above them the replay under the
+    limit cannot fit, so the engine keeps the unlimited figures without it; between them and the reserved peak it
+    is the replay that decides."""
+    events = run_trace(_plan(_mlp()), BATCH, fake=True).device.events
+    asked = requested_peak(events)
+    unlimited = replay(events)
+    assert 0 < asked <= unlimited.peak_allocated
+    assert not replay(events, limit=asked - 1).fits
+    assert replay(events, limit=unlimited.peak_reserved).fits

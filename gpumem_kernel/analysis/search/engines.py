@@ -154,7 +154,10 @@ class TracedEngine:
         trace = point.trace
         if self.limit is None or point.footprint <= self.limit or trace is None or not trace.device.events:
             return point
-        limited = replay(trace.device.events, self.plan.expandable_segments, self.limit - self.context + saving)
+        room = self.limit - self.context + saving
+        if requested_peak(trace.device.events) > room:
+            return point  # more bytes in use at once than the device holds: no freeing of its cache makes room
+        limited = replay(trace.device.events, self.plan.expandable_segments, room)
         if not limited.fits:
             return point  # over: the unlimited figures say by how much
         trace.device = limited
@@ -163,6 +166,21 @@ class TracedEngine:
         return replace(
             point, allocated=allocated, reserved=reserved, footprint=reserved + self.context, retries=limited.retries
         )
+
+
+def requested_peak(events: Iterable[Tuple[str, Any, int]]) -> int:
+    """The most bytes the stream's allocations ask for at once: what any allocator, its cache emptied, must hold
+    (each block it hands out is at least the bytes asked)."""
+    asked: Dict[Any, int] = {}
+    live = peak = 0
+    for kind, handle, nbytes in events:
+        if kind == "alloc":
+            asked[handle] = nbytes
+            live += nbytes
+            peak = max(peak, live)
+        else:
+            live -= asked.pop(handle, 0)
+    return peak
 
 
 class MeasuredEngine:
