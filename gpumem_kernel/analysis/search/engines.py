@@ -16,6 +16,7 @@ from gpumem_kernel.analysis.model.model_states import Sharding
 from gpumem_kernel.analysis.search.size_reuse import AFFINE, SizeFit
 from gpumem_kernel.analysis.trace.run import run_trace
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
+from gpumem_kernel.analysis.trace.tracker import heap_frozen
 
 
 SIZE_REUSE = True  # the searches predict streams from the sizes traced before (size_reuse); False: trace every one
@@ -157,7 +158,8 @@ class TracedEngine:
         room = self.limit - self.context + saving
         if requested_peak(trace.device.events) > room:
             return point  # more bytes in use at once than the device holds: no freeing of its cache makes room
-        limited = replay(trace.device.events, self.plan.expandable_segments, room)
+        with heap_frozen():  # the replay's blocks, many and short-lived
+            limited = replay(trace.device.events, self.plan.expandable_segments, room)
         if not limited.fits:
             return point  # over: the unlimited figures say by how much
         trace.device = limited

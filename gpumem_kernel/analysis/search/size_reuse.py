@@ -23,6 +23,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from gpumem_kernel.analysis.trace.plan import TracePlan, TraceResult
 from gpumem_kernel.analysis.trace.summary import TracedStream, summarize
+from gpumem_kernel.analysis.trace.tracker import heap_frozen
 
 AFFINE = 1  # bytes against the batch size
 QUADRATIC = 2  # bytes against the sequence length (attention's L x L scores)
@@ -124,8 +125,9 @@ class SizeFit:
         if sizes is None:
             return None
         base = self.samples[0]
-        stream = _with_sizes(base.stream, sizes, [i for i, _ in self.varying])
-        result = summarize(stream, size, base.trace.fake, plan)
+        with heap_frozen():  # a stream's worth of new records and allocator blocks
+            stream = _with_sizes(base.stream, sizes, [i for i, _ in self.varying])
+            result = summarize(stream, size, base.trace.fake, plan)
         result.dropped_hooks = base.trace.dropped_hooks
         result.replication = base.trace.replication
         result.loss_source = base.trace.loss_source

@@ -145,6 +145,20 @@ def ours_to_freeze() -> bool:
 
 
 @contextlib.contextmanager
+def heap_frozen() -> Iterator[None]:
+    """What exists now frozen while the block runs (where ours_to_freeze): the collections its many new objects set
+    off walk those objects only, not the model, the libraries and the traced streams a search keeps."""
+    freezes = ours_to_freeze()
+    if freezes:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freezes:
+            gc.unfreeze()
+
+
+@contextlib.contextmanager
 def ordered_cache_clears(tracker: Any) -> Iterator[None]:
     """torch.clear_autocast_cache, which autocast's outermost exit calls, with the tracker told what it freed
     (TraceTracker.cache_cleared); put back on exit."""
