@@ -39,10 +39,10 @@ def test_there_is_a_notebook_per_capability_and_their_outputs_are_stripped():
                 assert cell.outputs == [] and cell.execution_count is None, path.name
 
 
-# A tour runs whole, cell after cell: 07 plans three 8B steps (QLoRA, DoRA, generation), about 20 s each on an idle
-# 2-core machine and minutes on a loaded one, and what makes a full fine-tune fit (seven traced analyses of the 8B
-# step, under a minute idle), so the whole notebook gets more than the suite's 300 s per test; each cell keeps its
-# own 360 s limit (NotebookClient's timeout).
+# A tour runs whole, cell after cell: 07 plans three 8B steps (QLoRA, DoRA, generation), 10 to 20 s each on an idle
+# 2-core machine and minutes on a loaded one, and what makes a full fine-tune fit (the 8B step analysed again with a
+# lever set, seven times, about 20 s idle), so the whole notebook gets more than the suite's 300 s per test; each
+# cell keeps its own 360 s limit (NotebookClient's timeout).
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("path", EXAMPLES, ids=[path.stem for path in EXAMPLES])
 def test_the_notebook_runs_without_an_error(path, tmp_path):
