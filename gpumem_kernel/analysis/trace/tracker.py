@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set
 
 from gpumem_kernel.analysis.fake.rnn_workspace import with_rnn_workspace
 from gpumem_kernel.analysis.fake.size_hints import SizeHints
+from gpumem_kernel.analysis.allocator.import_guard import interrupts_held
 from gpumem_kernel.analysis.allocator.storage import tracker_class
 
 
@@ -149,13 +150,14 @@ def heap_frozen() -> Iterator[None]:
     """What exists now frozen while the block runs (where ours_to_freeze): the collections its many new objects set
     off walk those objects only, not the model, the libraries and the traced streams a search keeps."""
     freezes = ours_to_freeze()
-    if freezes:
-        gc.freeze()
     try:
+        if freezes:
+            gc.freeze()
         yield
     finally:
         if freezes:
-            gc.unfreeze()
+            with interrupts_held():  # a Ctrl-C meanwhile waits: nothing is left frozen
+                gc.unfreeze()
 
 
 @contextlib.contextmanager
