@@ -200,6 +200,28 @@ def test_a_shorter_length_that_reserves_a_20_mib_buffer_lowers_the_limit_for_var
     )
 
 
+def test_lengths_the_search_predicted_do_not_count_as_the_checks_traces():
+    """A predicted length costs an allocator replay, not a trace: with two traces to spend the check still follows
+    every segment change (a long text at batch 1 has dozens), up to CHECK_POINTS lengths in all."""
+
+    def kinds(k):
+        return ("buffer",) if k < 5 else ("buffer", "buffer") if k < 8 else ("exact",)
+
+    class Predicting(CurveEngine):
+        predicted = set(range(1, 100))
+
+    engine = Predicting(lambda k: 500 + 4 * k + (20 if 5 <= k < 8 else 0), kinds)
+    found = seq_search.search_maximum(engine, 539 * MiB)
+    full = seq_search.check_every_length(engine, found.maximum, 539 * MiB, list(engine.traced), runs=2)
+    assert full.complete and full.extra_traces > 2
+    assert full.every_length == every_length_by_scan(engine, found.maximum, 539) == 256
+    assert seq_search.variable_note(full, found.maximum * 64).endswith("with variable lengths the limit is 256")
+    capped = seq_search.check_every_length(
+        Predicting(lambda k: 500, lambda k: ("exact",) * k), 200, 539 * MiB, [1, 200]
+    )  # a segment more at each length: every gap is bisected, up to the cap
+    assert not capped.complete and capped.extra_traces == seq_search.CHECK_POINTS
+
+
 def test_when_the_shortest_length_is_over_no_length_is_picked():
     engine = CurveEngine(lambda k: 600 if k == 1 else 500 + 4 * k, lambda k: ("buffer",) if k == 1 else ("exact",))
     maximum, variable, _ = search_then_check(engine, 541)

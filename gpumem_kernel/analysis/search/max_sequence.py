@@ -39,6 +39,9 @@ DEFAULT_MULTIPLE = 64  # tensor-core friendly, and what tokenizers' pad_to_multi
 DEFAULT_BATCHES = (1, 4, 8)
 MAX_MULTIPLE = 1 << 16
 CHECK_RUNS = 16  # traces the every-length check may add to a batch's search (a bisection per segment change)
+# lengths it may add in all, predicted ones included (analysis.search.size_reuse: an allocator replay each, no trace):
+# a long text's many segment changes at batch 1 are followed to its maximum, not cut short after 16
+CHECK_POINTS = 64
 
 
 # --- the multiple: the call's, the JupyterLab setting's, or the default ------------------------------------------
@@ -234,15 +237,18 @@ def check_every_length(
 ) -> VariableLengths:
     """Up to which length every multiple fits, in tokens, from the search's `maximum` (in multiples) and the
     multiples it `traced`. `engine` has point(k), signature(k) (the segments opened at k: segment_kinds) and
-    `multiple`. The shortest multiple is traced, then the gap between two traced multiples is bisected while
-    their signatures differ or the longer one is over the limit, shortest gaps first, at most `runs` new traces."""
+    `multiple`, and may have `predicted` (the multiples whose point it predicted rather than traced). The shortest
+    multiple is traced, then the gap between two traced multiples is bisected while their signatures differ or the
+    longer one is over the limit, shortest gaps first, at most `runs` new traces and CHECK_POINTS new lengths."""
     known = set(traced)
+    predicted = getattr(engine, "predicted", set())
     fits = [k for k in known if k <= maximum and not _over(engine.point(k), limit)]
     top = maximum if maximum in fits else max(fits, default=0)  # an extrapolated maximum: the check ends at the traces
     ks: Set[int] = {k for k in known if k <= top} | {1}
     while True:
         first_over, gap = _first_gap(engine, sorted(ks), limit)
-        if gap is None or len(ks - known) >= runs:
+        added = ks - known
+        if gap is None or len(added) >= CHECK_POINTS or len(added - predicted) >= runs:
             break
         ks.add((gap[0] + gap[1]) // 2)
     every = gap[0] if gap is not None else (maximum if first_over is None else first_over - 1)
