@@ -49,7 +49,7 @@ from gpumem_kernel.analysis.allocator.import_guard import interrupts_deferred, i
 from gpumem_kernel.analysis.trace.model_copy import TensorCopier, copy_model
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan
 from gpumem_kernel.analysis.trace.summary import replay_device
-from gpumem_kernel.analysis.trace.tracker import ours_to_freeze, trace_tracker_class
+from gpumem_kernel.analysis.trace.tracker import heap_frozen, trace_tracker_class
 
 CACHES = ("dynamic", "static")
 PREFILL, GROW, DECODE = "prefill", "grow", "decode"
@@ -117,51 +117,47 @@ def _trace(
 
     rng = torch.get_rng_state()
     tracker = trace_tracker_class()(fake=fake)
-    freezes = ours_to_freeze()
-    try:
-        if freezes:
-            gc.freeze()
-        mode: Any = tracer_imports()(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
-        with mode, _quiet_fake_tensor_log():
-            # copied before the tracker starts: the copy's detach() of each weight is no allocation of the step
-            copy, _, _ = copy_model(model, TensorCopier(fake=fake))
-            with tracker:
-                weights = _register_weights(tracker, copy)
-                try:
-                    facts = _generate(copy, tracker, prompt, new, batch_size, cache)
-                except TraceError:
-                    raise
-                except Exception as exc:
-                    raise TraceError(
-                        f"generation could not be traced: {type(exc).__name__}: {_first_line(exc)}"
-                    ) from None
-            del copy
-            gc.collect()
-        plan = TracePlan(model=None, optimizer=None, make_batch=_no_batch, loss_fn=_no_batch, **workspaces)
-        plan.expandable_segments = expandable_segments
-        device, _, _ = replay_device(tracker, plan)
-        return GenerationTrace(
-            prompt=prompt,
-            new=new,
-            batch_size=batch_size,
-            cache=cache,
-            weights_bytes=weights,
-            kv_cache_bytes=facts["kv_bytes"],
-            cache_length=facts["cache_length"],
-            prefill_peak_bytes=_span_peak(tracker, PREFILL),
-            decode_peak_bytes=_span_peak(tracker, DECODE if new > 1 else PREFILL),
-            logits_bytes=facts["logits_bytes"],
-            logits_positions=facts["logits_positions"],
-            vocab=facts["vocab"],
-            device=device,
-            notes=facts["notes"],
-        )
-    finally:
-        with interrupts_held():
-            if freezes:
-                gc.unfreeze()
-            tracker.close()
-            torch.set_rng_state(rng)
+    with heap_frozen():  # the trace's collections walk its own objects only
+        try:
+            mode: Any = tracer_imports()(allow_non_fake_inputs=True) if fake else contextlib.nullcontext()
+            with mode, _quiet_fake_tensor_log():
+                # copied before the tracker starts: the copy's detach() of each weight is no allocation of the step
+                copy, _, _ = copy_model(model, TensorCopier(fake=fake))
+                with tracker:
+                    weights = _register_weights(tracker, copy)
+                    try:
+                        facts = _generate(copy, tracker, prompt, new, batch_size, cache)
+                    except TraceError:
+                        raise
+                    except Exception as exc:
+                        raise TraceError(
+                            f"generation could not be traced: {type(exc).__name__}: {_first_line(exc)}"
+                        ) from None
+                del copy
+                gc.collect()
+            plan = TracePlan(model=None, optimizer=None, make_batch=_no_batch, loss_fn=_no_batch, **workspaces)
+            plan.expandable_segments = expandable_segments
+            device, _, _ = replay_device(tracker, plan)
+            return GenerationTrace(
+                prompt=prompt,
+                new=new,
+                batch_size=batch_size,
+                cache=cache,
+                weights_bytes=weights,
+                kv_cache_bytes=facts["kv_bytes"],
+                cache_length=facts["cache_length"],
+                prefill_peak_bytes=_span_peak(tracker, PREFILL),
+                decode_peak_bytes=_span_peak(tracker, DECODE if new > 1 else PREFILL),
+                logits_bytes=facts["logits_bytes"],
+                logits_positions=facts["logits_positions"],
+                vocab=facts["vocab"],
+                device=device,
+                notes=facts["notes"],
+            )
+        finally:
+            with interrupts_held():
+                tracker.close()
+                torch.set_rng_state(rng)
 
 
 def _no_batch(*_: Any) -> Any:

@@ -46,7 +46,7 @@ from gpumem_kernel.analysis.trace.replicate import Replication, ReplicationMisma
 from gpumem_kernel.analysis.fake.torch_rules import applied as torch_rules_applied
 from gpumem_kernel.analysis.trace.plan import TraceError, TracePlan, TraceResult
 from gpumem_kernel.analysis.trace.summary import summarize
-from gpumem_kernel.analysis.trace.tracker import ordered_cache_clears, ours_to_freeze, trace_tracker_class
+from gpumem_kernel.analysis.trace.tracker import heap_frozen, ordered_cache_clears, trace_tracker_class
 from gpumem_kernel.analysis.trace.training_loop import (
     autocast_factory,
     default_loss,
@@ -172,58 +172,55 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
     tracker.logits = LogitsWatch(plan.logits_vocab) if plan.logits_vocab else None
     notes: List[str] = []
     loss_sources: List[str] = []
-    freezes = ours_to_freeze()
-    try:
-        if freezes:
-            gc.freeze()
-        mode: Any = contextlib.nullcontext()
-        if fake:
-            # its first use imports torch._dynamo and sympy: loaded whole here, whatever Ctrl-C does meanwhile
-            mode = tracer_imports()(allow_non_fake_inputs=True)
-        # fast paths answered in the real trace too, so that it follows the fake trace's path it is compared with
-        with mode, _quiet_fake_tensor_log(), answer_fast_paths():
-            copier = TensorCopier(fake=fake)
-            model, mapping, dropped = copy_model(plan.model, copier)
-            if plan.checkpointing and not plan.evaluation:
-                notes += checkpoint_blocks(model)
-            optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
-            stepped = _stepped(plan, fake, optimizer, tracker)
-            replicator = install(model, tracker, replicate)
-            loss_fn = _recording_loss(plan.loss_fn, loss_sources)
-            planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
-            # the planned torch's rules (analysis.fake.torch_rules): swaps over the CUDA ones, a mode over the tracker
-            kernels, clears = cuda_kernels(planned.version if planned else None), ordered_cache_clears(tracker)
-            with kernels as rerouted, tracker, rules, clears:
-                _register_model(tracker, model, optimizers_of(optimizer))
-                make_batch = functools.partial(plan.make_batch, batch_size, fake)
-                _steps_explained(plan, model, optimizer, make_batch, loss_fn, tracker, replicator)
-                replication = replicator.finish() if replicator is not None else Replication(False)
-                notes += _paged_notes(optimizers_of(optimizer))
-                notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
-                del model
-                if stepped is not None:
-                    stepped.release()  # a replayed state is freed where the deletion below frees a real one
-                del optimizer, mapping, copier
-                gc.collect()  # the copy's teardown recorded whether or not the collector ran (a cycle may hold it)
-                _keep_steps(plan, stepped, tracker)
-        if rerouted.attention:
-            notes.append(
-                "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the CPU's "
-                "math path would keep them)"
-            )
-        result = summarize(tracker, batch_size, fake, plan)
-        result.dropped_hooks = dropped
-        result.replication = replication
-        result.loss_source = loss_sources[0] if loss_sources else "custom"
-        result.step_autocast = tracker.step_autocast
-        result.notes += notes + _result_notes(result, plan)
-        return result
-    finally:
-        with interrupts_held():  # a Ctrl-C meanwhile waits: the collector and the RNG are put back whole
-            if freezes:
-                gc.unfreeze()
-            tracker.close()
-            torch.set_rng_state(rng)
+    with heap_frozen():  # the collection at the trace's end walks its own objects only
+        try:
+            mode: Any = contextlib.nullcontext()
+            if fake:
+                # its first use imports torch._dynamo and sympy: loaded whole here, whatever Ctrl-C does meanwhile
+                mode = tracer_imports()(allow_non_fake_inputs=True)
+            # fast paths answered in the real trace too, so that it follows the fake trace's path it is compared with
+            with mode, _quiet_fake_tensor_log(), answer_fast_paths():
+                copier = TensorCopier(fake=fake)
+                model, mapping, dropped = copy_model(plan.model, copier)
+                if plan.checkpointing and not plan.evaluation:
+                    notes += checkpoint_blocks(model)
+                optimizer = None if plan.evaluation else _optimizer_copies(plan, model, mapping, copier)
+                stepped = _stepped(plan, fake, optimizer, tracker)
+                replicator = install(model, tracker, replicate)
+                loss_fn = _recording_loss(plan.loss_fn, loss_sources)
+                planned, rules = plan.torch_rules, torch_rules_applied(plan.torch_rules, plan.evaluation)
+                # the planned torch's rules (analysis.fake.torch_rules): swaps over the CUDA ones, a mode over the
+                # tracker
+                kernels, clears = cuda_kernels(planned.version if planned else None), ordered_cache_clears(tracker)
+                with kernels as rerouted, tracker, rules, clears:
+                    _register_model(tracker, model, optimizers_of(optimizer))
+                    make_batch = functools.partial(plan.make_batch, batch_size, fake)
+                    _steps_explained(plan, model, optimizer, make_batch, loss_fn, tracker, replicator)
+                    replication = replicator.finish() if replicator is not None else Replication(False)
+                    notes += _paged_notes(optimizers_of(optimizer))
+                    notes += tracker.size_hints.notes() if tracker.size_hints else []  # which sizes were hinted
+                    del model
+                    if stepped is not None:
+                        stepped.release()  # a replayed state is freed where the deletion below frees a real one
+                    del optimizer, mapping, copier
+                    gc.collect()  # the copy's teardown recorded whether or not the collector ran (a cycle may hold it)
+                    _keep_steps(plan, stepped, tracker)
+            if rerouted.attention:
+                notes.append(
+                    "attention with dropout: traced as CUDA's fused kernels keep it (no L x L weights or mask; the "
+                    "CPU's math path would keep them)"
+                )
+            result = summarize(tracker, batch_size, fake, plan)
+            result.dropped_hooks = dropped
+            result.replication = replication
+            result.loss_source = loss_sources[0] if loss_sources else "custom"
+            result.step_autocast = tracker.step_autocast
+            result.notes += notes + _result_notes(result, plan)
+            return result
+        finally:
+            with interrupts_held():  # a Ctrl-C meanwhile waits: the tracker and the RNG are put back whole
+                tracker.close()
+                torch.set_rng_state(rng)
 
 
 def _steps_explained(
