@@ -76,14 +76,17 @@ def test_the_notebook_runs_without_an_error(path, tmp_path):
 
 def _the_full_fine_tune_is_told_what_makes_it_fit(book) -> None:
     """07's full fine-tune of the 8B model does not fit the 24 GB GPU, and its report's table has a recommended
-    change that does, with the command to run it."""
+    change that does, with the command to run it, and a row that fits and keeps full training (FSDP with an optimizer
+    change: no adapters)."""
     cell = next(c for c in book.cells if c.cell_type == "code" and "--advise" in c.source)
     payload = next(o["data"][ANALYSIS_MIME] for o in cell.outputs if ANALYSIS_MIME in o.get("data", {}))
     assert payload["recommendations"]["current"]["status"] == "will-not-fit"
     advice = payload["advice"]
-    assert advice["target"] == "RTX 4090" and len(advice["rows"]) >= 5
+    assert advice["target"] == "RTX 4090" and len(advice["rows"]) >= 8
     chosen = advice["rows"][advice["recommended"]]
     assert chosen["fits"] and chosen["command"].startswith("%gpumem analyze llama-3-8b ")
+    full = [r for r in advice["rows"] if r["fits"] and "+fsdp-" in r["key"]]
+    assert full and "--lora" not in full[0]["flags"] and full[0]["per_rank"], advice["rows"]
 
 
 def _the_timeline_names_the_models_cell(book) -> None:

@@ -1,6 +1,7 @@
 """What makes it fit (analysis.advise): each lever's row is the analysis run with that lever set, to the byte; the
 micro-batch lever keeps the samples per optimizer step; sharding's row is one rank's; the GPU row is the smallest of
-the table that holds the step; combinations only where no lever fits alone; the rows ordered by cost with the
+the table that holds the step; combinations only where no lever fits alone, and FSDP with the lever that keeps full
+training only where nothing that keeps it fits; the rows ordered by cost with the
 cheapest that fits recommended; a lever that does not apply or is set already has no row; the user's model and
 optimizer stay as they were; the levers' progress comes as one phase, "trying levers k of n"."""
 
@@ -158,6 +159,55 @@ def test_rows_that_change_only_the_sharding_trace_no_batch_the_analysis_traced(m
     assert [r.key[:5] for r in advice.rows] == ["fsdp-"] and 512 in by_analysis
     assert not by_analysis & set(traced) and len(traced) == len(set(traced))
     same_as_alone(model, replace(request, traces=None), advice.rows[0])
+
+
+def states_heavy() -> "torch.nn.Module":
+    """Four 1024 x 1024 layers at batch 2: AdamW's fp32 state (32 MiB) is what a rank or a paged optimizer saves."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*(torch.nn.Linear(1024, 1024) for _ in range(4)))
+
+
+KEEPING = ("paged-optimizer", "8bit-optimizer", "fsdp", "lora")
+
+
+def test_where_only_adapters_or_more_gpus_fit_a_row_shards_the_lever_that_keeps_full_training():
+    """Neither optimizer fits alone, LoRA does (it trains adapters only) and FSDP alone needs 4 GPUs: the row that
+    keeps full training is the optimizer that saves most alone with FSDP over fewer GPUs, to the byte the analysis
+    with both set."""
+    model = states_heavy()
+    peak = analyze(model, AnalysisRequest(batch_size=2, input=(1024,), memory="64GiB", reserve=0)).peak_bytes
+    request = AnalysisRequest(batch_size=2, input=(1024,), memory=peak - 50 * MiB, reserve=0)
+    advice = advise(model, request, analyze(model, request), only=KEEPING)
+    by_key = {r.key: r for r in advice.rows}
+
+    paged, eight = by_key["paged-optimizer"], by_key["8bit-optimizer"]
+    assert not paged.fits and not eight.fits and by_key["lora"].fits and paged.peak_bytes < eight.peak_bytes
+    alone = next(r for r in advice.rows if r.key.startswith("fsdp-"))
+    kept = [r for r in advice.rows if "+fsdp-" in r.key]
+    assert [r.key for r in kept] == ["paged-optimizer+fsdp-2"] and alone.changes["world_size"] > 2
+    row = kept[0]
+    assert row.fits and row.per_rank and row.cost_kind == "gpus"
+    assert row.flags == "--optimizer paged-adamw --world-size 2 --strategy fsdp"
+    same_as_alone(model, request, row)
+    assert advice.rows[advice.recommended].key == "lora"  # still the cheapest that fits: the row is beside it
+
+    # where a lever that keeps full training fits alone, no sharded row: that lever is the answer
+    roomier = replace(request, memory=paged.peak_bytes + MiB)
+    assert not any("+fsdp-" in r.key for r in advise(model, roomier, analyze(model, roomier), only=KEEPING).rows)
+
+
+def test_sharding_a_paged_optimizer_saves_no_share_of_the_state_the_gpu_does_not_hold():
+    """bitsandbytes' paged state lives in unified memory, outside the device's figures: a rank's formula saves its
+    share of the weights, gradients and the state on the device, never of the paged state (a figure below the
+    unsharded step less all it could save would be memory the GPU never held)."""
+    model = states_heavy()
+    options = dict(batch_size=2, input=(1024,), memory="64GiB", reserve=0, optimizer="paged-adamw", checkpointing=True)
+    one = analyze(model, AnalysisRequest(**options))
+    sharded = analyze(model, AnalysisRequest(world_size=2, strategy="fsdp", **options))
+    assert sharded.distributed is not None and sharded.distributed.engine != "traced"  # the formula's figure
+    assert one.optimizer_host_bytes >= 2 * 4 * 1024 * 1024 * 4  # both moments of the four weights, paged
+    shardable = one.parameters_bytes + one.parameters_bytes + one.optimizer_bytes  # fp32 grads: the weights' size
+    assert one.peak_bytes - shardable // 2 <= sharded.peak_bytes < one.peak_bytes
 
 
 def test_combinations_are_traced_only_where_no_lever_fits_alone():

@@ -197,6 +197,9 @@ def test_torch_adafactor_traces_with_its_factored_state() -> None:
     assert traced.optimizer_host == 4 * 4
     named = _trace(model, "adafactor")
     assert named.optimizer_state == factored
+    # the named kind runs as CUDA's default does, foreach (a copied optimizer of the user's: the same), whose
+    # step holds about a parameter's worth more than the for-loop a CPU would pick
+    assert named.optimizer_transient == traced.optimizer_transient and named.peak_live == traced.peak_live
 
 
 @pytest.mark.parametrize("beta1", [None, 0.9])

@@ -1,9 +1,10 @@
 """What would make it fit: the analysed step again with each lever the analysis can model set (pipeline.advice_levers),
 one at a time, each a separate analysis of its own (so each row's peak is what `analyze()` with that lever gives, to
 the byte); when no lever fits alone, the smallest combinations of the cheapest ones; sharding over 2, 4 or 8 GPUs
-(per rank, as the analysis traces a rank); the longest sequence that fits; and the smallest GPU of the table that
-holds the step as it is. The rows are ordered by what they cost, and the cheapest that fits is the recommendation.
-Nothing here touches the user's model or optimizer: each analysis works on copies."""
+(per rank, as the analysis traces a rank), and where only adapters or more GPUs fit, sharding with the lever that
+keeps full training; the longest sequence that fits; and the smallest GPU of the table that holds the step as it is.
+The rows are ordered by what they cost, and the cheapest that fits is the recommendation. Nothing here touches the
+user's model or optimizer: each analysis works on copies."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from gpumem_kernel.analysis.pipeline.advice_levers import (
+    COST_KINDS,
     FSDP_SIZES,
     GPU_LEVER_COST,
     LEVERS,
@@ -124,6 +126,7 @@ def advise(
     sharded = _sharded(situation, tracer) if sharding else None
     if sharded is not None:
         rows.append(sharded)
+        rows += _sharded_keeping_training(singles, alone, sharded, situation, tracer)
     if sequence:
         rows += _shorter_sequence(situation, tracer)
     # no lever of the table fits alone: pairs of the cheapest may still cost less than more GPUs or a shorter text
@@ -213,6 +216,8 @@ class _Tracer:
         self.model, self.request, self.command = model, request, command
         # the analysed step's traces: a row that changes only what a trace does not read traces nothing anew
         self.traces = request.traces or TraceMemo()
+        # the traces of each other step a row traced (by its changes that a trace reads), for the rows that shard it
+        self.steps: Dict[Tuple[Tuple[str, str], ...], TraceMemo] = {}
         self.heard = _LeverProgress(request.on_progress)
         self.planned = 0
         self.done = 0
@@ -226,12 +231,17 @@ class _Tracer:
         # the user's RNG state as it was: the planning copy's adapters are initialised from it (lora=)
         rng = RngSnapshot.take(cuda=cuda_initialised())
         try:
-            traces = self.traces if set(changes) <= SAME_STEP else None
+            traces = self._memo(changes)
             request = replace(self.request, on_progress=self.heard, advice_row=True, traces=traces, **changes)
             return analyze(self.model, request)
         finally:
             rng.restore()
             self.heard.finished()
+
+    def _memo(self, changes: Dict[str, Any]) -> TraceMemo:
+        """The traces of the step `changes` make: the analysed step's where they change only what no trace reads."""
+        step = tuple(sorted((name, repr(value)) for name, value in changes.items() if name not in SAME_STEP))
+        return self.steps.setdefault(step, TraceMemo()) if step else self.traces
 
     def row(self, levers: Sequence[Lever], changes: Dict[str, Any], note: Optional[str] = None) -> AdviceRow:
         """The row of `changes`; with a smaller micro-batch that does not fit, traced once more at the largest
@@ -335,6 +345,36 @@ def _sharded(situation: Situation, tracer: _Tracer) -> Optional[AdviceRow]:
             closest, low = row, middle + 1
         tracer.planned += int(low <= high)
     return best or closest
+
+
+def _sharded_keeping_training(
+    singles: List[Tuple[Lever, Dict[str, Any]]],
+    alone: List[AdviceRow],
+    sharded: AdviceRow,
+    situation: Situation,
+    tracer: _Tracer,
+) -> List[AdviceRow]:
+    """Where no row that keeps what is trained fits (only adapters, another optimizer, a shorter text or more GPUs
+    do): FSDP over fewer GPUs than it needs alone, with the lever that keeps what is trained and saves most on its
+    own (an 8-bit or paged optimizer, AMP, checkpointing, a smaller micro-batch), fewest GPUs first; the next such
+    lever only where that one fits at no size. One row: how a full fine-tune stays full, and on how many GPUs."""
+    training = COST_KINDS.index("training")
+    if any(row.fits and COST_KINDS.index(row.cost_kind) < training for row in alone):
+        return []
+    peaks = {row.key: row.peak_bytes for row in alone if row.peak_bytes is not None}
+    keeping = sorted(
+        ((lever, changes) for lever, changes in singles if lever.rank < training and lever.key in peaks),
+        key=lambda single: peaks[single[0].key],
+    )
+    fewer = sorted(size for size in FSDP_SIZES if not sharded.fits or size < sharded.changes["world_size"])
+    for lever, changes in keeping:
+        for size in fewer:  # a size that is over stops at the batch the lever's own row traced
+            gpus = fsdp_lever(size)
+            tracer.planned += 1
+            row = tracer.try_row((lever, gpus), {**changes, **(gpus.changes(situation) or {})})
+            if row is not None and row.fits:
+                return [row]
+    return []
 
 
 def _sequence_applies(situation: Situation) -> bool:

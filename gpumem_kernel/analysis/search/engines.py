@@ -119,7 +119,10 @@ class TracedEngine:
     def settle(self, batch: int, trace: TraceResult) -> Point:
         """The point of a trace (or a predicted one): per rank, under the device's limit as a last resort."""
         b = trace.breakdown
-        saving = self.sharding.saving(b["parameter"], b["gradient"], b["optimizer_state"])
+        # the breakdown counts state outside the caching allocator too (paged state, host `step` scalars): a rank
+        # saves only the share of what the device holds
+        on_device = max(0, b["optimizer_state"] - trace.optimizer_host)
+        saving = self.sharding.saving(b["parameter"], b["gradient"], on_device)
         allocated = trace.device.peak_allocated - saving
         reserved = trace.device.peak_reserved - saving
         point = self._last_resort(Point(batch, allocated, reserved, reserved + self.context, "traced", trace), saving)

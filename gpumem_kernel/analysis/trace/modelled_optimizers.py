@@ -330,4 +330,4 @@ def make_adafactor(params: Sequence[Any], lr: float) -> Any:
     cls = getattr(torch.optim, "Adafactor", None)
     if cls is None:
         raise ValueError(f"optimizer 'adafactor' needs torch >= 2.5 (torch.optim.Adafactor), not {torch.__version__}")
-    return answer_value_reads(cls(params, lr=lr))
+    return answer_value_reads(cls(params, lr=lr, foreach=True))
