@@ -58,6 +58,60 @@ def test_the_longest_sequence_at_each_batch_is_a_multiple_of_64_that_fits_with_t
     assert payload["settings"]["search"] == "seq" and payload["sequence_search"]["results"][1]["batch"] == 4
 
 
+def test_a_predicted_length_the_answer_names_twice_is_traced_once():
+    """The answer's lengths repeat where the last length that fits is also the one that needs most: each predicted
+    length is confirmed by one trace (a second of an 8B step), not one per mention."""
+    from gpumem_kernel.analysis.search.engines import Point
+
+    class Lengths(seq_search._SequenceEngine):
+        def __init__(self) -> None:  # no plan: point() below stands in for the traced step
+            self.cache = {k: Point(k, 10 * k, 12 * k, 12 * k, "traced") for k in (3, 4)}
+            self.predicted, self.segments, self.fit, self.agreed, self.traced = {3, 4}, {}, None, True, []
+
+        def point(self, k, traced=False):
+            if k not in self.cache:
+                self.traced.append(k)
+                self.cache[k] = Point(k, 10 * k, 12 * k, 12 * k, "traced")
+                self.agreed = True  # the trace gave the stream predicted
+            return self.cache[k]
+
+    engine = Lengths()
+    assert engine.confirm([3, 4, 3, 3]) and engine.traced == [3, 4] and not engine.predicted
+
+
+def test_the_analysed_length_is_a_point_of_the_search_without_a_trace_of_its_own(tmp_path, monkeypatch):
+    """At a batch the analysis traced, its trace at the analysed length is a sample of the search's fit, not traced
+    again: the same answers and curve as a search that traces it, and no more traces."""
+    from gpumem_kernel.analysis.search import engines
+
+    config = large_vocabulary(tmp_path)
+    options = dict(batch_size=1, seq=256, memory="2GiB", search="seq", seq_batches="1,4")
+    kept = engines.TraceMemo.get
+    reused = []
+
+    def get(memo, batch):
+        trace = kept(memo, batch)
+        if trace is not None:
+            reused.append(batch)
+        return trace
+
+    def searched():
+        traced = []
+        trace = engines.run_trace
+        monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
+        report = analyze_named(config, **options)
+        monkeypatch.setattr(engines, "run_trace", trace)
+        results = [(r.batch, r.maximum, r.recommended, r.safe, r.note, r.curve) for r in report.sequence_search.results]
+        return results, len(traced)
+
+    monkeypatch.setattr(engines.TraceMemo, "get", get)
+    shared, shared_traces = searched()
+    assert 1 in reused and 256 in [p.seq for p in shared[0][-1]]  # batch 1, which the analysis traced
+    monkeypatch.setattr(engines.TraceMemo, "get", lambda memo, batch: None)
+    alone, alone_traces = searched()
+    assert shared == alone and shared_traces <= alone_traces
+
+
 def test_seq_sets_the_token_count_of_a_model_by_name_and_of_a_token_shape(tmp_path):
     report = analyze_named(large_vocabulary(tmp_path), batch_size=2, seq=96, memory="2GiB")
     assert report.settings["seq"] == 96 and report.settings["input"] == "input_ids (96 tokens, vocab 32000) + labels"

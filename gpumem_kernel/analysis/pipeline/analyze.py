@@ -46,7 +46,7 @@ from gpumem_kernel.analysis.pipeline.device import (
     cuda_notes,
     device_limit,
 )
-from gpumem_kernel.analysis.search.engines import MeasuredEngine, Point, TracedEngine, retry_note
+from gpumem_kernel.analysis.search.engines import MeasuredEngine, Point, TraceMemo, TracedEngine, retry_note
 from gpumem_kernel.analysis.search.evaluation import evaluate
 from gpumem_kernel.analysis.model.fine_tune import FineTunePlan, add_to_report, planned_model
 from gpumem_kernel.analysis.model.fine_tune import check as check_fine_tune
@@ -231,8 +231,10 @@ def _run_engines(prepared: _Prepared, request: AnalysisRequest) -> _Ran:
     plan, sharding, info, batch_size = prepared.plan, prepared.sharding, prepared.info, request.batch_size
     notes: List[str] = []
     try:
-        # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises
-        traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes, memo=request.traces)
+        # the limit: a batch over it is replayed again under it, as the allocator frees its cache before it raises;
+        # the traces kept for the sequence search, whose length as analysed is one of its points at each batch
+        memo = request.traces or (TraceMemo() if prepared.sequences is not None else None)
+        traced = TracedEngine(plan, info.context_to_add, sharding, info.limit_bytes, memo=memo)
         plan.progress.enter("batch", f"analysing batch {batch_size}")
         current_trace = traced.point(batch_size, request.stack_hook)
         if current_trace is None or current_trace.trace is None:  # point() raises for the first batch
@@ -321,6 +323,7 @@ def _report(prepared: _Prepared, ran: _Ran, request: AnalysisRequest, started: f
             sharding=prepared.sharding,
             limit=info.limit_bytes,
             model_context=model_context(model),
+            analysed=(report.settings["seq"], ran.traced.memo),
         )
         report.elapsed_seconds = round(time.perf_counter() - started, 3)
     return with_snippets(report)

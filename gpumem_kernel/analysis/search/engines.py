@@ -134,7 +134,9 @@ class TracedEngine:
     def confirm(self, batches: Iterable[int]) -> bool:
         """Trace the predicted ones of `batches` (the search's answer): True when each trace gives the predicted
         point; else prediction stops and every predicted point is dropped, for the search to run again on traces."""
-        for batch in [b for b in batches if b in self.predicted]:
+        for batch in dict.fromkeys(batches):
+            if batch not in self.predicted:
+                continue
             guess = self.cache.pop(batch)
             self.predicted.discard(batch)
             real = self._traced(batch, None)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Hashable, Iterable, List, Optional, Sequ
 
 from gpumem_kernel.analysis.allocator.caching_allocator import LARGE_BUFFER
 from gpumem_kernel.analysis.search import engines
-from gpumem_kernel.analysis.search.engines import Point, TracedEngine
+from gpumem_kernel.analysis.search.engines import Point, TraceMemo, TracedEngine
 from gpumem_kernel.analysis.search.size_reuse import QUADRATIC, SizeFit
 from gpumem_kernel.analysis.report.picks import Rounding, picks_below
 from gpumem_kernel.analysis.search.max_batch import MAX_BATCH, TRACED_RUNS, search_maximum
@@ -41,7 +41,7 @@ MAX_MULTIPLE = 1 << 16
 CHECK_RUNS = 16  # traces the every-length check may add to a batch's search (a bisection per segment change)
 # lengths it may add in all, predicted ones included (analysis.search.size_reuse: an allocator replay each, no trace):
 # a long text's many segment changes at batch 1 are followed to its maximum, not cut short after 16
-CHECK_POINTS = 64
+CHECK_POINTS = 96
 
 
 # --- the multiple: the call's, the JupyterLab setting's, or the default ------------------------------------------
@@ -99,8 +99,11 @@ class _SequenceEngine:
         sharding: Any,
         limit: Optional[int],
         reuse: bool = True,
+        analysed: Tuple[Optional[int], Optional[TraceMemo]] = (None, None),
     ) -> None:
         self.plan, self.maker, self.batch, self.multiple = plan, maker, batch, multiple
+        # (the analysed length in tokens, the analysis's traces of it by batch): that length is not traced again
+        self.analysed = analysed
         self.context, self.sharding, self.limit = context, sharding, limit
         self.cache: Dict[int, Optional[Point]] = {}
         self.errors: Dict[int, str] = {}
@@ -118,7 +121,10 @@ class _SequenceEngine:
             if self.plan.progress is not None:
                 self.plan.progress.enter("sequence", f"searching sequence length ({seq} tokens)")
             plan = replace(self.plan, make_batch=self.maker(seq))
-            engine = TracedEngine(plan, self.context, self.sharding, self.limit, reuse=False, on_trace=self._observe(k))
+            memo = self.analysed[1] if seq == self.analysed[0] else None
+            engine = TracedEngine(
+                plan, self.context, self.sharding, self.limit, reuse=False, on_trace=self._observe(k), memo=memo
+            )
             guess = self.fit.predict(k, plan) if self.fit is not None and not traced else None
             if guess is not None:
                 self.predicted.add(k)
@@ -129,14 +135,20 @@ class _SequenceEngine:
                 except TraceError as exc:
                     self.errors[seq] = str(exc)
                     found = None
+                self.traces += engine.traces
             if found is not None and found.trace is not None:
                 self.segments[k] = segment_kinds(found.trace.device.segments)
             self.cache[k] = None if found is None else replace(found, batch_size=k, trace=None)
         return self.cache[k]
 
+    def seed(self) -> None:
+        """The analysed length's point first where the analysis traced this batch: a free sample of the fit."""
+        seq, memo = self.analysed
+        if seq is not None and memo is not None and seq % self.multiple == 0 and memo.get(self.batch) is not None:
+            self.point(seq // self.multiple)
+
     def _observe(self, k: int) -> Callable[[Any], None]:
         def observe(trace: Any) -> None:
-            self.traces += 1
             self.agreed = self.fit.add(k, trace) if self.fit is not None else True
 
         return observe
@@ -144,7 +156,9 @@ class _SequenceEngine:
     def confirm(self, ks: Iterable[int]) -> bool:
         """Trace the predicted ones of `ks` (the answer): True when each gives the predicted point and segments;
         else prediction stops and the predicted points are dropped, for the search to run again on traces."""
-        for k in [k for k in ks if k in self.predicted]:
+        for k in dict.fromkeys(ks):  # the answer's lengths can repeat (the last that fits is also the highest)
+            if k not in self.predicted:
+                continue
             guess, segments = self.cache.pop(k), self.segments.pop(k, None)
             self.predicted.discard(k)
             self.agreed = False  # a length that does not trace gives no stream to compare
@@ -185,14 +199,17 @@ def search_sequences(
     sharding: Any,
     limit: Optional[int],
     model_context: Optional[int],
+    analysed: Tuple[Optional[int], Optional[TraceMemo]] = (None, None),
 ) -> SequenceSearch:
     """The longest sequence (a multiple of multiple[0] tokens) that fits `limit` at each batch of `batches`.
-    maker(seq) -> make_batch(batch, fake) at that length."""
+    maker(seq) -> make_batch(batch, fake) at that length. `analysed`: the analysed length and the analysis's traces
+    at it by batch (engines.TraceMemo), a point of the search where a batch is among them."""
     size = multiple[0]
     rounding = Rounding(multiple=size) if size > 1 else Rounding(exact=True)
     results = []
     for batch in batches:
-        engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit, engines.SIZE_REUSE)
+        engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit, engines.SIZE_REUSE, analysed)
+        engine.seed()
         found, variable = _search_lengths(engine, limit)
         if not engine.confirm(_every_length_answer(variable, size, engine)):
             found, variable = _search_lengths(engine, limit)  # a prediction was off: again on traces alone
