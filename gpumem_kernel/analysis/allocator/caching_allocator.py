@@ -104,7 +104,7 @@ def settings_from_env(environ: Optional[Mapping[str, str]] = None) -> AllocatorS
     return AllocatorSettings(options.get("expandable_segments") == "True", tuple(unmodelled))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: a replay makes and reads a hundred thousand of them
 class Block:
     address: int
     size: int
@@ -113,9 +113,6 @@ class Block:
     allocated: bool = False
     prev: Optional["Block"] = None
     next: Optional["Block"] = None
-
-    def key(self) -> Tuple[int, int]:
-        return (self.size, self.address)
 
 
 @dataclass
@@ -191,12 +188,13 @@ class CachingAllocatorModel:
     # --- free lists -------------------------------------------------------------------------------
 
     def _insert_free(self, block: Block) -> None:
-        bisect.insort(self._free[block.small], block.key())
+        bisect.insort(self._free[block.small], (block.size, block.address))
 
     def _remove_free(self, block: Block) -> None:
         pool = self._free[block.small]
-        index = bisect.bisect_left(pool, block.key())
-        if index < len(pool) and pool[index] == block.key():
+        key = (block.size, block.address)
+        index = bisect.bisect_left(pool, key)
+        if index < len(pool) and pool[index] == key:
             pool.pop(index)
 
     def _best_fit(self, rounded: int, small: bool) -> Optional[Block]:

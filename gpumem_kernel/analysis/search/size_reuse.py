@@ -142,9 +142,7 @@ def _with_sizes(stream: TracedStream, sizes: List[int], changed: List[int]) -> T
     count = len(records)
     for i in changed:
         if i < count:
-            record = copy.copy(records[i])
-            record.nbytes = sizes[i]
-            records[i] = record
+            records[i] = records[i].with_bytes(sizes[i])
         else:
             marker = copy.copy(markers[i - count])
             marker.nbytes = sizes[i]
