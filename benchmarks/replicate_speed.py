@@ -436,11 +436,29 @@ def plans_section(plans: List[Dict[str, Any]]) -> str:
             f"{plan['target_seconds']:g} s",
             _met(plan),
             _traces(now, previous),
-            str(plan.get("same_report", "—")),
+            _same_cell(plan),
             f"{load['before']} / {load['after']}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return text + "\n".join(lines)
+
+
+def _same_cell(plan: Dict[str, Any]) -> str:
+    """True, or False with the advice rows that differ from the previous commit's (a row's peak in GiB)."""
+    same = plan.get("same_report")
+    if same is None or same or plan.get("previous") is None:
+        return "—" if same is None else str(same)
+    rows = {key: figures for key, *figures in plan["previous"].get("advice_figures") or []}
+    changes = []
+    for key, peak, maximum, status in plan["now"].get("advice_figures") or []:
+        before = rows.pop(key, None)
+        if before is None:
+            changes.append(f"new row {key} ({peak / 2**30:.2f} GiB, {status})")
+        elif before != [peak, maximum, status]:
+            was, now = f"{before[0] / 2**30:.2f}", f"{peak / 2**30:.2f}"
+            changes.append(f"{key} {was} → {now} GiB" if was != now else f"{key} {peak - before[0]:+,} bytes")
+    changes += [f"row {key} gone" for key in rows]
+    return "False" + (": " + "; ".join(changes) if changes else "")
 
 
 def _traces(now: Dict[str, Any], previous: Optional[Dict[str, Any]]) -> str:

@@ -104,7 +104,7 @@ def settings_from_env(environ: Optional[Mapping[str, str]] = None) -> AllocatorS
     return AllocatorSettings(options.get("expandable_segments") == "True", tuple(unmodelled))
 
 
-@dataclass(eq=False, slots=True)  # slots: a replay makes and reads a hundred thousand of them
+@dataclass(eq=False)
 class Block:
     address: int
     size: int
@@ -113,6 +113,9 @@ class Block:
     allocated: bool = False
     prev: Optional["Block"] = None
     next: Optional["Block"] = None
+
+    def key(self) -> Tuple[int, int]:
+        return (self.size, self.address)
 
 
 @dataclass
@@ -188,13 +191,12 @@ class CachingAllocatorModel:
     # --- free lists -------------------------------------------------------------------------------
 
     def _insert_free(self, block: Block) -> None:
-        bisect.insort(self._free[block.small], (block.size, block.address))
+        bisect.insort(self._free[block.small], block.key())
 
     def _remove_free(self, block: Block) -> None:
         pool = self._free[block.small]
-        key = (block.size, block.address)
-        index = bisect.bisect_left(pool, key)
-        if index < len(pool) and pool[index] == key:
+        index = bisect.bisect_left(pool, block.key())
+        if index < len(pool) and pool[index] == block.key():
             pool.pop(index)
 
     def _best_fit(self, rounded: int, small: bool) -> Optional[Block]:
