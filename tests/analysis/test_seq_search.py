@@ -112,6 +112,40 @@ def test_the_analysed_length_is_a_point_of_the_search_without_a_trace_of_its_own
     assert shared == alone and shared_traces <= alone_traces
 
 
+def test_a_batchs_fit_over_the_length_moves_to_the_next_batch_the_analysis_traced(tmp_path, monkeypatch):
+    """Batches 4 and 8, both traced by the analysis at its length: batch 8 starts from batch 4's fit, each storage's
+    bytes the same or twice as the two traces show, and traces only its answer; the same answers and curve as
+    batch 8 fitting its own lengths, with fewer traces."""
+    from gpumem_kernel.analysis.search import engines
+    from gpumem_kernel.analysis.search.size_reuse import SizeFit
+
+    config = large_vocabulary(tmp_path)
+    options = dict(batch_size=4, seq=256, memory="3GiB", search="seq", seq_batches="4,8")
+    at_batch = SizeFit.at_batch
+    moved = []
+
+    def watched(fit, here, there, ratio):
+        result = at_batch(fit, here, there, ratio)
+        moved.append((ratio, result is not None))
+        return result
+
+    def searched():
+        traced = []
+        trace = engines.run_trace
+        monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
+        report = analyze_named(config, **options)
+        monkeypatch.setattr(engines, "run_trace", trace)
+        results = [(r.batch, r.maximum, r.recommended, r.safe, r.note, r.curve) for r in report.sequence_search.results]
+        return results, traced.count(8)
+
+    monkeypatch.setattr(SizeFit, "at_batch", watched)
+    shared, shared_traces = searched()
+    assert moved == [((8, 4), True)] and shared[1][1] > 0
+    monkeypatch.setattr(SizeFit, "at_batch", lambda fit, here, there, ratio: None)
+    alone, alone_traces = searched()
+    assert shared == alone and shared_traces < alone_traces
+
+
 def test_seq_sets_the_token_count_of_a_model_by_name_and_of_a_token_shape(tmp_path):
     report = analyze_named(large_vocabulary(tmp_path), batch_size=2, seq=96, memory="2GiB")
     assert report.settings["seq"] == 96 and report.settings["input"] == "input_ids (96 tokens, vocab 32000) + labels"

@@ -233,3 +233,35 @@ def test_the_sequence_search_reports_the_same_lengths_with_fewer_traces(
     (full, full_traces), (reused, reused_traces) = found
     assert reused == full  # the lengths, the picks, every traced length's footprint, the every-length check
     assert reused_traces < full_traces
+
+
+def _stream_of(sizes: List[int]) -> Any:
+    """A stream of one storage per size, each allocated then freed in order: what SizeFit reads of a trace."""
+    from types import SimpleNamespace
+
+    from gpumem_kernel.analysis.allocator.storage import Record
+    from gpumem_kernel.analysis.trace.summary import TracedStream
+
+    records = [Record(i, n, "forward", 1, 0, 2 * i, 2 * i + 1) for i, n in enumerate(sizes)]
+    events = [event for i in range(len(sizes)) for event in (("alloc", i), ("free", i))]
+    return SimpleNamespace(stream=TracedStream(records, events, {(1, 0, "forward"): (0, len(events))}, []))
+
+
+def test_a_fit_over_the_length_moves_to_another_batch_only_where_each_storage_scales_with_it_or_not_at_all():
+    """Bytes of one storage are a product of its dimensions: the same at two batches, or in their ratio. From batch 4's
+    fit over the length and both batches' streams at one length, batch 8's stream at any length; a storage of
+    batch x length + 7 bytes is neither, and the fit does not move."""
+
+    def sizes(batch: int, length: int, odd: bool = False) -> List[int]:
+        kept = [2 * batch * length * length, 3 * length, 4096]  # scores, a position table, a bias
+        return kept + ([batch * length + 7] if odd else [])
+
+    for odd in (False, True):
+        fit = SizeFit(QUADRATIC)
+        for length in (1, 2, 3):
+            fit.add(length, _stream_of(sizes(4, length, odd)))
+        moved = fit.at_batch(_stream_of(sizes(4, 5, odd)), _stream_of(sizes(8, 5, odd)), (8, 4))
+        if odd:
+            assert moved is None
+        else:
+            assert moved is not None and moved.ready() and moved._sizes_at(7) == sizes(8, 7)

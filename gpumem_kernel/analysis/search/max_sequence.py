@@ -141,6 +141,16 @@ class _SequenceEngine:
             self.cache[k] = None if found is None else replace(found, batch_size=k, trace=None)
         return self.cache[k]
 
+    def take_fit(self, other: "_SequenceEngine") -> None:
+        """`other` batch's fit over the length, moved to this batch (size_reuse.SizeFit.at_batch) where the analysis
+        traced both batches at its length: the lengths here are predicted from the start, the answer traced."""
+        seq, memo = self.analysed
+        if self.fit is None or other.fit is None or seq is None or memo is None:
+            return
+        here, there = memo.get(other.batch), memo.get(self.batch)
+        if here is not None and there is not None:
+            self.fit = other.fit.at_batch(here, there, (self.batch, other.batch)) or self.fit
+
     def seed(self) -> None:
         """The analysed length's point first where the analysis traced this batch: a free sample of the fit."""
         seq, memo = self.analysed
@@ -207,8 +217,11 @@ def search_sequences(
     size = multiple[0]
     rounding = Rounding(multiple=size) if size > 1 else Rounding(exact=True)
     results = []
+    previous: Optional[_SequenceEngine] = None
     for batch in batches:
         engine = _SequenceEngine(plan, maker, batch, size, context_bytes, sharding, limit, engines.SIZE_REUSE, analysed)
+        if previous is not None:
+            engine.take_fit(previous)
         engine.seed()
         found, variable = _search_lengths(engine, limit)
         if not engine.confirm(_every_length_answer(variable, size, engine)):
@@ -220,6 +233,7 @@ def search_sequences(
         note = _note(maximum, batch, size, found, engine, model_context)
         note = "; ".join(words for words in (note, variable_note(variable, maximum)) if words)
         results.append(SequencePicks(batch, maximum, recommended, safe, found.extrapolated, note, curve, variable))
+        previous = engine
     return SequenceSearch(size, multiple[1], model_context, "traced", results)
 
 

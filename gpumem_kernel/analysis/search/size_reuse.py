@@ -117,6 +117,35 @@ class SizeFit:
             sizes[i] = value
         return sizes
 
+    def at_batch(self, here: TraceResult, there: TraceResult, ratio: Tuple[int, int]) -> Optional["SizeFit"]:
+        """This fit over the sequence length at one batch, moved to another: `here` and `there` are the traces of
+        the two batches at one length, ratio = (the other batch, this batch). A storage's bytes are a product of its
+        dimensions, so each is either the same at both batches or in their ratio, as the two traces show; the fit's
+        samples are scaled so. None where the structures differ or a storage is neither (a dimension such as
+        batch x length + c): the other batch then traces its own samples."""
+        if not self.ready() or here.stream is None or there.stream is None:
+            return None
+        if not self.structure == _structure(here.stream) == _structure(there.stream):
+            return None
+        other, this = ratio
+        scaled = []
+        for i, (a, b) in enumerate(zip(_sizes(here.stream), _sizes(there.stream))):
+            if a != b:
+                if a * other != b * this:
+                    return None
+                scaled.append(i)
+        moved = SizeFit(self.degree)
+        moved.structure = self.structure
+        for sample in self.samples[: self.degree + 1]:
+            sizes = _sizes(sample.stream)
+            if any(sizes[i] * other % this for i in scaled):
+                return None
+            for i in scaled:
+                sizes[i] = sizes[i] * other // this
+            moved.samples.append(_Sample(sample.size, _with_sizes(sample.stream, sizes, scaled), there))
+        moved._fit()
+        return moved
+
     def predict(self, size: int, plan: TracePlan) -> Optional[TraceResult]:
         """The trace at `size` as its stream would summarize, or None when it cannot be predicted."""
         if not self.ready():
