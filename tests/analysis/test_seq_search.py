@@ -124,8 +124,8 @@ def test_a_batchs_fit_over_the_length_moves_to_the_next_batch_the_analysis_trace
     at_batch = SizeFit.at_batch
     moved = []
 
-    def watched(fit, here, there, ratio):
-        result = at_batch(fit, here, there, ratio)
+    def watched(fit, here, there, size, ratio):
+        result = at_batch(fit, here, there, size, ratio)
         moved.append((ratio, result is not None))
         return result
 
@@ -141,7 +141,7 @@ def test_a_batchs_fit_over_the_length_moves_to_the_next_batch_the_analysis_trace
     monkeypatch.setattr(SizeFit, "at_batch", watched)
     shared, shared_traces = searched()
     assert moved == [((8, 4), True)] and shared[1][1] > 0
-    monkeypatch.setattr(SizeFit, "at_batch", lambda fit, here, there, ratio: None)
+    monkeypatch.setattr(SizeFit, "at_batch", lambda fit, here, there, size, ratio: None)
     alone, alone_traces = searched()
     assert shared == alone and shared_traces < alone_traces
 

@@ -260,8 +260,13 @@ def test_a_fit_over_the_length_moves_to_another_batch_only_where_each_storage_sc
         fit = SizeFit(QUADRATIC)
         for length in (1, 2, 3):
             fit.add(length, _stream_of(sizes(4, length, odd)))
-        moved = fit.at_batch(_stream_of(sizes(4, 5, odd)), _stream_of(sizes(8, 5, odd)), (8, 4))
+        moved = fit.at_batch(_stream_of(sizes(4, 5, odd)), _stream_of(sizes(8, 5, odd)), 5, (8, 4))
         if odd:
             assert moved is None
         else:
             assert moved is not None and moved.ready() and moved._sizes_at(7) == sizes(8, 7)
+    # a stream at batch 8 that the moved fit does not give at its own length: not moved
+    fit = SizeFit(QUADRATIC)
+    for length in (1, 2, 3):
+        fit.add(length, _stream_of(sizes(4, length)))
+    assert fit.at_batch(_stream_of(sizes(4, 5)), _stream_of(sizes(8, 5)), 6, (8, 4)) is None

@@ -11,7 +11,10 @@ up to which every length fits; a shorter length that needs more than a longer on
 
 The search counts in multiples: its candidate k is a sequence of k x multiple tokens, so search_maximum's bracket,
 growth and run budget apply unchanged and the maximum is a multiple already. Each candidate is the traced step at
-that batch with the input at that length (analysis.request.sequence.at_sequence). The multiple comes from the call's
+that batch with the input at that length (analysis.request.sequence.at_sequence), or predicted from a few traced
+lengths (analysis.search.size_reuse, quadratic in the length): the analysis's own trace at its length is one of them
+where it traced that batch, and a batch after the first starts from the fit of the one before where the analysis
+traced both (SizeFit.at_batch), the answer traced either way. The multiple comes from the call's
 `seq_multiple`, else the JupyterLab setting "Sequence-length multiple" (the browser sends it with `configure`), else
 64. torch is imported inside functions only."""
 
@@ -145,11 +148,12 @@ class _SequenceEngine:
         """`other` batch's fit over the length, moved to this batch (size_reuse.SizeFit.at_batch) where the analysis
         traced both batches at its length: the lengths here are predicted from the start, the answer traced."""
         seq, memo = self.analysed
-        if self.fit is None or other.fit is None or seq is None or memo is None:
+        if self.fit is None or other.fit is None or seq is None or memo is None or seq % self.multiple:
             return
         here, there = memo.get(other.batch), memo.get(self.batch)
         if here is not None and there is not None:
-            self.fit = other.fit.at_batch(here, there, (self.batch, other.batch)) or self.fit
+            moved = other.fit.at_batch(here, there, seq // self.multiple, (self.batch, other.batch))
+            self.fit = moved or self.fit
 
     def seed(self) -> None:
         """The analysed length's point first where the analysis traced this batch: a free sample of the fit."""

@@ -117,12 +117,13 @@ class SizeFit:
             sizes[i] = value
         return sizes
 
-    def at_batch(self, here: TraceResult, there: TraceResult, ratio: Tuple[int, int]) -> Optional["SizeFit"]:
+    def at_batch(self, here: TraceResult, there: TraceResult, size: int, ratio: Tuple[int, int]) -> Optional["SizeFit"]:
         """This fit over the sequence length at one batch, moved to another: `here` and `there` are the traces of
-        the two batches at one length, ratio = (the other batch, this batch). A storage's bytes are a product of its
-        dimensions, so each is either the same at both batches or in their ratio, as the two traces show; the fit's
-        samples are scaled so. None where the structures differ or a storage is neither (a dimension such as
-        batch x length + c): the other batch then traces its own samples."""
+        the two batches at one length (`size`, in the fit's units), ratio = (the other batch, this batch). A
+        storage's bytes are a product of its dimensions, so each is either the same at both batches or in their
+        ratio, as the two traces show; the fit's samples are scaled so, and the moved fit must give `there` at
+        `size` to the byte. None where the structures differ, a storage is neither (a dimension such as
+        batch x length + c) or the check fails: the other batch then traces its own samples."""
         if not self.ready() or here.stream is None or there.stream is None:
             return None
         if not self.structure == _structure(here.stream) == _structure(there.stream):
@@ -144,7 +145,7 @@ class SizeFit:
                 sizes[i] = sizes[i] * other // this
             moved.samples.append(_Sample(sample.size, _with_sizes(sample.stream, sizes, scaled), there))
         moved._fit()
-        return moved
+        return moved if moved._sizes_at(size) == _sizes(there.stream) else None
 
     def predict(self, size: int, plan: TracePlan) -> Optional[TraceResult]:
         """The trace at `size` as its stream would summarize, or None when it cannot be predicted."""
