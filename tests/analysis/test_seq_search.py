@@ -79,6 +79,19 @@ def test_a_predicted_length_the_answer_names_twice_is_traced_once():
     assert engine.confirm([3, 4, 3, 3]) and engine.traced == [3, 4] and not engine.predicted
 
 
+def search_traced(monkeypatch, config: str, options: dict):
+    """The sequence search's answers and curves of analyze_named(config, **options), and the batches it traced."""
+    from gpumem_kernel.analysis.search import engines
+
+    traced = []
+    trace = engines.run_trace
+    monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
+    report = analyze_named(config, **options)
+    monkeypatch.setattr(engines, "run_trace", trace)
+    results = [(r.batch, r.maximum, r.recommended, r.safe, r.note, r.curve) for r in report.sequence_search.results]
+    return results, traced
+
+
 def test_the_analysed_length_is_a_point_of_the_search_without_a_trace_of_its_own(tmp_path, monkeypatch):
     """At a batch the analysis traced, its trace at the analysed length is a sample of the search's fit, not traced
     again: the same answers and curve as a search that traces it, and no more traces."""
@@ -95,28 +108,18 @@ def test_the_analysed_length_is_a_point_of_the_search_without_a_trace_of_its_own
             reused.append(batch)
         return trace
 
-    def searched():
-        traced = []
-        trace = engines.run_trace
-        monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
-        report = analyze_named(config, **options)
-        monkeypatch.setattr(engines, "run_trace", trace)
-        results = [(r.batch, r.maximum, r.recommended, r.safe, r.note, r.curve) for r in report.sequence_search.results]
-        return results, len(traced)
-
     monkeypatch.setattr(engines.TraceMemo, "get", get)
-    shared, shared_traces = searched()
+    shared, shared_traces = search_traced(monkeypatch, config, options)
     assert 1 in reused and 256 in [p.seq for p in shared[0][-1]]  # batch 1, which the analysis traced
     monkeypatch.setattr(engines.TraceMemo, "get", lambda memo, batch: None)
-    alone, alone_traces = searched()
-    assert shared == alone and shared_traces <= alone_traces
+    alone, alone_traces = search_traced(monkeypatch, config, options)
+    assert shared == alone and len(shared_traces) <= len(alone_traces)
 
 
 def test_a_batchs_fit_over_the_length_moves_to_the_next_batch_the_analysis_traced(tmp_path, monkeypatch):
     """Batches 4 and 8, both traced by the analysis at its length: batch 8 starts from batch 4's fit, each storage's
     bytes the same or twice as the two traces show, and traces only its answer; the same answers and curve as
     batch 8 fitting its own lengths, with fewer traces."""
-    from gpumem_kernel.analysis.search import engines
     from gpumem_kernel.analysis.search.size_reuse import SizeFit
 
     config = large_vocabulary(tmp_path)
@@ -129,21 +132,12 @@ def test_a_batchs_fit_over_the_length_moves_to_the_next_batch_the_analysis_trace
         moved.append((ratio, result is not None))
         return result
 
-    def searched():
-        traced = []
-        trace = engines.run_trace
-        monkeypatch.setattr(engines, "run_trace", lambda plan, b, **kw: traced.append(b) or trace(plan, b, **kw))
-        report = analyze_named(config, **options)
-        monkeypatch.setattr(engines, "run_trace", trace)
-        results = [(r.batch, r.maximum, r.recommended, r.safe, r.note, r.curve) for r in report.sequence_search.results]
-        return results, traced.count(8)
-
     monkeypatch.setattr(SizeFit, "at_batch", watched)
-    shared, shared_traces = searched()
+    shared, shared_traces = search_traced(monkeypatch, config, options)
     assert moved == [((8, 4), True)] and shared[1][1] > 0
     monkeypatch.setattr(SizeFit, "at_batch", lambda fit, here, there, size, ratio: None)
-    alone, alone_traces = searched()
-    assert shared == alone and shared_traces < alone_traces
+    alone, alone_traces = search_traced(monkeypatch, config, options)
+    assert shared == alone and shared_traces.count(8) < alone_traces.count(8)
 
 
 def test_seq_sets_the_token_count_of_a_model_by_name_and_of_a_token_shape(tmp_path):
