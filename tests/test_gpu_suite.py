@@ -21,7 +21,16 @@ import pytest
 from conftest import gpu_present
 from kernel_harness import REPO_ROOT
 
-FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_timeline", "gpu_suite")
+FILES = (
+    "gpu_estimator",
+    "gpu_kernel",
+    "gpu_sampler",
+    "gpu_distributed",
+    "gpu_llm",
+    "gpu_autobatch",
+    "gpu_timeline",
+    "gpu_suite",
+)
 LIBRARY = {"ResNet-50", "ViT-B/16", "GPT-2", "BERT-base", "EfficientNet-B0"}
 MiB = 1 << 20
 
@@ -68,6 +77,7 @@ def test_the_dry_run_finishes_and_prints_the_summary_table(dry) -> None:
         "recorded timeline, MLP",
         "OOM capture of a provoked OOM",
         "recording cost",
+        "LitGPT LoRA phi-1_5 bf16 mb1",
     ):
         assert check in done.stdout
     assert "DRY RUN (CPU stand-ins, no GPU figure)" in done.stdout
@@ -150,6 +160,19 @@ def test_the_timeline_section_records_nothing_without_cuda_and_reads_the_stand_i
     assert oom["status"] == "dry run" and oom["alive"]["allocated"] == 18 * MiB + 1024
     cost = timeline["recording_cost"]
     assert cost["recorded"] is False and cost["us_per_event_median"] is None and len(cost["per_round"]) == 2
+
+
+def test_the_llm_section_traces_litgpt_rows_and_walks_what_the_forward_saves(dry) -> None:
+    _, results = dry
+    llm = results["gpu_llm"]
+    assert {r["name"] for r in llm["rows"]} == {"phi-1_5 bf16 mb1", "Llama-2-7b-hf bf16 mb1"}
+    for row in llm["rows"]:
+        assert row["predicted"]["status"] == "ok" and row["predicted"]["allocated"] > 0, row
+        assert row["truth"]["status"] == "not measured" and row["error"] is None and row["met"] is None
+    cpu = llm["saved_tensors"]["cpu"]
+    assert cpu["status"] == "ok" and cpu["saved_bytes"] == sum(cpu["by_node"].values()) > 0
+    assert any("Silu" in name for name in cpu["by_node"]), cpu["by_node"]  # Llama's gated MLP keeps its input
+    assert llm["saved_tensors"]["cuda"]["status"] == "not measured" and llm["saved_tensors"]["cuda_minus_cpu"] is None
 
 
 def test_make_readme_says_not_measured_for_a_dry_run(dry, tmp_path: Path) -> None:
@@ -274,6 +297,17 @@ def test_gpu_per_rank_estimates_at_world_size_one(gpu) -> None:
     assert rows and all(r["status"] == "ok" for r in rows), rows
     for row in rows:
         assert abs(row["error"]["allocated"]) <= 0.10, row  # analysis.TRACED_RELATIVE_ERROR
+
+
+@pytest.mark.gpu
+def test_gpu_litgpt_lora_steps_match_the_analysis_of_the_same_step(gpu) -> None:
+    llm = _real(gpu, "gpu_llm")
+    rows = llm["rows"]
+    assert len(rows) == 5 and all(r["truth"]["status"] == "ok" for r in rows), rows
+    for row in rows:
+        assert row["truth"]["allocated"] > row["truth"]["model_bytes"] > 0, row
+        assert abs(row["error"]) <= 0.05, row  # the published rows' target
+    assert llm["saved_tensors"]["cuda"]["status"] == "ok", llm["saved_tensors"]["cuda"]
 
 
 @pytest.mark.gpu

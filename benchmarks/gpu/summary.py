@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Row = Tuple[str, str, str, str]  # check, figure, target, status
-FILES = ("gpu_estimator", "gpu_kernel", "gpu_sampler", "gpu_distributed", "gpu_autobatch", "gpu_timeline")
+FILES = (
+    "gpu_estimator",
+    "gpu_kernel",
+    "gpu_sampler",
+    "gpu_distributed",
+    "gpu_llm",
+    "gpu_autobatch",
+    "gpu_timeline",
+)
 HEADER = ("check", "figure", "target", "status")
 
 
@@ -179,6 +187,49 @@ def distributed_rows(d: Dict[str, Any]) -> List[Row]:
     return rows
 
 
+def _gb(value: Optional[float]) -> str:
+    return "—" if value is None else f"{value / 1e9:.2f} GB"
+
+
+def llm_rows(d: Dict[str, Any]) -> List[Row]:
+    rows: List[Row] = []
+    target = f"≤ {d['target']['allocated_max_abs']:.0%}"
+    for r in d.get("rows", []):
+        truth, predicted = r["truth"], r["predicted"]
+        if truth.get("status") == "ok" and predicted.get("status") == "ok":
+            figure = (
+                f"max_memory_allocated {_gb(truth['allocated'])}, traced {_gb(predicted['allocated'])} "
+                f"({pct(r['error'])}); published {r['published_gb']:.2f} GB on an A100, torch 2.1"
+            )
+        else:
+            failed = truth if truth.get("status") != "ok" else predicted
+            figure = f"traced {_gb(predicted.get('allocated'))}; truth {failed.get('status')}: {failed.get('reason')}"
+        rows.append((f"LitGPT LoRA {r['name']}", figure, target, _status(d, r.get("met"))))
+    sample = d.get("llama_per_sample")
+    if sample:
+        rows.append(
+            (
+                "Llama-2-7B memory per sample",
+                f"this GPU {_gb(sample['truth'])}, traced {_gb(sample['predicted'])} ({pct(sample['error'])}); "
+                f"published {_gb(sample['published_a100_torch21'])}",
+                "—",
+                _status(d, None),
+            )
+        )
+    saved = (d.get("saved_tensors") or {}).get("cuda_minus_cpu")
+    if saved:
+        top = ", ".join(f"{name} {value / 2**20:+,.1f} MiB" for name, value in list(saved["by_node"].items())[:3])
+        rows.append(
+            (
+                "Llama-2-7B saved tensors, CUDA − CPU",
+                f"{saved['per_layer'] / 2**20:+,.1f} MiB per layer; {top or 'no node differs'}",
+                "—",
+                _status(d, None),
+            )
+        )
+    return rows
+
+
 def timeline_rows(d: Dict[str, Any]) -> List[Row]:
     rows: List[Row] = []
     for r in d.get("rows", []):
@@ -240,6 +291,7 @@ RENDERERS = {
     "gpu_kernel": kernel_rows,
     "gpu_sampler": sampler_rows,
     "gpu_distributed": distributed_rows,
+    "gpu_llm": llm_rows,
     "gpu_timeline": timeline_rows,
 }
 

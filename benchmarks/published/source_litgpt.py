@@ -107,25 +107,27 @@ ROWS: Tuple[Row, ...] = (
 )
 
 
-def build(name: str) -> Any:
-    """LitGPT's LoRA GPT on the meta device, as finetune/lora.py builds it under Fabric's bf16-true init_module:
-    parameters in bf16, only the adapters trainable; then `model.max_seq_length = longest` outside that context
-    rebuilds the rope cache in the default fp32."""
+def build(name: str, device: str = "meta", length: Optional[int] = None, **overrides: Any) -> Any:
+    """LitGPT's LoRA GPT, as finetune/lora.py builds it under Fabric's bf16-true init_module: parameters in bf16,
+    only the adapters trainable; then `model.max_seq_length = longest` outside that context rebuilds the rope cache
+    in the default fp32. device: "meta" for the trace, "cuda" for a real step (random weights: the memory of a
+    step does not depend on their values). length: another sequence than the longest sample; overrides: other
+    config fields (n_layer=2: a shorter model of the same blocks)."""
     import torch
 
     from benchmarks.published.litgpt.lora import GPT, Config, mark_only_lora_as_trainable
 
-    config = Config.from_name(name, **LORA)
+    config = Config.from_name(name, **LORA, **overrides)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
-        with torch.device("meta"):
+        with torch.device(device):
             model = GPT(config)
     finally:
         torch.set_default_dtype(previous)
     mark_only_lora_as_trainable(model)
-    with torch.device("meta"):
-        model.max_seq_length = LONGEST[name]
+    with torch.device(device):
+        model.max_seq_length = length or LONGEST[name]
     return model.train()
 
 
@@ -168,24 +170,31 @@ def make_step(fabric_output: bool = True) -> Callable[[Any, Any, Any], None]:
     return step
 
 
-def analyse(row: Row, bnb_version: Optional[str] = BNB, fabric_output: bool = True) -> Any:
+def analyse(
+    row: Row,
+    bnb_version: Optional[str] = BNB,
+    fabric_output: bool = True,
+    planned: Optional[Dict[str, Any]] = None,
+    length: Optional[int] = None,
+    **overrides: Any,
+) -> Any:
     """The row traced as the source ran it; bnb_version=None / fabric_output=False: without the bitsandbytes 0.41
-    rule / without Fabric's fp32 outputs, to show what each changes."""
+    rule / without Fabric's fp32 outputs, to show what each changes. planned: analyze()'s target, torch_version
+    and cuda_version in place of the source's (the GPU suite plans the step for the GPU it runs it on); length
+    and overrides: as build()'s (the trainable count is then not the table's)."""
     import torch
 
     from gpumem_kernel.analysis import analyze
 
-    model = build(row.model)
+    model = build(row.model, length=length, **overrides)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if trainable != row.trainable:
+    if trainable != row.trainable and not overrides:
         raise AssertionError(f"{row.name}: {trainable:,} trainable parameters, the table says {row.trainable:,}")
     options: Dict[str, Any] = dict(
         batch_size=row.micro_batch,
-        input=batches(model.config.padded_vocab_size, LONGEST[row.model]),
+        input=batches(model.config.padded_vocab_size, length or LONGEST[row.model]),
         step=make_step(fabric_output),
-        target=GPU,
-        torch_version=TORCH,
-        cuda_version=CUDA,
+        **(planned if planned is not None else dict(target=GPU, torch_version=TORCH, cuda_version=CUDA)),
     )
     if row.quantize:
         double = "on" if row.quantize.endswith("-dq") else "off"
