@@ -459,7 +459,8 @@ def row_autobatch(r: Optional[Dict[str, Any]]) -> str:
 GPU_HOW = """Issue 10: every CUDA promise measured by one command on an NVIDIA GPU (see `benchmarks/gpu/README.md`).
 Prepare here (network): `bash scripts/prepare_gpu_wheels.sh` (wheels the GPU image lacks, into `.whl/`), and
 rehearse the GPU run on the CPU with the image's Python 3.12 and packages: `bash scripts/rehearse_gpu_image.sh`.
-Run there (no network, CUDA torch): `python3 -m benchmarks.gpu --out DIR` (< 10 min planned on an H100), then
+Run there (no network, CUDA torch; carry `.whl` and `gpumem_kernel/watchwidget/static`): `python3 -m benchmarks.gpu
+--out DIR` (385 s on an H200 with `--budget 480`), then
 copy `DIR/gpu_*.json` into `benchmarks/results/`, regenerate this file, and run
 `python3 -m benchmarks.gpu --pytest --out DIR2` there (`pytest -m gpu` against those files).
 `python3 -m benchmarks.gpu --dry-run` runs the harness on the CPU (tests/test_gpu_suite.py does, in the test
@@ -474,7 +475,36 @@ def row_gpu_suite(r: Optional[Dict[str, Any]]) -> str:
     if r is None or r.get("dry_run"):
         return head + f"**Figure:** {GPU_NOT_MEASURED}.\n"
     results = {name: data for name in gpu_summary.FILES if (data := gpu_real(name)) is not None}
-    return head + gpu_summary.markdown(gpu_summary.rows(results)) + f"\n\n{gpu_provenance(r)}\n"
+    return (
+        head
+        + gpu_summary.markdown(gpu_summary.rows(results))
+        + f"\n\n{gpu_provenance(r)}\n\n{gpu_pytest_line(RESULTS / 'gpu_pytest.xml')}"
+        + 'What each miss is, and its cause: `benchmarks/gpu/README.md`, "What the first GPU run found".\n'
+    )
+
+
+def gpu_pytest_line(path: Path) -> str:
+    """`pytest -m gpu` against the committed run, from its JUnit file: the counts and each failed test."""
+    from xml.etree import ElementTree
+
+    if not path.exists():
+        return "`pytest -m gpu` against this run: not recorded.\n\n"
+    root = ElementTree.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    if suite is None:
+        return "`pytest -m gpu` against this run: unreadable JUnit file.\n\n"
+    counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+    failed = [
+        f"`{case.get('name')}`"
+        for case in suite.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    text = (
+        f"`pytest -m gpu` against this run ({suite.get('timestamp', '')[:16]}): {passed} passed, "
+        f"{counts['failures'] + counts['errors']} failed, {counts['skipped']} skipped"
+    )
+    return text + (f"; failed: {', '.join(failed)}.\n\n" if failed else ".\n\n")
 
 
 def row_frontend(r: Optional[Dict[str, Any]]) -> str:

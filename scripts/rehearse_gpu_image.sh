@@ -5,11 +5,12 @@
 #   - a Python 3.12 venv with the GPU image's packages (benchmarks/gpu/image-packages.txt: the newest torch
 #     (2.15) and torchvision, Lightning, accelerate, transformers, timm, ...) and none of the kernel packages;
 #     REHEARSAL_TORCH / REHEARSAL_TORCHVISION pin others (the image itself read torch 2.11.0, torchvision 0.26.0);
-#   - a copy of the working tree as the device tool sends it (tracked and untracked-not-ignored files) plus .whl;
+#   - a copy of the working tree as the device tool sends it (tracked and untracked-not-ignored files) plus what the run carries (.whl and the watch's built front end);
 # and in that copy runs, with the venv's python3:
 #   1. the suite's dry run in the GPU run's process layout (GPUMEM_SUITE_PROCESSES=1), which installs .whl
 #      offline into /tmp/gpumem-site as the GPU run does;
-#   2. python3 -m benchmarks.gpu --pytest --dry-run: `pytest -m gpu` must collect every test folder (each gpu
+#   2. the copy's gpumem_kernel builds the live watch's widget (its git-ignored front end must be carried);
+#   3. python3 -m benchmarks.gpu --pytest --dry-run: `pytest -m gpu` must collect every test folder (each gpu
 #      test then skips: no GPU here).
 # Not part of the test command: the venv downloads about 4 GB (PyPI's CUDA build of torch) the first time.
 #
@@ -46,6 +47,8 @@ mkdir "$work/tree"
 git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
   xargs -0 cp --parents -t "$work/tree"
 cp -r .whl "$work/tree/"
+# what the GPU run carries beside .whl (benchmarks/gpu/README.md): built here, git-ignored
+cp -r --parents gpumem_kernel/watchwidget/static "$work/tree/"
 echo "$(du -sm "$work/tree" | cut -f1) MiB travel (the device tool takes 64 MiB)"
 rm -rf /tmp/gpumem-site  # as on a fresh GPU machine
 
@@ -55,7 +58,10 @@ echo "== 1. the suite's dry run, GPU process layout, offline install"
 GPUMEM_SUITE_PROCESSES=1 PATH="$VENV/bin:$PATH" python3 -m benchmarks.gpu --dry-run --out "$work/suite" \
   >"$work/suite.log" 2>&1 || status=1
 grep -E "^installed|^== |results in" "$work/suite.log" || true
-echo "== 2. pytest -m gpu collects every folder"
+echo "== 2. the copy's own gpumem_kernel can make the live watch (its built front end travelled)"
+PATH="$VENV/bin:$PATH" PYTHONPATH=".:/tmp/gpumem-site" python3 -c \
+  "from gpumem_kernel.watchwidget.widget import widget_class; widget_class(); print('watch widget: ok')" || status=1
+echo "== 3. pytest -m gpu collects every folder"
 PATH="$VENV/bin:$PATH" python3 -m benchmarks.gpu --pytest --dry-run --out "$work/pytest" \
   >"$work/pytest.log" 2>&1 || status=1
 tail -3 "$work/pytest.log"

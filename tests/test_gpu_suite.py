@@ -18,19 +18,11 @@ from xml.etree import ElementTree
 
 import pytest
 
+from benchmarks.gpu import summary
 from conftest import gpu_present
 from kernel_harness import REPO_ROOT
 
-FILES = (
-    "gpu_estimator",
-    "gpu_kernel",
-    "gpu_sampler",
-    "gpu_distributed",
-    "gpu_llm",
-    "gpu_autobatch",
-    "gpu_timeline",
-    "gpu_suite",
-)
+FILES = (*summary.FILES, "gpu_suite")
 LIBRARY = {"ResNet-50", "ViT-B/16", "GPT-2", "BERT-base", "EfficientNet-B0"}
 MiB = 1 << 20
 

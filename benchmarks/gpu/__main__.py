@@ -74,6 +74,9 @@ NEEDED_MODULES = (
 )
 WHEELS = REPO / ".whl"
 SITE = Path("/tmp/gpumem-site")
+# built by scripts/setup.sh and git-ignored, so a copy of the tracked tree lacks them unless they are carried:
+# without the watch's front end `%gpumem watch` shows its static table, and the watch's gpu test fails
+BUILT = ("gpumem_kernel/watchwidget/static",)
 
 
 def parse(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -129,11 +132,17 @@ def install_wheels(log: "Log") -> Optional[str]:
     return str(SITE) if done.returncode == 0 else None
 
 
+def missing_built() -> List[str]:
+    return [path for path in BUILT if not (REPO / path).is_dir() or not any((REPO / path).iterdir())]
+
+
 def environment(log: "Log") -> Tuple[Dict[str, str], Dict[str, Any]]:
     """The sections' environment, and what the preparation found and did."""
     extra: List[str] = []
     missing = missing_modules()
-    facts: Dict[str, Any] = {"modules_missing": missing}
+    facts: Dict[str, Any] = {"modules_missing": missing, "built_missing": missing_built()}
+    for path in facts["built_missing"]:
+        log.say(f"missing here: {path} (built by scripts/setup.sh, git-ignored): carry it with the tree")
     if missing:  # a dry run too: that rehearses the GPU machine's install (scripts/rehearse_gpu_image.sh)
         site = install_wheels(log)
         if site:

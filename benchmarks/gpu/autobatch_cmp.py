@@ -109,6 +109,13 @@ def ours(built: Any, device: Any, cap: Optional[int]) -> Dict[str, Any]:
         "maximum": result.maximum,
         "trials": result.n_trials,
         "tried": [[t.batch, t.ok] for t in result.trials],
+        # why each size was tried and what it measured: the search's steps can be replayed from these
+        "trial_details": [
+            {"batch": t.batch, "ok": t.ok, "phase": t.phase, "allocated": t.peak_bytes, "reserved": t.reserved_bytes}
+            for t in result.trials
+        ],
+        "limit": result.limit_bytes,
+        "notes": list(result.notes),
         "seconds": result.seconds,
         "start": [result.start_source, result.start_batch],
     }

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = 1
@@ -217,6 +217,27 @@ def write_result(ctx: Context, name: str, data: Dict[str, Any], nvml: Optional[N
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+# --- CUDA truths ------------------------------------------------------------------------------------------------
+
+
+def emptied_baseline(device: Any) -> Tuple[int, int, bool]:
+    """Before a measured step: the cache emptied, cuBLAS's workspaces freed (a fresh process allocates them in its
+    first step, and the trace counts them), the peaks reset. (allocated, reserved, whether cuBLAS's were freed)."""
+    import gc
+
+    import torch
+
+    from gpumem_kernel.analysis import clear_cublas_workspaces
+
+    gc.collect()
+    cleared = clear_cublas_workspaces()
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return allocated, reserved, cleared
 
 
 # --- errors ------------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpumem_kernel.analysis import BlasWorkspaces
 
 from benchmarks.gpu.common import (
+    emptied_baseline,
     REPO,
     Context,
     NvmlTruth,
@@ -149,7 +150,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
     """Peaks of steps 2-3 over an emptied baseline, and NVML's process figure before the cache is emptied."""
     import torch
 
-    from gpumem_kernel.analysis import clear_cublas_workspaces, run_real_steps
+    from gpumem_kernel.analysis import run_real_steps
 
     device = torch.device("cuda", torch.cuda.current_device())
 
@@ -158,12 +159,7 @@ def cuda_truth(plan: Any, batch: int, nvml: NvmlTruth) -> Dict[str, Any]:
             torch.cuda.synchronize(device)
             torch.cuda.reset_peak_memory_stats(device)
 
-    gc.collect()
-    cleared = clear_cublas_workspaces()
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    base_allocated, base_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    base_allocated, base_reserved, cleared = emptied_baseline(device)
     oom: Optional[str] = None
     try:
         run_real_steps(plan, batch, device, steps=3, on_step=reset_at_step_two)

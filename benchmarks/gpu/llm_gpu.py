@@ -27,6 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional
 
 from benchmarks.gpu.common import (
+    emptied_baseline,
     Context,
     NvmlTruth,
     is_oom,
@@ -103,16 +104,10 @@ def measure(name: str) -> Dict[str, Any]:
     import torch
 
     from benchmarks.published import source_litgpt as lit
-    from gpumem_kernel.analysis import clear_cublas_workspaces
 
     row = _row(name)
     device = torch.device("cuda", torch.cuda.current_device())
-    gc.collect()
-    cleared = clear_cublas_workspaces()
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    base_allocated, base_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    base_allocated, base_reserved, cleared = emptied_baseline(device)
     started = time.perf_counter()
     oom: Optional[str] = None
     peaks: List[int] = []
@@ -165,12 +160,14 @@ def saved_by_node(loss: Any, exclude: set) -> Dict[str, int]:
     seen = set(exclude)
     sums: Dict[str, int] = {}
     stack = [loss.grad_fn]
-    visited: set = set()
+    # id -> node: a node's Python object lives only while referenced, and a freed one's id is reused by the next
+    # node read, which would then pass for visited; holding every node keeps each id its own
+    visited: Dict[int, Any] = {}
     while stack:
         node = stack.pop()
         if node is None or id(node) in visited:
             continue
-        visited.add(id(node))
+        visited[id(node)] = node
         for attr in dir(node):
             if not attr.startswith("_saved_"):
                 continue

@@ -306,7 +306,9 @@ def _predict(
     """The analysis engines' maximum, or None and why; only where the verified search starts.
 
     Simulated: analysis.search_maximum over fake traces (a few, each ~50 ms for small models) against the
-    cap. CUDA: analyze() on the device (measured, with its safety reserve: a conservative start)."""
+    cap. CUDA: analyze() on the device, measured, without its safety reserve: the search wants the boundary (it
+    steps down from a start that fails), and a reserve of 5 % of the card can exceed what is free on a shared
+    one (an H200 with 8 GiB free started at 2 where 45 fit)."""
     from gpumem_kernel.analysis import analyze
     from gpumem_kernel.analysis import batch_maker
     from gpumem_kernel.analysis import AnalysisRequest
@@ -317,7 +319,7 @@ def _predict(
     try:
         if cap is None:
             asked = AnalysisRequest(
-                batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device
+                batch_size=hint, input=input, loss=loss, optimizer=optimizer, amp=amp, device=device, reserve=0
             )
             report = analyze(model, asked)
             maximum = report.recommendations.maximum
