@@ -167,6 +167,32 @@ def test_the_llm_section_traces_litgpt_rows_and_walks_what_the_forward_saves(dry
     assert llm["saved_tensors"]["cuda"]["status"] == "not measured" and llm["saved_tensors"]["cuda_minus_cpu"] is None
 
 
+def test_the_residue_section_names_the_sites_alive_at_the_peak_of_a_recorded_trace(dry) -> None:
+    _, results = dry
+    (row,) = results["gpu_residue"]["rows"]
+    got = row["result"]
+    assert got["status"] == "dry run" and got["peak_in_window"] > 0 and got["blocks_at_peak"] >= 1
+    assert sum(s["bytes"] for s in got["sites"]) == got["peak_in_window"]  # every block alive there has a site
+    sites = {s["site"]: s["bytes"] for s in got["sites"]}
+    assert sites["linear.py:134 forward"] == 6 * MiB and sites["adam.py:164 _init_group"] == 4 * MiB, sites
+
+
+def test_the_advice_section_runs_the_levers_a_real_step_can_take(dry) -> None:
+    _, results = dry
+    advice = results["gpu_advice"]
+    assert advice["status"] == "ok" and advice["arch"] == "MLP", advice
+    rows = {r["key"]: r for r in advice["rows"]}
+    assert rows["analysed"]["truth"]["status"] == "ok" and rows["analysed"]["error"] is not None
+    checked = [r for r in advice["rows"] if r["truth"]["status"] == "ok"]
+    assert len(checked) >= 2 and rows["adafactor"] in checked, advice["rows"]  # the analysed step, another optimizer
+    assert rows["gpu"]["truth"]["status"] == "not checked" and rows["lora"]["truth"]["status"] == "not checked"
+    for row in advice["rows"]:
+        assert row["truth"]["status"] in ("ok", "not checked"), row
+        assert row["met"] is None  # a dry run claims no target
+        if row["truth"]["status"] == "not checked":
+            assert row["truth"]["reason"], row
+
+
 def test_make_readme_says_not_measured_for_a_dry_run(dry, tmp_path: Path) -> None:
     sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
     import make_readme
@@ -300,6 +326,15 @@ def test_gpu_litgpt_lora_steps_match_the_analysis_of_the_same_step(gpu) -> None:
         assert row["truth"]["allocated"] > row["truth"]["model_bytes"] > 0, row
         assert abs(row["error"]) <= 0.05, row  # the published rows' target
     assert llm["saved_tensors"]["cuda"]["status"] == "ok", llm["saved_tensors"]["cuda"]
+
+
+@pytest.mark.gpu
+def test_gpu_fit_advice_rows_match_real_steps_with_their_levers(gpu) -> None:
+    advice = _real(gpu, "gpu_advice")
+    checked = [r for r in advice["rows"] if r["truth"]["status"] == "ok"]
+    assert len(checked) >= 3, advice["rows"]
+    for row in checked:
+        assert abs(row["error"]) <= 0.05, row
 
 
 @pytest.mark.gpu

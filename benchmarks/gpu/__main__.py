@@ -6,8 +6,10 @@
 
 Sections (a crash or a hang in one never costs the others their results): sampler; estimator and kernel in
 parallel (the kernel checks never touch the GPU in a way that changes the estimator's per-process
-truths); distributed and llm (LitGPT's LoRA steps) in parallel; autobatch (alone: it fills the GPU with a
-ballast); timeline (alone: it times a loop and provokes an OOM). A dry run starts all seven at once.
+truths); distributed, llm (LitGPT's LoRA steps), residue (the estimator's misses, recorded) and advice (the
+fit advice's levers as real steps) in parallel;
+autobatch (alone: it fills the GPU with a ballast); timeline (alone: it times a loop and provokes an OOM).
+A dry run starts all nine at once.
 Each writes <DIR>/gpu_<section>.json; the runner writes gpu_suite.json (plan, per-section status, the summary
 rows) and gpu_suite.log.
 Kernel packages missing from the GPU image (ipykernel, jupyter_client, ...), and what `pytest -m gpu` collects
@@ -51,12 +53,20 @@ SECTIONS: Dict[str, Section] = {
     "kernel": Section("benchmarks.gpu.kernel_checks", 110, 120),
     "distributed": Section("benchmarks.gpu.distributed", 45, 120),
     "llm": Section("benchmarks.gpu.llm_gpu", 75, 150),
+    "residue": Section("benchmarks.gpu.residue_gpu", 60, 120),
+    "advice": Section("benchmarks.gpu.advice_gpu", 75, 150),
     "autobatch": Section("benchmarks.gpu.autobatch_cmp", 150, 150),
     "timeline": Section("benchmarks.gpu.timeline_gpu", 70, 150),
 }
 # timeline alone: its recording-cost rounds time a training loop, and its OOM fills the GPU
-# llm beside distributed: both hold a few GiB at most of the GPU's memory and neither times a loop
-PHASES: List[List[str]] = [["sampler"], ["estimator", "kernel"], ["distributed", "llm"], ["autobatch"], ["timeline"]]
+# llm, residue and advice beside distributed: none times a loop, and together they hold under 50 GiB of the GPU
+PHASES: List[List[str]] = [
+    ["sampler"],
+    ["estimator", "kernel"],
+    ["distributed", "llm", "residue", "advice"],
+    ["autobatch"],
+    ["timeline"],
+]
 DRY_PHASES: List[List[str]] = [list(SECTIONS)]  # no timing or GPU memory to protect: all at once
 BUDGET_S = 560.0  # one 10-minute command, less the machine's start-up and the runner's own work
 GRACE_S = 20.0  # after a section's budget, before it is killed (it stops measuring at its budget)

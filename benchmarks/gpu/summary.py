@@ -19,6 +19,8 @@ FILES = (
     "gpu_sampler",
     "gpu_distributed",
     "gpu_llm",
+    "gpu_residue",
+    "gpu_advice",
     "gpu_autobatch",
     "gpu_timeline",
 )
@@ -234,6 +236,35 @@ def llm_rows(d: Dict[str, Any]) -> List[Row]:
     return rows
 
 
+def residue_rows(d: Dict[str, Any]) -> List[Row]:
+    rows: List[Row] = []
+    for r in d.get("rows", []):
+        got = r["result"]
+        if got.get("sites"):
+            top = "; ".join(f"{s['site'][:60]} {mib(s['bytes'])}" for s in got["sites"][:2])
+            figure = f"window peak {mib(got['peak_in_window'])} in {got['blocks_at_peak']} blocks; {top}"
+        else:
+            figure = f"{got.get('status')}: {got.get('reason') or 'no block at the peak'}"
+        status = "failed" if got.get("status") == "failed" else _status(d, None)
+        rows.append((f"residue {r['case']}", figure, "—", status))
+    return rows
+
+
+def advice_rows(d: Dict[str, Any]) -> List[Row]:
+    if d.get("status") != "ok":
+        return [("fit advice", f"failed: {d.get('reason')}", "", "failed")]
+    target = f"≤ {d['target']['allocated_max_abs']:.0%}"
+    rows: List[Row] = []
+    for r in d.get("rows", []):
+        got = r["truth"]
+        if got.get("status") == "ok":
+            figure = f"traced {mib(r['peak_allocated_bytes'])}, real step {mib(got['allocated'])} ({pct(r['error'])})"
+        else:
+            figure = f"traced {mib(r['peak_allocated_bytes'])}; {got.get('status')}: {got.get('reason')}"
+        rows.append((f"advice {d['arch']}: {r['lever']}", figure, target, _status(d, r.get("met"))))
+    return rows
+
+
 def timeline_rows(d: Dict[str, Any]) -> List[Row]:
     rows: List[Row] = []
     for r in d.get("rows", []):
@@ -296,6 +327,8 @@ RENDERERS = {
     "gpu_sampler": sampler_rows,
     "gpu_distributed": distributed_rows,
     "gpu_llm": llm_rows,
+    "gpu_residue": residue_rows,
+    "gpu_advice": advice_rows,
     "gpu_timeline": timeline_rows,
 }
 
