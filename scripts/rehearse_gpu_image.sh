@@ -5,7 +5,8 @@
 #   - a Python 3.12 venv with the GPU image's packages (benchmarks/gpu/image-packages.txt: the newest torch
 #     (2.15) and torchvision, Lightning, accelerate, transformers, timm, ...) and none of the kernel packages;
 #     REHEARSAL_TORCH / REHEARSAL_TORCHVISION pin others (the image itself read torch 2.11.0, torchvision 0.26.0);
-#   - a copy of the working tree as the device tool sends it (tracked and untracked-not-ignored files) plus what the run carries (.whl and the watch's built front end);
+#   - a copy of the working tree as the device tool sends it (tracked and untracked-not-ignored files) plus what
+#     the run carries (.whl and the watch's built front end);
 # and in that copy runs, with the venv's python3:
 #   1. the suite's dry run in the GPU run's process layout (GPUMEM_SUITE_PROCESSES=1), which installs .whl
 #      offline into /tmp/gpumem-site as the GPU run does;
@@ -14,7 +15,7 @@
 #      test then skips: no GPU here).
 # Not part of the test command: the venv downloads about 4 GB (PyPI's CUDA build of torch) the first time.
 #
-#   bash scripts/rehearse_gpu_image.sh      # after scripts/setup.sh; prints the two runs' ends, exits non-zero on a failure
+#   bash scripts/rehearse_gpu_image.sh      # after scripts/setup.sh; prints each step's end, exits non-zero on a failure
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${REHEARSAL_VENV:-$HOME/.cache/gpumem-gpu-image-venv}
