@@ -54,7 +54,7 @@ SECTIONS: Dict[str, Section] = {
     "distributed": Section("benchmarks.gpu.distributed", 45, 120),
     "llm": Section("benchmarks.gpu.llm_gpu", 75, 150),
     "residue": Section("benchmarks.gpu.residue_gpu", 60, 120),
-    "advice": Section("benchmarks.gpu.advice_gpu", 75, 150),
+    "advice": Section("benchmarks.gpu.advice_gpu", 90, 150),
     "autobatch": Section("benchmarks.gpu.autobatch_cmp", 150, 150),
     "timeline": Section("benchmarks.gpu.timeline_gpu", 70, 150),
 }
