@@ -32,10 +32,8 @@ TORCH_OPTIMIZERS = {"adamw", "adam", "sgd", "sgd-momentum", "adafactor"}
 TARGET = 0.05  # a row is as good as the estimator's step: its per-configuration target
 
 
-def checkable(key: str, changes: Dict[str, Any]) -> Optional[str]:
+def checkable(changes: Dict[str, Any]) -> Optional[str]:
     """None when a real step on this GPU can apply the row's `changes`; else why not."""
-    if key == "gpu":
-        return "another GPU: the row plans the same step for a larger card"
     other = sorted(set(changes) - APPLICABLE)
     if other:
         return f"changes {', '.join(other)}: not a step one GPU runs as it is"
@@ -79,17 +77,13 @@ def analysed(dry: bool, gpu_name: Optional[str]) -> Dict[str, Any]:
     }
 
 
-def truth(built: Any, batch: int, changes: Dict[str, Any], dry: bool, nvml: NvmlTruth) -> Dict[str, Any]:
+def truth(
+    built: Any, batch: int, changes: Dict[str, Any], blas_fields: Dict[str, Any], dry: bool, nvml: NvmlTruth
+) -> Dict[str, Any]:
     """The step with `changes` applied, run for real: on CUDA the estimator section's truth, else its stand-in."""
     from benchmarks.gpu.estimator import cpu_truth, cuda_truth
-    from gpumem_kernel.analysis import TracePlan, blas_workspaces
+    from gpumem_kernel.analysis import TracePlan
 
-    blas_fields: Dict[str, Any] = {}
-    if not dry:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability()
-        blas_fields = blas_workspaces(f"{major}.{minor}", torch.__version__).plan_fields()
     plan = TracePlan(
         built.model,
         changes.get("optimizer", "adamw"),
@@ -105,29 +99,30 @@ def truth(built: Any, batch: int, changes: Dict[str, Any], dry: bool, nvml: Nvml
 
 
 def run(ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
+    from benchmarks.gpu.estimator import device_facts
+
     gpu = (nvml.facts().get("gpus") or [{}])[0]
     try:
         got = analysed(ctx.dry_run, None if ctx.dry_run else gpu.get("name"))
     except Exception as exc:
         return {"status": "failed", "reason": one_line(exc), "rows": []}
-    report = got["report"]
-    rows: List[Dict[str, Any]] = [
-        {"key": "analysed", "lever": "the analysed step", "changes": {}, "peak_allocated_bytes": None}
-    ]
-    rows[0]["peak_allocated_bytes"] = int(report.peak_allocated_bytes)
+    # the cuBLAS workspaces of this GPU and torch, as the estimator section's truths have them
+    blas_fields = {} if ctx.dry_run else device_facts(nvml)[1].plan_fields()
+    analysed_row = {"key": "analysed", "lever": "the analysed step", "changes": {}}
+    rows: List[Dict[str, Any]] = [{**analysed_row, "peak_allocated_bytes": int(got["report"].peak_allocated_bytes)}]
     rows += [
         {"key": r.key, "lever": r.lever, "changes": dict(r.changes), "peak_allocated_bytes": r.peak_allocated_bytes}
         for r in got["rows"]
     ]
     for row in rows:
-        why = checkable(row["key"], row["changes"])
+        why = checkable(row["changes"])
         if why is not None:
             row["truth"] = {"status": "not checked", "reason": why}
         elif ctx.left() < 15:
             row["truth"] = {"status": "not measured", "reason": "time budget"}
         else:
             try:
-                row["truth"] = truth(got["built"], got["batch"], row["changes"], ctx.dry_run, nvml)
+                row["truth"] = truth(got["built"], got["batch"], row["changes"], blas_fields, ctx.dry_run, nvml)
             except Exception as exc:  # one lever the real step cannot take is a result, not a crash
                 row["truth"] = {"status": "failed", "reason": one_line(exc)}
         measured = row["truth"].get("allocated") if row["truth"].get("status") == "ok" else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -217,6 +219,24 @@ def write_result(ctx: Context, name: str, data: Dict[str, Any], nvml: Optional[N
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+# --- predictions: CPU worker processes ----------------------------------------------------------------------
+
+
+def cpu_pool(workers: int, threads: int = 1) -> ProcessPoolExecutor:
+    """Spawned worker processes that see no GPU, for the traced predictions: `threads` torch threads each (fake
+    tensors compute nothing, so more only contend)."""
+    return ProcessPoolExecutor(
+        workers, initializer=_cpu_worker, initargs=(threads,), mp_context=multiprocessing.get_context("spawn")
+    )
+
+
+def _cpu_worker(threads: int) -> None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the prediction must not use a GPU, and cannot
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 # --- CUDA truths ------------------------------------------------------------------------------------------------

@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from gpumem_kernel.analysis import BlasWorkspaces
 
 from benchmarks.gpu.common import (
+    cpu_pool,
     emptied_baseline,
     REPO,
     Context,
@@ -110,13 +110,6 @@ def _plan(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Tuple[Any,
 
 
 # --- prediction: CPU only, in a pool -------------------------------------------------------------------------
-
-
-def _pool_init() -> None:
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the prediction must not use a GPU, and cannot
-    import torch
-
-    torch.set_num_threads(1)  # fake tensors compute nothing; threads only contend
 
 
 def predict(arch: str, dry: bool, cfg: Config, blas: BlasWorkspaces) -> Dict[str, Any]:
@@ -397,7 +390,8 @@ def _in_process(
     return futures, truths
 
 
-def _device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], BlasWorkspaces, int]:
+def device_facts(nvml: NvmlTruth) -> Tuple[Optional[str], BlasWorkspaces, int]:
+    """(compute capability, cuBLAS workspaces, CUDA context estimate) of this GPU, as NVML names it."""
     import torch
 
     from gpumem_kernel.analysis import blas_workspaces, context_estimate
@@ -411,16 +405,14 @@ def run(ctx: Context) -> Dict[str, Any]:
     from benchmarks.gpu import models
 
     nvml = NvmlTruth()
-    cc, blas, context = _device_facts(nvml)
+    cc, blas, context = device_facts(nvml)
     archs = models.names(ctx.dry_run)
     skipped = {a: why for a in archs if (why := _available(a)) is not None}
     live = [a for a in archs if a not in skipped]
     if ctx.in_process:
         futures, truths = _in_process(live, ctx, blas)
     else:
-        pool = ProcessPoolExecutor(
-            1 if ctx.dry_run else _workers(), initializer=_pool_init, mp_context=multiprocessing.get_context("spawn")
-        )
+        pool = cpu_pool(1 if ctx.dry_run else _workers())
         futures = {
             cfg.key(): pool.submit(_safe_predict, a, ctx.dry_run, cfg, blas)
             for a in live

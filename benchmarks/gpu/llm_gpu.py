@@ -19,7 +19,6 @@ run on the CPU; there is no allocator truth.
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -27,6 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Dict, List, Optional
 
 from benchmarks.gpu.common import (
+    cpu_pool,
     emptied_baseline,
     Context,
     NvmlTruth,
@@ -68,13 +68,6 @@ def _shape(dry: bool) -> Dict[str, Any]:
 
 
 # --- prediction: CPU workers ------------------------------------------------------------------------------------
-
-
-def _pool_init() -> None:
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the prediction must not use a GPU, and cannot
-    import torch
-
-    torch.set_num_threads(2)
 
 
 def predict(name: str, dry: bool, planned: Dict[str, Any]) -> Dict[str, Any]:
@@ -277,9 +270,7 @@ def run(ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
         inline = {n: predict(n, True, planned) for n in names}
         inline["walk cpu"] = _safe_walk("cpu", True)
     else:
-        pool = ProcessPoolExecutor(
-            min(len(names) + 1, 6), initializer=_pool_init, mp_context=multiprocessing.get_context("spawn")
-        )
+        pool = cpu_pool(min(len(names) + 1, 6), threads=2)
         futures = {n: pool.submit(predict, n, ctx.dry_run, planned) for n in names}
         futures["walk cpu"] = pool.submit(_safe_walk, "cpu", ctx.dry_run)
     truths: Dict[str, Dict[str, Any]] = {}

@@ -68,46 +68,47 @@ CASES: Tuple[Case, ...] = (
 # --- the recorded window: its peak, and what was alive there ---------------------------------------------------
 
 
-def _frames(entry: Mapping[str, Any]) -> List[Mapping[str, Any]]:
-    return list(entry.get("frames") or [])
-
-
-def site(frames: Sequence[Mapping[str, Any]]) -> str:
+def site(frames: Sequence[Any]) -> str:
     """The innermost frame naming a library or a workspace-asking op, else the innermost Python frame."""
     for frame in frames:
-        name = str(frame.get("name", ""))
-        if any(word in name.lower() for word in SITE_WORDS):
-            return name[:160]
+        if any(word in frame.name.lower() for word in SITE_WORDS):
+            return frame.name[:160]
     for frame in frames:
-        filename = str(frame.get("filename", ""))
-        if filename.endswith(".py"):
-            return f"{filename.rsplit('/', 1)[-1]}:{frame.get('line')} {frame.get('name')}"
+        if frame.file.endswith(".py"):
+            return f"{frame.file.rsplit('/', 1)[-1]}:{frame.line} {frame.name}"
     return "no frames"
 
 
-def peak_blocks(trace: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    """Replays one device's trace: the peak of the bytes allocated within it, and the blocks alive there."""
-    alive: Dict[int, Mapping[str, Any]] = {}
-    total = peak = 0
-    at_peak: Dict[int, Mapping[str, Any]] = {}
-    for entry in trace:
-        action, addr = entry.get("action"), entry.get("addr")
-        if action == "alloc":
-            alive[addr] = entry
-            total += int(entry.get("size", 0))
-            if total > peak:
-                peak, at_peak = total, dict(alive)
-        elif action == "free_completed" and addr in alive:
-            total -= int(alive.pop(addr).get("size", 0))
+def _made_here(entry: Mapping[str, Any], alloc: Any) -> bool:
+    """An allocation made within the trace starts at its own `alloc` entry (a free of an unseen block starts at 0)."""
+    return entry.get("action") == "alloc" and entry.get("addr") == alloc.address
+
+
+def peak_blocks(snapshot: Mapping[str, Any], device: int) -> Dict[str, Any]:
+    """The peak of the bytes allocated within one device's recorded trace, and the blocks alive there. The trace is
+    read as the timeline reads it (timeline.recorded.history_from_snapshot); blocks allocated before the recording
+    (the snapshot's others, and frees of blocks the trace never saw allocated) are left out."""
+    from dataclasses import replace
+
+    from gpumem_kernel.timeline.payload import live_curve
+    from gpumem_kernel.timeline.recorded import history_from_snapshot
+
+    history = history_from_snapshot(snapshot, device, keep_raw=False)
+    trace = (snapshot.get("device_traces") or [])[history.device_index or 0]
+    made = [a for a in history.allocs if _made_here(trace[a.start], a)]
+    curve = live_curve(replace(history, allocs=made, baseline=0))
+    peak = max(curve, default=0)
+    at = curve.index(peak) if peak else -1
+    alive = [a for a in made if a.start <= at and (a.end is None or a.end > at)]
     sites: Dict[str, List[int]] = defaultdict(lambda: [0, 0])
-    for entry in at_peak.values():
-        group = sites[site(_frames(entry))]
-        group[0] += int(entry.get("size", 0))
+    for alloc in alive:
+        group = sites[site(alloc.frames)]
+        group[0] += alloc.size
         group[1] += 1
     ranked = sorted(sites.items(), key=lambda kv: -kv[1][0])[:TOP]
     return {
         "peak_in_window": peak,
-        "blocks_at_peak": len(at_peak),
+        "blocks_at_peak": len(alive),
         "sites": [{"site": name, "bytes": b, "blocks": n} for name, (b, n) in ranked],
     }
 
@@ -163,9 +164,7 @@ def record(case: Case, blas: Any) -> Dict[str, Any]:
         if recording:
             torch.cuda.memory._record_memory_history(enabled=None)
         _restore(before)
-    index = device.index or 0
-    traces = snapshot.get("device_traces") or []
-    found = peak_blocks(traces[index] if index < len(traces) else [])
+    found = peak_blocks(snapshot, device.index or 0)
     return {
         "status": "ok",
         "batch": batch,
@@ -184,7 +183,7 @@ def _safe_record(case: Case, blas: Any, ctx: Context) -> Dict[str, Any]:
         return {"status": "failed", "reason": one_line(exc)}
 
 
-def run(ctx: Context) -> Dict[str, Any]:
+def run(ctx: Context, nvml: NvmlTruth) -> Dict[str, Any]:
     if ctx.dry_run:
         snapshot = json.loads(FIXTURE.read_text())
         return {
@@ -193,16 +192,13 @@ def run(ctx: Context) -> Dict[str, Any]:
                 {
                     "case": "fixture",
                     "setting": "default",
-                    "result": {"status": "dry run", **peak_blocks(snapshot["device_traces"][0])},
+                    "result": {"status": "dry run", **peak_blocks(snapshot, 0)},
                 }
             ],
         }
-    import torch
+    from benchmarks.gpu.estimator import device_facts
 
-    from gpumem_kernel.analysis import blas_workspaces
-
-    major, minor = torch.cuda.get_device_capability()
-    blas = blas_workspaces(f"{major}.{minor}", torch.__version__)
+    _, blas, _ = device_facts(nvml)
     rows = []
     for case in CASES:
         result = _safe_record(case, blas, ctx)
@@ -219,8 +215,7 @@ def run(ctx: Context) -> Dict[str, Any]:
 def main() -> None:
     ctx = section_context(__doc__.splitlines()[0])
     nvml = NvmlTruth()
-    result = run(ctx)
-    write_result(ctx, NAME, result, nvml)
+    write_result(ctx, NAME, run(ctx, nvml), nvml)
 
 
 if __name__ == "__main__":
