@@ -28,8 +28,8 @@ No torch import: this is plain arithmetic, usable (and tested) without torch.
 
 from __future__ import annotations
 
-import bisect
 import os
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Tuple
 
@@ -104,15 +104,24 @@ def settings_from_env(environ: Optional[Mapping[str, str]] = None) -> AllocatorS
     return AllocatorSettings(options.get("expandable_segments") == "True", tuple(unmodelled))
 
 
-@dataclass(eq=False)
 class Block:
-    address: int
-    size: int
-    segment: int
-    small: bool
-    allocated: bool = False
-    prev: Optional["Block"] = None
-    next: Optional["Block"] = None
+    """One block of a segment: its bytes, where it sits, and its neighbours in the segment (for merging).
+    A plain slotted class: a replay makes and reads hundreds of thousands of them."""
+
+    __slots__ = ("address", "size", "segment", "small", "allocated", "prev", "next")
+
+    def __init__(
+        self,
+        address: int,
+        size: int,
+        segment: int,
+        small: bool,
+        allocated: bool = False,
+        prev: Optional["Block"] = None,
+        next: Optional["Block"] = None,
+    ) -> None:
+        self.address, self.size, self.segment, self.small = address, size, segment, small
+        self.allocated, self.prev, self.next = allocated, prev, next
 
     def key(self) -> Tuple[int, int]:
         return (self.size, self.address)
@@ -191,21 +200,14 @@ class CachingAllocatorModel:
     # --- free lists -------------------------------------------------------------------------------
 
     def _insert_free(self, block: Block) -> None:
-        bisect.insort(self._free[block.small], block.key())
+        insort(self._free[block.small], (block.size, block.address))
 
     def _remove_free(self, block: Block) -> None:
         pool = self._free[block.small]
-        index = bisect.bisect_left(pool, block.key())
-        if index < len(pool) and pool[index] == block.key():
-            pool.pop(index)
-
-    def _best_fit(self, rounded: int, small: bool) -> Optional[Block]:
-        pool = self._free[small]
-        index = bisect.bisect_left(pool, (rounded, -1))
-        if index == len(pool):
-            return None
-        _, address = pool.pop(index)
-        return self._by_address[address]
+        key = (block.size, block.address)
+        index = bisect_left(pool, key)
+        if index < len(pool) and pool[index] == key:
+            del pool[index]
 
     # --- segments ---------------------------------------------------------------------------------
 
@@ -330,36 +332,39 @@ class CachingAllocatorModel:
         """Allocate for `handle`; a 0-byte request gets no block (as in CUDA: a null pointer)."""
         if nbytes <= 0:
             return None
-        if handle in self._live:
+        live = self._live
+        if handle in live:
             raise ValueError(f"handle {handle!r} is already allocated")
         self.requests += 1
-        rounded = round_size(nbytes)
-        small = is_small(rounded)
-        block = self._best_fit(rounded, small)
-        if block is None:
+        # round_size, is_small and should_split, inline: this runs once per storage of a trace
+        rounded = MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * ((nbytes + MIN_BLOCK - 1) // MIN_BLOCK)
+        small = rounded <= SMALL_SIZE
+        pool = self._free[small]
+        index = bisect_left(pool, (rounded, -1))  # the best fit: smallest size, then lowest address
+        if index < len(pool):
+            block = self._by_address[pool.pop(index)[1]]
+        else:
             grow = self._map_more if self.expandable else self._new_segment
             block = grow(nbytes, rounded, small)
-        if should_split(block.size, rounded, small, self.expandable):
-            rest = Block(
-                address=block.address + rounded,
-                size=block.size - rounded,
-                segment=block.segment,
-                small=small,
-                prev=block,
-                next=block.next,
-            )
-            if block.next is not None:
-                block.next.prev = rest
-            elif self._ends.get(small) is block:
+        size = block.size
+        remaining = size - rounded
+        if remaining >= MIN_BLOCK if small or self.expandable else remaining > SMALL_SIZE:
+            after = block.next
+            rest = Block(block.address + rounded, remaining, block.segment, small, False, block, after)
+            if after is not None:
+                after.prev = rest
+            elif self.expandable and self._ends.get(small) is block:
                 self._ends[small] = rest
             block.next = rest
-            block.size = rounded
+            block.size = size = rounded
             self._by_address[rest.address] = rest
-            self._insert_free(rest)
+            insort(self._free[small], (remaining, rest.address))
         block.allocated = True
-        self._live[handle] = block
-        self._live_by_segment[block.segment] = self._live_by_segment.get(block.segment, 0) + block.size
-        self.allocated += block.size
+        live[handle] = block
+        by_segment = self._live_by_segment
+        segment = block.segment
+        by_segment[segment] = by_segment.get(segment, 0) + size
+        self.allocated += size
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
             self._peak_unread = True  # only allocations follow until the next free: read there, once
@@ -374,24 +379,29 @@ class CachingAllocatorModel:
         block = self._live.pop(handle, None)
         if block is None:
             return  # a 0-byte allocation, or a storage that lived on the host
-        self._read_peak()
+        if self._peak_unread:
+            self._read_peak()
         self._live_by_segment[block.segment] -= block.size
         self.allocated -= block.size
         block.allocated = False
-        for neighbour in (block.prev, block.next):
-            if neighbour is not None and not neighbour.allocated:
-                self._remove_free(neighbour)
-                block = self._merge(block, neighbour)
-        self._insert_free(block)
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:
+            self._remove_free(before)
+            block = self._merge(before, block)
+        if after is not None and not after.allocated:
+            self._remove_free(after)
+            block = self._merge(block, after)
+        insort(self._free[block.small], (block.size, block.address))
 
-    def _merge(self, block: Block, other: Block) -> Block:
-        first, second = (block, other) if block.address < other.address else (other, block)
-        if self._ends.get(first.small) is second:
+    def _merge(self, first: Block, second: Block) -> Block:
+        """`second` (the block just after `first` in their segment) joins `first`."""
+        if self.expandable and self._ends.get(first.small) is second:
             self._ends[first.small] = first
         first.size += second.size
-        first.next = second.next
-        if second.next is not None:
-            second.next.prev = first
+        after = second.next
+        first.next = after
+        if after is not None:
+            after.prev = first
         del self._by_address[second.address]
         return first
 

@@ -190,15 +190,26 @@ def replay_device(
             elif marker.kind == "empty_cache":  # the user's step calls torch.cuda.empty_cache()
                 model.empty_cache()
 
+    count = len(markers)
+    append, model_malloc, model_free = stream.append, model.malloc, model.free
     for index, (kind, sid) in enumerate(tracker.events):
-        apply_markers(index)
+        if marker_at < count and markers[marker_at].index <= index:
+            apply_markers(index)
         record = records[sid]
         if record.host:
             continue
-        if kind == "alloc":
-            malloc(sid, record.nbytes)
+        if log is not None:
+            if kind == "alloc":
+                malloc(sid, record.nbytes)
+            else:
+                free(sid)
+        elif kind == "alloc":  # malloc() and free() above, inline: a trace has tens of thousands of events
+            nbytes = record.nbytes
+            append(("alloc", sid, nbytes))
+            model_malloc(sid, nbytes)
         else:
-            free(sid)
+            append(("free", sid, 0))
+            model_free(sid)
     apply_markers(len(tracker.events))
     kept = len(cublas_threads) * plan.cublas_bytes + len(lt_threads) * plan.cublaslt_bytes
     result = model.result()
