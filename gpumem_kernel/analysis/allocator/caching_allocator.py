@@ -123,9 +123,6 @@ class Block:
         self.address, self.size, self.segment, self.small = address, size, segment, small
         self.allocated, self.prev, self.next = allocated, prev, next
 
-    def key(self) -> Tuple[int, int]:
-        return (self.size, self.address)
-
 
 @dataclass
 class SegmentInfo:
