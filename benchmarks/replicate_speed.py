@@ -18,8 +18,9 @@ warm), our package byte-compiled first as pip installs it:
 Plans (issue 38, the analysis in seconds): the whole `%gpumem analyze` of the QLoRA 8B plan (tour 07's flags), the
 same with `--search seq`, and the 70B plan above, each on the config as the Hub ships it (use_cache true, its
 torch_dtype and rope scaling), timed as *analyze* is (imports apart: torch, transformers with the architecture's
-module, and peft, which a LoRA notebook has imported and --advise's LoRA rows import once per kernel), beside the same measurement of the package at a previous
-commit (`--previous REV`: its gpumem_kernel, extracted with `git archive`, run by the same interpreter).
+module, and peft, which a LoRA notebook has imported and --advise's LoRA rows import once per kernel), beside
+the same measurement of the package at a previous commit (`--previous REV`: its gpumem_kernel, extracted with
+`git archive`, run by the same interpreter).
 
     PYTHONPATH=. .venv/bin/python benchmarks/replicate_speed.py [--models 1b,8b,70b] [--skip-full-70b] [--repeat 3]
     PYTHONPATH=. .venv/bin/python benchmarks/replicate_speed.py --plans-only --previous 92b2fd9 [--plans ...]
