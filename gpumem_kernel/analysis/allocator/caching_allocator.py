@@ -333,9 +333,8 @@ class CachingAllocatorModel:
         if handle in live:
             raise ValueError(f"handle {handle!r} is already allocated")
         self.requests += 1
-        # round_size, is_small and should_split, inline: this runs once per storage of a trace
-        rounded = MIN_BLOCK if nbytes < MIN_BLOCK else MIN_BLOCK * ((nbytes + MIN_BLOCK - 1) // MIN_BLOCK)
-        small = rounded <= SMALL_SIZE
+        rounded = round_size(nbytes)
+        small = is_small(rounded)
         pool = self._free[small]
         index = bisect_left(pool, (rounded, -1))  # the best fit: smallest size, then lowest address
         if index < len(pool):
@@ -345,7 +344,7 @@ class CachingAllocatorModel:
             block = grow(nbytes, rounded, small)
         size = block.size
         remaining = size - rounded
-        if remaining >= MIN_BLOCK if small or self.expandable else remaining > SMALL_SIZE:
+        if should_split(size, rounded, small, self.expandable):
             after = block.next
             rest = Block(block.address + rounded, remaining, block.segment, small, False, block, after)
             if after is not None:
@@ -355,7 +354,7 @@ class CachingAllocatorModel:
             block.next = rest
             block.size = size = rounded
             self._by_address[rest.address] = rest
-            insort(self._free[small], (remaining, rest.address))
+            self._insert_free(rest)
         block.allocated = True
         live[handle] = block
         by_segment = self._live_by_segment
@@ -388,7 +387,7 @@ class CachingAllocatorModel:
         if after is not None and not after.allocated:
             self._remove_free(after)
             block = self._merge(block, after)
-        insort(self._free[block.small], (block.size, block.address))
+        self._insert_free(block)
 
     def _merge(self, first: Block, second: Block) -> Block:
         """`second` (the block just after `first` in their segment) joins `first`."""
