@@ -314,7 +314,7 @@ def test_gpu_per_rank_estimates_at_world_size_one(gpu) -> None:
     rows = _real(gpu, "gpu_distributed")["rows"]
     assert rows and all(r["status"] == "ok" for r in rows), rows
     for row in rows:
-        assert abs(row["error"]["allocated"]) <= 0.10, row  # analysis.TRACED_RELATIVE_ERROR
+        assert abs(row["error"]["allocated"]) <= 0.10, row  # the per-rank figures' target
 
 
 @pytest.mark.gpu

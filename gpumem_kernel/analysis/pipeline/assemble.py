@@ -31,6 +31,7 @@ from gpumem_kernel.analysis.report.report import (
     Figure,
     Recommendations,
 )
+from gpumem_kernel.analysis.report.gpu_accuracy import LIBRARY_MODULES_MIB, traced_bound
 from gpumem_kernel.analysis.report.render import accumulation_code, analysis_yaml
 from gpumem_kernel.analysis.request.request import AnalysisRequest
 from gpumem_kernel.analysis.search.max_batch import Search
@@ -40,7 +41,6 @@ from gpumem_kernel.analysis.trace.user_step import optimizers_of
 from gpumem_kernel.render.units import format_bytes
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD (momentum 0.9)"}
-TRACED_RELATIVE_ERROR = 0.10  # CPU-validated 5% on live bytes + GPU kernels and allocator model
 CONTEXT_UNCERTAINTY = 160 * MiB
 
 
@@ -242,7 +242,7 @@ def build_report(
         fit=found.fit,
         recommendations=recs,
         distributed=distributed,
-        error_bound=_error_bound(engine, info, found),
+        error_bound=_error_bound(engine, info, found, trace),
         notes=notes,
         elapsed_seconds=round(elapsed, 3),
         evaluation=outcome.evaluation,
@@ -381,7 +381,7 @@ def _traced_distributed(sharding: Sharding, point: Point) -> Distributed:
     )
 
 
-def _error_bound(engine: str, info: DeviceInfo, found: Search) -> ErrorBound:
+def _error_bound(engine: str, info: DeviceInfo, found: Search, trace: TraceResult) -> ErrorBound:
     residual = found.fit.max_relative_residual if found.fit and found.fit.max_relative_residual else 0.0
     absolute = CONTEXT_UNCERTAINTY if info.context_source == "estimate" else 0
     if engine == "measured":
@@ -391,14 +391,13 @@ def _error_bound(engine: str, info: DeviceInfo, found: Search) -> ErrorBound:
             f"expect within ±{relative:.0%} for runs like these"
         )
     else:
-        relative = TRACED_RELATIVE_ERROR
-        statement = (
-            "traced on fake CPU tensors: live tensor bytes agree with a real CPU step within 5% "
-            "(MLP, CNN, ResNet, Transformer, LSTM); CUDA kernels (cuDNN workspaces, fused attention) "
-            "and the caching-allocator model add uncertainty: expect within ±10%"
-        )
+        relative, statement = traced_bound(trace.op_kinds)
         if absolute:
-            statement += f", plus ±{format_bytes(absolute, 'MiB', 0)} for the estimated CUDA context"
+            low, high = LIBRARY_MODULES_MIB
+            statement += (
+                f"; plus ±{format_bytes(absolute, 'MiB', 0)} for the estimated CUDA context, whose libraries' "
+                f"modules are not counted ({low}-{high} MiB more on that GPU)"
+            )
     return ErrorBound(relative, absolute, statement)
 
 

@@ -162,6 +162,7 @@ class SizeFit:
         result.replication = base.trace.replication
         result.loss_source = base.trace.loss_source
         result.step_autocast = base.trace.step_autocast
+        result.op_kinds = base.trace.op_kinds
         result.notes = list(base.trace.notes)
         return result
 

@@ -5,7 +5,7 @@ error a trace raises when it cannot follow the model."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, List, Optional
 
 from gpumem_kernel.analysis.allocator.caching_allocator import AllocatorResult
 from gpumem_kernel.analysis.allocator.storage import Record
@@ -102,6 +102,9 @@ class TraceResult:
     replication: Any = None  # analysis.trace.replicate.Replication: blocks replayed, or the full trace and why
     # the autocast a step of the user's own entered (analysis.trace.user_step.StepAutocast); None: none seen
     step_autocast: Any = None
+    # the kinds of op whose CUDA kernels the trace models least well that the step ran (analysis.trace.tracker's
+    # FP32_CONVOLUTION, CONVOLUTION, LSTM)
+    op_kinds: FrozenSet[str] = frozenset()
     # analysis.trace.llm_facts.LogitsTrace, when the plan names a logits_vocab and the trace saw them
     logits: Any = None
     # analysis.trace.summary.TracedStream: the storages and events summarize() read, for a search that predicts the

@@ -215,6 +215,7 @@ def _trace_once(plan: TracePlan, batch_size: int, fake: bool, replicate: Optiona
             result.replication = replication
             result.loss_source = loss_sources[0] if loss_sources else "custom"
             result.step_autocast = tracker.step_autocast
+            result.op_kinds = frozenset(tracker.op_kinds)
             result.notes += notes + _result_notes(result, plan)
             return result
         finally:

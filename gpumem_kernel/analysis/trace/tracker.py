@@ -60,6 +60,14 @@ _LT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 CUDNN_WORKSPACE_CAP = 128 << 20  # headroom estimate per conv call (cuDNN picks algorithms by workspace size)
 
 
+# The kinds of op a trace saw whose CUDA kernels (cuDNN's) the trace models least well: a GPU run measures the
+# trace's error per kind (analysis.report.gpu_accuracy). An fp32 convolution runs cuDNN's TF32 engines by default.
+FP32_CONVOLUTION = "fp32 convolution"
+CONVOLUTION = "convolution"  # in a lower precision (bf16, fp16)
+LSTM = "LSTM"  # the CPU's fused LSTM (mkldnn_rnn_layer) stands for cuDNN's RNN
+_LSTM_OPS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"})
+
+
 @dataclass
 class Marker:
     index: int  # events before it
@@ -90,6 +98,7 @@ def trace_tracker_class() -> type:
             self.step_autocast: Any = None
             # told the storages an autocast cache clear freed (analysis.trace.replicate frees its replayed casts then)
             self.on_cache_clear: Optional[Callable[[Set[int]], None]] = None
+            self.op_kinds: Set[str] = set()  # FP32_CONVOLUTION, CONVOLUTION, LSTM: those the step ran
 
         def cache_cleared(self, start: int) -> None:
             """The frees since event `start` were autocast's cache clear: they go in the order the casts were made
@@ -130,8 +139,14 @@ def trace_tracker_class() -> type:
                 kind = "cublaslt" if name in _BIAS_OPS and _runs_on_cublaslt(args, kwargs or {}, out) else "cublas"
                 self.markers.append(Marker(len(self.events), kind, self.phase))
             elif name in _CONV_OPS:
-                sizes = [t.nbytes for t in tree_leaves((args, out)) if isinstance(t, torch.Tensor)]
-                self.markers.append(Marker(len(self.events), "cudnn", self.phase, max(sizes, default=0)))
+                tensors = [t for t in tree_leaves((args, out)) if isinstance(t, torch.Tensor)]
+                self.markers.append(
+                    Marker(len(self.events), "cudnn", self.phase, max((t.nbytes for t in tensors), default=0))
+                )
+                if tensors:  # the input (forward) or the output's gradient (backward) sets the kernels' precision
+                    self.op_kinds.add(FP32_CONVOLUTION if tensors[0].dtype == torch.float32 else CONVOLUTION)
+            elif name in _LSTM_OPS:
+                self.op_kinds.add(LSTM)
             return out
 
     return TraceTracker
