@@ -105,6 +105,20 @@ def _look(pid: int, descendants: Descendants) -> _Look:
     return _Look(created, rss, count, total)
 
 
+def _has_memory(pid: int, create_time: Optional[float]) -> bool:
+    """Whether the process `pid` started at `create_time` still has its memory. An exiting process releases its
+    memory before it leaves its cgroup, so one that has it after a cgroup read was in that cgroup when it was read."""
+    try:
+        process = psutil.Process(pid)
+        return (
+            process.create_time() == create_time
+            and process.status() != psutil.STATUS_ZOMBIE
+            and process.memory_info().rss > 0
+        )
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def _returncode(kernel: Any, pid: int) -> Optional[int]:
     """The exit status of the kernel's process `pid`: its provisioner's, once reaped (LocalProvisioner), else
     read from the unreaped child without reaping it (WNOWAIT: the provisioner still gets its status)."""
@@ -226,6 +240,8 @@ class ExitWatch:
             return
         counter = counter_for(watched.pid, self._total, self._root, self._proc)
         if counter.events != watched.counter.events and (counter.events is not None or watched.counter.events is None):
+            if not _has_memory(watched.pid, watched.create_time):
+                return  # it began to exit between the look and the cgroup read: that cgroup is the root's
             watched.counter = counter
             watched.counts.clear()  # another counter: its counts start here
         now = self._clock()

@@ -295,17 +295,23 @@ def test_a_kill_long_before_the_death_is_not_counted_at_the_death(tmp_path: Path
     assert second.pid == process.pid and second.oom_killed and second.kills == 1
 
 
-def test_a_victim_seen_exiting_in_the_root_cgroup_is_still_its_cgroups_kill(tmp_path: Path, monkeypatch) -> None:
-    """Between releasing its memory and becoming a zombie, a killed process reads as in the root memory cgroup
-    (`4:memory:/` on cgroup v1, whose root memory.oom_control counts kills of its own) with no RSS: a look then
-    must not take the root's counter for the kernel's, or the OOM kill goes unnamed. This window is too short to
-    hit on purpose, so that one look is what psutil reads of such a process; the cgroup files are the fake tree's."""
+def _watched_where_v1s_root_counts_kills(tmp_path: Path) -> Tuple[subprocess.Popen, Tree, ExitWatch]:
+    """A kernel watched in /docker/abc on cgroup v1, whose root memory.oom_control has counted 5 kills of its own."""
     manager = FakeKernelManager()
     process = manager.start("k1")
     tree = Tree(tmp_path, 1, process.pid)
     (tree.root / "memory" / "memory.oom_control").write_text(V1_OOM_CONTROL.format(n=5))
     watch = ExitWatch(manager, cgroup_root=str(tree.root), proc=str(tree.proc), vmstat=str(tree.proc / "vmstat"))
     watch.sync()
+    return process, tree, watch
+
+
+def test_a_victim_seen_exiting_in_the_root_cgroup_is_still_its_cgroups_kill(tmp_path: Path, monkeypatch) -> None:
+    """Between releasing its memory and becoming a zombie, a killed process reads as in the root memory cgroup
+    (`4:memory:/` on cgroup v1, whose root memory.oom_control counts kills of its own) with no RSS: a look then
+    must not take the root's counter for the kernel's, or the OOM kill goes unnamed. This window is too short to
+    hit on purpose, so that one look is what psutil reads of such a process; the cgroup files are the fake tree's."""
+    process, tree, watch = _watched_where_v1s_root_counts_kills(tmp_path)
     tree.kills(1)  # the killer picks the kernel
     (tree.proc / str(process.pid) / "cgroup").write_text("5:memory:/\n4:cpu,cpuacct:/\n")
     living = exits._look(process.pid, exits.Descendants())
@@ -318,6 +324,30 @@ def test_a_victim_seen_exiting_in_the_root_cgroup_is_still_its_cgroups_kill(tmp_
     (death,) = watch.exits("k1")
     assert death.oom_killed and death.evidence == "cgroup" and death.kills == 1 and death.cgroup == "/docker/abc"
     assert death.rss and death.rss > MiB  # its RSS at the last look while it lived, not the exiting one's 0
+
+
+def test_a_victim_that_leaves_its_cgroup_between_the_look_and_the_cgroup_read_is_still_its_cgroups_kill(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The look read the kernel's memory just before it began to exit; the cgroup read that follows finds it in the
+    root memory cgroup, as an exiting process reads. Its memory is gone by then (a process releases it before it
+    leaves its cgroup), so that cgroup is not taken for the kernel's. The look is the living process's, taken
+    earlier; the process itself is really killed and left unreaped, as the read after the cgroup finds it."""
+    process, tree, watch = _watched_where_v1s_root_counts_kills(tmp_path)
+    living = exits._look(process.pid, exits.Descendants())
+    tree.kills(1)  # the killer picks the kernel
+    (tree.proc / str(process.pid) / "cgroup").write_text("5:memory:/\n4:cpu,cpuacct:/\n")
+    process.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.Process(process.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with monkeypatch.context() as patch:
+        patch.setattr(exits, "_look", lambda pid, descendants: living)
+        watch.sync()
+    process.wait()
+    watch.sync()
+    (death,) = watch.exits("k1")
+    assert death.oom_killed and death.evidence == "cgroup" and death.kills == 1 and death.cgroup == "/docker/abc"
 
 
 def test_the_endpoints_answer_names_the_death_of_the_browsers_process_and_carries_the_host_checklist(watched) -> None:
@@ -428,10 +458,12 @@ def test_a_kernel_the_oom_killer_ends_is_named_with_its_cgroups_limit(limited_se
     exit_schema_validate(answer)
     death = answer["exit"]
     assert death is not None, f"no death seen:\n{server.log.read_text()[-3000:]}"
-    assert death["oom_killed"] and death["evidence"] == "cgroup" and death["kills"] >= 1, death
-    assert death["pid"] == pid and death["limit"] == LIMIT
-    assert death["signal"] == "SIGKILL" and death["returncode"] == -9
-    assert answer["checklist"]["info"]["family"] == "host"
-    assert answer["checklist"]["steps"][0]["id"] == "host-memory"  # no workers: the kernel itself filled the cgroup
-    assert "memory limit 256.00 MiB" in answer["checklist"]["summary"][0]
-    assert "out-of-memory killer ended" in server.log.read_text()  # the server's log says it too
+    told = json.dumps(answer)  # what a failure shows: the whole answer, the checklist with it
+    assert death["oom_killed"] and death["evidence"] == "cgroup" and death["kills"] >= 1, told
+    assert death["pid"] == pid and death["limit"] == LIMIT, told
+    assert death["signal"] == "SIGKILL" and death["returncode"] == -9, told
+    assert answer["checklist"]["info"]["family"] == "host", told
+    assert answer["checklist"]["steps"][0]["id"] == "host-memory", told  # no workers: the kernel filled the cgroup
+    assert "memory limit 256.00 MiB" in answer["checklist"]["summary"][0], told
+    log = server.log.read_text()
+    assert "out-of-memory killer ended" in log, log[-3000:]  # the server's log says it too
