@@ -86,14 +86,21 @@ class _Look:
     children_rss: Optional[int] = None
 
 
-def _look(pid: int, descendants: Descendants) -> _Look:
-    """A living process's start time, RSS and children's RSS (what it held just before a kill)."""
+def _own(pid: int) -> Tuple[Optional[float], int]:
+    """A living process's start time and RSS; (None, 0) when it is gone or a zombie."""
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
-            return _Look(None)
-        created, rss = process.create_time(), process.memory_info().rss
+            return None, 0
+        return process.create_time(), process.memory_info().rss
     except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None, 0
+
+
+def _look(pid: int, descendants: Descendants) -> _Look:
+    """A living process's start time, RSS and children's RSS (what it held just before a kill)."""
+    created, rss = _own(pid)
+    if created is None:
         return _Look(None)
     count = total = 0
     for child in descendants.of(pid):
@@ -108,15 +115,8 @@ def _look(pid: int, descendants: Descendants) -> _Look:
 def _has_memory(pid: int, create_time: Optional[float]) -> bool:
     """Whether the process `pid` started at `create_time` still has its memory. An exiting process releases its
     memory before it leaves its cgroup, so one that has it after a cgroup read was in that cgroup when it was read."""
-    try:
-        process = psutil.Process(pid)
-        return (
-            process.create_time() == create_time
-            and process.status() != psutil.STATUS_ZOMBIE
-            and process.memory_info().rss > 0
-        )
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    created, rss = _own(pid)
+    return created is not None and created == create_time and rss > 0
 
 
 def _returncode(kernel: Any, pid: int) -> Optional[int]:
